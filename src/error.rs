@@ -1,0 +1,141 @@
+//! The error type of the whole crate.
+//!
+//! Every failure a user can cause or meet is a value of [`Error`]: bad calls are refused by
+//! the builder before anything runs; failures at run time (a kernel that returns an error or
+//! panics, a device error) are stored on the tensors the failed instruction writes and
+//! returned by every later wait or read of those tensors. The VM itself keeps running.
+//! `docs/errors.md` lists each variant with what to do about it.
+
+use crate::ep::{DeviceId, EpError};
+use crate::framework::DType;
+
+/// Result with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in eagervm.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum Error {
+    /// The builder was asked for an op that has no kernel for the stream's device.
+    #[error("unknown op `{op}` on {device} (registered ops: {known})")]
+    UnknownOp {
+        /// The op name asked for.
+        op: String,
+        /// The device of the stream it was called on.
+        device: DeviceId,
+        /// The ops registered for that device.
+        known: String,
+    },
+    /// The op refused its operands (count, shape or dtype).
+    #[error("op `{op}`: {detail}")]
+    InvalidOperands {
+        /// The op.
+        op: String,
+        /// What is wrong, naming the operand.
+        detail: String,
+    },
+    /// A given output tensor does not have the shape or dtype the op produces.
+    #[error("op `{op}`: output {index} is {found}, but the op produces {expected}")]
+    OutputMismatch {
+        /// The op.
+        op: String,
+        /// Which output.
+        index: usize,
+        /// What the op produces.
+        expected: String,
+        /// What the given tensor is.
+        found: String,
+    },
+    /// A tensor is used on a stream of another device (copy across devices with `copy`).
+    #[error("op `{op}`: tensor {tensor} is on {tensor_device}, but the stream is on {stream_device}")]
+    WrongDevice {
+        /// The op.
+        op: String,
+        /// The tensor's id.
+        tensor: u64,
+        /// Where the tensor lives.
+        tensor_device: DeviceId,
+        /// Where the stream runs.
+        stream_device: DeviceId,
+    },
+    /// An output tensor is also an input of the same call.
+    #[error("op `{op}`: tensor {tensor} is both an input and an output; write to a new tensor")]
+    Aliased {
+        /// The op.
+        op: String,
+        /// The tensor's id.
+        tensor: u64,
+    },
+    /// A tensor was used after its storage was released.
+    #[error("tensor {tensor} was used after it was released")]
+    Released {
+        /// The tensor's id.
+        tensor: u64,
+    },
+    /// A host access with the wrong dtype or length.
+    #[error("host access to tensor {tensor}: {detail}")]
+    Access {
+        /// The tensor's id.
+        tensor: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A tensor was read before anything wrote it.
+    #[error("instruction #{instr} (`{op}`): tensor {tensor} is read before anything wrote it")]
+    Uninitialized {
+        /// Program-order number of the reading instruction.
+        instr: u64,
+        /// The op.
+        op: String,
+        /// The tensor's id.
+        tensor: u64,
+    },
+    /// A kernel returned an error.
+    #[error("instruction #{instr} (`{op}` on {stream}) failed: {message}")]
+    Kernel {
+        /// Program-order number of the failed instruction.
+        instr: u64,
+        /// The op.
+        op: String,
+        /// The stream it ran on.
+        stream: String,
+        /// The kernel's message.
+        message: String,
+    },
+    /// A kernel panicked; the panic was caught on the worker.
+    #[error("instruction #{instr} (`{op}` on {stream}) panicked: {message}")]
+    Panic {
+        /// Program-order number of the failed instruction.
+        instr: u64,
+        /// The op.
+        op: String,
+        /// The stream it ran on.
+        stream: String,
+        /// The panic payload, if it was a string.
+        message: String,
+    },
+    /// The device layer failed.
+    #[error(transparent)]
+    Device(#[from] EpError),
+    /// A dtype the call cannot handle.
+    #[error("dtype mismatch: expected {expected}, found {found}")]
+    DType {
+        /// The dtype wanted.
+        expected: DType,
+        /// The dtype found.
+        found: DType,
+    },
+    /// A configuration value is out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The VM has shut down (or its scheduler thread died) and can take no more work.
+    #[error("the virtual machine has shut down")]
+    ShutDown,
+    /// Some instructions failed since the last `sync`.
+    #[error("{count} instruction(s) failed since the last sync; first: {first}")]
+    Failed {
+        /// How many failed.
+        count: u64,
+        /// The first failure.
+        first: Box<Error>,
+    },
+}

@@ -1,0 +1,7 @@
+//! The front end: tensors, ops and kernels, and the instruction builder.
+
+pub mod op;
+pub mod tensor;
+
+pub use op::{Attrs, KernelCtx, Op, OpKernel, OpRegistry, OutSpec, OutSpecs, TensorView, TensorViewMut};
+pub use tensor::{DType, Element, Shape, Tensor, TensorMeta};

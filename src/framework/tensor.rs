@@ -1,0 +1,292 @@
+//! Tensors: metadata, the shared tensor object, and the user's handle.
+//!
+//! A tensor has three kinds of state, each with one owner (DESIGN.md, "One owner"):
+//!
+//! | state | who touches it | how it is kept race-free |
+//! | --- | --- | --- |
+//! | [`TensorMeta`] | anyone | immutable after creation |
+//! | value: storage and error | the instruction that the dependence rules let run | the scheduler orders every writer after all earlier accesses, and every reader after the last writer; same-stream order is kept by the stream's FIFO |
+//! | dependence object | the scheduler thread alone | only the scheduler dereferences it |
+//! | soft-sync state (`last_stream`, `released`) | the caller thread building instructions | atomics (relaxed: program order is the caller's own) |
+//!
+//! A tensor's storage is allocated by the first instruction that writes it and freed by a
+//! `Release` instruction that the handle's drop emits after every earlier use.
+
+use std::cell::UnsafeCell;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Weak};
+
+use smallvec::SmallVec;
+
+use crate::alloc::Storage;
+use crate::ep::DeviceId;
+use crate::error::{Error, Result};
+use crate::vm::dependence::DepObject;
+use crate::vm::VmShared;
+
+/// Element type of a tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 64-bit signed integer.
+    I64,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::I64 => 8,
+        }
+    }
+    /// Name used in messages and traces (`f32`, `i64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::I64 => "i64",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A tensor's shape: dimension sizes, outermost first. `[]` is a scalar.
+pub type Shape = SmallVec<[usize; 4]>;
+
+/// Shape, dtype and device of a tensor.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TensorMeta {
+    /// Dimension sizes.
+    pub shape: Shape,
+    /// Element type.
+    pub dtype: DType,
+    /// Where the storage lives.
+    pub device: DeviceId,
+}
+
+impl TensorMeta {
+    /// A new meta.
+    pub fn new(shape: &[usize], dtype: DType, device: DeviceId) -> Self {
+        TensorMeta { shape: shape.iter().copied().collect(), dtype, device }
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Size of the storage in bytes.
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype.size()
+    }
+    /// `f32[2, 3]` style description (no device).
+    pub fn describe(&self) -> String {
+        let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
+        format!("{}[{}]", self.dtype, dims.join(", "))
+    }
+}
+
+/// The value of a tensor: its bytes (once written) and the error it carries, if the last
+/// instruction that wrote it failed.
+#[derive(Debug, Default)]
+pub(crate) struct TensorValue {
+    pub(crate) storage: Option<Storage>,
+    pub(crate) error: Option<Arc<Error>>,
+}
+
+/// The object shared by the user's handles and the instructions that use a tensor.
+pub(crate) struct TensorInner {
+    pub(crate) id: u64,
+    pub(crate) meta: TensorMeta,
+    value: UnsafeCell<TensorValue>,
+    dep: UnsafeCell<DepObject>,
+    /// Index of the VM stream that last used this tensor, `NO_STREAM` if none (soft sync).
+    pub(crate) last_stream: AtomicU32,
+    /// Set when the handle's drop has emitted the `Release`.
+    pub(crate) released: AtomicBool,
+}
+
+/// `last_stream` value of a tensor no instruction has used yet.
+pub(crate) const NO_STREAM: u32 = u32::MAX;
+
+// SAFETY: `meta` and `id` are immutable and the atomics are Sync. The two cells are never
+// touched concurrently: `dep` only by the scheduler thread (`dep_mut`'s contract), and
+// `value` only by the instruction that the scheduler's dependence rules currently let
+// access it, with happens-before edges between successive accessors established by the
+// queues and completion reports they pass through (`value`/`value_mut`'s contract).
+unsafe impl Sync for TensorInner {}
+// SAFETY: all fields are Send (Storage owns its block; Arc<Error> is Send).
+unsafe impl Send for TensorInner {}
+
+impl TensorInner {
+    pub(crate) fn new(id: u64, meta: TensorMeta) -> Self {
+        TensorInner {
+            id,
+            meta,
+            value: UnsafeCell::new(TensorValue::default()),
+            dep: UnsafeCell::new(DepObject::default()),
+            last_stream: AtomicU32::new(NO_STREAM),
+            released: AtomicBool::new(false),
+        }
+    }
+
+    /// The tensor's value, for reading.
+    ///
+    /// # Safety
+    /// The caller must be running an instruction that holds a read (or write) access to
+    /// this tensor under the dependence rules, so that no writer runs concurrently.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn value(&self) -> &TensorValue {
+        // SAFETY: no concurrent writer, by the caller's contract.
+        unsafe { &*self.value.get() }
+    }
+
+    /// The tensor's value, for writing.
+    ///
+    /// # Safety
+    /// The caller must be running an instruction that holds the write access to this
+    /// tensor under the dependence rules, so that no other access runs concurrently, and
+    /// must not hold another reference obtained from `value`/`value_mut` at the same time.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn value_mut(&self) -> &mut TensorValue {
+        // SAFETY: exclusive access, by the caller's contract.
+        unsafe { &mut *self.value.get() }
+    }
+
+    /// The dependence object.
+    ///
+    /// # Safety
+    /// Only the scheduler thread may call this, and it must not hold two references to the
+    /// same tensor's dependence object at once.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn dep_mut(&self) -> &mut DepObject {
+        // SAFETY: single-threaded access by the scheduler, by the caller's contract.
+        unsafe { &mut *self.dep.get() }
+    }
+}
+
+impl fmt::Debug for TensorInner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "tensor {} {} on {}", self.id, self.meta.describe(), self.meta.device)
+    }
+}
+
+/// The user's handle to a tensor. Cloning is cheap (shared); when the last clone drops,
+/// the tensor's storage is released by a `Release` instruction ordered after every
+/// instruction that used it, so dropping a handle never waits.
+#[derive(Clone)]
+pub struct Tensor(pub(crate) Arc<Handle>);
+
+pub(crate) struct Handle {
+    pub(crate) inner: Arc<TensorInner>,
+    pub(crate) vm: Weak<VmShared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(vm) = self.vm.upgrade() {
+            vm.release_tensor(&self.inner);
+        }
+    }
+}
+
+impl Tensor {
+    /// The tensor's id, unique within its VM; errors and traces name tensors by it.
+    pub fn id(&self) -> u64 {
+        self.0.inner.id
+    }
+    /// Shape, dtype and device.
+    pub fn meta(&self) -> &TensorMeta {
+        &self.0.inner.meta
+    }
+    /// Dimension sizes.
+    pub fn shape(&self) -> &[usize] {
+        &self.0.inner.meta.shape
+    }
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        self.0.inner.meta.dtype
+    }
+    /// Where the storage lives.
+    pub fn device(&self) -> DeviceId {
+        self.0.inner.meta.device
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.0.inner.meta.numel()
+    }
+
+    pub(crate) fn vm(&self) -> Result<Arc<VmShared>> {
+        self.0.vm.upgrade().ok_or(Error::ShutDown)
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<TensorInner> {
+        &self.0.inner
+    }
+
+    pub(crate) fn check_live(&self) -> Result<()> {
+        if self.0.inner.released.load(Ordering::Relaxed) {
+            return Err(Error::Released { tensor: self.id() });
+        }
+        Ok(())
+    }
+
+    /// Wait until every instruction issued so far that writes this tensor has finished.
+    /// Returns the error the tensor carries, if the instruction that last wrote it failed
+    /// (or read a failed tensor). Every call returns it again; a later successful write
+    /// clears it.
+    pub fn wait(&self) -> Result<()> {
+        self.vm()?.wait_tensor(self)
+    }
+
+    /// Copy the tensor's elements to a `Vec` (waiting for pending writes first). Tensors on
+    /// a device are copied to the host through the device's device-to-host stream.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        let bytes = self.vm()?.read_bytes(self)?;
+        Ok(T::from_bytes(&bytes))
+    }
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.inner.fmt(f)
+    }
+}
+
+/// A Rust element type that maps to a [`DType`].
+pub trait Element: Copy + Send + Sync + 'static + fmt::Debug {
+    /// The matching dtype.
+    const DTYPE: DType;
+    /// Decode native-endian bytes.
+    fn from_bytes(bytes: &[u8]) -> Vec<Self>;
+    /// Encode to native-endian bytes.
+    fn to_bytes(values: &[Self]) -> Vec<u8>;
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    fn from_bytes(bytes: &[u8]) -> Vec<Self> {
+        bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
+    }
+    fn to_bytes(values: &[Self]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+    }
+}
+
+impl Element for i64 {
+    const DTYPE: DType = DType::I64;
+    fn from_bytes(bytes: &[u8]) -> Vec<Self> {
+        bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect()
+    }
+    fn to_bytes(values: &[Self]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+    }
+}

@@ -1,0 +1,3 @@
+//! Dependence objects.
+#[derive(Debug, Default)]
+pub(crate) struct DepObject;
