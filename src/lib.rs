@@ -10,3 +10,12 @@ pub mod sync;
 pub mod vm;
 
 pub use error::{Error, Result};
+pub use vm::{Config, VirtualMachine};
+
+/// The names most programs need.
+pub mod prelude {
+    pub use crate::ep::{DeviceId, StreamType};
+    pub use crate::framework::{Attrs, DType, InstructionsBuilder, Tensor};
+    pub use crate::vm::{Config, StreamId, VirtualMachine};
+    pub use crate::{Error, Result};
+}

@@ -1,13 +1,20 @@
-//! The virtual machine.
+//! The virtual machine: scheduler, workers, instructions and their policies.
+//!
+//! See [`scheduler`] for the lifecycle of an instruction and the edge rules,
+//! [`thread_ctx`] for the workers' sleep/wake protocol, and [`virtual_machine`] for
+//! start-up and shutdown.
+
+mod config;
 pub(crate) mod dependence;
-use crate::error::Result;
-use crate::framework::tensor::{Tensor, TensorInner};
-use std::sync::Arc;
-/// Shared VM state.
-#[derive(Debug)]
-pub struct VmShared;
-impl VmShared {
-    pub(crate) fn release_tensor(&self, _t: &Arc<TensorInner>) {}
-    pub(crate) fn wait_tensor(&self, _t: &Tensor) -> Result<()> { Ok(()) }
-    pub(crate) fn read_bytes(&self, _t: &Tensor) -> Result<Vec<u8>> { Ok(vec![]) }
-}
+mod exec;
+pub(crate) mod instruction;
+pub mod scheduler;
+mod stream;
+pub mod thread_ctx;
+pub mod virtual_machine;
+
+pub use config::{Config, FaultInjection, ThreadTopology};
+pub use stream::StreamId;
+pub(crate) use stream::PolicyKind;
+pub(crate) use virtual_machine::VmShared;
+pub use virtual_machine::VirtualMachine;

@@ -1,0 +1,330 @@
+//! `InstructionsBuilder`: turns op calls into instructions, with soft sync.
+//!
+//! A builder is lent to the closure of [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
+//! Each call is checked (op known on the stream's device, operand count, shapes and dtypes
+//! through the kernel's `infer`, devices, aliasing, released tensors) and refused with a
+//! typed [`Error`] before anything is emitted; an accepted call appends instructions to a
+//! local batch without taking any lock. Every `batch_size` instructions, and when the
+//! closure returns, the batch is spliced into the scheduler's inbox in O(1).
+//!
+//! # Soft sync
+//!
+//! Following OneFlow's `SoftSyncStream`, every tensor remembers the stream that last used
+//! it. When a call uses it on another stream, the builder first emits, per source stream:
+//! - both streams on one device that supports device-side waits: a `RecordEvent` on the
+//!   source stream (reading the tensors) and a `StreamWaitEvent` on the target stream, so
+//!   that the target waits on the device and the host never blocks;
+//! - an asynchronous source stream otherwise (device → host or another device): a
+//!   `RecordEvent` on the source stream, which the host-side consumer waits for;
+//! - a synchronous source (the CPU): nothing, its work is done when it is launched.
+//!
+//! The scheduler's dependence rules alone already make every program correct; soft sync
+//! lets the device do the waiting where it can.
+//!
+//! # Releases
+//!
+//! Dropping the last handle of a tensor inside a `run` closure queues its `Release` on the
+//! builder of that thread, so it lands after the instructions already built that use it.
+//! Outside any `run`, the `Release` is submitted at once.
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::error::{Error, Result};
+use crate::framework::tensor::{Element, Tensor, TensorInner, TensorMeta, NO_STREAM};
+use crate::framework::{Attrs, Op, OutSpecs};
+use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Instruction, Operand, Operands};
+use crate::vm::{StreamId, VmShared};
+
+thread_local! {
+    /// Per thread: the VMs with a builder active here (innermost last), each with the
+    /// tensors whose `Release` waits for that builder's next flush.
+    static ACTIVE: RefCell<Vec<(usize, Vec<Arc<TensorInner>>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Queue `t`'s release on this thread's active builder for `vm`, if there is one.
+/// Gives `t` back if there is none.
+pub(crate) fn defer_release(vm: &VmShared, t: Arc<TensorInner>) -> Option<Arc<TensorInner>> {
+    let key = vm as *const VmShared as usize;
+    ACTIVE
+        .try_with(|a| {
+            let mut a = a.borrow_mut();
+            match a.iter_mut().rev().find(|(k, _)| *k == key) {
+                Some((_, list)) => {
+                    list.push(t.clone());
+                    None
+                }
+                None => Some(t.clone()),
+            }
+        })
+        .unwrap_or(Some(t))
+}
+
+/// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
+pub struct InstructionsBuilder<'vm> {
+    vm: &'vm Arc<VmShared>,
+    batch: Vec<Instruction>,
+    key: usize,
+}
+
+impl<'vm> InstructionsBuilder<'vm> {
+    pub(crate) fn new(vm: &'vm Arc<VmShared>) -> Self {
+        let key = Arc::as_ptr(vm) as usize;
+        let _ = ACTIVE.try_with(|a| a.borrow_mut().push((key, Vec::new())));
+        InstructionsBuilder { vm, batch: vm.take_batch(), key }
+    }
+
+    /// Call `op` on `stream`, creating its outputs. Returns them in order.
+    pub fn call_multi(
+        &mut self,
+        op: Op,
+        inputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> Result<SmallVec<[Tensor; 2]>> {
+        let device = self.vm.stream(stream)?.device;
+        let specs = self.check(op, inputs, &[], &attrs, stream)?;
+        let outs: SmallVec<[Tensor; 2]> = specs
+            .iter()
+            .map(|s| self.vm.new_tensor(TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }))
+            .collect();
+        {
+            let refs: SmallVec<[&Tensor; 2]> = outs.iter().collect();
+            self.emit_call(op, inputs, &refs, attrs, stream);
+        }
+        Ok(outs)
+    }
+
+    /// Call a single-output `op` on `stream`, creating its output.
+    pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
+        let mut outs = self.call_multi(op, inputs, attrs, stream)?;
+        match outs.len() {
+            1 => Ok(outs.pop().expect("one output")),
+            n => Err(Error::InvalidOperands {
+                op: op.name().into(),
+                detail: format!("has {n} outputs; use call_multi"),
+            }),
+        }
+    }
+
+    /// Call `op` on `stream`, writing into the given `outputs` (which must have the shapes
+    /// and dtypes the op produces, and live on the stream's device).
+    pub fn call_into(
+        &mut self,
+        op: Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> Result<()> {
+        self.check(op, inputs, outputs, &attrs, stream)?;
+        self.emit_call(op, inputs, outputs, attrs, stream);
+        Ok(())
+    }
+
+    /// Overwrite a host tensor with `data` (a host `Access`).
+    pub fn write<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
+        t.check_live()?;
+        if !t.device().is_host() {
+            return Err(Error::Access {
+                tensor: t.id(),
+                detail: format!("is on {}; only host tensors are written directly (copy it)", t.device()),
+            });
+        }
+        if T::DTYPE != t.dtype() {
+            return Err(Error::DType { expected: t.dtype(), found: T::DTYPE });
+        }
+        if data.len() != t.numel() {
+            return Err(Error::Access {
+                tensor: t.id(),
+                detail: format!("has {} elements, {} given", t.numel(), data.len()),
+            });
+        }
+        let ops = operands(&[], &[t]);
+        self.emit(InstrKind::Access(HostAccess::Write(T::to_bytes(data))), self.vm.host_stream, ops);
+        Ok(())
+    }
+
+    /// Emit a host access that reads `t` (a host tensor) into `slot`.
+    pub(crate) fn read_into(&mut self, t: &Tensor, slot: Arc<AccessSlot>, wait_only: bool) {
+        let ops = operands(&[t], &[]);
+        let access = if wait_only { HostAccess::Wait(slot) } else { HostAccess::Read(slot) };
+        self.emit(InstrKind::Access(access), self.vm.host_stream, ops);
+    }
+
+    /// Hand what has been built so far to the scheduler now.
+    pub fn flush(&mut self) {
+        let key = self.key;
+        let deferred = ACTIVE
+            .try_with(|a| {
+                let mut a = a.borrow_mut();
+                a.iter_mut().rev().find(|(k, _)| *k == key).map(|(_, l)| std::mem::take(l))
+            })
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        for t in deferred {
+            if let Some(ins) = release_instruction(t) {
+                self.batch.push(ins);
+            }
+        }
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
+            self.vm.submit(batch);
+        }
+    }
+
+    fn check(
+        &self,
+        op: Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: &Attrs,
+        stream: StreamId,
+    ) -> Result<OutSpecs> {
+        let device = self.vm.stream(stream)?.device;
+        let kernel = op.kernel(device.ty).ok_or_else(|| self.vm.unknown_op(op.name(), device))?;
+        let name = || op.name().to_string();
+        for t in inputs.iter().chain(outputs) {
+            t.check_live()?;
+        }
+        let cross = kernel.cross_device();
+        let on_stream = |t: &Tensor| t.device() == device;
+        if cross {
+            if !inputs.iter().chain(outputs).any(|t| on_stream(t)) {
+                let t = inputs.first().or(outputs.first()).expect("a copy has operands");
+                return Err(Error::WrongDevice {
+                    op: name(),
+                    tensor: t.id(),
+                    tensor_device: t.device(),
+                    stream_device: device,
+                });
+            }
+        } else if let Some(t) = inputs.iter().chain(outputs).find(|t| !on_stream(t)) {
+            return Err(Error::WrongDevice { op: name(), tensor: t.id(), tensor_device: t.device(), stream_device: device });
+        }
+        for (i, o) in outputs.iter().enumerate() {
+            let p = Arc::as_ptr(o.inner());
+            if inputs.iter().any(|t| Arc::as_ptr(t.inner()) == p)
+                || outputs[..i].iter().any(|t| Arc::as_ptr(t.inner()) == p)
+            {
+                return Err(Error::Aliased { op: name(), tensor: o.id() });
+            }
+        }
+        let in_metas: SmallVec<[&TensorMeta; 4]> = inputs.iter().map(|t| t.meta()).collect();
+        let given: SmallVec<[&TensorMeta; 2]> = outputs.iter().map(|t| t.meta()).collect();
+        let mut specs = OutSpecs::new();
+        kernel
+            .infer(&in_metas, &given, attrs, &mut specs)
+            .map_err(|detail| Error::InvalidOperands { op: name(), detail })?;
+        if !outputs.is_empty() {
+            if specs.len() != outputs.len() {
+                return Err(Error::InvalidOperands {
+                    op: name(),
+                    detail: format!("produces {} outputs, {} given", specs.len(), outputs.len()),
+                });
+            }
+            for (i, (s, t)) in specs.iter().zip(outputs).enumerate() {
+                if s.shape != t.meta().shape || s.dtype != t.dtype() {
+                    let want = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device };
+                    return Err(Error::OutputMismatch {
+                        op: name(),
+                        index: i,
+                        expected: want.describe(),
+                        found: t.meta().describe(),
+                    });
+                }
+            }
+        }
+        Ok(specs)
+    }
+
+    fn emit_call(&mut self, op: Op, inputs: &[&Tensor], outputs: &[&Tensor], attrs: Attrs, stream: StreamId) {
+        let device = self.vm.streams[stream.index()].device;
+        let kernel = op.kernel(device.ty).expect("checked");
+        let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
+        self.emit(kind, stream, operands(inputs, outputs));
+    }
+
+    fn emit(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
+        let me = stream.0;
+        if ops.iter().any(|o| {
+            let last = o.tensor.last_stream.load(Ordering::Relaxed);
+            last != me && last != NO_STREAM
+        }) {
+            self.soft_sync(stream, &ops);
+        }
+        for o in &ops {
+            o.tensor.last_stream.store(me, Ordering::Relaxed);
+        }
+        self.batch.push(Instruction::new(kind, stream, ops));
+        if self.batch.len() >= self.vm.config.batch_size {
+            self.flush();
+        }
+    }
+
+    /// Emit the synchronisation for operands last used on other streams (module docs).
+    #[cold]
+    fn soft_sync(&mut self, me: StreamId, ops: &Operands) {
+        let mut groups: SmallVec<[(u32, Operands); 2]> = SmallVec::new();
+        for o in ops {
+            let last = o.tensor.last_stream.load(Ordering::Relaxed);
+            if last == me.0 || last == NO_STREAM {
+                continue;
+            }
+            let read = Operand { tensor: o.tensor.clone(), mode: AccessMode::Read };
+            match groups.iter_mut().find(|(s, _)| *s == last) {
+                Some((_, g)) => {
+                    if !g.iter().any(|x| Arc::ptr_eq(&x.tensor, &o.tensor)) {
+                        g.push(read)
+                    }
+                }
+                None => groups.push((last, SmallVec::from_iter([read]))),
+            }
+        }
+        for (src, reads) in groups {
+            let (s, t) = (&self.vm.streams[src as usize], &self.vm.streams[me.index()]);
+            let id = self.vm.next_event_id();
+            if s.device == t.device && s.device_waits {
+                self.batch.push(Instruction::new(InstrKind::RecordEvent { id }, StreamId(src), reads));
+                self.batch.push(Instruction::new(InstrKind::StreamWaitEvent { id, event: None }, me, Operands::new()));
+            } else if s.policy == crate::vm::PolicyKind::Event {
+                self.batch.push(Instruction::new(InstrKind::RecordEvent { id }, StreamId(src), reads));
+            }
+        }
+    }
+}
+
+impl Drop for InstructionsBuilder<'_> {
+    fn drop(&mut self) {
+        self.flush();
+        let key = self.key;
+        let _ = ACTIVE.try_with(|a| {
+            let mut a = a.borrow_mut();
+            if let Some(i) = a.iter().rposition(|(k, _)| *k == key) {
+                a.remove(i);
+            }
+        });
+        let empty = std::mem::take(&mut self.batch);
+        self.vm.recycle(empty);
+    }
+}
+
+fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
+    let r = inputs.iter().map(|t| Operand { tensor: t.inner().clone(), mode: AccessMode::Read });
+    let w = outputs.iter().map(|t| Operand { tensor: t.inner().clone(), mode: AccessMode::Write });
+    r.chain(w).collect()
+}
+
+/// The `Release` of `t`, on the stream that used it last; none if nothing ever used it.
+pub(crate) fn release_instruction(t: Arc<TensorInner>) -> Option<Instruction> {
+    let last = t.last_stream.load(Ordering::Relaxed);
+    if last == NO_STREAM {
+        return None;
+    }
+    let ops = SmallVec::from_iter([Operand { tensor: t, mode: AccessMode::Write }]);
+    Some(Instruction::new(InstrKind::Release, StreamId(last), ops))
+}

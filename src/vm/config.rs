@@ -1,0 +1,117 @@
+//! VM configuration: devices, thread topology, water marks, batching, synchronous mode.
+//! Every knob is described in `docs/tuning.md`.
+
+use crate::ep::mock::MockConfig;
+use crate::error::{Error, Result};
+use crate::sync::notify::DEFAULT_SPIN;
+use crate::sync::{AtomicU64, Ordering};
+
+/// How streams map to `ThreadCtx` worker threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ThreadTopology {
+    /// One worker per stream (per device and stream type). The default.
+    #[default]
+    PerStream,
+    /// One worker per device, serving all of its streams.
+    PerDevice,
+    /// A single worker for every stream.
+    Single,
+}
+
+/// Deliberate faults, for tests that check the tests (a property test must catch a VM
+/// that skips synchronisation). Off by default; never enable in production.
+#[derive(Debug, Default)]
+pub struct FaultInjection {
+    /// Skip the device-side wait of every n-th `StreamWaitEvent` (0: never).
+    pub skip_stream_wait_every: u64,
+    count: AtomicU64,
+}
+
+impl Clone for FaultInjection {
+    fn clone(&self) -> Self {
+        FaultInjection { skip_stream_wait_every: self.skip_stream_wait_every, count: AtomicU64::new(0) }
+    }
+}
+
+impl FaultInjection {
+    /// Whether this `StreamWaitEvent` should skip its wait.
+    pub(crate) fn skip_stream_wait(&self) -> bool {
+        let every = self.skip_stream_wait_every;
+        every != 0 && (self.count.fetch_add(1, Ordering::Relaxed) + 1) % every == 0
+    }
+}
+
+/// Configuration of a [`VirtualMachine`](super::VirtualMachine).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Number of mock asynchronous devices (`mock:0` ..). Default 0.
+    pub mock_devices: u16,
+    /// Timing of the mock devices.
+    pub mock: MockConfig,
+    /// Streams per worker thread.
+    pub threads: ThreadTopology,
+    /// Above this many instructions in flight, a caller that submits more blocks...
+    pub high_water: usize,
+    /// ...until the count falls to this many.
+    pub low_water: usize,
+    /// The builder hands its instructions to the scheduler every this many.
+    pub batch_size: usize,
+    /// Run every instruction on the caller, one at a time, in program order (like MXNet's
+    /// `NaiveEngine`): no scheduler or worker threads. For debugging.
+    pub synchronous: bool,
+    /// Spin iterations before an idle thread sleeps.
+    pub spin: u32,
+    /// Deliberate faults, for testing the tests.
+    pub fault: FaultInjection,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mock_devices: 0,
+            mock: MockConfig::default(),
+            threads: ThreadTopology::PerStream,
+            high_water: 1 << 16,
+            low_water: 1 << 14,
+            batch_size: 256,
+            synchronous: false,
+            spin: DEFAULT_SPIN,
+            fault: FaultInjection::default(),
+        }
+    }
+}
+
+impl Config {
+    /// The default configuration with the environment's overrides: `EAGERVM_SYNC=1`
+    /// (synchronous mode), `EAGERVM_MOCK_DEVICES=N`, and the mock device's timing variables.
+    pub fn from_env() -> Self {
+        let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
+        if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+            c.synchronous = true;
+        }
+        if let Some(n) = std::env::var("EAGERVM_MOCK_DEVICES").ok().and_then(|v| v.parse().ok()) {
+            c.mock_devices = n;
+        }
+        c
+    }
+
+    /// Builder-style: this many mock devices.
+    pub fn with_mock_devices(mut self, n: u16, mock: MockConfig) -> Self {
+        self.mock_devices = n;
+        self.mock = mock;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.low_water >= self.high_water {
+            return Err(Error::Config(format!(
+                "low_water ({}) must be below high_water ({})",
+                self.low_water, self.high_water
+            )));
+        }
+        if self.batch_size == 0 {
+            return Err(Error::Config("batch_size must be at least 1".into()));
+        }
+        Ok(())
+    }
+}

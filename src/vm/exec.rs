@@ -1,0 +1,221 @@
+//! Instruction policies: what running each kind of instruction does to its tensors.
+//!
+//! [`execute`] runs on whichever thread executes the stream's work: the `ThreadCtx`
+//! worker for synchronous (CPU) streams, the device's own thread for the mock device (the
+//! worker launches a closure that calls it), or the caller in synchronous mode. The
+//! dependence rules guarantee that while it runs, no other instruction writes the tensors
+//! it reads or touches the tensors it writes.
+//!
+//! Errors are values (DESIGN.md): a kernel that fails or panics stores an [`Error`] on
+//! every tensor it writes; an instruction that reads a tensor carrying an error skips its
+//! kernel and stores the same error on its outputs; a later successful write clears it.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use smallvec::SmallVec;
+
+use crate::alloc::HostAllocator;
+use crate::error::Error;
+use crate::framework::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
+
+use super::instruction::{HostAccess, InstrKind, Instruction, Operand};
+
+/// Failures since the last `sync`, shared by every executor of a VM.
+#[derive(Debug, Default)]
+pub(crate) struct FailureLog {
+    inner: Mutex<(u64, Option<Error>)>,
+}
+
+impl FailureLog {
+    fn record(&self, e: &Error) {
+        let mut g = self.inner.lock();
+        g.0 += 1;
+        if g.1.is_none() {
+            g.1 = Some(e.clone());
+        }
+    }
+
+    /// Record a failure that no tensor carries (a device that refused a launch).
+    pub(crate) fn record_external(&self, e: Error) {
+        self.record(&e);
+    }
+
+    /// Take the failures recorded so far (count and first), resetting the log.
+    pub(crate) fn take(&self) -> Option<Error> {
+        let mut g = self.inner.lock();
+        let (count, first) = std::mem::take(&mut *g);
+        first.map(|f| Error::Failed { count, first: Box::new(f) })
+    }
+}
+
+/// What an executor needs besides the instruction.
+#[derive(Debug)]
+pub(crate) struct ExecEnv {
+    pub(crate) stream_name: String,
+    pub(crate) alloc: Arc<HostAllocator>,
+    pub(crate) failures: Arc<FailureLog>,
+}
+
+/// Run `ins` (any kind except `Barrier`, which the scheduler runs itself).
+pub(crate) fn execute(ins: Instruction, env: &ExecEnv) {
+    match ins.kind {
+        InstrKind::OpCall { kernel, attrs, n_inputs } => {
+            let (inputs, outputs) = ins.operands.split_at(n_inputs as usize);
+            op_call(kernel, attrs, inputs, outputs, ins.program, env);
+        }
+        InstrKind::Release => {
+            for op in &ins.operands {
+                // SAFETY: a Release holds the write access to its operand: every earlier
+                // access has finished (or precedes it on this stream's FIFO).
+                let v = unsafe { op.tensor.value_mut() };
+                v.storage = None;
+                v.error = None;
+            }
+        }
+        InstrKind::Access(access) => host_access(access, &ins.operands, ins.program, env),
+        // On a synchronous stream events are complete when recorded; asynchronous streams
+        // handle these two in the worker (`thread_ctx`), which owns the device stream.
+        InstrKind::RecordEvent { .. } | InstrKind::StreamWaitEvent { .. } => {}
+        InstrKind::Barrier { callback } => callback(),
+    }
+}
+
+fn op_call(
+    kernel: &'static dyn OpKernel,
+    attrs: Attrs,
+    inputs: &[Operand],
+    outputs: &[Operand],
+    program: u64,
+    env: &ExecEnv,
+) {
+    // 1. An input carrying an error: skip the kernel and carry the error on.
+    for op in inputs {
+        // SAFETY: this OpCall holds a read access to each input (dependence rules).
+        if let Some(e) = unsafe { op.tensor.value() }.error.clone() {
+            set_error(outputs, e);
+            return;
+        }
+    }
+    // 2. An input nothing has written yet is an error of this instruction.
+    for op in inputs {
+        // SAFETY: as above.
+        if unsafe { op.tensor.value() }.storage.is_none() {
+            let e = Error::Uninitialized { instr: program, op: kernel.name().into(), tensor: op.tensor.id };
+            fail(outputs, e, env);
+            return;
+        }
+    }
+    // 3. Allocate outputs written for the first time.
+    for op in outputs {
+        // SAFETY: this OpCall holds the write access to each output, and outputs are
+        // distinct from inputs and from each other (the builder refuses aliases).
+        let v = unsafe { op.tensor.value_mut() };
+        if v.storage.is_none() {
+            v.storage = Some(env.alloc.alloc(op.tensor.meta.bytes()));
+        }
+    }
+    // 4. Run the kernel, catching panics.
+    let result = {
+        let ins: SmallVec<[TensorView<'_>; 4]> = inputs
+            .iter()
+            .map(|op| TensorView {
+                meta: &op.tensor.meta,
+                // SAFETY: read access; storage was checked present above.
+                data: unsafe { op.tensor.value() }.storage.as_ref().expect("checked above"),
+            })
+            .collect();
+        let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = outputs
+            .iter()
+            .map(|op| TensorViewMut {
+                meta: &op.tensor.meta,
+                // SAFETY: exclusive write access (see step 3); each output's value is
+                // borrowed once here and not through any other path while `outs` lives.
+                data: unsafe { op.tensor.value_mut() }.storage.as_mut().expect("allocated above"),
+            })
+            .collect();
+        let mut ctx = KernelCtx { attrs, inputs: &ins, outputs: &mut outs };
+        catch_unwind(AssertUnwindSafe(|| kernel.compute(&mut ctx)))
+    };
+    match result {
+        Ok(Ok(())) => {
+            for op in outputs {
+                // SAFETY: write access, as above; the views are dropped.
+                let v = unsafe { op.tensor.value_mut() };
+                if v.error.is_some() {
+                    v.error = None;
+                }
+            }
+        }
+        Ok(Err(message)) => {
+            let e = Error::Kernel {
+                instr: program,
+                op: kernel.name().into(),
+                stream: env.stream_name.clone(),
+                message,
+            };
+            fail(outputs, e, env);
+        }
+        Err(payload) => {
+            let message = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            let e = Error::Panic {
+                instr: program,
+                op: kernel.name().into(),
+                stream: env.stream_name.clone(),
+                message,
+            };
+            fail(outputs, e, env);
+        }
+    }
+}
+
+fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
+    tracing::debug!(error = %e, "instruction failed");
+    env.failures.record(&e);
+    set_error(outputs, Arc::new(e));
+}
+
+fn set_error(outputs: &[Operand], e: Arc<Error>) {
+    for op in outputs {
+        // SAFETY: the caller holds the write access to every output.
+        unsafe { op.tensor.value_mut() }.error = Some(e.clone());
+    }
+}
+
+fn host_access(access: HostAccess, operands: &[Operand], program: u64, env: &ExecEnv) {
+    let t = &operands[0].tensor;
+    match access {
+        HostAccess::Read(slot) => {
+            // SAFETY: a read Access holds the read access to its operand.
+            let v = unsafe { t.value() };
+            let r = match (&v.error, &v.storage) {
+                (Some(e), _) => Err((**e).clone()),
+                (None, Some(s)) => Ok(s.as_bytes().to_vec()),
+                (None, None) => Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id }),
+            };
+            slot.fulfil(r);
+        }
+        HostAccess::Wait(slot) => {
+            // SAFETY: as above.
+            let v = unsafe { t.value() };
+            slot.fulfil(match &v.error {
+                Some(e) => Err((**e).clone()),
+                None => Ok(Vec::new()),
+            });
+        }
+        HostAccess::Write(bytes) => {
+            // SAFETY: a write Access holds the write access to its operand.
+            let v = unsafe { t.value_mut() };
+            // Accesses run on the host stream, whose allocator is the host's; the builder
+            // allows them on host tensors only.
+            let storage = v.storage.get_or_insert_with(|| env.alloc.alloc(t.meta.bytes()));
+            storage.as_bytes_mut().copy_from_slice(&bytes);
+            v.error = None;
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Instructions: what the builder emits and the scheduler dispatches.
+//!
+//! An [`Instruction`] is moved by value from the builder's batch through the scheduler to
+//! the worker (or, on an asynchronous device, into the closure the device runs), so its
+//! operand list is inline (four operands without a heap allocation) and the kernel is a
+//! `&'static` reference: emitting and running one costs no allocation and no reference
+//! count beyond the tensors' own `Arc`s.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::ep::Event;
+use crate::error::Error;
+use crate::framework::tensor::TensorInner;
+use crate::framework::{Attrs, OpKernel};
+use parking_lot::{Condvar, Mutex};
+
+use super::stream::StreamId;
+
+/// How an instruction uses an operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AccessMode {
+    /// Reads the tensor; may run alongside other readers.
+    Read,
+    /// Writes the tensor; runs alone, after every earlier access.
+    Write,
+}
+
+/// One operand: a tensor and how it is used.
+#[derive(Debug, Clone)]
+pub(crate) struct Operand {
+    pub(crate) tensor: Arc<TensorInner>,
+    pub(crate) mode: AccessMode,
+}
+
+/// Operand list; inputs first (reads), then outputs (writes) for an `OpCall`.
+pub(crate) type Operands = SmallVec<[Operand; 4]>;
+
+/// What a host `Access` does.
+#[derive(Debug)]
+pub(crate) enum HostAccess {
+    /// Copy the tensor's bytes out to the waiting caller.
+    Read(Arc<AccessSlot>),
+    /// Overwrite the tensor with these bytes.
+    Write(Vec<u8>),
+    /// Report the tensor's error state to the waiting caller (`Tensor::wait`).
+    Wait(Arc<AccessSlot>),
+}
+
+/// What an instruction does; the policy of DESIGN.md's instruction table.
+pub(crate) enum InstrKind {
+    /// Run a kernel: reads `operands[..n_inputs]`, writes the rest.
+    OpCall { kernel: &'static dyn OpKernel, attrs: Attrs, n_inputs: u8 },
+    /// Record an event on the stream after everything before it; `id` names it for the
+    /// `StreamWaitEvent`s that wait on it.
+    RecordEvent { id: u64 },
+    /// Make the stream wait, on the device, for the event `id`. `event` is filled in by
+    /// the scheduler at dispatch (None if the event is already known to be complete).
+    StreamWaitEvent { id: u64, event: Option<Arc<dyn Event>> },
+    /// Run a host callback once everything before it has finished (`vm.sync()`).
+    Barrier { callback: Box<dyn FnOnce() + Send> },
+    /// Free the storage of the (single, written) operand after every earlier use.
+    Release,
+    /// Read or write a host tensor's bytes from the caller (single operand).
+    Access(HostAccess),
+}
+
+impl std::fmt::Debug for InstrKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl InstrKind {
+    /// The instruction's name in messages, timelines and traces.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            InstrKind::OpCall { kernel, .. } => kernel.name(),
+            InstrKind::RecordEvent { .. } => "RecordEvent",
+            InstrKind::StreamWaitEvent { .. } => "StreamWaitEvent",
+            InstrKind::Barrier { .. } => "Barrier",
+            InstrKind::Release => "Release",
+            InstrKind::Access(_) => "Access",
+        }
+    }
+}
+
+/// One instruction.
+#[derive(Debug)]
+pub(crate) struct Instruction {
+    pub(crate) kind: InstrKind,
+    pub(crate) stream: StreamId,
+    pub(crate) operands: Operands,
+    /// Program-order number, assigned by the scheduler on receipt (errors name it).
+    pub(crate) program: u64,
+    /// Scheduler slot and generation, assigned on receipt; echoed in completion reports.
+    pub(crate) slot: u32,
+    pub(crate) gen: u32,
+}
+
+impl Instruction {
+    pub(crate) fn new(kind: InstrKind, stream: StreamId, operands: Operands) -> Self {
+        Instruction { kind, stream, operands, program: 0, slot: 0, gen: 0 }
+    }
+}
+
+/// A one-shot rendezvous between a host access and the caller waiting for it.
+///
+/// The caller re-checks every 50 ms whether the VM died (a scheduler that panicked can
+/// never fulfil the slot); a healthy VM wakes it at once through the condition variable.
+#[derive(Debug, Default)]
+pub(crate) struct AccessSlot {
+    result: Mutex<Option<Result<Vec<u8>, Error>>>,
+    cv: Condvar,
+}
+
+impl AccessSlot {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(AccessSlot::default())
+    }
+
+    /// Hand the result to the waiter.
+    pub(crate) fn fulfil(&self, r: Result<Vec<u8>, Error>) {
+        let mut g = self.result.lock();
+        *g = Some(r);
+        self.cv.notify_all();
+    }
+
+    /// Block until fulfilled, or until `abandoned()` says it never will be.
+    pub(crate) fn wait(&self, abandoned: impl Fn() -> bool) -> Result<Vec<u8>, Error> {
+        let mut g = self.result.lock();
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            if abandoned() {
+                return Err(Error::ShutDown);
+            }
+            self.cv.wait_for(&mut g, std::time::Duration::from_millis(50));
+        }
+    }
+}

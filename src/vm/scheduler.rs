@@ -1,0 +1,480 @@
+//! The scheduler thread: the single owner of all dependence state.
+//!
+//! # Lifecycle of one instruction
+//!
+//! ```text
+//! received ──(no in-edges left)──> dispatched ──> launched ──> done ──(stream front)──> retired
+//! ```
+//!
+//! 1. **Receive.** Batches arrive in the inbox in program order. Each instruction gets a
+//!    slot in the slab (a free list, most recently freed first, so hot slots stay in cache),
+//!    a program number, and a sequence number on its stream. Its operands go through the
+//!    dependence rules ([`super::dependence`]), which call [`Scheduler::connect`] for every
+//!    earlier access it must follow.
+//! 2. **Dispatch.** An instruction with no in-edge left is moved into its worker's outgoing
+//!    batch. Batches are handed to workers once per scheduler loop.
+//! 3. **Launched / done.** Workers report completion; asynchronous streams report `done`
+//!    from their watcher when the instruction's event is reached, and `RecordEvent`s also
+//!    report `launched` (the event is recorded and may be waited on).
+//! 4. **Retire.** Each stream retires its instructions in FIFO order once they are done:
+//!    the slot's generation is bumped (stale references now read as finished), its pooled
+//!    event goes back to the pool, and the in-flight count drops.
+//!
+//! # When an edge is released
+//!
+//! | source and target | released when the source is |
+//! | --- | --- |
+//! | same stream | dispatched (the stream keeps order) |
+//! | `RecordEvent` → the `StreamWaitEvent` that waits on it | launched (event recorded) |
+//! | different streams, target stream has waited on the device for an event recorded on the source stream at or after the source | covered: replaced by a same-stream edge from that `StreamWaitEvent` |
+//! | different streams otherwise | done |
+//!
+//! Dispatch on a stream is kept in program order by an implicit same-stream edge from the
+//! stream's previous instruction while that one is undispatched; this is what lets a
+//! `StreamWaitEvent` cover *everything* recorded on the source stream before its event.
+//!
+//! # Barriers
+//!
+//! A `Barrier` has no operands and never reaches a worker. It closes an *epoch*: the
+//! scheduler counts live instructions per epoch and runs the barrier's callback on this
+//! thread once every earlier epoch has no live instruction left.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::ep::Event;
+use crate::sync::Ordering;
+
+use super::dependence::{EdgeSink, InstrRef};
+use super::instruction::{AccessMode, InstrKind, Instruction};
+use super::VmShared;
+
+/// How far an instruction has got. Ordered: a later state implies the earlier ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+enum State {
+    Free = 0,
+    Waiting = 1,
+    Dispatched = 2,
+    Launched = 3,
+    Done = 4,
+}
+
+/// What a completion report says.
+#[derive(Debug)]
+pub(crate) enum Report {
+    /// The instruction's event is recorded (sent for `RecordEvent` on async streams).
+    Launched,
+    /// The instruction has finished.
+    Done,
+}
+
+/// A completion report from a worker or watcher.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub(crate) slot: u32,
+    pub(crate) gen: u32,
+    pub(crate) report: Report,
+    /// The instruction's pooled event, to hold until it retires.
+    pub(crate) event: Option<Arc<dyn Event>>,
+}
+
+/// An edge out of an instruction: the target slot and the state that releases it.
+#[derive(Debug, Clone, Copy)]
+struct Edge {
+    to: u32,
+    on: State,
+}
+
+/// The scheduler's record of one instruction.
+struct Node {
+    gen: u32,
+    state: State,
+    stream: u32,
+    /// In-edges not yet released.
+    pending: u32,
+    /// Position on its stream (1-based).
+    seq: u64,
+    /// Barrier epoch it belongs to.
+    epoch: u64,
+    /// `RecordEvent` id, 0 if not a `RecordEvent`.
+    record_id: u64,
+    out: SmallVec<[Edge; 4]>,
+    /// The instruction, parked here while it waits for in-edges.
+    body: Option<Instruction>,
+    event: Option<Arc<dyn Event>>,
+}
+
+impl Node {
+    fn empty() -> Self {
+        Node {
+            gen: 0,
+            state: State::Free,
+            stream: 0,
+            pending: 0,
+            seq: 0,
+            epoch: 0,
+            record_id: 0,
+            out: SmallVec::new(),
+            body: None,
+            event: None,
+        }
+    }
+}
+
+/// Per-stream scheduler state.
+#[derive(Default)]
+struct StreamState {
+    /// Live instructions in program order; retired from the front.
+    fifo: VecDeque<u32>,
+    next_seq: u64,
+    /// The last instruction received on this stream.
+    tail: Option<InstrRef>,
+}
+
+/// "Stream `dst` has waited on the device for everything on stream `src` up to `seq`,
+/// through the `StreamWaitEvent` `via` (which is on `dst`)."
+#[derive(Clone, Copy, Default)]
+struct Cover {
+    seq: u64,
+    via: Option<InstrRef>,
+}
+
+/// Live instructions of one barrier epoch, and the callbacks waiting for it to end.
+struct Epoch {
+    live: u64,
+    callbacks: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+pub(crate) struct Scheduler {
+    vm: Arc<VmShared>,
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    streams: Vec<StreamState>,
+    covers: Vec<Cover>,
+    /// Live `RecordEvent`s by event id.
+    events: HashMap<u64, InstrRef>,
+    epochs: VecDeque<Epoch>,
+    epoch_base: u64,
+    program: u64,
+    /// Instructions made ready and not yet dispatched (a work list, not recursion).
+    ready: Vec<u32>,
+    /// Per ThreadCtx: the batch being filled this loop.
+    outgoing: Vec<Vec<Instruction>>,
+    retired_this_loop: usize,
+}
+
+impl Scheduler {
+    pub(crate) fn new(vm: Arc<VmShared>) -> Self {
+        let n = vm.streams.len();
+        let ctxs = vm.ctxs.len();
+        Scheduler {
+            nodes: Vec::new(),
+            free: Vec::new(),
+            streams: (0..n).map(|_| StreamState::default()).collect(),
+            covers: vec![Cover::default(); n * n],
+            events: HashMap::new(),
+            epochs: VecDeque::from([Epoch { live: 0, callbacks: Vec::new() }]),
+            epoch_base: 0,
+            program: 0,
+            ready: Vec::new(),
+            outgoing: (0..ctxs).map(|_| Vec::new()).collect(),
+            retired_this_loop: 0,
+            vm,
+        }
+    }
+
+    /// The scheduler loop. Returns when shutdown was asked for and nothing is in flight.
+    pub(crate) fn run(mut self) {
+        let vm = self.vm.clone();
+        loop {
+            let mut busy = false;
+            while let Some(mut batch) = vm.completions.pop() {
+                for c in batch.drain(..) {
+                    self.complete(c);
+                }
+                vm.completion_pool.push(batch);
+                busy = true;
+            }
+            // Bounded per loop so that completions (which free slots) interleave with intake.
+            for _ in 0..4 {
+                let Some(mut batch) = vm.inbox.pop() else { break };
+                let _span = tracing::trace_span!("receive", n = batch.len()).entered();
+                for ins in batch.drain(..) {
+                    self.receive(ins);
+                }
+                vm.recycle(batch);
+                busy = true;
+            }
+            self.flush();
+            if busy {
+                continue;
+            }
+            if vm.shutdown.load(Ordering::Acquire) && vm.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            vm.sched_notify.wait(vm.config.spin, || {
+                !vm.completions.is_empty()
+                    || !vm.inbox.is_empty()
+                    || vm.shutdown.load(Ordering::Acquire)
+            });
+        }
+    }
+
+    /// Hand this loop's outgoing batches to the workers and settle the in-flight count.
+    fn flush(&mut self) {
+        for (i, out) in self.outgoing.iter_mut().enumerate() {
+            if !out.is_empty() {
+                let batch = std::mem::replace(out, self.vm.take_batch());
+                self.vm.ctxs[i].push(batch);
+            }
+        }
+        if self.retired_this_loop > 0 {
+            self.vm.retired(self.retired_this_loop);
+            self.retired_this_loop = 0;
+        }
+    }
+
+    fn alloc_slot(&mut self) -> u32 {
+        match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.nodes.push(Node::empty());
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    fn receive(&mut self, mut ins: Instruction) {
+        self.program += 1;
+        ins.program = self.program;
+        if let InstrKind::Barrier { .. } = ins.kind {
+            let InstrKind::Barrier { callback } = ins.kind else { unreachable!() };
+            // Nothing in flight: the barrier can run now; else it closes the current epoch.
+            let cur = self.epochs.back_mut().expect("there is always a current epoch");
+            cur.callbacks.push(callback);
+            self.epochs.push_back(Epoch { live: 0, callbacks: Vec::new() });
+            self.end_epochs();
+            // A barrier is not an instruction in flight: settle the count the caller added.
+            self.retired_this_loop += 1;
+            return;
+        }
+        let slot = self.alloc_slot();
+        let stream = ins.stream.0;
+        let st = &mut self.streams[stream as usize];
+        st.next_seq += 1;
+        let seq = st.next_seq;
+        let prev_tail = st.tail;
+        let node = &mut self.nodes[slot as usize];
+        node.state = State::Waiting;
+        node.stream = stream;
+        node.pending = 0;
+        node.seq = seq;
+        node.epoch = self.epoch_base + self.epochs.len() as u64 - 1;
+        node.record_id = 0;
+        debug_assert!(node.out.is_empty() && node.event.is_none());
+        let me = InstrRef { slot, gen: node.gen };
+        ins.slot = slot;
+        ins.gen = node.gen;
+        self.epochs.back_mut().expect("current epoch").live += 1;
+        self.streams[stream as usize].tail = Some(me);
+        self.streams[stream as usize].fifo.push_back(slot);
+
+        // Keep dispatch in program order on the stream.
+        if let Some(prev) = prev_tail {
+            self.connect_same_stream(prev, slot);
+        }
+        match &ins.kind {
+            InstrKind::RecordEvent { id } => {
+                self.nodes[slot as usize].record_id = *id;
+                self.events.insert(*id, me);
+            }
+            InstrKind::StreamWaitEvent { id, .. } => {
+                if let Some(&rec) = self.events.get(id) {
+                    if self.is_live(rec) {
+                        self.connect_on(rec, slot, State::Launched);
+                        let src = self.nodes[rec.slot as usize].stream as usize;
+                        let rseq = self.nodes[rec.slot as usize].seq;
+                        let c = &mut self.covers[stream as usize * self.streams.len() + src];
+                        if rseq > c.seq {
+                            *c = Cover { seq: rseq, via: Some(me) };
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+        for op in &ins.operands {
+            // SAFETY: only the scheduler thread (this one) touches dependence objects, and
+            // no other reference to this one is held across this call.
+            let dep = unsafe { op.tensor.dep_mut() };
+            match op.mode {
+                AccessMode::Read => dep.read(me, self),
+                AccessMode::Write => dep.write(me, self),
+            }
+        }
+        let node = &mut self.nodes[slot as usize];
+        if node.pending == 0 {
+            self.dispatch(slot, ins);
+            self.drain_ready();
+        } else {
+            node.body = Some(ins);
+        }
+    }
+
+    /// Add an edge `src → dst` released when `src` reaches `on` (unless it already has).
+    fn connect_on(&mut self, src: InstrRef, dst: u32, on: State) {
+        let n = &mut self.nodes[src.slot as usize];
+        if n.gen != src.gen || n.state >= on || src.slot == dst {
+            return;
+        }
+        n.out.push(Edge { to: dst, on });
+        self.nodes[dst as usize].pending += 1;
+    }
+
+    fn connect_same_stream(&mut self, src: InstrRef, dst: u32) {
+        self.connect_on(src, dst, State::Dispatched);
+    }
+
+    fn dispatch(&mut self, slot: u32, mut ins: Instruction) {
+        let node = &mut self.nodes[slot as usize];
+        node.state = State::Dispatched;
+        if let InstrKind::StreamWaitEvent { id, event } = &mut ins.kind {
+            if let Some(&rec) = self.events.get(id) {
+                let r = &self.nodes[rec.slot as usize];
+                if r.gen == rec.gen && r.state < State::Done {
+                    *event = r.event.clone();
+                }
+            }
+        }
+        let ctx = self.vm.streams[ins.stream.index()].ctx;
+        self.outgoing[ctx].push(ins);
+        self.advance(slot, State::Dispatched);
+    }
+
+    /// Move `slot` to `state` and release the edges that state satisfies.
+    fn advance(&mut self, slot: u32, state: State) {
+        let node = &mut self.nodes[slot as usize];
+        if node.state < state {
+            node.state = state;
+        }
+        let state = node.state;
+        if node.out.is_empty() {
+            return;
+        }
+        let mut released: SmallVec<[u32; 8]> = SmallVec::new();
+        node.out.retain(|e| {
+            if e.on <= state {
+                released.push(e.to);
+                false
+            } else {
+                true
+            }
+        });
+        for to in released {
+            let t = &mut self.nodes[to as usize];
+            t.pending -= 1;
+            if t.pending == 0 {
+                self.ready.push(to);
+            }
+        }
+    }
+
+    fn drain_ready(&mut self) {
+        while let Some(slot) = self.ready.pop() {
+            let ins = self.nodes[slot as usize].body.take().expect("ready node has its body");
+            self.dispatch(slot, ins);
+        }
+    }
+
+    fn complete(&mut self, c: Completion) {
+        let node = &mut self.nodes[c.slot as usize];
+        if node.gen != c.gen || node.state == State::Free {
+            return;
+        }
+        if c.event.is_some() {
+            node.event = c.event;
+        }
+        let stream = node.stream;
+        match c.report {
+            Report::Launched => self.advance(c.slot, State::Launched),
+            Report::Done => {
+                self.advance(c.slot, State::Done);
+                self.retire_front(stream);
+            }
+        }
+        self.drain_ready();
+    }
+
+    /// Retire the done instructions at the front of `stream`'s FIFO.
+    fn retire_front(&mut self, stream: u32) {
+        while let Some(&slot) = self.streams[stream as usize].fifo.front() {
+            if self.nodes[slot as usize].state != State::Done {
+                break;
+            }
+            self.streams[stream as usize].fifo.pop_front();
+            self.retire(slot);
+        }
+        self.end_epochs();
+    }
+
+    fn retire(&mut self, slot: u32) {
+        let node = &mut self.nodes[slot as usize];
+        debug_assert!(node.out.is_empty() && node.pending == 0);
+        node.state = State::Free;
+        node.gen = node.gen.wrapping_add(1);
+        if let Some(ev) = node.event.take() {
+            self.vm.streams[node.stream as usize].events.give(ev);
+        }
+        if node.record_id != 0 {
+            self.events.remove(&node.record_id);
+        }
+        let e = (node.epoch - self.epoch_base) as usize;
+        self.epochs[e].live -= 1;
+        self.free.push(slot);
+        self.retired_this_loop += 1;
+    }
+
+    /// Run the callbacks of barriers whose earlier epochs have drained.
+    fn end_epochs(&mut self) {
+        while self.epochs.len() > 1 && self.epochs[0].live == 0 {
+            let e = self.epochs.pop_front().expect("len > 1");
+            self.epoch_base += 1;
+            for cb in e.callbacks {
+                cb();
+            }
+        }
+    }
+}
+
+impl EdgeSink for Scheduler {
+    #[inline]
+    fn connect(&mut self, src: InstrRef, dst: u32) {
+        let n = &self.nodes[src.slot as usize];
+        if n.gen != src.gen {
+            return; // retired
+        }
+        let (ss, ds) = (n.stream, self.nodes[dst as usize].stream);
+        if ss == ds {
+            // Implied by the stream's program-order chain.
+            return;
+        }
+        let cover = self.covers[ds as usize * self.streams.len() + ss as usize];
+        if cover.seq >= n.seq {
+            if let Some(via) = cover.via {
+                // `via` is on the target's stream and earlier: the chain orders it.
+                debug_assert_eq!(self.nodes[via.slot as usize].stream, ds);
+                return;
+            }
+        }
+        self.connect_on(src, dst, State::Done);
+    }
+
+    #[inline]
+    fn is_live(&self, r: InstrRef) -> bool {
+        let n = &self.nodes[r.slot as usize];
+        n.gen == r.gen && n.state != State::Free
+    }
+}

@@ -1,0 +1,222 @@
+//! `ThreadCtx`: the worker loops that run dispatched instructions, and the event watchers
+//! of asynchronous streams.
+//!
+//! # Sleep/wake protocol
+//!
+//! A worker owns a queue of instruction batches and a [`Notifier`]. The scheduler pushes a
+//! batch and calls `notify`, which costs a fence and a load unless the worker sleeps. The
+//! worker drains batches; when it finds none it spins briefly, then sleeps under the
+//! notifier's protocol (`crate::sync::notify`), re-checking the queue and its stop flag
+//! after announcing that it sleeps, so no batch and no stop request is missed.
+//!
+//! # Policies
+//!
+//! - **Sync** (CPU): run the instruction on this thread; report `done` in the batch's
+//!   completion list.
+//! - **Event** (mock, later CUDA): launch the work on the device stream, record a pooled
+//!   event after it and pass the event to the stream's watcher thread, which sleeps in
+//!   `Event::wait` on the oldest pending event and reports `done` (never a poll loop). A
+//!   `RecordEvent` also reports `launched` at once, which releases the `StreamWaitEvent`s
+//!   that wait on it.
+//!
+//! # Shutdown
+//!
+//! 1. The scheduler, once asked to stop and with nothing in flight, sets each ctx's stop
+//!    flag and notifies it.
+//! 2. A worker exits when its queue is empty and the flag is set; before exiting it stops
+//!    its watchers the same way and joins them.
+//! 3. The VM joins the scheduler, which joined the workers.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_queue::SegQueue;
+
+use crate::ep::Event;
+use crate::sync::notify::Notifier;
+use crate::sync::{AtomicBool, Ordering};
+
+use super::exec::{execute, ExecEnv};
+use super::instruction::{InstrKind, Instruction};
+use super::scheduler::{Completion, Report};
+use super::stream::PolicyKind;
+use super::VmShared;
+
+/// The shared half of a worker: its queue, its parking spot, its stop flag.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadCtx {
+    queue: SegQueue<Vec<Instruction>>,
+    notify: Notifier,
+    stop: AtomicBool,
+}
+
+impl ThreadCtx {
+    /// Hand a batch to the worker (scheduler thread).
+    pub(crate) fn push(&self, batch: Vec<Instruction>) {
+        self.queue.push(batch);
+        self.notify.notify();
+    }
+
+    /// Ask the worker to exit once its queue is empty.
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.notify.notify();
+    }
+}
+
+/// One event the watcher waits for, and whose instruction it reports.
+struct Watch {
+    slot: u32,
+    gen: u32,
+    event: Arc<dyn Event>,
+}
+
+/// A watcher: one per asynchronous stream.
+#[derive(Default)]
+struct Watcher {
+    queue: SegQueue<Watch>,
+    notify: Notifier,
+    stop: AtomicBool,
+}
+
+/// Start the worker thread of ctx `index`, which serves `streams`.
+pub(crate) fn spawn_worker(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) -> JoinHandle<()> {
+    let name = format!("eagervm-worker-{index}");
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || worker_main(vm, index, streams))
+        .expect("spawning a worker thread")
+}
+
+fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
+    let ctx = &vm.ctxs[index];
+    let n = vm.streams.len();
+    // Per stream served: its executor environment and, if asynchronous, its watcher.
+    let mut envs: Vec<Option<Arc<ExecEnv>>> = vec![None; n];
+    let mut watchers: Vec<Option<Arc<Watcher>>> = (0..n).map(|_| None).collect();
+    let mut joins = Vec::new();
+    for &s in &streams {
+        envs[s] = Some(Arc::new(vm.exec_env(s)));
+        if vm.streams[s].policy == PolicyKind::Event {
+            let w = Arc::new(Watcher::default());
+            let (vm2, w2) = (vm.clone(), w.clone());
+            let name = format!("eagervm-watch-{}", vm.streams[s].name);
+            joins.push(
+                std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || watcher_main(vm2, w2))
+                    .expect("spawning a watcher thread"),
+            );
+            watchers[s] = Some(w);
+        }
+    }
+    let mut done = vm.take_completions();
+    loop {
+        if let Some(mut batch) = ctx.queue.pop() {
+            for ins in batch.drain(..) {
+                let s = ins.stream.index();
+                let env = envs[s].as_ref().expect("ctx serves the instruction's stream");
+                match &watchers[s] {
+                    None => {
+                        let (slot, gen) = (ins.slot, ins.gen);
+                        execute(ins, env);
+                        done.push(Completion { slot, gen, report: Report::Done, event: None });
+                    }
+                    Some(w) => launch_async(&vm, s, ins, env, w, &mut done),
+                }
+            }
+            vm.recycle(batch);
+            if !done.is_empty() {
+                vm.report(std::mem::replace(&mut done, vm.take_completions()));
+            }
+            continue;
+        }
+        if ctx.stop.load(Ordering::Acquire) {
+            break;
+        }
+        ctx.notify.wait(vm.config.spin, || !ctx.queue.is_empty() || ctx.stop.load(Ordering::Acquire));
+    }
+    for w in watchers.iter().flatten() {
+        w.stop.store(true, Ordering::Release);
+        w.notify.notify();
+    }
+    for j in joins {
+        let _ = j.join();
+    }
+}
+
+/// The Event policy: launch on the device stream, record an event, hand it to the watcher.
+fn launch_async(
+    vm: &VmShared,
+    s: usize,
+    ins: Instruction,
+    env: &Arc<ExecEnv>,
+    watcher: &Watcher,
+    done: &mut Vec<Completion>,
+) {
+    let stream = &vm.streams[s];
+    let (slot, gen) = (ins.slot, ins.gen);
+    let mut report_launch = false;
+    let launched = match &ins.kind {
+        InstrKind::RecordEvent { .. } => {
+            report_launch = true;
+            Ok(())
+        }
+        InstrKind::StreamWaitEvent { event, .. } => match event {
+            Some(ev) if !vm.fault.skip_stream_wait() => stream.ep.wait_event(ev.as_ref()),
+            _ => Ok(()),
+        },
+        _ => {
+            let env = env.clone();
+            stream.ep.launch(Box::new(move || execute(ins, &env)))
+        }
+    };
+    let recorded = launched.and_then(|()| {
+        let ev = stream.events.take()?;
+        stream.ep.record(ev.as_ref())?;
+        Ok(ev)
+    });
+    match recorded {
+        Ok(ev) => {
+            if report_launch {
+                done.push(Completion { slot, gen, report: Report::Launched, event: Some(ev.clone()) });
+            }
+            watcher.queue.push(Watch { slot, gen, event: ev });
+            watcher.notify.notify();
+        }
+        Err(e) => {
+            // The device refused the launch or the record: the instruction is over (its
+            // work did not run). Record the failure and complete it so nothing hangs.
+            vm.device_failure(e.into());
+            done.push(Completion { slot, gen, report: Report::Done, event: None });
+        }
+    }
+}
+
+fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>) {
+    let mut done = vm.take_completions();
+    loop {
+        match w.queue.pop() {
+            Some(watch) => {
+                // Report what is already complete without blocking; block only on the
+                // oldest incomplete event, after handing over what we have.
+                if !watch.event.query() && !done.is_empty() {
+                    vm.report(std::mem::replace(&mut done, vm.take_completions()));
+                }
+                if let Err(e) = watch.event.wait() {
+                    vm.device_failure(e.into());
+                }
+                done.push(Completion { slot: watch.slot, gen: watch.gen, report: Report::Done, event: Some(watch.event) });
+                if w.queue.is_empty() {
+                    vm.report(std::mem::replace(&mut done, vm.take_completions()));
+                }
+            }
+            None => {
+                if w.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                w.notify.wait(vm.config.spin, || !w.queue.is_empty() || w.stop.load(Ordering::Acquire));
+            }
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! The [`VirtualMachine`] handle and the state its threads share.
+//!
+//! # Threads
+//!
+//! `VirtualMachine::new` starts one scheduler thread and one `ThreadCtx` worker per stream
+//! (or per device, or one in all: [`ThreadTopology`](super::ThreadTopology)); each
+//! asynchronous stream's worker starts a watcher. In synchronous mode none are started and
+//! the caller runs every instruction itself.
+//!
+//! # Shutdown protocol
+//!
+//! 1. `drop(vm)` sets `shutdown` and notifies the scheduler.
+//! 2. The scheduler keeps receiving and completing until nothing is in flight (everything
+//!    submitted before the drop runs to completion: drain, not cancel), then stops each
+//!    worker (`ThreadCtx::stop`) and joins it; each worker stops and joins its watchers.
+//! 3. `drop` joins the scheduler. Every thread the VM started has exited when it returns.
+//!
+//! If the scheduler thread ever panics (a bug in eagervm, not in a kernel: kernel panics
+//! are caught where they run), it marks the VM dead and wakes every waiter, whose waits
+//! then return [`Error::ShutDown`] instead of hanging.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crossbeam_queue::SegQueue;
+
+use crate::alloc::HostAllocator;
+use crate::ep::{DeviceId, Registry, StreamType};
+use crate::error::{Error, Result};
+use crate::framework::builder::{defer_release, release_instruction, InstructionsBuilder};
+use crate::framework::tensor::{Handle, Tensor, TensorInner, TensorMeta};
+use crate::framework::{Attrs, DType, Element, Op, OpRegistry};
+use crate::sync::notify::Notifier;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+
+use super::config::{Config, ThreadTopology};
+use super::exec::{execute, ExecEnv, FailureLog};
+use super::instruction::{AccessSlot, InstrKind, Instruction};
+use super::scheduler::{Completion, Scheduler};
+use super::stream::{PolicyKind, StreamId, VmStream};
+use super::thread_ctx::{spawn_worker, ThreadCtx};
+
+/// State shared by the handle, the scheduler, the workers and the tensors' handles.
+pub struct VmShared {
+    pub(crate) config: Config,
+    pub(crate) streams: Vec<VmStream>,
+    pub(crate) ctxs: Vec<ThreadCtx>,
+    ctx_streams: Vec<Vec<usize>>,
+    pub(crate) host_stream: StreamId,
+    pub(crate) ops: OpRegistry,
+    registry: Registry,
+    pub(crate) inbox: SegQueue<Vec<Instruction>>,
+    pub(crate) completions: SegQueue<Vec<Completion>>,
+    pub(crate) sched_notify: Notifier,
+    batch_pool: SegQueue<Vec<Instruction>>,
+    pub(crate) completion_pool: SegQueue<Vec<Completion>>,
+    pub(crate) in_flight: AtomicUsize,
+    bp_waiting: AtomicUsize,
+    bp_lock: Mutex<()>,
+    bp_cv: Condvar,
+    pub(crate) shutdown: AtomicBool,
+    dead: AtomicBool,
+    next_tensor: AtomicU64,
+    next_event: AtomicU64,
+    pub(crate) failures: Arc<FailureLog>,
+    pub(crate) fault: super::config::FaultInjection,
+    /// In synchronous mode: the executor environment of each stream.
+    sync_envs: Vec<ExecEnv>,
+}
+
+impl std::fmt::Debug for VmShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VmShared").field("streams", &self.streams).finish_non_exhaustive()
+    }
+}
+
+impl VmShared {
+    pub(crate) fn stream(&self, s: StreamId) -> Result<&VmStream> {
+        self.streams.get(s.index()).ok_or_else(|| Error::Config(format!("stream {} does not exist in this VM", s.0)))
+    }
+
+    pub(crate) fn unknown_op(&self, name: &str, device: DeviceId) -> Error {
+        match self.ops.resolve(name, device) {
+            Err(e) => e,
+            Ok(_) => unreachable!("asked only for missing kernels"),
+        }
+    }
+
+    pub(crate) fn new_tensor(self: &Arc<Self>, meta: TensorMeta) -> Tensor {
+        let id = self.next_tensor.fetch_add(1, Ordering::Relaxed);
+        Tensor(Arc::new(Handle { inner: Arc::new(TensorInner::new(id, meta)), vm: Arc::downgrade(self) }))
+    }
+
+    pub(crate) fn next_event_id(&self) -> u64 {
+        self.next_event.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn take_batch(&self) -> Vec<Instruction> {
+        self.batch_pool.pop().unwrap_or_else(|| Vec::with_capacity(self.config.batch_size))
+    }
+
+    pub(crate) fn recycle(&self, batch: Vec<Instruction>) {
+        debug_assert!(batch.is_empty());
+        if batch.capacity() > 0 {
+            self.batch_pool.push(batch);
+        }
+    }
+
+    pub(crate) fn take_completions(&self) -> Vec<Completion> {
+        self.completion_pool.pop().unwrap_or_else(|| Vec::with_capacity(self.config.batch_size))
+    }
+
+    /// Hand completion reports to the scheduler (workers and watchers).
+    pub(crate) fn report(&self, batch: Vec<Completion>) {
+        self.completions.push(batch);
+        self.sched_notify.notify();
+    }
+
+    pub(crate) fn exec_env(&self, s: usize) -> ExecEnv {
+        let st = &self.streams[s];
+        ExecEnv { stream_name: st.name.clone(), alloc: st.alloc.clone(), failures: self.failures.clone() }
+    }
+
+    pub(crate) fn device_failure(&self, e: Error) {
+        tracing::error!(error = %e, "device failure");
+        self.failures.record_external(e);
+    }
+
+    /// Splice a batch into the inbox (or run it, in synchronous mode); block while too
+    /// much is in flight.
+    pub(crate) fn submit(&self, mut batch: Vec<Instruction>) {
+        if self.config.synchronous {
+            for ins in batch.drain(..) {
+                self.run_inline(ins);
+            }
+            self.recycle(batch);
+            return;
+        }
+        if self.dead.load(Ordering::Acquire) {
+            // Nothing will run it; dropping it releases the tensors it holds.
+            batch.clear();
+            return;
+        }
+        let n = batch.len();
+        let now = self.in_flight.fetch_add(n, Ordering::SeqCst) + n;
+        self.inbox.push(batch);
+        self.sched_notify.notify();
+        if now > self.config.high_water {
+            self.wait_low_water();
+        }
+    }
+
+    fn wait_low_water(&self) {
+        let _span = tracing::debug_span!("back_pressure").entered();
+        self.bp_waiting.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.bp_lock.lock();
+        while self.in_flight.load(Ordering::SeqCst) > self.config.low_water && !self.dead.load(Ordering::SeqCst) {
+            self.bp_cv.wait(&mut g);
+        }
+        drop(g);
+        self.bp_waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// `n` instructions left flight (scheduler thread).
+    pub(crate) fn retired(&self, n: usize) {
+        let now = self.in_flight.fetch_sub(n, Ordering::SeqCst) - n;
+        if now <= self.config.low_water && self.bp_waiting.load(Ordering::SeqCst) > 0 {
+            let _g = self.bp_lock.lock();
+            self.bp_cv.notify_all();
+        }
+    }
+
+    fn run_inline(&self, ins: Instruction) {
+        let s = ins.stream.index();
+        let st = &self.streams[s];
+        match (&ins.kind, st.policy) {
+            (InstrKind::RecordEvent { .. } | InstrKind::StreamWaitEvent { .. }, _) => {}
+            (_, PolicyKind::Sync) => execute(ins, &self.sync_envs[s]),
+            (_, PolicyKind::Event) => {
+                let env = Arc::new(self.exec_env(s));
+                let r = st.ep.launch(Box::new(move || execute(ins, &env))).and_then(|()| st.ep.synchronize());
+                if let Err(e) = r {
+                    self.device_failure(e.into());
+                }
+            }
+        }
+    }
+
+    /// The `Release` for a tensor whose last handle dropped (see `framework::builder`).
+    pub(crate) fn release_tensor(&self, t: &Arc<TensorInner>) {
+        if t.released.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if let Some(t) = defer_release(self, t.clone()) {
+            if let Some(ins) = release_instruction(t) {
+                let mut b = self.take_batch();
+                b.push(ins);
+                self.submit(b);
+            }
+        }
+    }
+
+    fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn wait_tensor(self: &Arc<Self>, t: &Tensor) -> Result<()> {
+        t.check_live()?;
+        self.host_access(t, true).map(|_| ())
+    }
+
+    pub(crate) fn read_bytes(self: &Arc<Self>, t: &Tensor) -> Result<Vec<u8>> {
+        t.check_live()?;
+        self.host_access(t, false)
+    }
+
+    fn host_access(self: &Arc<Self>, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
+        let slot = AccessSlot::new();
+        {
+            let mut b = InstructionsBuilder::new(self);
+            if t.device().is_host() {
+                b.read_into(t, slot.clone(), wait_only);
+            } else {
+                let d2h = self.stream_of(t.device(), StreamType::D2H)?;
+                let copy = self.ops.resolve("copy", t.device())?;
+                let host = self.new_tensor(TensorMeta { device: DeviceId::CPU, ..t.meta().clone() });
+                b.call_into(copy, &[t], &[&host], Attrs::default(), d2h)?;
+                b.read_into(&host, slot.clone(), wait_only);
+            }
+        }
+        slot.wait(|| self.is_dead())
+    }
+
+    pub(crate) fn stream_of(&self, device: DeviceId, ty: StreamType) -> Result<StreamId> {
+        let ty = if device.is_host() { StreamType::Compute } else { ty };
+        self.streams
+            .iter()
+            .find(|s| s.device == device && s.ty == ty)
+            .map(|s| s.id)
+            .ok_or(Error::Device(crate::ep::EpError::Unavailable(device)))
+    }
+}
+
+/// The eager-execution virtual machine.
+///
+/// ```
+/// use eagervm::prelude::*;
+///
+/// let vm = VirtualMachine::new(Config::default())?;
+/// let cpu = vm.compute_stream(DeviceId::CPU)?;
+/// let a = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], DeviceId::CPU)?;
+/// let (relu, sum) = (vm.op("relu")?, vm.op("sum")?);
+/// let total = vm.run(|b| {
+///     let r = b.call(relu, &[&a], Attrs::default(), cpu)?;
+///     b.call(sum, &[&r], Attrs::default(), cpu)
+/// })?;
+/// assert_eq!(total.to_vec::<f32>()?, vec![4.0]);
+/// # Ok::<(), eagervm::Error>(())
+/// ```
+pub struct VirtualMachine {
+    shared: Arc<VmShared>,
+    scheduler: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for VirtualMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+impl VirtualMachine {
+    /// Start a VM: open the devices, build the stream table and start the threads.
+    pub fn new(config: Config) -> Result<Self> {
+        config.validate()?;
+        let registry = Registry::new(config.mock_devices, &config.mock);
+        let mut streams = Vec::new();
+        let mut ctx_streams: Vec<Vec<usize>> = Vec::new();
+        let mut ctx_of_device: Vec<(DeviceId, usize)> = Vec::new();
+        for entry in registry.devices() {
+            let dev = &entry.device;
+            let id = dev.id();
+            let alloc = HostAllocator::new(&id.to_string());
+            let types: &[StreamType] = if id.is_host() { &[StreamType::Compute] } else { &StreamType::ALL };
+            for &ty in types {
+                let index = streams.len();
+                let ctx = match config.threads {
+                    ThreadTopology::PerStream => {
+                        ctx_streams.push(Vec::new());
+                        ctx_streams.len() - 1
+                    }
+                    ThreadTopology::PerDevice => match ctx_of_device.iter().find(|(d, _)| *d == id) {
+                        Some(&(_, c)) => c,
+                        None => {
+                            ctx_streams.push(Vec::new());
+                            ctx_of_device.push((id, ctx_streams.len() - 1));
+                            ctx_streams.len() - 1
+                        }
+                    },
+                    ThreadTopology::Single => {
+                        if ctx_streams.is_empty() {
+                            ctx_streams.push(Vec::new());
+                        }
+                        0
+                    }
+                };
+                ctx_streams[ctx].push(index);
+                let name = if id.is_host() { id.to_string() } else { format!("{}:{}", id, ty.name()) };
+                streams.push(VmStream {
+                    id: StreamId(index as u32),
+                    device: id,
+                    ty,
+                    policy: if dev.is_async() { PolicyKind::Event } else { PolicyKind::Sync },
+                    device_waits: dev.supports_stream_wait(),
+                    ep: dev.create_stream(ty)?,
+                    events: entry.events.clone(),
+                    alloc: alloc.clone(),
+                    ctx,
+                    name,
+                });
+            }
+        }
+        let failures = Arc::new(FailureLog::default());
+        let sync_envs = streams
+            .iter()
+            .map(|s| ExecEnv { stream_name: s.name.clone(), alloc: s.alloc.clone(), failures: failures.clone() })
+            .collect();
+        let shared = Arc::new(VmShared {
+            ctxs: ctx_streams.iter().map(|_| ThreadCtx::default()).collect(),
+            ctx_streams,
+            host_stream: StreamId(0),
+            streams,
+            ops: OpRegistry::with_builtins(),
+            registry,
+            inbox: SegQueue::new(),
+            completions: SegQueue::new(),
+            sched_notify: Notifier::new(),
+            batch_pool: SegQueue::new(),
+            completion_pool: SegQueue::new(),
+            in_flight: AtomicUsize::new(0),
+            bp_waiting: AtomicUsize::new(0),
+            bp_lock: Mutex::new(()),
+            bp_cv: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            next_tensor: AtomicU64::new(0),
+            next_event: AtomicU64::new(1),
+            failures,
+            fault: config.fault.clone(),
+            sync_envs,
+            config,
+        });
+        let scheduler = if shared.config.synchronous {
+            None
+        } else {
+            let vm = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("eagervm-scheduler".into())
+                    .spawn(move || scheduler_main(vm))
+                    .map_err(|e| Error::Config(format!("cannot start the scheduler thread: {e}")))?,
+            )
+        };
+        Ok(VirtualMachine { shared, scheduler })
+    }
+
+    /// The op called `name` (with its kernel for each device type).
+    pub fn op(&self, name: &str) -> Result<Op> {
+        self.shared.ops.get(name).ok_or_else(|| Error::UnknownOp {
+            op: name.into(),
+            device: DeviceId::CPU,
+            known: self.shared.ops.names().join(", "),
+        })
+    }
+
+    /// The stream of type `ty` on `device` (`cpu:0` has a single stream for every type).
+    pub fn stream(&self, device: DeviceId, ty: StreamType) -> Result<StreamId> {
+        self.shared.stream_of(device, ty)
+    }
+
+    /// The compute stream of `device`.
+    pub fn compute_stream(&self, device: DeviceId) -> Result<StreamId> {
+        self.stream(device, StreamType::Compute)
+    }
+
+    /// Every stream: id, device, type and name.
+    pub fn streams(&self) -> Vec<(StreamId, DeviceId, StreamType, String)> {
+        self.shared.streams.iter().map(|s| (s.id, s.device, s.ty, s.name.clone())).collect()
+    }
+
+    /// A new tensor with no storage yet (allocated by the first instruction that writes it).
+    pub fn empty(&self, shape: &[usize], dtype: DType, device: DeviceId) -> Result<Tensor> {
+        self.shared.registry.get(device)?;
+        Ok(self.shared.new_tensor(TensorMeta::new(shape, dtype, device)))
+    }
+
+    /// A new tensor holding `data`, on `device` (copied there through its host-to-device
+    /// stream if it is not the host).
+    pub fn from_slice<T: Element>(&self, data: &[T], shape: &[usize], device: DeviceId) -> Result<Tensor> {
+        let host = self.empty(shape, T::DTYPE, DeviceId::CPU)?;
+        if device.is_host() {
+            self.run(|b| b.write(&host, data))?;
+            return Ok(host);
+        }
+        let dst = self.empty(shape, T::DTYPE, device)?;
+        let h2d = self.stream(device, StreamType::H2D)?;
+        let copy = self.shared.ops.resolve("copy", device)?;
+        self.run(|b| {
+            b.write(&host, data)?;
+            b.call_into(copy, &[&host], &[&dst], Attrs::default(), h2d)
+        })?;
+        Ok(dst)
+    }
+
+    /// Build instructions with `f` and submit them. Returns what `f` returns. Instructions
+    /// built before an error inside `f` are still submitted (they were valid).
+    pub fn run<R>(&self, f: impl FnOnce(&mut InstructionsBuilder<'_>) -> R) -> R {
+        let mut b = InstructionsBuilder::new(&self.shared);
+        f(&mut b)
+    }
+
+    /// Wait until every instruction submitted so far has finished. Returns
+    /// [`Error::Failed`] if any instruction failed since the previous `sync` (the failed
+    /// tensors keep their errors either way).
+    pub fn sync(&self) -> Result<()> {
+        let slot = AccessSlot::new();
+        let s2 = slot.clone();
+        let barrier = InstrKind::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
+        let mut b = self.shared.take_batch();
+        b.push(Instruction::new(barrier, self.shared.host_stream, Default::default()));
+        self.shared.submit(b);
+        let shared = &self.shared;
+        slot.wait(|| shared.is_dead())?;
+        match self.shared.failures.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Instructions submitted and not yet retired.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The configuration the VM runs with.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Names of the registered ops.
+    pub fn op_names(&self) -> Vec<&'static str> {
+        self.shared.ops.names()
+    }
+}
+
+impl Drop for VirtualMachine {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::Release);
+        self.shared.sched_notify.notify();
+        if let Some(h) = self.scheduler.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn scheduler_main(vm: Arc<VmShared>) {
+    let mut workers = Vec::new();
+    for (i, streams) in vm.ctx_streams.iter().enumerate() {
+        workers.push(spawn_worker(vm.clone(), i, streams.clone()));
+    }
+    let sched = Scheduler::new(vm.clone());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run()));
+    if r.is_err() {
+        tracing::error!("the scheduler thread panicked; the VM is dead");
+        vm.dead.store(true, Ordering::SeqCst);
+        let _g = vm.bp_lock.lock();
+        vm.bp_cv.notify_all();
+    }
+    for c in &vm.ctxs {
+        c.stop();
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+}
