@@ -2,6 +2,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod alloc;
+pub mod bench;
 pub mod ep;
 mod error;
 pub mod framework;
