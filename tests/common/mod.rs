@@ -1,0 +1,211 @@
+//! Random tensor programs, a plain sequential interpreter for them, and a runner that
+//! executes them on the VM: the pieces of the serialisability property tests.
+#![allow(dead_code)]
+
+use eagervm::ep::mock::MockConfig;
+use eagervm::prelude::*;
+use eagervm::vm::ThreadTopology;
+
+/// Every tensor is f32[2, 2], so that every op (matmul included) applies to any of them.
+pub const SHAPE: [usize; 2] = [2, 2];
+pub const N: usize = 4;
+
+/// Where each of the program's tensors lives: host, mock:0, mock:1, cycling.
+pub fn device_of(t: usize) -> DeviceId {
+    match t % 3 {
+        0 => DeviceId::CPU,
+        1 => DeviceId::mock(0),
+        _ => DeviceId::mock(1),
+    }
+}
+
+/// One step of a program.
+#[derive(Debug, Clone)]
+pub enum Step {
+    Fill { out: usize, value: f32, stream: usize },
+    Unary { op: &'static str, a: usize, out: usize, factor: f32, stream: usize },
+    Binary { op: &'static str, a: usize, b: usize, out: usize, stream: usize },
+    Copy { src: usize, dst: usize, stream: usize },
+    /// Read a tensor back to the host at this point of the program.
+    Read { t: usize },
+    /// Drop a tensor's handle and replace it with a new tensor on the same device.
+    Recreate { t: usize },
+}
+
+/// A program over `tensors` tensors (the first `tensors` are filled before the steps).
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub tensors: usize,
+    pub steps: Vec<Step>,
+}
+
+/// The streams of the VM built by [`vm`], by index: 0 cpu, 1-3 mock:0 compute/h2d/d2h,
+/// 4-6 mock:1 compute/h2d/d2h.
+pub fn streams_of(d: DeviceId) -> &'static [usize] {
+    match (d.ty, d.index) {
+        (eagervm::ep::DeviceType::Cpu, _) => &[0],
+        (_, 0) => &[1, 2, 3],
+        _ => &[4, 5, 6],
+    }
+}
+
+/// Decode raw random numbers into a valid program (so proptest can shrink the numbers).
+pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
+    let mut steps = Vec::new();
+    for &(kind, a, b, c, s, v) in raw {
+        let t = |x: u8| x as usize % tensors;
+        let value = v as f32 / 16.0;
+        let step = match kind % 12 {
+            0 => {
+                let out = t(a);
+                let ss = streams_of(device_of(out));
+                Step::Fill { out, value, stream: ss[s as usize % ss.len()] }
+            }
+            1 | 2 => {
+                // Same-device unary op: pick tensors on the output's device.
+                let out = t(a);
+                let Some(a) = same_device(tensors, out, b) else { continue };
+                let ss = streams_of(device_of(out));
+                let op = if kind % 12 == 1 { "relu" } else { "scale" };
+                Step::Unary { op, a, out, factor: value, stream: ss[s as usize % ss.len()] }
+            }
+            3..=6 => {
+                let out = t(a);
+                let (Some(x), Some(y)) = (same_device(tensors, out, b), same_device(tensors, out, c)) else {
+                    continue;
+                };
+                let op = ["add", "mul", "matmul", "add"][(kind % 12 - 3) as usize];
+                let ss = streams_of(device_of(out));
+                Step::Binary { op, a: x, b: y, out, stream: ss[s as usize % ss.len()] }
+            }
+            7..=9 => {
+                let (src, dst) = (t(a), t(b));
+                if src == dst {
+                    continue;
+                }
+                // A copy runs on a stream of either device.
+                let mut ss: Vec<usize> = streams_of(device_of(src)).to_vec();
+                ss.extend_from_slice(streams_of(device_of(dst)));
+                Step::Copy { src, dst, stream: ss[s as usize % ss.len()] }
+            }
+            10 => Step::Read { t: t(a) },
+            _ => Step::Recreate { t: t(a) },
+        };
+        steps.push(step);
+    }
+    Program { tensors, steps }
+}
+
+/// Another tensor than `out` on the same device, chosen by `pick`.
+fn same_device(tensors: usize, out: usize, pick: u8) -> Option<usize> {
+    let cands: Vec<usize> =
+        (0..tensors).filter(|&x| x != out && device_of(x) == device_of(out)).collect();
+    (!cands.is_empty()).then(|| cands[pick as usize % cands.len()])
+}
+
+fn initial(t: usize) -> Vec<f32> {
+    (0..N).map(|k| (t * N + k) as f32 * 0.25 - 2.0).collect()
+}
+
+fn matmul(a: &[f32], b: &[f32]) -> Vec<f32> {
+    let mut out = vec![0.0f32; N];
+    for i in 0..2 {
+        for k in 0..2 {
+            for j in 0..2 {
+                out[i * 2 + j] += a[i * 2 + k] * b[k * 2 + j];
+            }
+        }
+    }
+    out
+}
+
+/// The result of a program: every `Read` in order, then every tensor's final value.
+pub type Outcome = Vec<Vec<u32>>;
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    // All NaNs compare equal; everything else bit for bit.
+    v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect()
+}
+
+/// Run the program one step at a time on plain vectors.
+pub fn interpret(p: &Program) -> Outcome {
+    let mut val: Vec<Vec<f32>> = (0..p.tensors).map(initial).collect();
+    let mut out = Vec::new();
+    for s in &p.steps {
+        match *s {
+            Step::Fill { out: o, value, .. } => val[o] = vec![value; N],
+            Step::Unary { op, a, out: o, factor, .. } => {
+                val[o] = val[a]
+                    .iter()
+                    .map(|&x| if op == "relu" { x.max(0.0) } else { x * factor })
+                    .collect()
+            }
+            Step::Binary { op, a, b, out: o, .. } => {
+                val[o] = match op {
+                    "add" => val[a].iter().zip(&val[b]).map(|(x, y)| x + y).collect(),
+                    "mul" => val[a].iter().zip(&val[b]).map(|(x, y)| x * y).collect(),
+                    _ => matmul(&val[a], &val[b]),
+                }
+            }
+            Step::Copy { src, dst, .. } => val[dst] = val[src].clone(),
+            Step::Read { t } => out.push(bits(&val[t])),
+            Step::Recreate { t } => val[t] = initial(t),
+        }
+    }
+    out.extend(val.iter().map(|v| bits(v)));
+    out
+}
+
+/// A VM with `cpu:0`, `mock:0`, `mock:1` and the given timing and topology.
+pub fn vm(mock: MockConfig, threads: ThreadTopology, synchronous: bool) -> VirtualMachine {
+    let mut c = Config::default().with_mock_devices(2, mock);
+    c.threads = threads;
+    c.synchronous = synchronous;
+    c.batch_size = 16; // small batches: more interleaving between caller and scheduler
+    VirtualMachine::new(c).expect("vm starts")
+}
+
+/// Run the program on `vm`.
+pub fn execute(vm: &VirtualMachine, p: &Program) -> eagervm::Result<Outcome> {
+    let streams: Vec<StreamId> = vm.streams().into_iter().map(|s| s.0).collect();
+    assert_eq!(streams.len(), 7, "cpu + 2 mock devices x 3 streams");
+    let ops = |n: &str| vm.op(n).expect("built-in");
+    let make = |t: usize| -> eagervm::Result<Tensor> { vm.from_slice(&initial(t), &SHAPE, device_of(t)) };
+    let mut ts: Vec<Tensor> = (0..p.tensors).map(make).collect::<eagervm::Result<_>>()?;
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < p.steps.len() {
+        // Submit up to the next read or recreate in one `run`.
+        vm.run(|b| -> eagervm::Result<()> {
+            while i < p.steps.len() {
+                match p.steps[i] {
+                    Step::Read { .. } | Step::Recreate { .. } => break,
+                    Step::Fill { out: o, value, stream } => {
+                        b.call_into(ops("fill"), &[], &[&ts[o]], Attrs::scalar(value as f64), streams[stream])?
+                    }
+                    Step::Unary { op, a, out: o, factor, stream } => {
+                        b.call_into(ops(op), &[&ts[a]], &[&ts[o]], Attrs::scalar(factor as f64), streams[stream])?
+                    }
+                    Step::Binary { op, a, b: y, out: o, stream } => {
+                        b.call_into(ops(op), &[&ts[a], &ts[y]], &[&ts[o]], Attrs::default(), streams[stream])?
+                    }
+                    Step::Copy { src, dst, stream } => {
+                        b.call_into(ops("copy"), &[&ts[src]], &[&ts[dst]], Attrs::default(), streams[stream])?
+                    }
+                }
+                i += 1;
+            }
+            Ok(())
+        })?;
+        match p.steps.get(i) {
+            Some(Step::Read { t }) => out.push(bits(&ts[*t].to_vec::<f32>()?)),
+            Some(Step::Recreate { t }) => ts[*t] = make(*t)?,
+            _ => {}
+        }
+        i += 1;
+    }
+    for t in &ts {
+        out.push(bits(&t.to_vec::<f32>()?));
+    }
+    Ok(out)
+}
