@@ -1,15 +1,706 @@
-//! Host caching allocator (placeholder until implemented).
+//! The host caching allocator.
+//!
+//! Every tensor's bytes on the host (and on the mock device, which has its own instance)
+//! come from a [`HostAllocator`]. A request is rounded up to a *size class*; a block freed
+//! by dropping its [`Storage`] goes back on its class's free list, and the next request of
+//! the same class takes it from there instead of asking the system. Training loops that
+//! allocate the same shapes every iteration therefore stop calling the system allocator
+//! after the first one. [`HostAllocator::shrink`] gives every cached block back.
+//!
+//! The design follows the caching allocators of the deep-learning runtimes (PyTorch's
+//! `CUDACachingAllocator`, OneFlow's `CachingAllocator`), reduced to what host memory
+//! needs: no block splitting or merging, one free list per class.
+//!
+//! # Size classes
+//!
+//! A request of `n > 0` bytes gets a block of [`HostAllocator::size_class`]`(n)` bytes:
+//!
+//! - up to 4 KiB: the next power of two, at least 64 (64, 128, 256, ..., 4096);
+//! - above 4 KiB: for `2^k < n <= 2^(k+1)`, the next multiple of `2^k / 4`, which gives four
+//!   classes per power of two (5 KiB, 6 KiB, 7 KiB, 8 KiB, 10 KiB, 12 KiB, ...) and wastes
+//!   less than a quarter of the block.
+//!
+//! Requests up to `isize::MAX / 2 + 1` bytes (2^62 on 64-bit targets) have a class; larger
+//! ones panic. A 0-byte request gets an empty [`Storage`] that owns no block.
+//!
+//! Every block is 64-byte aligned (a cache line, and enough for every element type). Fresh
+//! blocks come zeroed from the system (`alloc_zeroed`); a reused block is zeroed again over
+//! the requested length, so a new [`Storage`] always reads as zeros.
+//!
+//! # Locking and memory ordering
+//!
+//! One `parking_lot::Mutex` guards all free lists: allocation happens when a tensor is first
+//! written, not per instruction, so the lock is cold. The lock also orders a block's reuse
+//! after its free: the thread that pushes a freed block releases the lock, the thread that
+//! pops it acquires it, so every write through the old [`Storage`] happens before the
+//! zeroing and every later access through the new one.
+//!
+//! The statistics are separate atomics updated with `Relaxed` ordering. They synchronise
+//! nothing; [`HostAllocator::stats`] reads each counter on its own, so under concurrent
+//! traffic a snapshot may mix counters from slightly different moments.
+//!
+//! This module uses `std` and `parking_lot` directly rather than [`crate::sync`]: it never
+//! sleeps waiting for another thread, so it takes no part in the protocols the model
+//! checker explores, and the model checker's types would only make every allocation inside
+//! a model expensive.
+
+use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use std::fmt;
+use std::mem;
+use std::ptr::NonNull;
+use std::slice;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-/// Statistics.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AllocStats;
-/// Allocator.
-#[derive(Debug)]
-pub struct HostAllocator;
-/// Storage.
-#[derive(Debug)]
-pub struct Storage(Vec<u8>);
+
+use parking_lot::Mutex;
+
+/// Alignment of every block, in bytes.
+const ALIGN: usize = 64;
+
+/// log2 of the smallest class (64 bytes).
+const MIN_SHIFT: u32 = 6;
+/// log2 of the largest power-of-two-only class (4 KiB); above it classes are finer.
+const FINE_SHIFT: u32 = 12;
+/// Classes per power of two above 4 KiB.
+const SUB_STEPS: usize = 4;
+/// log2 of the largest class: the largest request that has a class is `1 << MAX_SHIFT`.
+const MAX_SHIFT: u32 = usize::BITS - 2;
+/// The largest request that has a size class.
+const MAX_BYTES: usize = 1 << MAX_SHIFT;
+/// Classes 64, 128, ..., 4096.
+const POW2_CLASSES: usize = (FINE_SHIFT - MIN_SHIFT + 1) as usize;
+/// Number of size classes: the power-of-two ones, then four per power of two up to
+/// `MAX_BYTES`.
+const NUM_CLASSES: usize = POW2_CLASSES + (MAX_SHIFT - FINE_SHIFT) as usize * SUB_STEPS;
+
+/// The index and size of the class that serves a request of `bytes` (1..=`MAX_BYTES`).
+///
+/// Rule: up to 4 KiB, the next power of two (at least 64); above, with `2^k < bytes <=
+/// 2^(k+1)`, the next multiple of `2^k / 4`. Classes are numbered in increasing size.
+fn class_of(bytes: usize) -> (usize, usize) {
+    debug_assert!(bytes > 0 && bytes <= MAX_BYTES);
+    if bytes <= 1 << FINE_SHIFT {
+        let size = bytes.next_power_of_two().max(1 << MIN_SHIFT);
+        ((size.trailing_zeros() - MIN_SHIFT) as usize, size)
+    } else {
+        // 2^k < bytes <= 2^(k+1), k >= FINE_SHIFT.
+        let k = usize::BITS - 1 - (bytes - 1).leading_zeros();
+        let base = 1usize << k;
+        let step = base / SUB_STEPS;
+        let sub = (bytes - base).div_ceil(step); // 1..=SUB_STEPS
+        let index = POW2_CLASSES + (k - FINE_SHIFT) as usize * SUB_STEPS + (sub - 1);
+        (index, base + sub * step)
+    }
+}
+
+/// The layout of a block of a class of `size` bytes.
+fn block_layout(size: usize) -> Layout {
+    // Sizes come from `class_of`, so they are at most `MAX_BYTES`, a multiple of 64, and far
+    // below `isize::MAX`: the layout is always valid.
+    Layout::from_size_align(size, ALIGN).expect("size classes have valid layouts")
+}
+
+/// A 64-byte-aligned type, so that `NonNull::<Align64>::dangling()` is a well-aligned
+/// non-null address for empty storages.
+#[repr(C, align(64))]
+struct Align64([u8; ALIGN]);
+
+/// A free block's address. Its owner is the free list that holds it.
+struct Block(NonNull<u8>);
+
+// SAFETY: a `Block` is the sole owner of the memory it points to (it was allocated by the
+// global allocator, which any thread may free, and nothing else refers to it while it is
+// on a free list), so moving it to another thread is moving plain owned memory.
+unsafe impl Send for Block {}
+
+/// Counters behind [`AllocStats`]; `Relaxed` atomics (see the module docs).
+#[derive(Default)]
+struct Counters {
+    in_use_bytes: AtomicUsize,
+    requested_bytes: AtomicUsize,
+    peak_in_use_bytes: AtomicUsize,
+    cached_bytes: AtomicUsize,
+    cached_blocks: AtomicUsize,
+    system_allocs: AtomicU64,
+    system_frees: AtomicU64,
+    cache_hits: AtomicU64,
+}
+
+/// A snapshot of a [`HostAllocator`]'s counters.
+///
+/// Byte counts are in block (size-class) bytes unless said otherwise; 0-byte storages own
+/// no block and count nowhere.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AllocStats {
+    /// Bytes of the blocks currently held by live [`Storage`]s.
+    pub in_use_bytes: usize,
+    /// Bytes requested by the live [`Storage`]s (at most `in_use_bytes`; the difference is
+    /// what rounding up to size classes costs).
+    pub requested_bytes: usize,
+    /// The largest `in_use_bytes` seen since the allocator was created.
+    pub peak_in_use_bytes: usize,
+    /// Bytes of the free blocks waiting in the cache for reuse.
+    pub cached_bytes: usize,
+    /// Number of free blocks waiting in the cache.
+    pub cached_blocks: usize,
+    /// Blocks obtained from the system allocator since the allocator was created.
+    pub system_allocs: u64,
+    /// Blocks given back to the system allocator (by [`HostAllocator::shrink`]).
+    pub system_frees: u64,
+    /// Requests served from the cache without asking the system.
+    pub cache_hits: u64,
+}
+
+/// A caching allocator of 64-byte-aligned, zeroed host memory (see the module docs for the
+/// size classes and the locking).
+///
+/// ```
+/// use eagervm::alloc::HostAllocator;
+///
+/// let host = HostAllocator::new("cpu:0");
+/// let mut s = host.alloc(3 * 4);
+/// s.as_f32_mut().copy_from_slice(&[1.0, 2.0, 3.0]);
+/// drop(s); // back to the cache
+/// let again = host.alloc(12);
+/// assert_eq!(again.as_f32(), &[0.0; 3]); // reused, and zeroed again
+/// assert_eq!(host.stats().system_allocs, 1);
+/// assert_eq!(host.stats().cache_hits, 1);
+/// ```
+pub struct HostAllocator {
+    name: String,
+    /// One free list per size class, indexed by class index.
+    free: Mutex<Vec<Vec<Block>>>,
+    counters: Counters,
+}
+
 impl HostAllocator {
-    /// New.
-    pub fn new(_name: &str) -> Arc<Self> { Arc::new(HostAllocator) }
+    /// A new allocator with an empty cache; `name` appears in messages and statistics
+    /// (`cpu:0`, `mock:0`).
+    pub fn new(name: &str) -> Arc<HostAllocator> {
+        let free = (0..NUM_CLASSES).map(|_| Vec::new()).collect();
+        Arc::new(HostAllocator {
+            name: name.to_string(),
+            free: Mutex::new(free),
+            counters: Counters::default(),
+        })
+    }
+
+    /// The allocator's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The block size that serves a request of `bytes` bytes (see the module docs): `0` for
+    /// `0`, otherwise at least `bytes`.
+    ///
+    /// # Panics
+    /// If `bytes` exceeds the largest class, `isize::MAX / 2 + 1`.
+    pub fn size_class(bytes: usize) -> usize {
+        if bytes == 0 {
+            0
+        } else {
+            check_size(bytes);
+            class_of(bytes).1
+        }
+    }
+
+    /// A zero-filled storage of `bytes` bytes, taken from the cache if a block of the
+    /// request's size class is free, from the system otherwise. `0` bytes allocate nothing.
+    ///
+    /// # Panics
+    /// If `bytes` exceeds `isize::MAX / 2 + 1`. If the system is out of memory, the global
+    /// allocator's error handler runs (which aborts by default).
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Storage {
+        if bytes == 0 {
+            return Storage {
+                ptr: NonNull::<Align64>::dangling().cast(),
+                len: 0,
+                class: None,
+                allocator: Arc::clone(self),
+            };
+        }
+        check_size(bytes);
+        let c = &self.counters;
+        let (class, size) = class_of(bytes);
+        let cached = {
+            let mut free = self.free.lock();
+            let block = free[class].pop();
+            if block.is_some() {
+                // Under the lock, like every change of the cache counters, so that
+                // `shrink` resetting them never races with this decrement.
+                c.cached_bytes.fetch_sub(size, Ordering::Relaxed);
+                c.cached_blocks.fetch_sub(1, Ordering::Relaxed);
+            }
+            block
+        };
+        let ptr = match cached {
+            Some(Block(ptr)) => {
+                c.cache_hits.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the block is `size >= bytes` bytes long, came off the free list
+                // so nothing else refers to it, and `u8` has no alignment requirement.
+                unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+                ptr
+            }
+            None => {
+                let layout = block_layout(size);
+                // SAFETY: `layout` has a non-zero size (classes are at least 64 bytes).
+                let raw = unsafe { alloc_zeroed(layout) };
+                let Some(ptr) = NonNull::new(raw) else {
+                    handle_alloc_error(layout)
+                };
+                c.system_allocs.fetch_add(1, Ordering::Relaxed);
+                ptr
+            }
+        };
+        let in_use = c.in_use_bytes.fetch_add(size, Ordering::Relaxed) + size;
+        c.peak_in_use_bytes.fetch_max(in_use, Ordering::Relaxed);
+        c.requested_bytes.fetch_add(bytes, Ordering::Relaxed);
+        Storage {
+            ptr,
+            len: bytes,
+            class: Some(class),
+            allocator: Arc::clone(self),
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> AllocStats {
+        let c = &self.counters;
+        AllocStats {
+            in_use_bytes: c.in_use_bytes.load(Ordering::Relaxed),
+            requested_bytes: c.requested_bytes.load(Ordering::Relaxed),
+            peak_in_use_bytes: c.peak_in_use_bytes.load(Ordering::Relaxed),
+            cached_bytes: c.cached_bytes.load(Ordering::Relaxed),
+            cached_blocks: c.cached_blocks.load(Ordering::Relaxed),
+            system_allocs: c.system_allocs.load(Ordering::Relaxed),
+            system_frees: c.system_frees.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Give every cached free block back to the system. Blocks in use are not affected;
+    /// they return to the (now empty) cache when their storages drop.
+    pub fn shrink(&self) {
+        let c = &self.counters;
+        // Take the lists under the lock, free them outside it.
+        let lists: Vec<Vec<Block>> = {
+            let mut free = self.free.lock();
+            // The cache counters change only under the lock, so they match the lists at
+            // every unlock and can simply be reset here.
+            c.cached_bytes.store(0, Ordering::Relaxed);
+            c.cached_blocks.store(0, Ordering::Relaxed);
+            free.iter_mut().map(mem::take).collect()
+        };
+        for (class, list) in lists.into_iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let layout = block_layout(class_size(class));
+            for Block(ptr) in list {
+                // SAFETY: the block was allocated by `alloc_zeroed` with this class's
+                // layout (a block is only ever put on its own class's list) and nothing
+                // refers to it since it left the free list.
+                unsafe { dealloc(ptr.as_ptr(), layout) };
+                c.system_frees.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Put a block freed by a storage back on its class's list.
+    fn give_back(&self, class: usize, requested: usize, ptr: NonNull<u8>) {
+        let size = class_size(class);
+        let c = &self.counters;
+        c.in_use_bytes.fetch_sub(size, Ordering::Relaxed);
+        c.requested_bytes.fetch_sub(requested, Ordering::Relaxed);
+        let mut free = self.free.lock();
+        free[class].push(Block(ptr));
+        c.cached_bytes.fetch_add(size, Ordering::Relaxed);
+        c.cached_blocks.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The size of class `class` (inverse of [`class_of`]).
+fn class_size(class: usize) -> usize {
+    if class < POW2_CLASSES {
+        1 << (MIN_SHIFT as usize + class)
+    } else {
+        let fine = class - POW2_CLASSES;
+        let base = 1usize << (FINE_SHIFT as usize + fine / SUB_STEPS);
+        base + (fine % SUB_STEPS + 1) * (base / SUB_STEPS)
+    }
+}
+
+/// Refuse requests larger than the largest class.
+fn check_size(bytes: usize) {
+    assert!(
+        bytes <= MAX_BYTES,
+        "host allocation of {bytes} bytes exceeds the largest size class ({MAX_BYTES} bytes)"
+    );
+}
+
+impl Drop for HostAllocator {
+    fn drop(&mut self) {
+        // Every storage holds an `Arc` to its allocator, so no block is in use any more:
+        // the cache holds them all.
+        self.shrink();
+    }
+}
+
+impl fmt::Debug for HostAllocator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostAllocator")
+            .field("name", &self.name)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// One block of host memory from a [`HostAllocator`], owned exclusively: `len` bytes,
+/// 64-byte aligned, zeroed when handed out. Dropping it returns the block to its
+/// allocator's cache.
+pub struct Storage {
+    /// Start of the block (a dangling, 64-aligned address when `class` is `None`).
+    ptr: NonNull<u8>,
+    /// Requested length in bytes; the block may be longer.
+    len: usize,
+    /// The block's size class; `None` for an empty storage, which owns no block.
+    class: Option<usize>,
+    allocator: Arc<HostAllocator>,
+}
+
+// SAFETY: a `Storage` owns its block exclusively (no other pointer to it exists while the
+// storage lives), so sending it to another thread moves plain owned bytes; the allocator
+// it returns them to is `Send + Sync` (a mutex and atomics).
+unsafe impl Send for Storage {}
+// SAFETY: through `&Storage` the block is only read (`as_bytes`, `as_f32`, `as_i64`); every
+// write needs `&mut Storage`, so shared references never race.
+unsafe impl Sync for Storage {}
+
+impl Storage {
+    /// Length in bytes (what was requested, not the size class).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the storage holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` is non-null and valid for reads of `len` initialised (zeroed, then
+        // only written through `&mut self`) bytes, or dangling with `len == 0`; the
+        // borrow of `self` keeps the block alive and unwritten for the slice's lifetime.
+        unsafe { slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes, writable.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_bytes`; `&mut self` makes this the only reference to the block.
+        unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The bytes as `f32`s (the largest whole prefix if `len` is not a multiple of 4).
+    pub fn as_f32(&self) -> &[f32] {
+        // SAFETY: `view` requires a plain-old-data `T` with alignment at most 64: `f32`
+        // has alignment 4 and every bit pattern is a valid `f32`.
+        unsafe { self.view() }
+    }
+
+    /// The bytes as `f32`s, writable (the largest whole prefix).
+    pub fn as_f32_mut(&mut self) -> &mut [f32] {
+        // SAFETY: as in `as_f32`.
+        unsafe { self.view_mut() }
+    }
+
+    /// The bytes as `i64`s (the largest whole prefix if `len` is not a multiple of 8).
+    pub fn as_i64(&self) -> &[i64] {
+        // SAFETY: `i64` has alignment 8 (at most 64) and every bit pattern is a valid `i64`.
+        unsafe { self.view() }
+    }
+
+    /// The bytes as `i64`s, writable (the largest whole prefix).
+    pub fn as_i64_mut(&mut self) -> &mut [i64] {
+        // SAFETY: as in `as_i64`.
+        unsafe { self.view_mut() }
+    }
+
+    /// The largest whole prefix of the bytes as `T`s.
+    ///
+    /// # Safety
+    /// `T` must have alignment at most 64 and no invalid bit patterns (plain old data).
+    unsafe fn view<T>(&self) -> &[T] {
+        debug_assert!(mem::align_of::<T>() <= ALIGN && mem::size_of::<T>() > 0);
+        let n = self.len / mem::size_of::<T>();
+        // SAFETY: `ptr` is 64-byte aligned (a block's layout, or `Align64`'s dangling
+        // address when empty), which covers `T`'s alignment by the caller's contract;
+        // `n * size_of::<T>() <= len` bytes are valid for reads, and any bit pattern
+        // there is a valid `T` by the contract. The borrow of `self` keeps the block
+        // alive and unwritten for the slice's lifetime.
+        unsafe { slice::from_raw_parts(self.ptr.as_ptr().cast::<T>(), n) }
+    }
+
+    /// The largest whole prefix of the bytes as `T`s, writable.
+    ///
+    /// # Safety
+    /// As for [`Storage::view`]; moreover every bit pattern written through a `T` is a
+    /// valid byte sequence (true of any type without padding, such as `f32` and `i64`).
+    unsafe fn view_mut<T>(&mut self) -> &mut [T] {
+        debug_assert!(mem::align_of::<T>() <= ALIGN && mem::size_of::<T>() > 0);
+        let n = self.len / mem::size_of::<T>();
+        // SAFETY: as in `view`; `&mut self` makes this the only reference to the block.
+        unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), n) }
+    }
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Some(class) = self.class {
+            self.allocator.give_back(class, self.len, self.ptr);
+        }
+    }
+}
+
+impl fmt::Debug for Storage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Storage")
+            .field("len", &self.len)
+            .field("allocator", &self.allocator.name)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_rule() {
+        let cases = [
+            (1, 64),
+            (64, 64),
+            (65, 128),
+            (1000, 1024),
+            (4096, 4096),
+            (4097, 5120),
+            (5120, 5120),
+            (5121, 6144),
+            (8192, 8192),
+            (8193, 10240),
+            (1 << 20, 1 << 20),
+            ((1 << 20) + 1, (1 << 20) + (1 << 18)),
+            (MAX_BYTES, MAX_BYTES),
+        ];
+        for (bytes, size) in cases {
+            assert_eq!(HostAllocator::size_class(bytes), size, "request of {bytes}");
+        }
+        assert_eq!(HostAllocator::size_class(0), 0);
+        assert_eq!(class_of(MAX_BYTES).0, NUM_CLASSES - 1);
+    }
+
+    #[test]
+    fn class_indices_are_dense_and_increasing() {
+        let mut sizes = Vec::new();
+        for class in 0..NUM_CLASSES {
+            let size = class_size(class);
+            assert_eq!(class_of(size), (class, size));
+            assert_eq!(class_of(size - size / 8 + 1).0, class, "just below {size}");
+            sizes.push(size);
+        }
+        assert!(sizes.windows(2).all(|w| w[0] < w[1]));
+        // Above 4 KiB a block wastes less than a quarter of itself.
+        for bytes in (4097..200_000).step_by(97) {
+            let size = HostAllocator::size_class(bytes);
+            assert!(
+                size >= bytes && (size - bytes) * 4 < size,
+                "{bytes} -> {size}"
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "exceeds the largest size class")]
+    fn too_large_request_panics() {
+        HostAllocator::size_class(MAX_BYTES + 1);
+    }
+
+    #[test]
+    fn reuse_hits_the_cache() {
+        let a = HostAllocator::new("test");
+        let s = a.alloc(1000);
+        assert_eq!(s.len(), 1000);
+        let first = s.as_bytes().as_ptr();
+        drop(s);
+        let s = a.alloc(1000);
+        assert_eq!(s.as_bytes().as_ptr(), first);
+        let st = a.stats();
+        assert_eq!((st.system_allocs, st.cache_hits), (1, 1));
+    }
+
+    #[test]
+    fn reused_block_is_zeroed() {
+        let a = HostAllocator::new("test");
+        let mut s = a.alloc(256);
+        s.as_bytes_mut().fill(0xAB);
+        drop(s);
+        let s = a.alloc(256);
+        assert!(s.as_bytes().iter().all(|&b| b == 0));
+        assert_eq!(a.stats().cache_hits, 1);
+    }
+
+    #[test]
+    fn sizes_in_one_class_share_blocks() {
+        let a = HostAllocator::new("test");
+        let mut s = a.alloc(5000); // class 5120
+        s.as_bytes_mut().fill(0xFF);
+        drop(s);
+        let s = a.alloc(5120);
+        assert_eq!(s.len(), 5120);
+        assert!(s.as_bytes().iter().all(|&b| b == 0));
+        let st = a.stats();
+        assert_eq!((st.system_allocs, st.cache_hits), (1, 1));
+        // A request of another class does not take it.
+        let t = a.alloc(5121);
+        assert_eq!(a.stats().system_allocs, 2);
+        drop((s, t));
+    }
+
+    #[test]
+    fn shrink_empties_the_cache() {
+        let a = HostAllocator::new("test");
+        let live = a.alloc(100);
+        drop((a.alloc(64), a.alloc(4096), a.alloc(10_000)));
+        let st = a.stats();
+        assert_eq!(st.cached_blocks, 3);
+        assert_eq!(st.cached_bytes, 64 + 4096 + 10240);
+        a.shrink();
+        let st = a.stats();
+        assert_eq!(
+            (st.cached_blocks, st.cached_bytes, st.system_frees),
+            (0, 0, 3)
+        );
+        assert_eq!(st.in_use_bytes, 128);
+        // Nothing cached any more: the next request asks the system.
+        let again = a.alloc(64);
+        assert_eq!(a.stats().system_allocs, 5);
+        drop((live, again));
+        assert_eq!(a.stats().cached_blocks, 2);
+    }
+
+    #[test]
+    fn stats_track_use_and_peak() {
+        let a = HostAllocator::new("cpu:0");
+        assert_eq!(a.name(), "cpu:0");
+        assert_eq!(a.stats(), AllocStats::default());
+        let x = a.alloc(100); // 128
+        let y = a.alloc(5000); // 5120
+        let st = a.stats();
+        assert_eq!(st.in_use_bytes, 128 + 5120);
+        assert_eq!(st.requested_bytes, 5100);
+        assert_eq!(st.peak_in_use_bytes, 5248);
+        drop(y);
+        let st = a.stats();
+        assert_eq!((st.in_use_bytes, st.requested_bytes), (128, 100));
+        assert_eq!((st.cached_bytes, st.cached_blocks), (5120, 1));
+        assert_eq!(st.peak_in_use_bytes, 5248);
+        drop(x);
+        let st = a.stats();
+        assert_eq!(
+            (st.in_use_bytes, st.requested_bytes, st.cached_bytes),
+            (0, 0, 5248)
+        );
+        assert_eq!(
+            (st.system_allocs, st.system_frees, st.cache_hits),
+            (2, 0, 0)
+        );
+    }
+
+    #[test]
+    fn zero_size_allocates_nothing() {
+        let a = HostAllocator::new("test");
+        let mut s = a.alloc(0);
+        assert!(s.is_empty());
+        assert_eq!(s.as_bytes(), &[] as &[u8]);
+        assert!(s.as_bytes_mut().is_empty());
+        assert!(s.as_f32().is_empty() && s.as_i64().is_empty());
+        assert!(s.as_f32_mut().is_empty() && s.as_i64_mut().is_empty());
+        assert_eq!(s.as_f32().as_ptr() as usize % ALIGN, 0);
+        drop(s);
+        assert_eq!(a.stats(), AllocStats::default());
+    }
+
+    #[test]
+    fn typed_views_are_aligned_and_whole() {
+        let a = HostAllocator::new("test");
+        for bytes in [4, 8, 12, 60, 100, 4100, 9000] {
+            let mut s = a.alloc(bytes);
+            assert_eq!(s.as_bytes().as_ptr() as usize % ALIGN, 0);
+            assert_eq!(s.as_f32().len(), bytes / 4);
+            assert_eq!(s.as_i64().len(), bytes / 8);
+            assert_eq!(s.as_f32_mut().as_ptr() as usize % 4, 0);
+            assert_eq!(s.as_i64_mut().as_ptr() as usize % 8, 0);
+        }
+        // A length that is not a multiple of the element size views the whole prefix.
+        let mut s = a.alloc(13);
+        assert_eq!((s.as_f32().len(), s.as_i64().len()), (3, 1));
+        s.as_i64_mut()[0] = -2;
+        s.as_f32_mut()[2] = 1.5;
+        assert_eq!(s.as_i64()[0], -2);
+        assert_eq!(s.as_f32()[2], 1.5);
+        assert_eq!(s.as_bytes()[12], 0);
+    }
+
+    #[test]
+    fn storage_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<Storage>();
+        check::<HostAllocator>();
+    }
+
+    #[test]
+    fn concurrent_alloc_and_free() {
+        const THREADS: usize = 4;
+        let rounds = if cfg!(miri) { 20 } else { 2000 };
+        let a = HostAllocator::new("test");
+        std::thread::scope(|scope| {
+            for t in 0..THREADS {
+                let a = &a;
+                scope.spawn(move || {
+                    let mut held = Vec::new();
+                    for i in 0..rounds {
+                        let bytes = 8 * (1 + (i * 7 + t * 13) % 700);
+                        let mut s = a.alloc(bytes);
+                        assert!(
+                            s.as_bytes().iter().all(|&b| b == 0),
+                            "fresh block not zeroed"
+                        );
+                        s.as_i64_mut().fill((t * rounds + i) as i64);
+                        held.push(s);
+                        if held.len() > 3 {
+                            let old = held.remove(0);
+                            let v = old.as_i64()[0];
+                            assert!(old.as_i64().iter().all(|&x| x == v), "block shared");
+                        }
+                    }
+                });
+            }
+        });
+        let st = a.stats();
+        assert_eq!((st.in_use_bytes, st.requested_bytes), (0, 0));
+        assert_eq!(st.system_allocs + st.cache_hits, (THREADS * rounds) as u64);
+        assert_eq!(st.cached_blocks as u64, st.system_allocs);
+        assert!(st.cache_hits > 0);
+        a.shrink();
+        assert_eq!(a.stats().system_frees, st.system_allocs);
+    }
+
+    #[test]
+    fn storage_outlives_its_handle_to_the_allocator() {
+        let a = HostAllocator::new("test");
+        let s = a.alloc(64);
+        drop(a);
+        assert_eq!(s.as_bytes().len(), 64);
+        drop(s); // returns the block, then frees the allocator and its cache
+    }
 }

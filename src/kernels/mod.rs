@@ -1,4 +1,282 @@
-//! Built-in kernels.
-use crate::framework::OpRegistry;
-/// Register the built-in kernels.
-pub fn register_builtins(_r: &mut OpRegistry) {}
+//! Built-in kernels, so that real programs and traces do real work.
+//!
+//! | op | inputs | output | notes |
+//! | --- | --- | --- | --- |
+//! | `fill` | none | given by the caller | every element set to `attrs.scalar` |
+//! | `copy` | `x` | like `x` | may cross devices |
+//! | `add`, `mul` | `a`, `b` of one shape | like `a` | no broadcasting |
+//! | `scale` | `x` | like `x` | `x * attrs.scalar` |
+//! | `relu` | `x` | like `x` | `max(x, 0)`; NaN stays NaN |
+//! | `sum` | `x` | scalar `[]` | sequential, in index order |
+//! | `matmul` | `[m, k]`, `[k, n]` | `[m, n]` | plain i-k-j loops |
+//! | `noop` | any | given by the caller | does nothing (measures VM overhead) |
+//! | `fail` | any | given by the caller | returns an error (tests error propagation) |
+//! | `panic` | any | given by the caller | panics (tests panic containment) |
+//!
+//! Every op works on `f32` and `i64`; all inputs of a call must share one dtype.
+//! Integer arithmetic wraps; `f32` arithmetic runs in `f32` in a fixed order, so results
+//! are bit-for-bit reproducible. Ops whose outputs follow from their inputs ignore the
+//! outputs the caller gave: the builder compares those with the inferred specs.
+//!
+//! Kernels never panic on operands that passed [`OpKernel::infer`]; `compute` checks again
+//! what it indexes by (dtype, element counts) and returns an error instead of panicking if
+//! a caller skipped inference. Only `panic` panics, on purpose.
+//!
+//! Each kernel is a unit struct, so `&FillKernel` is a `&'static dyn OpKernel` for free.
+//! The same code serves the CPU and the mock device (which runs host code over its own host
+//! memory); a CUDA backend registers its own kernels under the same names.
+
+mod diag;
+mod elementwise;
+mod matmul;
+mod reduce;
+
+pub use diag::{FailKernel, NoopKernel, PanicKernel};
+pub use elementwise::{AddKernel, CopyKernel, FillKernel, MulKernel, ReluKernel, ScaleKernel};
+pub use matmul::MatmulKernel;
+pub use reduce::SumKernel;
+
+use crate::alloc::Storage;
+use crate::ep::DeviceType;
+use crate::framework::{DType, Element, KernelCtx, OpKernel, OpRegistry, OutSpec, TensorMeta};
+
+/// Every built-in kernel, in the order of the table in the module docs.
+pub static BUILTINS: &[&dyn OpKernel] = &[
+    &FillKernel,
+    &CopyKernel,
+    &AddKernel,
+    &MulKernel,
+    &ScaleKernel,
+    &ReluKernel,
+    &SumKernel,
+    &MatmulKernel,
+    &NoopKernel,
+    &FailKernel,
+    &PanicKernel,
+];
+
+/// Register every kernel of [`BUILTINS`] for the CPU and for the mock device.
+pub fn register_builtins(r: &mut OpRegistry) {
+    for &kernel in BUILTINS {
+        for device in [DeviceType::Cpu, DeviceType::Mock] {
+            r.register(device, kernel);
+        }
+    }
+}
+
+/// An element type the built-in kernels compute on: the arithmetic they need, with the
+/// wrapping/rounding rules of the module docs, and the typed views of a [`Storage`].
+trait Num: Element + PartialOrd {
+    /// The additive identity.
+    const ZERO: Self;
+    /// `attrs.scalar` converted to this type (`as` casts: `f32` rounds, `i64` truncates
+    /// toward zero and saturates, NaN becomes 0).
+    fn from_scalar(v: f64) -> Self;
+    /// Addition (wrapping for integers).
+    fn plus(self, other: Self) -> Self;
+    /// Multiplication (wrapping for integers).
+    fn times(self, other: Self) -> Self;
+    /// The storage's bytes as elements.
+    fn view(s: &Storage) -> &[Self];
+    /// The storage's bytes as elements, writable.
+    fn view_mut(s: &mut Storage) -> &mut [Self];
+}
+
+impl Num for f32 {
+    const ZERO: Self = 0.0;
+    fn from_scalar(v: f64) -> Self {
+        v as f32
+    }
+    fn plus(self, other: Self) -> Self {
+        self + other
+    }
+    fn times(self, other: Self) -> Self {
+        self * other
+    }
+    fn view(s: &Storage) -> &[Self] {
+        s.as_f32()
+    }
+    fn view_mut(s: &mut Storage) -> &mut [Self] {
+        s.as_f32_mut()
+    }
+}
+
+impl Num for i64 {
+    const ZERO: Self = 0;
+    fn from_scalar(v: f64) -> Self {
+        v as i64
+    }
+    fn plus(self, other: Self) -> Self {
+        self.wrapping_add(other)
+    }
+    fn times(self, other: Self) -> Self {
+        self.wrapping_mul(other)
+    }
+    fn view(s: &Storage) -> &[Self] {
+        s.as_i64()
+    }
+    fn view_mut(s: &mut Storage) -> &mut [Self] {
+        s.as_i64_mut()
+    }
+}
+
+/// Run `$body` with `$T` bound to the element type of `$dtype`, so that one generic body
+/// serves every dtype.
+macro_rules! with_num {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::framework::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::framework::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+        }
+    };
+}
+use with_num;
+
+// ---- inference helpers --------------------------------------------------------------
+
+/// Refuse a call with other than `n` inputs.
+fn expect_inputs(inputs: &[&TensorMeta], n: usize) -> Result<(), String> {
+    if inputs.len() == n {
+        Ok(())
+    } else {
+        let s = if n == 1 { "" } else { "s" };
+        Err(format!("expected {n} input{s}, got {}", inputs.len()))
+    }
+}
+
+/// The dtype shared by all inputs (at least one), or an error naming the first that
+/// differs from input 0.
+fn common_dtype(inputs: &[&TensorMeta]) -> Result<DType, String> {
+    let first = inputs
+        .first()
+        .ok_or("expected at least one input, got none")?
+        .dtype;
+    match inputs.iter().position(|m| m.dtype != first) {
+        None => Ok(first),
+        Some(i) => Err(format!(
+            "input {i} is {} but input 0 is {first}",
+            inputs[i].dtype
+        )),
+    }
+}
+
+/// The output spec that copies `meta`'s shape and dtype.
+fn spec_of(meta: &TensorMeta) -> OutSpec {
+    OutSpec {
+        shape: meta.shape.clone(),
+        dtype: meta.dtype,
+    }
+}
+
+// ---- compute helpers ----------------------------------------------------------------
+
+/// The dtype of input `i`.
+fn input_dtype(ctx: &KernelCtx<'_>, i: usize) -> Result<DType, String> {
+    Ok(ctx
+        .inputs
+        .get(i)
+        .ok_or_else(|| format!("missing input {i}"))?
+        .meta
+        .dtype)
+}
+
+/// The dtype of output `i`.
+fn output_dtype(ctx: &KernelCtx<'_>, i: usize) -> Result<DType, String> {
+    Ok(ctx
+        .outputs
+        .get(i)
+        .ok_or_else(|| format!("missing output {i}"))?
+        .meta
+        .dtype)
+}
+
+/// Check that an operand's storage is a `T` buffer that holds its shape, and cut the view
+/// to exactly its element count.
+fn fit<T: Num>(what: &str, meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
+    if meta.dtype != T::DTYPE {
+        return Err(format!(
+            "{what} is {} but the kernel ran for {}",
+            meta.dtype,
+            T::DTYPE
+        ));
+    }
+    let n = meta.numel();
+    if view.len() < n {
+        return Err(format!(
+            "{what} ({}) has storage for only {} elements",
+            meta.describe(),
+            view.len()
+        ));
+    }
+    Ok(n)
+}
+
+/// Input `i` as exactly its elements.
+fn input<'a, T: Num>(ctx: &KernelCtx<'a>, i: usize) -> Result<&'a [T], String> {
+    let inputs: &'a [_] = ctx.inputs;
+    let t = inputs.get(i).ok_or_else(|| format!("missing input {i}"))?;
+    let view = T::view(t.data);
+    let n = fit(&format!("input {i}"), t.meta, view)?;
+    Ok(&view[..n])
+}
+
+/// Output `i` as exactly its elements, writable, with its meta.
+fn output<'c, T: Num>(
+    ctx: &'c mut KernelCtx<'_>,
+    i: usize,
+) -> Result<(&'c TensorMeta, &'c mut [T]), String> {
+    let t = ctx
+        .outputs
+        .get_mut(i)
+        .ok_or_else(|| format!("missing output {i}"))?;
+    let meta: &TensorMeta = t.meta;
+    let view = T::view_mut(t.data);
+    let n = fit(&format!("output {i}"), meta, view)?;
+    Ok((meta, &mut view[..n]))
+}
+
+#[cfg(test)]
+mod testing;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_are_registered_on_cpu_and_mock() {
+        let r = OpRegistry::with_builtins();
+        let names = [
+            "add", "copy", "fail", "fill", "matmul", "mul", "noop", "panic", "relu", "scale", "sum",
+        ];
+        assert_eq!(r.names(), names);
+        for name in names {
+            let op = r.get(name).unwrap();
+            for device in [DeviceType::Cpu, DeviceType::Mock] {
+                let kernel = op
+                    .kernel(device)
+                    .unwrap_or_else(|| panic!("{name} on {device:?}"));
+                assert_eq!(kernel.name(), name);
+                assert_eq!(kernel.cross_device(), name == "copy");
+            }
+        }
+    }
+
+    #[test]
+    fn common_dtype_names_the_first_mismatch() {
+        use crate::ep::DeviceId;
+        let f = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
+        let i = TensorMeta::new(&[1], DType::I64, DeviceId::CPU);
+        assert_eq!(common_dtype(&[&f, &f]), Ok(DType::F32));
+        assert_eq!(
+            common_dtype(&[&f, &f, &i, &f]),
+            Err("input 2 is i64 but input 0 is f32".into())
+        );
+        assert!(common_dtype(&[]).is_err());
+    }
+}

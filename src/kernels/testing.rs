@@ -1,0 +1,103 @@
+//! Helpers for the kernels' unit tests: tensors from values, and a kernel call that infers,
+//! allocates the outputs and computes, the way the VM does.
+
+use std::sync::{Arc, OnceLock};
+
+use super::Num;
+use crate::alloc::{HostAllocator, Storage};
+use crate::ep::DeviceId;
+use crate::framework::{
+    Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta, TensorView, TensorViewMut,
+};
+
+/// A tensor made by the tests: its meta and its storage.
+pub(crate) type Owned = (TensorMeta, Storage);
+
+fn allocator() -> &'static Arc<HostAllocator> {
+    static A: OnceLock<Arc<HostAllocator>> = OnceLock::new();
+    A.get_or_init(|| HostAllocator::new("test"))
+}
+
+fn tensor<T: Num>(shape: &[usize], values: &[T]) -> Owned {
+    let meta = TensorMeta::new(shape, T::DTYPE, DeviceId::CPU);
+    assert_eq!(meta.numel(), values.len(), "test tensor of shape {shape:?}");
+    let mut data = allocator().alloc(meta.bytes());
+    T::view_mut(&mut data).copy_from_slice(values);
+    (meta, data)
+}
+
+/// An `f32` tensor on the CPU.
+pub(crate) fn t_f32(shape: &[usize], values: &[f32]) -> Owned {
+    tensor(shape, values)
+}
+
+/// An `i64` tensor on the CPU.
+pub(crate) fn t_i64(shape: &[usize], values: &[i64]) -> Owned {
+    tensor(shape, values)
+}
+
+/// A tensor's elements as `f32`s.
+pub(crate) fn as_f32(t: &Owned) -> Vec<f32> {
+    t.1.as_f32().to_vec()
+}
+
+/// A tensor's elements as `i64`s.
+pub(crate) fn as_i64(t: &Owned) -> Vec<i64> {
+    t.1.as_i64().to_vec()
+}
+
+/// Infer, allocate the outputs (zeroed) and compute, as an `OpCall` does.
+pub(crate) fn run(
+    kernel: &dyn OpKernel,
+    scalar: f64,
+    inputs: Vec<Owned>,
+    given: &[TensorMeta],
+) -> Result<Vec<Owned>, String> {
+    let attrs = Attrs::scalar(scalar);
+    let in_metas: Vec<&TensorMeta> = inputs.iter().map(|t| &t.0).collect();
+    let given: Vec<&TensorMeta> = given.iter().collect();
+    let mut specs = OutSpecs::new();
+    kernel.infer(&in_metas, &given, &attrs, &mut specs)?;
+    let mut outs: Vec<Owned> = specs
+        .iter()
+        .map(|s| {
+            let meta = TensorMeta {
+                shape: s.shape.clone(),
+                dtype: s.dtype,
+                device: DeviceId::CPU,
+            };
+            let data = allocator().alloc(meta.bytes());
+            (meta, data)
+        })
+        .collect();
+    {
+        let views: Vec<TensorView<'_>> = inputs
+            .iter()
+            .map(|(meta, data)| TensorView { meta, data })
+            .collect();
+        let mut out_views: Vec<TensorViewMut<'_>> = outs
+            .iter_mut()
+            .map(|(meta, data)| TensorViewMut { meta, data })
+            .collect();
+        let mut ctx = KernelCtx {
+            attrs,
+            inputs: &views,
+            outputs: &mut out_views,
+        };
+        kernel.compute(&mut ctx)?;
+    }
+    Ok(outs)
+}
+
+/// The message `infer` refuses the operands with (panics if it accepts them).
+pub(crate) fn infer_err(
+    kernel: &dyn OpKernel,
+    inputs: &[&TensorMeta],
+    given: &[&TensorMeta],
+) -> String {
+    let mut specs = OutSpecs::new();
+    match kernel.infer(inputs, given, &Attrs::default(), &mut specs) {
+        Ok(()) => panic!("{} accepted the operands: {specs:?}", kernel.name()),
+        Err(e) => e,
+    }
+}
