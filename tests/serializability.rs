@@ -16,7 +16,7 @@ fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
 }
 
-fn raw_program() -> impl Strategy<Value = (usize, Vec<(u8, u8, u8, u8, u8, i8)>)> {
+fn raw_program() -> impl Strategy<Value = (usize, common::Raw)> {
     (6usize..=12, prop::collection::vec(any::<(u8, u8, u8, u8, u8, i8)>(), 1..300))
 }
 

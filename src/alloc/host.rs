@@ -245,9 +245,7 @@ impl HostAllocator {
                 let layout = block_layout(size);
                 // SAFETY: `layout` has a non-zero size (classes are at least 64 bytes).
                 let raw = unsafe { alloc_zeroed(layout) };
-                let Some(ptr) = NonNull::new(raw) else {
-                    handle_alloc_error(layout)
-                };
+                let Some(ptr) = NonNull::new(raw) else { handle_alloc_error(layout) };
                 c.system_allocs.fetch_add(1, Ordering::Relaxed);
                 ptr
             }
@@ -255,12 +253,7 @@ impl HostAllocator {
         let in_use = c.in_use_bytes.fetch_add(size, Ordering::Relaxed) + size;
         c.peak_in_use_bytes.fetch_max(in_use, Ordering::Relaxed);
         c.requested_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Storage {
-            ptr,
-            len: bytes,
-            class: Some(class),
-            allocator: Arc::clone(self),
-        }
+        Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self) }
     }
 
     /// A snapshot of the counters.
@@ -348,10 +341,7 @@ impl Drop for HostAllocator {
 
 impl fmt::Debug for HostAllocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HostAllocator")
-            .field("name", &self.name)
-            .field("stats", &self.stats())
-            .finish()
+        f.debug_struct("HostAllocator").field("name", &self.name).field("stats", &self.stats()).finish()
     }
 }
 
@@ -464,10 +454,7 @@ impl Drop for Storage {
 
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Storage")
-            .field("len", &self.len)
-            .field("allocator", &self.allocator.name)
-            .finish()
+        f.debug_struct("Storage").field("len", &self.len).field("allocator", &self.allocator.name).finish()
     }
 }
 
@@ -512,10 +499,7 @@ mod tests {
         // Above 4 KiB a block wastes less than a quarter of itself.
         for bytes in (4097..200_000).step_by(97) {
             let size = HostAllocator::size_class(bytes);
-            assert!(
-                size >= bytes && (size - bytes) * 4 < size,
-                "{bytes} -> {size}"
-            );
+            assert!(size >= bytes && (size - bytes) * 4 < size, "{bytes} -> {size}");
         }
     }
 
@@ -576,10 +560,7 @@ mod tests {
         assert_eq!(st.cached_bytes, 64 + 4096 + 10240);
         a.shrink();
         let st = a.stats();
-        assert_eq!(
-            (st.cached_blocks, st.cached_bytes, st.system_frees),
-            (0, 0, 3)
-        );
+        assert_eq!((st.cached_blocks, st.cached_bytes, st.system_frees), (0, 0, 3));
         assert_eq!(st.in_use_bytes, 128);
         // Nothing cached any more: the next request asks the system.
         let again = a.alloc(64);
@@ -606,14 +587,8 @@ mod tests {
         assert_eq!(st.peak_in_use_bytes, 5248);
         drop(x);
         let st = a.stats();
-        assert_eq!(
-            (st.in_use_bytes, st.requested_bytes, st.cached_bytes),
-            (0, 0, 5248)
-        );
-        assert_eq!(
-            (st.system_allocs, st.system_frees, st.cache_hits),
-            (2, 0, 0)
-        );
+        assert_eq!((st.in_use_bytes, st.requested_bytes, st.cached_bytes), (0, 0, 5248));
+        assert_eq!((st.system_allocs, st.system_frees, st.cache_hits), (2, 0, 0));
     }
 
     #[test]
@@ -671,10 +646,7 @@ mod tests {
                     for i in 0..rounds {
                         let bytes = 8 * (1 + (i * 7 + t * 13) % 700);
                         let mut s = a.alloc(bytes);
-                        assert!(
-                            s.as_bytes().iter().all(|&b| b == 0),
-                            "fresh block not zeroed"
-                        );
+                        assert!(s.as_bytes().iter().all(|&b| b == 0), "fresh block not zeroed");
                         s.as_i64_mut().fill((t * rounds + i) as i64);
                         held.push(s);
                         if held.len() > 3 {

@@ -78,7 +78,8 @@ pub fn run(n: usize, batch: usize, spin: u32) -> Duration {
         for i in 0..n {
             b.push(Item { f: noop, arg: i as u64 });
             if b.len() == batch {
-                fwd.queue.push(std::mem::replace(&mut b, pool.pop().unwrap_or_else(|| Vec::with_capacity(batch))));
+                fwd.queue
+                    .push(std::mem::replace(&mut b, pool.pop().unwrap_or_else(|| Vec::with_capacity(batch))));
                 fwd.notify.notify();
             }
         }

@@ -102,7 +102,9 @@ fn demo() -> eagervm::Result<()> {
     }
     let vm = VirtualMachine::new(Config::from_env().with_mock_devices(1, mock))?;
     let gpu = DeviceId::mock(0);
-    println!("eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, 200 us per launch)");
+    println!(
+        "eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, 200 us per launch)"
+    );
     println!("streams:");
     for (id, _, _, name) in vm.streams() {
         println!("  #{} {}", id.index(), name);

@@ -204,7 +204,12 @@ impl<'vm> InstructionsBuilder<'vm> {
                 });
             }
         } else if let Some(t) = inputs.iter().chain(outputs).find(|t| !on_stream(t)) {
-            return Err(Error::WrongDevice { op: name(), tensor: t.id(), tensor_device: t.device(), stream_device: device });
+            return Err(Error::WrongDevice {
+                op: name(),
+                tensor: t.id(),
+                tensor_device: t.device(),
+                stream_device: device,
+            });
         }
         for (i, o) in outputs.iter().enumerate() {
             let p = Arc::as_ptr(o.inner());
@@ -251,14 +256,21 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     fn emit(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
         let me = stream.0;
-        if ops.iter().any(|o| {
-            let last = o.tensor.last_stream.load(Ordering::Relaxed);
-            last != me && last != NO_STREAM
-        }) {
-            self.soft_sync(stream, &ops);
-        }
+        let mut foreign = false;
         for o in &ops {
-            o.tensor.last_stream.store(me, Ordering::Relaxed);
+            let last = o.tensor.last_stream.load(Ordering::Relaxed);
+            if last != me {
+                foreign |= last != NO_STREAM;
+                if !foreign {
+                    o.tensor.last_stream.store(me, Ordering::Relaxed);
+                }
+            }
+        }
+        if foreign {
+            self.soft_sync(stream, &ops);
+            for o in &ops {
+                o.tensor.last_stream.store(me, Ordering::Relaxed);
+            }
         }
         self.batch.push(Instruction::new(kind, stream, ops));
         if self.batch.len() >= self.vm.config.batch_size {
@@ -290,7 +302,11 @@ impl<'vm> InstructionsBuilder<'vm> {
             let id = self.vm.next_event_id();
             if s.device == t.device && s.device_waits {
                 self.batch.push(Instruction::new(InstrKind::RecordEvent { id }, StreamId(src), reads));
-                self.batch.push(Instruction::new(InstrKind::StreamWaitEvent { id, event: None }, me, Operands::new()));
+                self.batch.push(Instruction::new(
+                    InstrKind::StreamWaitEvent { id, event: None },
+                    me,
+                    Operands::new(),
+                ));
             } else if s.policy == crate::vm::PolicyKind::Event {
                 self.batch.push(Instruction::new(InstrKind::RecordEvent { id }, StreamId(src), reads));
             }
@@ -314,9 +330,14 @@ impl Drop for InstructionsBuilder<'_> {
 }
 
 fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
-    let r = inputs.iter().map(|t| Operand { tensor: t.inner().clone(), mode: AccessMode::Read });
-    let w = outputs.iter().map(|t| Operand { tensor: t.inner().clone(), mode: AccessMode::Write });
-    r.chain(w).collect()
+    let mut ops = Operands::new();
+    for t in inputs {
+        ops.push(Operand { tensor: t.inner().clone(), mode: AccessMode::Read });
+    }
+    for t in outputs {
+        ops.push(Operand { tensor: t.inner().clone(), mode: AccessMode::Write });
+    }
+    ops
 }
 
 /// The `Release` of `t`, on the stream that used it last; none if nothing ever used it.

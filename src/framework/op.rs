@@ -71,7 +71,7 @@ pub trait OpKernel: Send + Sync + 'static {
 
     /// Compute the outputs from the inputs. Runs on the stream's execution context; outputs
     /// are allocated (zeroed on first use) before the call.
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String>;
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String>;
 }
 
 impl fmt::Debug for dyn OpKernel {
@@ -98,15 +98,16 @@ pub struct TensorViewMut<'a> {
     pub data: &'a mut Storage,
 }
 
-/// What a kernel sees: its attributes, inputs and outputs.
+/// What a kernel sees: its attributes, inputs and outputs (`'a`: the lists, `'t`: the
+/// tensors' bytes).
 #[derive(Debug)]
-pub struct KernelCtx<'a> {
+pub struct KernelCtx<'a, 't> {
     /// The call's attributes.
     pub attrs: Attrs,
     /// Inputs, in call order.
-    pub inputs: &'a [TensorView<'a>],
+    pub inputs: &'a [TensorView<'t>],
     /// Outputs, in call order, allocated.
-    pub outputs: &'a mut [TensorViewMut<'a>],
+    pub outputs: &'a mut [TensorViewMut<'t>],
 }
 
 /// Number of device types with a kernel slot in [`Op`].
@@ -206,8 +207,7 @@ impl OpRegistry {
     }
 
     fn names_on(&self, ty: DeviceType) -> Vec<&'static str> {
-        let mut v: Vec<_> =
-            self.ops.values().filter(|o| o.kernel(ty).is_some()).map(|o| o.name).collect();
+        let mut v: Vec<_> = self.ops.values().filter(|o| o.kernel(ty).is_some()).map(|o| o.name).collect();
         v.sort_unstable();
         v
     }

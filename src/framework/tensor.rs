@@ -17,6 +17,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 
+use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
 use crate::alloc::Storage;
@@ -100,11 +101,15 @@ pub(crate) struct TensorValue {
 }
 
 /// The object shared by the user's handles and the instructions that use a tensor.
+///
+/// The value and the dependence object sit on cache lines of their own: the caller, the
+/// scheduler and the worker each write a different part of every tensor they touch, and
+/// sharing lines between them would move each line between cores on every instruction.
 pub(crate) struct TensorInner {
     pub(crate) id: u64,
     pub(crate) meta: TensorMeta,
-    value: UnsafeCell<TensorValue>,
-    dep: UnsafeCell<DepObject>,
+    value: CachePadded<UnsafeCell<TensorValue>>,
+    dep: CachePadded<UnsafeCell<DepObject>>,
     /// Index of the VM stream that last used this tensor, `NO_STREAM` if none (soft sync).
     pub(crate) last_stream: AtomicU32,
     /// Set when the handle's drop has emitted the `Release`.
@@ -128,8 +133,8 @@ impl TensorInner {
         TensorInner {
             id,
             meta,
-            value: UnsafeCell::new(TensorValue::default()),
-            dep: UnsafeCell::new(DepObject::default()),
+            value: CachePadded::new(UnsafeCell::new(TensorValue::default())),
+            dep: CachePadded::new(UnsafeCell::new(DepObject::default())),
             last_stream: AtomicU32::new(NO_STREAM),
             released: AtomicBool::new(false),
         }

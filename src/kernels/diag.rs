@@ -32,7 +32,7 @@ impl OpKernel for NoopKernel {
         Ok(())
     }
 
-    fn compute(&self, _ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, _ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         Ok(())
     }
 }
@@ -59,7 +59,7 @@ impl OpKernel for FailKernel {
         Ok(())
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         Err(format!("fail op: {}", ctx.attrs.scalar))
     }
 }
@@ -86,7 +86,7 @@ impl OpKernel for PanicKernel {
         Ok(())
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         panic!("panic op: {}", ctx.attrs.scalar)
     }
 }
@@ -112,19 +112,14 @@ mod tests {
         let given = [t_f32(&[1], &[0.0]).0];
         let err = run(&FailKernel, 7.0, vec![t_f32(&[1], &[1.0])], &given).unwrap_err();
         assert_eq!(err, "fail op: 7");
-        assert_eq!(
-            run(&FailKernel, -1.5, vec![], &[]).unwrap_err(),
-            "fail op: -1.5"
-        );
+        assert_eq!(run(&FailKernel, -1.5, vec![], &[]).unwrap_err(), "fail op: -1.5");
     }
 
     #[test]
     fn panic_panics_with_its_scalar() {
         let caught = std::panic::catch_unwind(|| run(&PanicKernel, 3.0, vec![], &[]));
         let payload = caught.unwrap_err();
-        let msg = payload
-            .downcast_ref::<String>()
-            .expect("a formatted panic message");
+        let msg = payload.downcast_ref::<String>().expect("a formatted panic message");
         assert_eq!(msg, "panic op: 3");
     }
 }

@@ -1,8 +1,6 @@
 //! Elementwise kernels: `fill`, `copy`, `add`, `mul`, `scale`, `relu`.
 
-use super::{
-    common_dtype, expect_inputs, input, input_dtype, output, output_dtype, spec_of, with_num, Num,
-};
+use super::{common_dtype, expect_inputs, input, input_dtype, output, output_dtype, spec_of, with_num, Num};
 use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 /// `fill`: no inputs; sets every element of the one output, whose shape and dtype the
@@ -33,7 +31,7 @@ impl OpKernel for FillKernel {
         }
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let scalar = ctx.attrs.scalar;
         with_num!(output_dtype(ctx, 0)?, T => {
             output::<T>(ctx, 0)?.1.fill(T::from_scalar(scalar));
@@ -69,7 +67,7 @@ impl OpKernel for CopyKernel {
         true
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let src = ctx.inputs.first().ok_or("missing input 0")?;
         let dst = ctx.outputs.first_mut().ok_or("missing output 0")?;
         if src.meta.dtype != dst.meta.dtype || src.meta.shape != dst.meta.shape {
@@ -81,22 +79,11 @@ impl OpKernel for CopyKernel {
         }
         let n = src.meta.bytes();
         let short = |what: &str, len: usize| {
-            format!(
-                "{what} ({}) has storage for only {len} bytes",
-                src.meta.describe()
-            )
+            format!("{what} ({}) has storage for only {len} bytes", src.meta.describe())
         };
-        let from = src
-            .data
-            .as_bytes()
-            .get(..n)
-            .ok_or_else(|| short("input 0", src.data.len()))?;
+        let from = src.data.as_bytes().get(..n).ok_or_else(|| short("input 0", src.data.len()))?;
         let to_len = dst.data.len();
-        let to = dst
-            .data
-            .as_bytes_mut()
-            .get_mut(..n)
-            .ok_or_else(|| short("output 0", to_len))?;
+        let to = dst.data.as_bytes_mut().get_mut(..n).ok_or_else(|| short("output 0", to_len))?;
         to.copy_from_slice(from);
         Ok(())
     }
@@ -121,7 +108,7 @@ impl OpKernel for AddKernel {
         infer_binary(inputs, outputs)
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         with_num!(input_dtype(ctx, 0)?, T => zip::<T>(ctx, T::plus))
     }
 }
@@ -145,7 +132,7 @@ impl OpKernel for MulKernel {
         infer_binary(inputs, outputs)
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         with_num!(input_dtype(ctx, 0)?, T => zip::<T>(ctx, T::times))
     }
 }
@@ -170,7 +157,7 @@ impl OpKernel for ScaleKernel {
         infer_unary(inputs, outputs)
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let scalar = ctx.attrs.scalar;
         with_num!(input_dtype(ctx, 0)?, T => {
             let s = T::from_scalar(scalar);
@@ -199,7 +186,7 @@ impl OpKernel for ReluKernel {
         infer_unary(inputs, outputs)
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         with_num!(input_dtype(ctx, 0)?, T => {
             map::<T>(ctx, |x| if x < T::ZERO { T::ZERO } else { x })
         })
@@ -230,15 +217,11 @@ fn infer_binary(inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), St
 }
 
 /// `out[i] = f(x[i])`.
-fn map<T: Num>(ctx: &mut KernelCtx<'_>, f: impl Fn(T) -> T) -> Result<(), String> {
+fn map<T: Num>(ctx: &mut KernelCtx<'_, '_>, f: impl Fn(T) -> T) -> Result<(), String> {
     let x = input::<T>(ctx, 0)?;
     let (meta, out) = output::<T>(ctx, 0)?;
     if out.len() != x.len() {
-        return Err(format!(
-            "output 0 is {} but input 0 has {} elements",
-            meta.describe(),
-            x.len()
-        ));
+        return Err(format!("output 0 is {} but input 0 has {} elements", meta.describe(), x.len()));
     }
     for (o, &v) in out.iter_mut().zip(x) {
         *o = f(v);
@@ -247,7 +230,7 @@ fn map<T: Num>(ctx: &mut KernelCtx<'_>, f: impl Fn(T) -> T) -> Result<(), String
 }
 
 /// `out[i] = f(a[i], b[i])`.
-fn zip<T: Num>(ctx: &mut KernelCtx<'_>, f: impl Fn(T, T) -> T) -> Result<(), String> {
+fn zip<T: Num>(ctx: &mut KernelCtx<'_, '_>, f: impl Fn(T, T) -> T) -> Result<(), String> {
     let a = input::<T>(ctx, 0)?;
     let b = input::<T>(ctx, 1)?;
     let (meta, out) = output::<T>(ctx, 0)?;
@@ -288,15 +271,8 @@ mod tests {
         // `run` allocates outputs fresh; check that fill writes every element even when the
         // storage already holds something, as a reused tensor's does.
         let (meta, mut data) = t_f32(&[3], &[1.0, 2.0, 3.0]);
-        let mut outs = [TensorViewMut {
-            meta: &meta,
-            data: &mut data,
-        }];
-        let mut ctx = KernelCtx {
-            attrs: Attrs::scalar(0.5),
-            inputs: &[],
-            outputs: &mut outs,
-        };
+        let mut outs = [TensorViewMut { meta: &meta, data: &mut data }];
+        let mut ctx = KernelCtx { attrs: Attrs::scalar(0.5), inputs: &[], outputs: &mut outs };
         FillKernel.compute(&mut ctx).unwrap();
         assert_eq!(data.as_f32(), &[0.5; 3]);
     }
@@ -326,10 +302,7 @@ mod tests {
     fn copy_infer_errors() {
         let x = t_f32(&[2], &[0.0; 2]).0;
         assert_eq!(infer_err(&CopyKernel, &[], &[]), "expected 1 input, got 0");
-        assert_eq!(
-            infer_err(&CopyKernel, &[&x, &x], &[]),
-            "expected 1 input, got 2"
-        );
+        assert_eq!(infer_err(&CopyKernel, &[&x, &x], &[]), "expected 1 input, got 2");
     }
 
     #[test]
@@ -356,14 +329,8 @@ mod tests {
         let i23 = t_i64(&[2, 3], &[0; 6]).0;
         for k in [&AddKernel as &dyn OpKernel, &MulKernel] {
             assert_eq!(infer_err(k, &[&f23], &[]), "expected 2 inputs, got 1");
-            assert_eq!(
-                infer_err(k, &[&f23, &i23], &[]),
-                "input 1 is i64 but input 0 is f32"
-            );
-            assert_eq!(
-                infer_err(k, &[&i23, &f23], &[]),
-                "input 1 is f32 but input 0 is i64"
-            );
+            assert_eq!(infer_err(k, &[&f23, &i23], &[]), "input 1 is i64 but input 0 is f32");
+            assert_eq!(infer_err(k, &[&i23, &f23], &[]), "input 1 is f32 but input 0 is i64");
             assert_eq!(
                 infer_err(k, &[&f23, &f32_], &[]),
                 "input 0 is f32[2, 3] and input 1 is f32[3, 2]: shapes must be equal \
@@ -410,19 +377,9 @@ mod tests {
     /// Call `compute` directly on hand-made operands, skipping `infer` as a buggy caller
     /// would.
     fn compute_raw(k: &dyn OpKernel, ins: &[&Owned], out: &mut Owned) -> Result<(), String> {
-        let views: Vec<TensorView<'_>> = ins
-            .iter()
-            .map(|(meta, data)| TensorView { meta, data })
-            .collect();
-        let mut outs = [TensorViewMut {
-            meta: &out.0,
-            data: &mut out.1,
-        }];
-        k.compute(&mut KernelCtx {
-            attrs: Attrs::default(),
-            inputs: &views,
-            outputs: &mut outs,
-        })
+        let views: Vec<TensorView<'_>> = ins.iter().map(|(meta, data)| TensorView { meta, data }).collect();
+        let mut outs = [TensorViewMut { meta: &out.0, data: &mut out.1 }];
+        k.compute(&mut KernelCtx { attrs: Attrs::default(), inputs: &views, outputs: &mut outs })
     }
 
     #[test]

@@ -27,14 +27,11 @@ impl OpKernel for MatmulKernel {
         expect_inputs(inputs, 2)?;
         let dtype = common_dtype(inputs)?;
         let (m, n) = dims(inputs[0], inputs[1])?;
-        outputs.push(OutSpec {
-            shape: [m, n].into_iter().collect(),
-            dtype,
-        });
+        outputs.push(OutSpec { shape: [m, n].into_iter().collect(), dtype });
         Ok(())
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         with_num!(input_dtype(ctx, 0)?, T => matmul::<T>(ctx))
     }
 }
@@ -43,10 +40,7 @@ impl OpKernel for MatmulKernel {
 fn dims(a: &TensorMeta, b: &TensorMeta) -> Result<(usize, usize), String> {
     for (i, t) in [a, b].into_iter().enumerate() {
         if t.shape.len() != 2 {
-            return Err(format!(
-                "input {i} is {}: matmul takes 2-D inputs",
-                t.describe()
-            ));
+            return Err(format!("input {i} is {}: matmul takes 2-D inputs", t.describe()));
         }
     }
     if a.shape[1] != b.shape[0] {
@@ -61,7 +55,7 @@ fn dims(a: &TensorMeta, b: &TensorMeta) -> Result<(usize, usize), String> {
     Ok((a.shape[0], b.shape[1]))
 }
 
-fn matmul<T: Num>(ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+fn matmul<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
     let (ma, mb) = match ctx.inputs {
         [a, b] => (a.meta, b.meta),
         _ => return Err(format!("expected 2 inputs, got {}", ctx.inputs.len())),
@@ -72,10 +66,7 @@ fn matmul<T: Num>(ctx: &mut KernelCtx<'_>) -> Result<(), String> {
     let b = input::<T>(ctx, 1)?;
     let (meta, out) = output::<T>(ctx, 0)?;
     if meta.shape.as_slice() != [m, n] {
-        return Err(format!(
-            "output 0 is {} but matmul produces [{m}, {n}]",
-            meta.describe()
-        ));
+        return Err(format!("output 0 is {} but matmul produces [{m}, {n}]", meta.describe()));
     }
     // The output may hold an earlier value (a reused tensor): start from zero.
     out.fill(T::ZERO);
@@ -118,28 +109,15 @@ mod tests {
         let a = t_i64(&[1, 2], &[i64::MAX, 1]);
         let b = t_i64(&[2, 1], &[2, 3]);
         let out = run(&MatmulKernel, 0.0, vec![a, b], &[]).unwrap();
-        assert_eq!(
-            as_i64(&out[0]),
-            vec![i64::MAX.wrapping_mul(2).wrapping_add(3)]
-        );
+        assert_eq!(as_i64(&out[0]), vec![i64::MAX.wrapping_mul(2).wrapping_add(3)]);
     }
 
     #[test]
     fn matmul_empty_dims() {
         // k = 0: every output element is an empty sum.
-        let out = run(
-            &MatmulKernel,
-            0.0,
-            vec![t_f32(&[2, 0], &[]), t_f32(&[0, 3], &[])],
-            &[],
-        );
+        let out = run(&MatmulKernel, 0.0, vec![t_f32(&[2, 0], &[]), t_f32(&[0, 3], &[])], &[]);
         assert_eq!(as_f32(&out.unwrap()[0]), vec![0.0; 6]);
-        let out = run(
-            &MatmulKernel,
-            0.0,
-            vec![t_i64(&[0, 2], &[]), t_i64(&[2, 1], &[1, 2])],
-            &[],
-        );
+        let out = run(&MatmulKernel, 0.0, vec![t_i64(&[0, 2], &[]), t_i64(&[2, 1], &[1, 2])], &[]);
         assert!(as_i64(&out.unwrap()[0]).is_empty());
     }
 
@@ -152,21 +130,12 @@ mod tests {
         let i32_ = t_i64(&[3, 2], &[0; 6]).0;
         let k = &MatmulKernel;
         assert_eq!(infer_err(k, &[&f23], &[]), "expected 2 inputs, got 1");
-        assert_eq!(
-            infer_err(k, &[&f23, &i32_], &[]),
-            "input 1 is i64 but input 0 is f32"
-        );
+        assert_eq!(infer_err(k, &[&f23, &i32_], &[]), "input 1 is i64 but input 0 is f32");
         assert_eq!(
             infer_err(k, &[&f23, &f42], &[]),
             "input 0 is f32[2, 3] and input 1 is f32[4, 2]: inner dimensions differ (3 != 4)"
         );
-        assert_eq!(
-            infer_err(k, &[&f234, &f42], &[]),
-            "input 0 is f32[2, 3, 4]: matmul takes 2-D inputs"
-        );
-        assert_eq!(
-            infer_err(k, &[&f23, &f3], &[]),
-            "input 1 is f32[3]: matmul takes 2-D inputs"
-        );
+        assert_eq!(infer_err(k, &[&f234, &f42], &[]), "input 0 is f32[2, 3, 4]: matmul takes 2-D inputs");
+        assert_eq!(infer_err(k, &[&f23, &f3], &[]), "input 1 is f32[3]: matmul takes 2-D inputs");
     }
 }

@@ -153,74 +153,46 @@ fn expect_inputs(inputs: &[&TensorMeta], n: usize) -> Result<(), String> {
 /// The dtype shared by all inputs (at least one), or an error naming the first that
 /// differs from input 0.
 fn common_dtype(inputs: &[&TensorMeta]) -> Result<DType, String> {
-    let first = inputs
-        .first()
-        .ok_or("expected at least one input, got none")?
-        .dtype;
+    let first = inputs.first().ok_or("expected at least one input, got none")?.dtype;
     match inputs.iter().position(|m| m.dtype != first) {
         None => Ok(first),
-        Some(i) => Err(format!(
-            "input {i} is {} but input 0 is {first}",
-            inputs[i].dtype
-        )),
+        Some(i) => Err(format!("input {i} is {} but input 0 is {first}", inputs[i].dtype)),
     }
 }
 
 /// The output spec that copies `meta`'s shape and dtype.
 fn spec_of(meta: &TensorMeta) -> OutSpec {
-    OutSpec {
-        shape: meta.shape.clone(),
-        dtype: meta.dtype,
-    }
+    OutSpec { shape: meta.shape.clone(), dtype: meta.dtype }
 }
 
 // ---- compute helpers ----------------------------------------------------------------
 
 /// The dtype of input `i`.
-fn input_dtype(ctx: &KernelCtx<'_>, i: usize) -> Result<DType, String> {
-    Ok(ctx
-        .inputs
-        .get(i)
-        .ok_or_else(|| format!("missing input {i}"))?
-        .meta
-        .dtype)
+fn input_dtype(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<DType, String> {
+    Ok(ctx.inputs.get(i).ok_or_else(|| format!("missing input {i}"))?.meta.dtype)
 }
 
 /// The dtype of output `i`.
-fn output_dtype(ctx: &KernelCtx<'_>, i: usize) -> Result<DType, String> {
-    Ok(ctx
-        .outputs
-        .get(i)
-        .ok_or_else(|| format!("missing output {i}"))?
-        .meta
-        .dtype)
+fn output_dtype(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<DType, String> {
+    Ok(ctx.outputs.get(i).ok_or_else(|| format!("missing output {i}"))?.meta.dtype)
 }
 
 /// Check that an operand's storage is a `T` buffer that holds its shape, and cut the view
 /// to exactly its element count.
 fn fit<T: Num>(what: &str, meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
     if meta.dtype != T::DTYPE {
-        return Err(format!(
-            "{what} is {} but the kernel ran for {}",
-            meta.dtype,
-            T::DTYPE
-        ));
+        return Err(format!("{what} is {} but the kernel ran for {}", meta.dtype, T::DTYPE));
     }
     let n = meta.numel();
     if view.len() < n {
-        return Err(format!(
-            "{what} ({}) has storage for only {} elements",
-            meta.describe(),
-            view.len()
-        ));
+        return Err(format!("{what} ({}) has storage for only {} elements", meta.describe(), view.len()));
     }
     Ok(n)
 }
 
 /// Input `i` as exactly its elements.
-fn input<'a, T: Num>(ctx: &KernelCtx<'a>, i: usize) -> Result<&'a [T], String> {
-    let inputs: &'a [_] = ctx.inputs;
-    let t = inputs.get(i).ok_or_else(|| format!("missing input {i}"))?;
+fn input<'t, T: Num>(ctx: &KernelCtx<'_, 't>, i: usize) -> Result<&'t [T], String> {
+    let t = ctx.inputs.get(i).ok_or_else(|| format!("missing input {i}"))?;
     let view = T::view(t.data);
     let n = fit(&format!("input {i}"), t.meta, view)?;
     Ok(&view[..n])
@@ -228,13 +200,10 @@ fn input<'a, T: Num>(ctx: &KernelCtx<'a>, i: usize) -> Result<&'a [T], String> {
 
 /// Output `i` as exactly its elements, writable, with its meta.
 fn output<'c, T: Num>(
-    ctx: &'c mut KernelCtx<'_>,
+    ctx: &'c mut KernelCtx<'_, '_>,
     i: usize,
 ) -> Result<(&'c TensorMeta, &'c mut [T]), String> {
-    let t = ctx
-        .outputs
-        .get_mut(i)
-        .ok_or_else(|| format!("missing output {i}"))?;
+    let t = ctx.outputs.get_mut(i).ok_or_else(|| format!("missing output {i}"))?;
     let meta: &TensorMeta = t.meta;
     let view = T::view_mut(t.data);
     let n = fit(&format!("output {i}"), meta, view)?;
@@ -251,16 +220,12 @@ mod tests {
     #[test]
     fn builtins_are_registered_on_cpu_and_mock() {
         let r = OpRegistry::with_builtins();
-        let names = [
-            "add", "copy", "fail", "fill", "matmul", "mul", "noop", "panic", "relu", "scale", "sum",
-        ];
+        let names = ["add", "copy", "fail", "fill", "matmul", "mul", "noop", "panic", "relu", "scale", "sum"];
         assert_eq!(r.names(), names);
         for name in names {
             let op = r.get(name).unwrap();
             for device in [DeviceType::Cpu, DeviceType::Mock] {
-                let kernel = op
-                    .kernel(device)
-                    .unwrap_or_else(|| panic!("{name} on {device:?}"));
+                let kernel = op.kernel(device).unwrap_or_else(|| panic!("{name} on {device:?}"));
                 assert_eq!(kernel.name(), name);
                 assert_eq!(kernel.cross_device(), name == "copy");
             }
@@ -273,10 +238,7 @@ mod tests {
         let f = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
         let i = TensorMeta::new(&[1], DType::I64, DeviceId::CPU);
         assert_eq!(common_dtype(&[&f, &f]), Ok(DType::F32));
-        assert_eq!(
-            common_dtype(&[&f, &f, &i, &f]),
-            Err("input 2 is i64 but input 0 is f32".into())
-        );
+        assert_eq!(common_dtype(&[&f, &f, &i, &f]), Err("input 2 is i64 but input 0 is f32".into()));
         assert!(common_dtype(&[]).is_err());
     }
 }

@@ -22,19 +22,16 @@ impl OpKernel for SumKernel {
         outputs: &mut OutSpecs,
     ) -> Result<(), String> {
         expect_inputs(inputs, 1)?;
-        outputs.push(OutSpec {
-            shape: Default::default(),
-            dtype: inputs[0].dtype,
-        });
+        outputs.push(OutSpec { shape: Default::default(), dtype: inputs[0].dtype });
         Ok(())
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         with_num!(input_dtype(ctx, 0)?, T => sum::<T>(ctx))
     }
 }
 
-fn sum<T: Num>(ctx: &mut KernelCtx<'_>) -> Result<(), String> {
+fn sum<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
     let x = input::<T>(ctx, 0)?;
     let total = x.iter().fold(T::ZERO, |acc, &v| acc.plus(v));
     match output::<T>(ctx, 0)? {
@@ -42,10 +39,7 @@ fn sum<T: Num>(ctx: &mut KernelCtx<'_>) -> Result<(), String> {
             *out = total;
             Ok(())
         }
-        (meta, _) => Err(format!(
-            "output 0 is {} but sum writes one element",
-            meta.describe()
-        )),
+        (meta, _) => Err(format!("output 0 is {} but sum writes one element", meta.describe())),
     }
 }
 
@@ -57,13 +51,7 @@ mod tests {
 
     #[test]
     fn sum_both_dtypes() {
-        let out = run(
-            &SumKernel,
-            0.0,
-            vec![t_f32(&[2, 2], &[1.0, 2.5, -0.5, 4.0])],
-            &[],
-        )
-        .unwrap();
+        let out = run(&SumKernel, 0.0, vec![t_f32(&[2, 2], &[1.0, 2.5, -0.5, 4.0])], &[]).unwrap();
         assert!(out[0].0.shape.is_empty());
         assert_eq!(out[0].0.dtype, DType::F32);
         assert_eq!(as_f32(&out[0]), vec![7.0]);
@@ -76,10 +64,7 @@ mod tests {
     fn sum_is_sequential_in_f32() {
         // Index order in f32: (1e8 + 1) rounds back to 1e8 each time, then -1e8 leaves 0.
         let x = t_f32(&[4], &[1e8, 1.0, 1.0, -1e8]);
-        assert_eq!(
-            as_f32(&run(&SumKernel, 0.0, vec![x], &[]).unwrap()[0]),
-            vec![0.0]
-        );
+        assert_eq!(as_f32(&run(&SumKernel, 0.0, vec![x], &[]).unwrap()[0]), vec![0.0]);
     }
 
     #[test]
@@ -100,9 +85,6 @@ mod tests {
     fn sum_infer_errors() {
         let x = t_f32(&[2], &[0.0; 2]).0;
         assert_eq!(infer_err(&SumKernel, &[], &[]), "expected 1 input, got 0");
-        assert_eq!(
-            infer_err(&SumKernel, &[&x, &x], &[]),
-            "expected 1 input, got 2"
-        );
+        assert_eq!(infer_err(&SumKernel, &[&x, &x], &[]), "expected 1 input, got 2");
     }
 }

@@ -6,9 +6,7 @@ use std::sync::{Arc, OnceLock};
 use super::Num;
 use crate::alloc::{HostAllocator, Storage};
 use crate::ep::DeviceId;
-use crate::framework::{
-    Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta, TensorView, TensorViewMut,
-};
+use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta, TensorView, TensorViewMut};
 
 /// A tensor made by the tests: its meta and its storage.
 pub(crate) type Owned = (TensorMeta, Storage);
@@ -61,40 +59,24 @@ pub(crate) fn run(
     let mut outs: Vec<Owned> = specs
         .iter()
         .map(|s| {
-            let meta = TensorMeta {
-                shape: s.shape.clone(),
-                dtype: s.dtype,
-                device: DeviceId::CPU,
-            };
+            let meta = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device: DeviceId::CPU };
             let data = allocator().alloc(meta.bytes());
             (meta, data)
         })
         .collect();
     {
-        let views: Vec<TensorView<'_>> = inputs
-            .iter()
-            .map(|(meta, data)| TensorView { meta, data })
-            .collect();
-        let mut out_views: Vec<TensorViewMut<'_>> = outs
-            .iter_mut()
-            .map(|(meta, data)| TensorViewMut { meta, data })
-            .collect();
-        let mut ctx = KernelCtx {
-            attrs,
-            inputs: &views,
-            outputs: &mut out_views,
-        };
+        let views: Vec<TensorView<'_>> =
+            inputs.iter().map(|(meta, data)| TensorView { meta, data }).collect();
+        let mut out_views: Vec<TensorViewMut<'_>> =
+            outs.iter_mut().map(|(meta, data)| TensorViewMut { meta, data }).collect();
+        let mut ctx = KernelCtx { attrs, inputs: &views, outputs: &mut out_views };
         kernel.compute(&mut ctx)?;
     }
     Ok(outs)
 }
 
 /// The message `infer` refuses the operands with (panics if it accepts them).
-pub(crate) fn infer_err(
-    kernel: &dyn OpKernel,
-    inputs: &[&TensorMeta],
-    given: &[&TensorMeta],
-) -> String {
+pub(crate) fn infer_err(kernel: &dyn OpKernel, inputs: &[&TensorMeta], given: &[&TensorMeta]) -> String {
     let mut specs = OutSpecs::new();
     match kernel.infer(inputs, given, &Attrs::default(), &mut specs) {
         Ok(()) => panic!("{} accepted the operands: {specs:?}", kernel.name()),

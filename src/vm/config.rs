@@ -92,6 +92,12 @@ impl Config {
         if let Some(n) = std::env::var("EAGERVM_MOCK_DEVICES").ok().and_then(|v| v.parse().ok()) {
             c.mock_devices = n;
         }
+        if let Some(n) = std::env::var("EAGERVM_BATCH").ok().and_then(|v| v.parse().ok()) {
+            c.batch_size = n;
+        }
+        if let Some(n) = std::env::var("EAGERVM_SPIN").ok().and_then(|v| v.parse().ok()) {
+            c.spin = n;
+        }
         c
     }
 

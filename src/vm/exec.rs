@@ -196,7 +196,9 @@ fn host_access(access: HostAccess, operands: &[Operand], program: u64, env: &Exe
             let r = match (&v.error, &v.storage) {
                 (Some(e), _) => Err((**e).clone()),
                 (None, Some(s)) => Ok(s.as_bytes().to_vec()),
-                (None, None) => Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id }),
+                (None, None) => {
+                    Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id })
+                }
             };
             slot.fulfil(r);
         }

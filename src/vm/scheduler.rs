@@ -216,9 +216,7 @@ impl Scheduler {
                 return;
             }
             vm.sched_notify.wait(vm.config.spin, || {
-                !vm.completions.is_empty()
-                    || !vm.inbox.is_empty()
-                    || vm.shutdown.load(Ordering::Acquire)
+                !vm.completions.is_empty() || !vm.inbox.is_empty() || vm.shutdown.load(Ordering::Acquire)
             });
         }
     }

@@ -206,7 +206,12 @@ fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>) {
                 if let Err(e) = watch.event.wait() {
                     vm.device_failure(e.into());
                 }
-                done.push(Completion { slot: watch.slot, gen: watch.gen, report: Report::Done, event: Some(watch.event) });
+                done.push(Completion {
+                    slot: watch.slot,
+                    gen: watch.gen,
+                    report: Report::Done,
+                    event: Some(watch.event),
+                });
                 if w.queue.is_empty() {
                     vm.report(std::mem::replace(&mut done, vm.take_completions()));
                 }

@@ -76,7 +76,9 @@ impl std::fmt::Debug for VmShared {
 
 impl VmShared {
     pub(crate) fn stream(&self, s: StreamId) -> Result<&VmStream> {
-        self.streams.get(s.index()).ok_or_else(|| Error::Config(format!("stream {} does not exist in this VM", s.0)))
+        self.streams
+            .get(s.index())
+            .ok_or_else(|| Error::Config(format!("stream {} does not exist in this VM", s.0)))
     }
 
     pub(crate) fn unknown_op(&self, name: &str, device: DeviceId) -> Error {
@@ -154,7 +156,9 @@ impl VmShared {
         let _span = tracing::debug_span!("back_pressure").entered();
         self.bp_waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = self.bp_lock.lock();
-        while self.in_flight.load(Ordering::SeqCst) > self.config.low_water && !self.dead.load(Ordering::SeqCst) {
+        while self.in_flight.load(Ordering::SeqCst) > self.config.low_water
+            && !self.dead.load(Ordering::SeqCst)
+        {
             self.bp_cv.wait(&mut g);
         }
         drop(g);
@@ -322,7 +326,11 @@ impl VirtualMachine {
         let failures = Arc::new(FailureLog::default());
         let sync_envs = streams
             .iter()
-            .map(|s| ExecEnv { stream_name: s.name.clone(), alloc: s.alloc.clone(), failures: failures.clone() })
+            .map(|s| ExecEnv {
+                stream_name: s.name.clone(),
+                alloc: s.alloc.clone(),
+                failures: failures.clone(),
+            })
             .collect();
         let shared = Arc::new(VmShared {
             ctxs: ctx_streams.iter().map(|_| ThreadCtx::default()).collect(),

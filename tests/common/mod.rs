@@ -22,14 +22,38 @@ pub fn device_of(t: usize) -> DeviceId {
 /// One step of a program.
 #[derive(Debug, Clone)]
 pub enum Step {
-    Fill { out: usize, value: f32, stream: usize },
-    Unary { op: &'static str, a: usize, out: usize, factor: f32, stream: usize },
-    Binary { op: &'static str, a: usize, b: usize, out: usize, stream: usize },
-    Copy { src: usize, dst: usize, stream: usize },
+    Fill {
+        out: usize,
+        value: f32,
+        stream: usize,
+    },
+    Unary {
+        op: &'static str,
+        a: usize,
+        out: usize,
+        factor: f32,
+        stream: usize,
+    },
+    Binary {
+        op: &'static str,
+        a: usize,
+        b: usize,
+        out: usize,
+        stream: usize,
+    },
+    Copy {
+        src: usize,
+        dst: usize,
+        stream: usize,
+    },
     /// Read a tensor back to the host at this point of the program.
-    Read { t: usize },
+    Read {
+        t: usize,
+    },
     /// Drop a tensor's handle and replace it with a new tensor on the same device.
-    Recreate { t: usize },
+    Recreate {
+        t: usize,
+    },
 }
 
 /// A program over `tensors` tensors (the first `tensors` are filled before the steps).
@@ -48,6 +72,9 @@ pub fn streams_of(d: DeviceId) -> &'static [usize] {
         _ => &[4, 5, 6],
     }
 }
+
+/// Raw random numbers that [`decode`] turns into a program: one tuple per step.
+pub type Raw = Vec<(u8, u8, u8, u8, u8, i8)>;
 
 /// Decode raw random numbers into a valid program (so proptest can shrink the numbers).
 pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
@@ -98,8 +125,7 @@ pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
 
 /// Another tensor than `out` on the same device, chosen by `pick`.
 fn same_device(tensors: usize, out: usize, pick: u8) -> Option<usize> {
-    let cands: Vec<usize> =
-        (0..tensors).filter(|&x| x != out && device_of(x) == device_of(out)).collect();
+    let cands: Vec<usize> = (0..tensors).filter(|&x| x != out && device_of(x) == device_of(out)).collect();
     (!cands.is_empty()).then(|| cands[pick as usize % cands.len()])
 }
 
@@ -137,7 +163,15 @@ pub fn interpret(p: &Program) -> Outcome {
             Step::Unary { op, a, out: o, factor, .. } => {
                 val[o] = val[a]
                     .iter()
-                    .map(|&x| if op == "relu" { x.max(0.0) } else { x * factor })
+                    .map(|&x| {
+                        if op != "relu" {
+                            x * factor
+                        } else if x < 0.0 {
+                            0.0
+                        } else {
+                            x
+                        }
+                    })
                     .collect()
             }
             Step::Binary { op, a, b, out: o, .. } => {
@@ -180,12 +214,20 @@ pub fn execute(vm: &VirtualMachine, p: &Program) -> eagervm::Result<Outcome> {
             while i < p.steps.len() {
                 match p.steps[i] {
                     Step::Read { .. } | Step::Recreate { .. } => break,
-                    Step::Fill { out: o, value, stream } => {
-                        b.call_into(ops("fill"), &[], &[&ts[o]], Attrs::scalar(value as f64), streams[stream])?
-                    }
-                    Step::Unary { op, a, out: o, factor, stream } => {
-                        b.call_into(ops(op), &[&ts[a]], &[&ts[o]], Attrs::scalar(factor as f64), streams[stream])?
-                    }
+                    Step::Fill { out: o, value, stream } => b.call_into(
+                        ops("fill"),
+                        &[],
+                        &[&ts[o]],
+                        Attrs::scalar(value as f64),
+                        streams[stream],
+                    )?,
+                    Step::Unary { op, a, out: o, factor, stream } => b.call_into(
+                        ops(op),
+                        &[&ts[a]],
+                        &[&ts[o]],
+                        Attrs::scalar(factor as f64),
+                        streams[stream],
+                    )?,
                     Step::Binary { op, a, b: y, out: o, stream } => {
                         b.call_into(ops(op), &[&ts[a], &ts[y]], &[&ts[o]], Attrs::default(), streams[stream])?
                     }

@@ -1,0 +1,132 @@
+//! Errors are values: failures and panics in kernels, propagation to readers, refusal of bad
+//! calls by the builder, and a VM that keeps running.
+
+use eagervm::ep::mock::MockConfig;
+use eagervm::prelude::*;
+
+fn vm() -> VirtualMachine {
+    VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::jittery())).unwrap()
+}
+
+#[test]
+fn a_failed_kernel_poisons_its_outputs_and_their_readers_every_time() {
+    let vm = vm();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let (fail, relu, add) = (vm.op("fail").unwrap(), vm.op("relu").unwrap(), vm.op("add").unwrap());
+    let good = vm.from_slice(&[1.0f32, -1.0], &[2], DeviceId::CPU).unwrap();
+    let bad = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let (r, s, g) = vm
+        .run(|b| -> Result<_> {
+            b.call_into(fail, &[], &[&bad], Attrs::scalar(3.0), cpu)?;
+            let r = b.call(relu, &[&bad], Attrs::default(), cpu)?;
+            let s = b.call(add, &[&r, &good], Attrs::default(), cpu)?;
+            let g = b.call(relu, &[&good], Attrs::default(), cpu)?;
+            Ok((r, s, g))
+        })
+        .unwrap();
+    for t in [&bad, &r, &s] {
+        for _ in 0..2 {
+            match t.to_vec::<f32>() {
+                Err(Error::Kernel { op, message, .. }) => {
+                    assert_eq!(op, "fail");
+                    assert!(message.contains('3'), "{message}");
+                }
+                other => panic!("expected the kernel's error, got {other:?}"),
+            }
+            assert!(matches!(t.wait(), Err(Error::Kernel { .. })));
+        }
+    }
+    // Unaffected tensors keep working; sync reports the failure once.
+    assert_eq!(g.to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
+    match vm.sync() {
+        Err(Error::Failed { count, first }) => {
+            assert_eq!(count, 1, "readers that skip do not count as new failures");
+            assert!(matches!(*first, Error::Kernel { .. }));
+        }
+        other => panic!("sync should report the failure, got {other:?}"),
+    }
+    vm.sync().unwrap();
+    // A later successful write clears the error.
+    let fill = vm.op("fill").unwrap();
+    vm.run(|b| b.call_into(fill, &[], &[&bad], Attrs::scalar(2.0), cpu)).unwrap();
+    assert_eq!(bad.to_vec::<f32>().unwrap(), vec![2.0, 2.0]);
+}
+
+#[test]
+fn a_panicking_kernel_is_caught_on_cpu_and_on_the_mock_device() {
+    let vm = vm();
+    let panic = vm.op("panic").unwrap();
+    for device in [DeviceId::CPU, DeviceId::mock(0)] {
+        let s = vm.compute_stream(device).unwrap();
+        let t = vm.empty(&[1], DType::F32, device).unwrap();
+        vm.run(|b| b.call_into(panic, &[], &[&t], Attrs::scalar(5.0), s)).unwrap();
+        match t.to_vec::<f32>() {
+            Err(Error::Panic { op, message, stream, .. }) => {
+                assert_eq!(op, "panic");
+                assert!(message.contains('5'), "{message}");
+                assert!(stream.starts_with(&device.to_string()), "{stream}");
+            }
+            other => panic!("expected the panic as an error, got {other:?}"),
+        }
+        assert!(vm.sync().is_err());
+    }
+    // The VM still runs work on both devices.
+    let x = vm.from_slice(&[4i64, -5], &[2], DeviceId::mock(0)).unwrap();
+    let y = vm
+        .run(|b| {
+            b.call(
+                vm.op("relu").unwrap(),
+                &[&x],
+                Attrs::default(),
+                vm.compute_stream(DeviceId::mock(0)).unwrap(),
+            )
+        })
+        .unwrap();
+    assert_eq!(y.to_vec::<i64>().unwrap(), vec![4, 0]);
+    vm.sync().unwrap();
+}
+
+#[test]
+fn the_builder_refuses_bad_calls_before_anything_runs() {
+    let vm = vm();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let gpu = vm.compute_stream(DeviceId::mock(0)).unwrap();
+    assert!(matches!(vm.op("conv9d"), Err(Error::UnknownOp { .. })));
+    let add = vm.op("add").unwrap();
+    let a = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    let b3 = vm.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::CPU).unwrap();
+    let i = vm.from_slice(&[1i64, 2], &[2], DeviceId::CPU).unwrap();
+    let on_gpu = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::mock(0)).unwrap();
+    let out = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let wrong_shape = vm.empty(&[3], DType::F32, DeviceId::CPU).unwrap();
+    vm.run(|b| {
+        assert!(matches!(b.call(add, &[&a, &b3], Attrs::default(), cpu), Err(Error::InvalidOperands { .. })));
+        assert!(matches!(b.call(add, &[&a, &i], Attrs::default(), cpu), Err(Error::InvalidOperands { .. })));
+        assert!(matches!(b.call(add, &[&a], Attrs::default(), cpu), Err(Error::InvalidOperands { .. })));
+        assert!(matches!(b.call(add, &[&a, &on_gpu], Attrs::default(), cpu), Err(Error::WrongDevice { .. })));
+        assert!(matches!(b.call(add, &[&a, &a], Attrs::default(), gpu), Err(Error::WrongDevice { .. })));
+        assert!(matches!(
+            b.call_into(add, &[&a, &a], &[&wrong_shape], Attrs::default(), cpu),
+            Err(Error::OutputMismatch { index: 0, .. })
+        ));
+        assert!(matches!(
+            b.call_into(add, &[&a, &out], &[&out], Attrs::default(), cpu),
+            Err(Error::Aliased { .. })
+        ));
+        assert!(matches!(b.write(&on_gpu, &[1.0f32, 2.0]), Err(Error::Access { .. })));
+        assert!(matches!(b.write(&a, &[1i64, 2]), Err(Error::DType { .. })));
+    });
+    // Nothing of the refused calls ran: `out` was never written.
+    assert!(matches!(out.to_vec::<f32>(), Err(Error::Uninitialized { .. })));
+    vm.sync().unwrap();
+}
+
+#[test]
+fn reading_a_tensor_nothing_wrote_is_an_error_of_that_instruction() {
+    let vm = vm();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let x = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let y = vm.run(|b| b.call(vm.op("relu").unwrap(), &[&x], Attrs::default(), cpu)).unwrap();
+    assert!(matches!(y.to_vec::<f32>(), Err(Error::Uninitialized { tensor, .. }) if tensor == x.id()));
+    assert!(vm.sync().is_err());
+}

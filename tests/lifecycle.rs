@@ -1,0 +1,107 @@
+//! Shutdown with work in flight, back-pressure, releases, synchronous mode.
+
+use std::time::{Duration, Instant};
+
+use eagervm::ep::mock::MockConfig;
+use eagervm::prelude::*;
+use eagervm::vm::ThreadTopology;
+
+#[test]
+fn back_pressure_bounds_instructions_in_flight() {
+    let mock = MockConfig { launch_delay: Duration::from_micros(50), ..MockConfig::default() };
+    let mut c = Config::default().with_mock_devices(1, mock);
+    c.high_water = 64;
+    c.low_water = 16;
+    c.batch_size = 8;
+    let vm = VirtualMachine::new(c).unwrap();
+    let g = vm.compute_stream(DeviceId::mock(0)).unwrap();
+    let relu = vm.op("relu").unwrap();
+    let x = vm.from_slice(&[1.0f32], &[1], DeviceId::mock(0)).unwrap();
+    let ys: Vec<Tensor> = (0..16).map(|_| vm.empty(&[1], DType::F32, DeviceId::mock(0)).unwrap()).collect();
+    let mut max_seen = 0;
+    let t0 = Instant::now();
+    vm.run(|b| {
+        for i in 0..1000 {
+            b.call_into(relu, &[&x], &[&ys[i % 16]], Attrs::default(), g).unwrap();
+            max_seen = max_seen.max(vm.in_flight());
+        }
+    });
+    // The caller was held back: submitting took at least (1000 - 64) device launches' time.
+    assert!(max_seen <= 64 + 8 + 1, "in flight peaked at {max_seen}");
+    assert!(t0.elapsed() >= Duration::from_micros(50 * 900), "{:?}", t0.elapsed());
+    vm.sync().unwrap();
+    assert_eq!(ys[3].to_vec::<f32>().unwrap(), vec![1.0]);
+}
+
+#[test]
+fn dropping_handles_releases_storage_after_its_last_use() {
+    let vm = VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::jittery())).unwrap();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let (add, relu) = (vm.op("add").unwrap(), vm.op("relu").unwrap());
+    let a = vm.from_slice(&[1.0f32, -2.0], &[2], DeviceId::CPU).unwrap();
+    // Temporaries dropped inside the closure are released after the calls that use them.
+    let out = vm
+        .run(|b| -> Result<Tensor> {
+            let mut acc = b.call(relu, &[&a], Attrs::default(), cpu)?;
+            for _ in 0..100 {
+                let t = b.call(add, &[&acc, &a], Attrs::default(), cpu)?;
+                acc = t; // the old `acc` drops here, with its uses still unsubmitted
+            }
+            Ok(acc)
+        })
+        .unwrap();
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![101.0, -200.0]);
+    vm.sync().unwrap();
+}
+
+#[test]
+fn synchronous_mode_runs_everything_before_returning() {
+    let mut c = Config::default().with_mock_devices(1, MockConfig::jittery());
+    c.synchronous = true;
+    let vm = VirtualMachine::new(c).unwrap();
+    let g = vm.compute_stream(DeviceId::mock(0)).unwrap();
+    let x = vm.from_slice(&[3.0f32, -1.0], &[2], DeviceId::mock(0)).unwrap();
+    let y = vm.run(|b| b.call(vm.op("relu").unwrap(), &[&x], Attrs::default(), g)).unwrap();
+    assert_eq!(vm.in_flight(), 0);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0, 0.0]);
+    vm.sync().unwrap();
+}
+
+#[test]
+fn every_thread_topology_runs_the_same_program() {
+    let mut results = Vec::new();
+    for threads in [ThreadTopology::PerStream, ThreadTopology::PerDevice, ThreadTopology::Single] {
+        let mut c = Config::default().with_mock_devices(1, MockConfig::jittery());
+        c.threads = threads;
+        let vm = VirtualMachine::new(c).unwrap();
+        let (g, cpu) =
+            (vm.compute_stream(DeviceId::mock(0)).unwrap(), vm.compute_stream(DeviceId::CPU).unwrap());
+        let w = vm.from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], DeviceId::mock(0)).unwrap();
+        let h = vm.from_slice(&[0.5f32, -1.0, 2.0, 1.0], &[2, 2], DeviceId::CPU).unwrap();
+        let out = vm
+            .run(|b| -> Result<Tensor> {
+                let hw = vm.empty(&[2, 2], DType::F32, DeviceId::mock(0))?;
+                b.call_into(
+                    vm.op("copy")?,
+                    &[&h],
+                    &[&hw],
+                    Attrs::default(),
+                    vm.stream(DeviceId::mock(0), StreamType::H2D)?,
+                )?;
+                let m = b.call(vm.op("matmul")?, &[&w, &hw], Attrs::default(), g)?;
+                let back = vm.empty(&[2, 2], DType::F32, DeviceId::CPU)?;
+                b.call_into(
+                    vm.op("copy")?,
+                    &[&m],
+                    &[&back],
+                    Attrs::default(),
+                    vm.stream(DeviceId::mock(0), StreamType::D2H)?,
+                )?;
+                b.call(vm.op("sum")?, &[&back], Attrs::default(), cpu)
+            })
+            .unwrap();
+        results.push(out.to_vec::<f32>().unwrap());
+    }
+    // [[1,2],[3,4]] x [[0.5,-1],[2,1]] = [[4.5,1],[9.5,1]]; sum 16.
+    assert_eq!(results, vec![vec![16.0]; 3]);
+}
