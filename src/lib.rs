@@ -1,4 +1,53 @@
 //! eagervm: an eager-execution virtual machine.
+//!
+//! An eager deep-learning framework issues a long stream of small tensor operations; eagervm
+//! runs them asynchronously on CPU and device streams, in an order that respects every
+//! read/write dependency, so that copies overlap compute and host work overlaps device work,
+//! while every program gives the same result as running its instructions one at a time.
+//!
+//! # The model
+//!
+//! - **Front end.** [`VirtualMachine::run`] lends an [`InstructionsBuilder`](framework::InstructionsBuilder)
+//!   to a closure. Each op call is checked (op, shapes, dtypes, devices) and turned into an
+//!   `OpCall` instruction bound to a [`StreamId`](vm::StreamId) (device + stream type). When a
+//!   tensor was last used on another stream, the builder first emits `RecordEvent` +
+//!   `StreamWaitEvent` (same device: the device waits) or `RecordEvent` (the host waits), as
+//!   OneFlow's `SoftSyncStream` does. Batches go to the scheduler without a lock.
+//! - **Scheduler.** One thread owns all dependence state. A write waits for the last write
+//!   and every read since; a read waits for the last write (MXNet's rule). Edges between
+//!   instructions on one stream are released at dispatch (the stream keeps order); from a
+//!   `RecordEvent` to its `StreamWaitEvent` at launch; across streams at completion, unless
+//!   a device-side wait already covers them. See [`vm::scheduler`].
+//! - **Workers.** One [`ThreadCtx`](vm::thread_ctx) per stream runs instructions: CPU kernels
+//!   inline; device work launched on an [`ep::Stream`] with a pooled [`ep::Event`] recorded
+//!   after it, whose completion a watcher thread reports. Idle threads sleep under the
+//!   protocol of [`sync::notify`], model-checked with loom.
+//! - **Devices.** [`ep::cpu`] (synchronous) and [`ep::mock`] (an asynchronous device made of
+//!   host threads, with launch delay and jitter, so that every event path runs without a GPU).
+//! - **Errors are values.** A kernel that fails or panics stores an [`Error`] on the tensors it
+//!   writes; readers skip and carry it; [`Tensor::wait`](framework::Tensor::wait) and
+//!   [`Tensor::to_vec`](framework::Tensor::to_vec) return it; [`VirtualMachine::sync`] reports
+//!   failures since the last sync. The VM keeps running.
+//!
+//! ```
+//! use eagervm::prelude::*;
+//! use eagervm::ep::mock::MockConfig;
+//!
+//! let vm = VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::default()))?;
+//! let dev = DeviceId::mock(0);
+//! let x = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], dev)?; // copied in on mock:0's h2d stream
+//! let (relu, scale) = (vm.op("relu")?, vm.op("scale")?);
+//! let s = vm.compute_stream(dev)?;
+//! let y = vm.run(|b| {
+//!     let r = b.call(relu, &[&x], Attrs::default(), s)?; // waits on the device for the copy
+//!     b.call(scale, &[&r], Attrs::scalar(2.0), s)
+//! })?;
+//! assert_eq!(y.to_vec::<f32>()?, vec![2.0, 0.0, 6.0]); // read back through mock:0's d2h stream
+//! # Ok::<(), eagervm::Error>(())
+//! ```
+//!
+//! `docs/architecture.md` has the full picture; `docs/tuning.md` the knobs;
+//! `docs/errors.md` every error.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod alloc;

@@ -9,7 +9,7 @@
 //! 1. **Receive.** Batches arrive in the inbox in program order. Each instruction gets a
 //!    slot in the slab (a free list, most recently freed first, so hot slots stay in cache),
 //!    a program number, and a sequence number on its stream. Its operands go through the
-//!    dependence rules ([`super::dependence`]), which call [`Scheduler::connect`] for every
+//!    dependence rules (`vm::dependence`), which call `Scheduler::connect` for every
 //!    earlier access it must follow.
 //! 2. **Dispatch.** An instruction with no in-edge left is moved into its worker's outgoing
 //!    batch. Batches are handed to workers once per scheduler loop.

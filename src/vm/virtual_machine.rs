@@ -3,7 +3,7 @@
 //! # Threads
 //!
 //! `VirtualMachine::new` starts one scheduler thread and one `ThreadCtx` worker per stream
-//! (or per device, or one in all: [`ThreadTopology`](super::ThreadTopology)); each
+//! (or per device, or one in all: [`ThreadTopology`]); each
 //! asynchronous stream's worker starts a watcher. In synchronous mode none are started and
 //! the caller runs every instruction itself.
 //!
