@@ -12,8 +12,10 @@ fn vm_noops(c: &mut Criterion) {
     let vm = VirtualMachine::new(Config::default()).expect("vm");
     let cpu = vm.compute_stream(DeviceId::CPU).expect("cpu");
     let (noop, fill) = (vm.op("noop").expect("noop"), vm.op("fill").expect("fill"));
-    let ts: Vec<Tensor> = (0..1024).map(|_| vm.empty(&[], DType::F32, DeviceId::CPU).expect("tensor")).collect();
-    vm.run(|b| ts.iter().try_for_each(|t| b.call_into(fill, &[], &[t], Attrs::scalar(0.0), cpu))).expect("fill");
+    let ts: Vec<Tensor> =
+        (0..1024).map(|_| vm.empty(&[], DType::F32, DeviceId::CPU).expect("tensor")).collect();
+    vm.run(|b| ts.iter().try_for_each(|t| b.call_into(fill, &[], &[t], Attrs::scalar(0.0), cpu)))
+        .expect("fill");
     let mut g = c.benchmark_group("noop");
     g.throughput(Throughput::Elements(N as u64));
     g.bench_function("vm_independent", |bch| {
