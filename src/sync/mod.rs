@@ -42,8 +42,28 @@ mod imp {
     /// loom's mutex behind `parking_lot`'s API.
     #[derive(Debug, Default)]
     pub struct Mutex<T>(loom::sync::Mutex<T>);
+
     /// The guard of [`Mutex`].
-    pub type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+    ///
+    /// loom's `Condvar::wait` consumes its guard and hands back a new one, while
+    /// `parking_lot`'s borrows it; the guard is kept in an `Option` so that [`Condvar::wait`]
+    /// can move it out and back without `unsafe`. It is `None` only inside `wait`, and if
+    /// `wait` unwinds (loom reports a deadlock by panicking) the empty guard drops nothing.
+    #[derive(Debug)]
+    pub struct MutexGuard<'a, T>(Option<loom::sync::MutexGuard<'a, T>>);
+
+    impl<T> std::ops::Deref for MutexGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            self.0.as_ref().expect("guard is held outside Condvar::wait")
+        }
+    }
+
+    impl<T> std::ops::DerefMut for MutexGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            self.0.as_mut().expect("guard is held outside Condvar::wait")
+        }
+    }
 
     impl<T> Mutex<T> {
         /// A new unlocked mutex.
@@ -52,7 +72,7 @@ mod imp {
         }
         /// Lock it (loom never poisons in the models we run).
         pub fn lock(&self) -> MutexGuard<'_, T> {
-            self.0.lock().unwrap()
+            MutexGuard(Some(self.0.lock().unwrap()))
         }
     }
 
@@ -67,14 +87,8 @@ mod imp {
         }
         /// Release the guard's lock, sleep until notified, lock again.
         pub fn wait<T>(&self, guard: &mut MutexGuard<'_, T>) {
-            // loom's Condvar consumes the guard; swap it through a raw read/write pair.
-            // SAFETY: `guard` is read out and immediately written back with the guard
-            // that `wait` returns, so no guard is dropped twice or used while moved out.
-            unsafe {
-                let g = std::ptr::read(guard);
-                let g = self.0.wait(g).unwrap();
-                std::ptr::write(guard, g);
-            }
+            let g = guard.0.take().expect("guard is held outside Condvar::wait");
+            guard.0 = Some(self.0.wait(g).unwrap());
         }
         /// Wake one sleeper.
         pub fn notify_one(&self) -> bool {
