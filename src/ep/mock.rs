@@ -395,7 +395,9 @@ impl Drop for MockStream {
         // Everything launched through this handle is queued before the stop marker, and no
         // other handle exists to launch more, so the thread drains its queue, then exits.
         self.queue.push(Task::Stop);
-        let Some(thread) = self.thread.take() else { return };
+        let Some(thread) = self.thread.take() else {
+            return;
+        };
         if self.on_device_thread() {
             // The last handle was dropped by work running on this stream: the thread exits
             // on its own once this work returns; joining it here would wait for ourselves.
@@ -640,8 +642,11 @@ mod tests {
     }
 
     impl Gate {
-        fn new() -> Arc<Gate> {
-            Arc::new(Gate::default())
+        /// A closed gate. The returned handle opens it when dropped, so that a failing test
+        /// unblocks its streams (declare it after them, so that it is dropped first) instead
+        /// of hanging in their drop.
+        fn closed() -> GateHandle {
+            GateHandle(Arc::new(Gate::default()))
         }
         fn open(&self) {
             *self.open.lock() = true;
@@ -652,6 +657,28 @@ mod tests {
             while !*open {
                 self.cv.wait(&mut open);
             }
+        }
+    }
+
+    /// Owns a [`Gate`] and opens it on drop; `share` lends it to launched work.
+    struct GateHandle(Arc<Gate>);
+
+    impl GateHandle {
+        fn share(&self) -> Arc<Gate> {
+            self.0.clone()
+        }
+    }
+
+    impl std::ops::Deref for GateHandle {
+        type Target = Gate;
+        fn deref(&self) -> &Gate {
+            &self.0
+        }
+    }
+
+    impl Drop for GateHandle {
+        fn drop(&mut self) {
+            self.0.open();
         }
     }
 
@@ -731,9 +758,9 @@ mod tests {
         assert!(e.query());
         e.wait().unwrap();
 
-        let gate = Gate::new();
+        let gate = Gate::closed();
         let done = Arc::new(AtomicBool::new(false));
-        let (g, d) = (gate.clone(), done.clone());
+        let (g, d) = (gate.share(), done.clone());
         s.launch(Box::new(move || {
             g.pass();
             d.store(true, Ordering::Relaxed);
@@ -809,8 +836,8 @@ mod tests {
         let a = dev.create_stream(StreamType::Compute).unwrap();
         let b = dev.create_stream(StreamType::H2D).unwrap();
         let e = dev.create_event().unwrap();
-        let gate = Gate::new();
-        let g = gate.clone();
+        let gate = Gate::closed();
+        let g = gate.share();
         a.launch(Box::new(move || g.pass())).unwrap();
         a.record(e.as_ref()).unwrap();
         b.wait_event(e.as_ref()).unwrap(); // returns although A is blocked
@@ -830,10 +857,10 @@ mod tests {
         let a = dev.create_stream(StreamType::Compute).unwrap();
         let b = dev.create_stream(StreamType::D2H).unwrap();
         let e = dev.create_event().unwrap();
-        let (gate1, gate2) = (Gate::new(), Gate::new());
+        let (gate1, gate2) = (Gate::closed(), Gate::closed());
 
         // Recording 1, behind gate 1; B waits for it.
-        let g = gate1.clone();
+        let g = gate1.share();
         a.launch(Box::new(move || g.pass())).unwrap();
         a.record(e.as_ref()).unwrap();
         b.wait_event(e.as_ref()).unwrap();
@@ -842,7 +869,7 @@ mod tests {
         b.launch(Box::new(move || r.store(true, Ordering::Relaxed))).unwrap();
 
         // Recording 2, behind gate 2: it must not hold up B's wait for recording 1.
-        let g = gate2.clone();
+        let g = gate2.share();
         a.launch(Box::new(move || g.pass())).unwrap();
         a.record(e.as_ref()).unwrap();
         assert!(!e.query());
@@ -869,12 +896,12 @@ mod tests {
         let dev = device(MockConfig::default());
         let a = dev.create_stream(StreamType::Compute).unwrap();
         let b = dev.create_stream(StreamType::H2D).unwrap();
+        let c = dev.create_stream(StreamType::D2H).unwrap();
         let e = dev.create_event().unwrap();
-        let gate = Gate::new();
-        let g = gate.clone();
+        let gate = Gate::closed();
+        let g = gate.share();
         a.launch(Box::new(move || g.pass())).unwrap();
         a.record(e.as_ref()).unwrap(); // recording 1, blocked
-        let c = dev.create_stream(StreamType::D2H).unwrap();
         c.wait_event(e.as_ref()).unwrap(); // targets recording 1
         let c_ran = Arc::new(AtomicBool::new(false));
         let r = c_ran.clone();
@@ -978,8 +1005,8 @@ mod tests {
         let dev = device(MockConfig::default());
         let s = dev.create_stream(StreamType::Compute).unwrap();
         let s2 = s.clone();
-        let gate = Gate::new();
-        let g = gate.clone();
+        let gate = Gate::closed();
+        let g = gate.share();
         s.launch(Box::new(move || {
             g.pass();
             drop(s2);
