@@ -130,3 +130,11 @@ fn reading_a_tensor_nothing_wrote_is_an_error_of_that_instruction() {
     assert!(matches!(y.to_vec::<f32>(), Err(Error::Uninitialized { tensor, .. }) if tensor == x.id()));
     assert!(vm.sync().is_err());
 }
+
+#[test]
+fn reading_with_the_wrong_element_type_is_refused() {
+    let vm = vm();
+    let t = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    assert!(matches!(t.to_vec::<i64>(), Err(Error::DType { expected: DType::F32, found: DType::I64 })));
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+}

@@ -61,7 +61,7 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
     if !json {
         println!("eagervm bench: {n} no-op instructions per workload on cpu:0, median of {reps}");
         println!(
-            "{:<4} {:<15} {:>10} {:>14} {:>14} {:>7} {:>7}  target",
+            "{:<4} {:<15} {:>10} {:>14} {:>14} {:>7} {:>7}  result",
             "", "workload", "push ns/i", "e2e instr/s", "baseline /s", "ratio", "target"
         );
     }
@@ -100,11 +100,10 @@ fn demo() -> eagervm::Result<()> {
     if mock.launch_delay.is_zero() {
         mock.launch_delay = std::time::Duration::from_micros(200);
     }
+    let delay = mock.launch_delay;
     let vm = VirtualMachine::new(Config::from_env().with_mock_devices(1, mock))?;
     let gpu = DeviceId::mock(0);
-    println!(
-        "eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, 200 us per launch)"
-    );
+    println!("eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, {delay:?} per launch)");
     println!("streams:");
     for (id, _, _, name) in vm.streams() {
         println!("  #{} {}", id.index(), name);

@@ -100,14 +100,16 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Call a single-output `op` on `stream`, creating its output.
     pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
-        let mut outs = self.call_multi(op, inputs, attrs, stream)?;
-        match outs.len() {
-            1 => Ok(outs.pop().expect("one output")),
-            n => Err(Error::InvalidOperands {
+        // Refuse before emitting anything: a refused call leaves no instruction behind.
+        let n = self.check(op, inputs, &[], &attrs, stream)?.len();
+        if n != 1 {
+            return Err(Error::InvalidOperands {
                 op: op.name().into(),
                 detail: format!("has {n} outputs; use call_multi"),
-            }),
+            });
         }
+        let mut outs = self.call_multi(op, inputs, attrs, stream)?;
+        Ok(outs.pop().expect("one output"))
     }
 
     /// Call `op` on `stream`, writing into the given `outputs` (which must have the shapes

@@ -252,6 +252,9 @@ impl Tensor {
     /// Copy the tensor's elements to a `Vec` (waiting for pending writes first). Tensors on
     /// a device are copied to the host through the device's device-to-host stream.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType { expected: self.dtype(), found: T::DTYPE });
+        }
         let bytes = self.vm()?.read_bytes(self)?;
         Ok(T::from_bytes(&bytes))
     }

@@ -45,7 +45,7 @@ pub(crate) struct VmStream {
     pub(crate) alloc: Arc<HostAllocator>,
     /// Index of the `ThreadCtx` that runs this stream.
     pub(crate) ctx: usize,
-    /// `mock0:h2d`-style name for messages and timelines.
+    /// `mock:0:h2d`-style name for messages and timelines.
     pub(crate) name: String,
 }
 
