@@ -69,6 +69,9 @@ pub(crate) enum Report {
     Launched,
     /// The instruction has finished.
     Done,
+    /// The instruction has finished, and so has every earlier instruction of its stream
+    /// (a synchronous stream runs its instructions in order: one report per batch).
+    DoneThrough,
 }
 
 /// A completion report from a worker or watcher.
@@ -79,6 +82,16 @@ pub(crate) struct Completion {
     pub(crate) report: Report,
     /// The instruction's pooled event, to hold until it retires.
     pub(crate) event: Option<Arc<dyn Event>>,
+}
+
+/// What admitting an instruction decided.
+enum Admit {
+    /// Dispatched: hand it to this worker.
+    Ready(usize),
+    /// Parked until its in-edges are released.
+    Waiting,
+    /// Taken in by the scheduler itself (a barrier).
+    Consumed,
 }
 
 /// An edge out of an instruction: the target slot and the state that releases it.
@@ -200,12 +213,9 @@ impl Scheduler {
             }
             // Bounded per loop so that completions (which free slots) interleave with intake.
             for _ in 0..4 {
-                let Some(mut batch) = vm.inbox.pop() else { break };
+                let Some(batch) = vm.inbox.pop() else { break };
                 let _span = tracing::trace_span!("receive", n = batch.len()).entered();
-                for ins in batch.drain(..) {
-                    self.receive(ins);
-                }
-                vm.recycle(batch);
+                self.receive_batch(batch);
                 busy = true;
             }
             self.flush();
@@ -245,11 +255,58 @@ impl Scheduler {
         }
     }
 
-    fn receive(&mut self, mut ins: Instruction) {
+    /// Receive one batch from the inbox, in program order.
+    ///
+    /// Admission (slot, dependence rules, dispatch decision) works on the instructions in
+    /// place. When every instruction of the batch is ready at once and all go to one worker
+    /// (a stream that keeps up with its caller), the batch itself is handed to that worker
+    /// without moving a single instruction. Otherwise the ready ones move to their
+    /// workers' outgoing batches and the others park in their nodes.
+    ///
+    /// Admitting an instruction never releases another one: edges run from earlier to later
+    /// instructions, and a just-admitted instruction has no successor yet. So the order in
+    /// which this function hands instructions over is program order per stream.
+    fn receive_batch(&mut self, mut batch: Vec<Instruction>) {
+        let mut single: Option<usize> = None;
+        let mut pass = true;
+        for ins in batch.iter_mut() {
+            match self.admit(ins) {
+                Admit::Ready(ctx) => pass &= *single.get_or_insert(ctx) == ctx,
+                Admit::Waiting | Admit::Consumed => pass = false,
+            }
+        }
+        debug_assert!(self.ready.is_empty(), "admission released an instruction");
+        if let (true, Some(ctx)) = (pass, single) {
+            // Keep order with what this loop already dispatched to the same worker.
+            if !self.outgoing[ctx].is_empty() {
+                let earlier = std::mem::replace(&mut self.outgoing[ctx], self.vm.take_batch());
+                self.vm.ctxs[ctx].push(earlier);
+            }
+            self.vm.ctxs[ctx].push(batch);
+            return;
+        }
+        for ins in batch.drain(..) {
+            if let InstrKind::Barrier { .. } = ins.kind {
+                continue; // consumed at admission
+            }
+            let node = &mut self.nodes[ins.slot as usize];
+            if node.state >= State::Dispatched {
+                let ctx = self.vm.streams[ins.stream.index()].ctx;
+                self.outgoing[ctx].push(ins);
+            } else {
+                node.body = Some(ins);
+            }
+        }
+        self.vm.recycle(batch);
+    }
+
+    /// Admit one instruction: number it, give it a slot, apply the dependence rules, and
+    /// mark it dispatched if nothing holds it back. The caller moves it where it belongs.
+    fn admit(&mut self, ins: &mut Instruction) -> Admit {
         self.program += 1;
         ins.program = self.program;
-        if let InstrKind::Barrier { .. } = ins.kind {
-            let InstrKind::Barrier { callback } = ins.kind else { unreachable!() };
+        if let InstrKind::Barrier { callback } = &mut ins.kind {
+            let callback = std::mem::replace(callback, Box::new(|| {}));
             // Nothing in flight: the barrier can run now; else it closes the current epoch.
             let cur = self.epochs.back_mut().expect("there is always a current epoch");
             cur.callbacks.push(callback);
@@ -257,7 +314,7 @@ impl Scheduler {
             self.end_epochs();
             // A barrier is not an instruction in flight: settle the count the caller added.
             self.retired_this_loop += 1;
-            return;
+            return Admit::Consumed;
         }
         let slot = self.alloc_slot();
         let stream = ins.stream.0;
@@ -313,12 +370,10 @@ impl Scheduler {
                 AccessMode::Write => dep.write(me, self),
             }
         }
-        let node = &mut self.nodes[slot as usize];
-        if node.pending == 0 {
-            self.dispatch(slot, ins);
-            self.drain_ready();
+        if self.nodes[slot as usize].pending == 0 {
+            Admit::Ready(self.mark_dispatched(slot, ins))
         } else {
-            node.body = Some(ins);
+            Admit::Waiting
         }
     }
 
@@ -336,7 +391,15 @@ impl Scheduler {
         self.connect_on(src, dst, State::Dispatched);
     }
 
+    /// Dispatch a parked instruction that became ready.
     fn dispatch(&mut self, slot: u32, mut ins: Instruction) {
+        let ctx = self.mark_dispatched(slot, &mut ins);
+        self.outgoing[ctx].push(ins);
+    }
+
+    /// Mark `slot` dispatched and release what that satisfies; returns the worker that
+    /// must get the instruction (the caller hands it over, in order).
+    fn mark_dispatched(&mut self, slot: u32, ins: &mut Instruction) -> usize {
         let node = &mut self.nodes[slot as usize];
         node.state = State::Dispatched;
         if let InstrKind::StreamWaitEvent { id, event } = &mut ins.kind {
@@ -347,9 +410,8 @@ impl Scheduler {
                 }
             }
         }
-        let ctx = self.vm.streams[ins.stream.index()].ctx;
-        self.outgoing[ctx].push(ins);
         self.advance(slot, State::Dispatched);
+        self.vm.streams[ins.stream.index()].ctx
     }
 
     /// Move `slot` to `state` and release the edges that state satisfies.
@@ -400,6 +462,18 @@ impl Scheduler {
             Report::Launched => self.advance(c.slot, State::Launched),
             Report::Done => {
                 self.advance(c.slot, State::Done);
+                self.retire_front(stream);
+            }
+            Report::DoneThrough => {
+                while let Some(&front) = self.streams[stream as usize].fifo.front() {
+                    self.advance(front, State::Done);
+                    if front == c.slot {
+                        break;
+                    }
+                    // Each retire frees its slot; the reported slot is still live behind it.
+                    self.streams[stream as usize].fifo.pop_front();
+                    self.retire(front);
+                }
                 self.retire_front(stream);
             }
         }

@@ -11,8 +11,9 @@
 //!
 //! # Policies
 //!
-//! - **Sync** (CPU): run the instruction on this thread; report `done` in the batch's
-//!   completion list.
+//! - **Sync** (CPU): run the instruction on this thread. Such a stream runs in program
+//!   order, so one `done through` report per stream per batch covers every instruction of
+//!   it in the batch.
 //! - **Event** (mock, later CUDA): launch the work on the device stream, record a pooled
 //!   event after it and pass the event to the stream's watcher thread, which sleeps in
 //!   `Event::wait` on the oldest pending event and reports `done` (never a poll loop). A
@@ -111,6 +112,9 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
         }
     }
     let mut done = vm.take_completions();
+    // Per synchronous stream: the last instruction run in this batch (u32::MAX: none).
+    let mut last_run: Vec<(u32, u32)> = vec![(u32::MAX, 0); n];
+    let mut touched: Vec<usize> = Vec::with_capacity(streams.len());
     loop {
         if let Some(mut batch) = ctx.queue.pop() {
             for ins in batch.drain(..) {
@@ -120,12 +124,20 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
                     None => {
                         let (slot, gen) = (ins.slot, ins.gen);
                         execute(ins, env);
-                        done.push(Completion { slot, gen, report: Report::Done, event: None });
+                        if last_run[s].0 == u32::MAX {
+                            touched.push(s);
+                        }
+                        last_run[s] = (slot, gen);
                     }
                     Some(w) => launch_async(&vm, s, ins, env, w, &mut done),
                 }
             }
             vm.recycle(batch);
+            // A synchronous stream runs in order: one report covers the batch.
+            for s in touched.drain(..) {
+                let (slot, gen) = std::mem::replace(&mut last_run[s], (u32::MAX, 0));
+                done.push(Completion { slot, gen, report: Report::DoneThrough, event: None });
+            }
             if !done.is_empty() {
                 vm.report(std::mem::replace(&mut done, vm.take_completions()));
             }
