@@ -121,6 +121,36 @@ fn the_builder_refuses_bad_calls_before_anything_runs() {
     vm.sync().unwrap();
 }
 
+/// The builder remembers signatures it has checked; a remembered signature must not let a
+/// call through that differs in shapes, outputs or operand identity.
+#[test]
+fn a_checked_signature_does_not_let_a_different_call_through() {
+    let vm = vm();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let add = vm.op("add").unwrap();
+    let a = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    let b3 = vm.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::CPU).unwrap();
+    let out = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let wrong_shape = vm.empty(&[3], DType::F32, DeviceId::CPU).unwrap();
+    vm.run(|b| {
+        for _ in 0..3 {
+            b.call_into(add, &[&a, &a], &[&out], Attrs::default(), cpu).unwrap();
+            b.call(add, &[&a, &a], Attrs::default(), cpu).unwrap();
+        }
+        assert!(matches!(b.call(add, &[&a, &b3], Attrs::default(), cpu), Err(Error::InvalidOperands { .. })));
+        assert!(matches!(
+            b.call_into(add, &[&a, &a], &[&wrong_shape], Attrs::default(), cpu),
+            Err(Error::OutputMismatch { index: 0, .. })
+        ));
+        assert!(matches!(
+            b.call_into(add, &[&a, &out], &[&out], Attrs::default(), cpu),
+            Err(Error::Aliased { .. })
+        ));
+    });
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+    vm.sync().unwrap();
+}
+
 #[test]
 fn reading_a_tensor_nothing_wrote_is_an_error_of_that_instruction() {
     let vm = vm();

@@ -34,6 +34,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::error::{Error, Result};
+use crate::framework::infer_cache::InferCache;
 use crate::framework::tensor::{Element, Tensor, TensorInner, TensorMeta, NO_STREAM};
 use crate::framework::{Attrs, Op, OutSpecs};
 use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Instruction, Operand, Operands};
@@ -68,13 +69,23 @@ pub struct InstructionsBuilder<'vm> {
     vm: &'vm Arc<VmShared>,
     batch: Vec<Instruction>,
     key: usize,
+    /// Inference results of calls already checked (kept across builders of this VM).
+    infer: Box<InferCache>,
+    /// The specs of the last call whose signature was not cached.
+    uncached: OutSpecs,
 }
 
 impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn new(vm: &'vm Arc<VmShared>) -> Self {
         let key = Arc::as_ptr(vm) as usize;
         let _ = ACTIVE.try_with(|a| a.borrow_mut().push((key, Vec::new())));
-        InstructionsBuilder { vm, batch: vm.take_batch(), key }
+        InstructionsBuilder {
+            vm,
+            batch: vm.take_batch(),
+            key,
+            infer: vm.take_infer_cache(),
+            uncached: OutSpecs::new(),
+        }
     }
 
     /// Call `op` on `stream`, creating its outputs. Returns them in order.
@@ -86,10 +97,11 @@ impl<'vm> InstructionsBuilder<'vm> {
         stream: StreamId,
     ) -> Result<SmallVec<[Tensor; 2]>> {
         let device = self.vm.stream(stream)?.device;
+        let vm = self.vm;
         let specs = self.check(op, inputs, &[], &attrs, stream)?;
         let outs: SmallVec<[Tensor; 2]> = specs
             .iter()
-            .map(|s| self.vm.new_tensor(TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }))
+            .map(|s| vm.new_tensor(TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }))
             .collect();
         {
             let refs: SmallVec<[&Tensor; 2]> = outs.iter().collect();
@@ -180,13 +192,13 @@ impl<'vm> InstructionsBuilder<'vm> {
     }
 
     fn check(
-        &self,
+        &mut self,
         op: Op,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
         attrs: &Attrs,
         stream: StreamId,
-    ) -> Result<OutSpecs> {
+    ) -> Result<&OutSpecs> {
         let device = self.vm.stream(stream)?.device;
         let kernel = op.kernel(device.ty).ok_or_else(|| self.vm.unknown_op(op.name(), device))?;
         let name = || op.name().to_string();
@@ -223,6 +235,11 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
         let in_metas: SmallVec<[&TensorMeta; 4]> = inputs.iter().map(|t| t.meta()).collect();
         let given: SmallVec<[&TensorMeta; 2]> = outputs.iter().map(|t| t.meta()).collect();
+        // A signature checked before passes again: infer is a function of it alone, and
+        // it passed the output comparison below then (only passing calls are cached).
+        if let Some(i) = self.infer.get(kernel, stream.0, attrs, &in_metas, &given) {
+            return Ok(self.infer.specs(i));
+        }
         let mut specs = OutSpecs::new();
         kernel
             .infer(&in_metas, &given, attrs, &mut specs)
@@ -246,7 +263,13 @@ impl<'vm> InstructionsBuilder<'vm> {
                 }
             }
         }
-        Ok(specs)
+        match self.infer.insert(kernel, stream.0, attrs, &in_metas, &given, specs.clone()) {
+            Some(i) => Ok(self.infer.specs(i)),
+            None => {
+                self.uncached = specs;
+                Ok(&self.uncached)
+            }
+        }
     }
 
     fn emit_call(&mut self, op: Op, inputs: &[&Tensor], outputs: &[&Tensor], attrs: Attrs, stream: StreamId) {
@@ -328,6 +351,7 @@ impl Drop for InstructionsBuilder<'_> {
         });
         let empty = std::mem::take(&mut self.batch);
         self.vm.recycle(empty);
+        self.vm.recycle_infer_cache(std::mem::take(&mut self.infer));
     }
 }
 

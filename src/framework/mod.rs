@@ -6,4 +6,5 @@ pub mod tensor;
 pub use op::{Attrs, KernelCtx, Op, OpKernel, OpRegistry, OutSpec, OutSpecs, TensorView, TensorViewMut};
 pub use tensor::{DType, Element, Shape, Tensor, TensorMeta};
 pub mod builder;
+pub(crate) mod infer_cache;
 pub use builder::InstructionsBuilder;

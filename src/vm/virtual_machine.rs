@@ -28,6 +28,7 @@ use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, Registry, StreamType};
 use crate::error::{Error, Result};
 use crate::framework::builder::{defer_release, release_instruction, InstructionsBuilder};
+use crate::framework::infer_cache::InferCache;
 use crate::framework::tensor::{Handle, Tensor, TensorInner, TensorMeta};
 use crate::framework::{Attrs, DType, Element, Op, OpRegistry};
 use crate::sync::notify::Notifier;
@@ -53,6 +54,7 @@ pub struct VmShared {
     pub(crate) completions: SegQueue<Vec<Completion>>,
     pub(crate) sched_notify: Notifier,
     batch_pool: SegQueue<Vec<Instruction>>,
+    infer_caches: SegQueue<Box<InferCache>>,
     pub(crate) completion_pool: SegQueue<Vec<Completion>>,
     pub(crate) in_flight: AtomicUsize,
     bp_waiting: AtomicUsize,
@@ -106,6 +108,16 @@ impl VmShared {
         if batch.capacity() > 0 {
             self.batch_pool.push(batch);
         }
+    }
+
+    /// A shape-inference cache for a new builder (warm if an earlier builder left one).
+    pub(crate) fn take_infer_cache(&self) -> Box<InferCache> {
+        self.infer_caches.pop().unwrap_or_default()
+    }
+
+    /// Keep a builder's inference cache for the next builder.
+    pub(crate) fn recycle_infer_cache(&self, cache: Box<InferCache>) {
+        self.infer_caches.push(cache);
     }
 
     pub(crate) fn take_completions(&self) -> Vec<Completion> {
@@ -343,6 +355,7 @@ impl VirtualMachine {
             completions: SegQueue::new(),
             sched_notify: Notifier::new(),
             batch_pool: SegQueue::new(),
+            infer_caches: SegQueue::new(),
             completion_pool: SegQueue::new(),
             in_flight: AtomicUsize::new(0),
             bp_waiting: AtomicUsize::new(0),
