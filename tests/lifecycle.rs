@@ -105,3 +105,19 @@ fn every_thread_topology_runs_the_same_program() {
     // [[1,2],[3,4]] x [[0.5,-1],[2,1]] = [[4.5,1],[9.5,1]]; sum 16.
     assert_eq!(results, vec![vec![16.0]; 3]);
 }
+
+/// A thread the VM needs cannot be started: waits return an error instead of hanging, the
+/// VM says why at `sync`, and dropping it returns.
+#[test]
+fn a_missing_watcher_thread_is_an_error_not_a_hang() {
+    let mut config = Config::default().with_mock_devices(1, MockConfig::default());
+    config.fault.refuse_watcher_threads = true;
+    let vm = VirtualMachine::new(config).unwrap();
+    let x = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::mock(0));
+    // The copy to the device can never complete; reading it back must not hang.
+    let read = x.and_then(|x| x.to_vec::<f32>());
+    assert!(read.is_err(), "read {read:?}");
+    let e = vm.sync().unwrap_err();
+    assert!(matches!(e, Error::ShutDown | Error::Failed { .. }), "{e}");
+    drop(vm);
+}

@@ -1,6 +1,7 @@
 //! The sleep/wake protocol shared by every idle loop in eagervm (the scheduler, the
-//! `ThreadCtx` workers, the event watchers, the mock device's stream threads and callers
-//! blocked by back-pressure).
+//! `ThreadCtx` workers, the event watchers and the mock device's stream threads). Callers
+//! blocked by back-pressure wait on a lock and condition variable of their own instead:
+//! there may be many of them, and they wait for a count to fall, not for work to arrive.
 //!
 //! # Protocol
 //!

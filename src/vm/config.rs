@@ -24,12 +24,19 @@ pub enum ThreadTopology {
 pub struct FaultInjection {
     /// Skip the device-side wait of every n-th `StreamWaitEvent` (0: never).
     pub skip_stream_wait_every: u64,
+    /// Behave as if the system refused to start the watcher threads of asynchronous
+    /// streams (tests the VM's answer to a missing thread).
+    pub refuse_watcher_threads: bool,
     count: AtomicU64,
 }
 
 impl Clone for FaultInjection {
     fn clone(&self) -> Self {
-        FaultInjection { skip_stream_wait_every: self.skip_stream_wait_every, count: AtomicU64::new(0) }
+        FaultInjection {
+            skip_stream_wait_every: self.skip_stream_wait_every,
+            refuse_watcher_threads: self.refuse_watcher_threads,
+            count: AtomicU64::new(0),
+        }
     }
 }
 

@@ -225,8 +225,15 @@ impl Scheduler {
             if vm.shutdown.load(Ordering::Acquire) && vm.in_flight.load(Ordering::Acquire) == 0 {
                 return;
             }
+            if vm.is_dead() {
+                // A thread the VM needs is missing: what is in flight can never finish.
+                return;
+            }
             vm.sched_notify.wait(vm.config.spin, || {
-                !vm.completions.is_empty() || !vm.inbox.is_empty() || vm.shutdown.load(Ordering::Acquire)
+                !vm.completions.is_empty()
+                    || !vm.inbox.is_empty()
+                    || vm.shutdown.load(Ordering::Acquire)
+                    || vm.is_dead()
             });
         }
     }

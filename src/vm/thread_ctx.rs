@@ -81,12 +81,13 @@ struct Watcher {
 }
 
 /// Start the worker thread of ctx `index`, which serves `streams`.
-pub(crate) fn spawn_worker(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) -> JoinHandle<()> {
+pub(crate) fn spawn_worker(
+    vm: Arc<VmShared>,
+    index: usize,
+    streams: Vec<usize>,
+) -> std::io::Result<JoinHandle<()>> {
     let name = format!("eagervm-worker-{index}");
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || worker_main(vm, index, streams))
-        .expect("spawning a worker thread")
+    std::thread::Builder::new().name(name).spawn(move || worker_main(vm, index, streams))
 }
 
 fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
@@ -102,12 +103,18 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
             let w = Arc::new(Watcher::default());
             let (vm2, w2) = (vm.clone(), w.clone());
             let name = format!("eagervm-watch-{}", vm.streams[s].name);
-            joins.push(
-                std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || watcher_main(vm2, w2))
-                    .expect("spawning a watcher thread"),
-            );
+            let spawned = if vm.fault.refuse_watcher_threads {
+                Err(std::io::Error::other("refused by fault injection"))
+            } else {
+                std::thread::Builder::new().name(name).spawn(move || watcher_main(vm2, w2))
+            };
+            match spawned {
+                Ok(j) => joins.push(j),
+                Err(e) => {
+                    // Without its watcher nothing on this stream would ever complete.
+                    vm.fail_startup(format!("cannot start the watcher of {}: {e}", vm.streams[s].name));
+                }
+            }
             watchers[s] = Some(w);
         }
     }

@@ -216,8 +216,25 @@ impl VmShared {
         }
     }
 
-    fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// Mark the VM dead and wake everything that waits on it: its waits then return
+    /// [`Error::ShutDown`] and new submissions are dropped instead of hanging.
+    fn mark_dead(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        self.sched_notify.notify();
+        let _g = self.bp_lock.lock();
+        self.bp_cv.notify_all();
+    }
+
+    /// A thread the VM needs could not be started (the system is out of threads or memory):
+    /// record why, so that `sync` reports it, and mark the VM dead.
+    pub(crate) fn fail_startup(&self, why: String) {
+        tracing::error!(%why, "the VM cannot run");
+        self.failures.record_external(Error::Config(why));
+        self.mark_dead();
     }
 
     pub(crate) fn wait_tensor(self: &Arc<Self>, t: &Tensor) -> Result<()> {
@@ -486,15 +503,18 @@ impl Drop for VirtualMachine {
 fn scheduler_main(vm: Arc<VmShared>) {
     let mut workers = Vec::new();
     for (i, streams) in vm.ctx_streams.iter().enumerate() {
-        workers.push(spawn_worker(vm.clone(), i, streams.clone()));
+        match spawn_worker(vm.clone(), i, streams.clone()) {
+            Ok(w) => workers.push(w),
+            Err(e) => vm.fail_startup(format!("cannot start worker thread {i}: {e}")),
+        }
     }
-    let sched = Scheduler::new(vm.clone());
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run()));
-    if r.is_err() {
-        tracing::error!("the scheduler thread panicked; the VM is dead");
-        vm.dead.store(true, Ordering::SeqCst);
-        let _g = vm.bp_lock.lock();
-        vm.bp_cv.notify_all();
+    if !vm.is_dead() {
+        let sched = Scheduler::new(vm.clone());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run()));
+        if r.is_err() {
+            tracing::error!("the scheduler thread panicked; the VM is dead");
+            vm.mark_dead();
+        }
     }
     for c in &vm.ctxs {
         c.stop();
