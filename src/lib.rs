@@ -52,6 +52,7 @@
 
 pub mod alloc;
 pub mod bench;
+pub mod eager;
 pub mod ep;
 mod error;
 pub mod framework;
