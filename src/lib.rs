@@ -57,6 +57,7 @@ pub mod ep;
 mod error;
 pub mod framework;
 pub mod kernels;
+pub mod programs;
 pub mod sync;
 pub mod vm;
 
