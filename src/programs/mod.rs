@@ -4,10 +4,10 @@
 //!
 //! | program | what it shows |
 //! | --- | --- |
-//! | [`mlp`] | training: forward, hand-written backward and SGD of a two-layer MLP |
-//! | [`pipeline`] | copy/compute overlap over the H2D, compute and D2H streams of a device |
-//! | [`fanout`] | a wide fan-out/fan-in graph: one array read by many independent ops |
-//! | [`failure`] | a failed kernel poisons what it feeds; everything else keeps working |
+//! | [`mlp`](mod@mlp) | training: forward, hand-written backward and SGD of a two-layer MLP |
+//! | [`pipeline`](mod@pipeline) | copy/compute overlap over the H2D, compute and D2H streams of a device |
+//! | [`fanout`](mod@fanout) | a wide fan-out/fan-in graph: one array read by many independent ops |
+//! | [`failure`](mod@failure) | a failed kernel poisons what it feeds; everything else keeps working |
 //!
 //! Every program takes a `&VirtualMachine` and an options struct, uses fixed seeds, and
 //! returns a report of plain values (no timings), so two runs give equal reports; each
