@@ -142,3 +142,20 @@ fn programs_refuse_a_missing_device() {
     let r = programs::pipeline(&vm, &PipelineOptions::default());
     assert!(matches!(r, Err(Error::Device(_))), "{r:?}");
 }
+
+#[test]
+fn programs_give_the_same_reports_in_synchronous_mode() {
+    let threaded = vm();
+    let sync = VirtualMachine::new(Config {
+        synchronous: true,
+        ..Config::default().with_mock_devices(1, MockConfig::default())
+    })
+    .unwrap();
+    let on_mock = RunOptions { device: Some(DeviceId::mock(0)), size: None };
+    for p in builtin() {
+        let a = (p.run)(&threaded, &on_mock).unwrap();
+        let b = (p.run)(&sync, &on_mock).unwrap();
+        assert!(a.ok() && b.ok(), "{}: {a} / {b}", p.name);
+        assert_eq!(a, b, "{}", p.name);
+    }
+}
