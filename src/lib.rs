@@ -52,10 +52,12 @@
 
 pub mod alloc;
 pub mod bench;
+pub mod eager;
 pub mod ep;
 mod error;
 pub mod framework;
 pub mod kernels;
+pub mod programs;
 pub mod sync;
 pub mod vm;
 

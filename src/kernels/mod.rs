@@ -9,6 +9,12 @@
 //! | `relu` | `x` | like `x` | `max(x, 0)`; NaN stays NaN |
 //! | `sum` | `x` | scalar `[]` | sequential, in index order |
 //! | `matmul` | `[m, k]`, `[k, n]` | `[m, n]` | plain i-k-j loops |
+//! | `sub` | `a`, `b` of one shape | like `a` | `a - b`; no broadcasting |
+//! | `relu_grad` | `dy`, `x` of one shape | like `x` | `dy` where `x > 0`, else 0 |
+//! | `add_bias` | `x: [n, k]`, `b: [k]` | `[n, k]` | `x[i][j] + b[j]` |
+//! | `sum_rows` | `x: [n, k]` | `[k]` | column sums: `sum over i of x[i][j]` |
+//! | `matmul_tn` | `a: [k, m]`, `b: [k, n]` | `[m, n]` | `aᵀ b` |
+//! | `matmul_nt` | `a: [m, k]`, `b: [n, k]` | `[m, n]` | `a bᵀ` |
 //! | `noop` | any | given by the caller | does nothing (measures VM overhead) |
 //! | `fail` | any | given by the caller | returns an error (tests error propagation) |
 //! | `panic` | any | given by the caller | panics (tests panic containment) |
@@ -29,11 +35,15 @@
 mod diag;
 mod elementwise;
 mod matmul;
+mod matmul_t;
+mod nn;
 mod reduce;
 
 pub use diag::{FailKernel, NoopKernel, PanicKernel};
 pub use elementwise::{AddKernel, CopyKernel, FillKernel, MulKernel, ReluKernel, ScaleKernel};
 pub use matmul::MatmulKernel;
+pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
+pub use nn::{AddBiasKernel, ReluGradKernel, SubKernel, SumRowsKernel};
 pub use reduce::SumKernel;
 
 use crate::alloc::Storage;
@@ -50,6 +60,12 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &ReluKernel,
     &SumKernel,
     &MatmulKernel,
+    &SubKernel,
+    &ReluGradKernel,
+    &AddBiasKernel,
+    &SumRowsKernel,
+    &MatmulTnKernel,
+    &MatmulNtKernel,
     &NoopKernel,
     &FailKernel,
     &PanicKernel,
@@ -76,6 +92,8 @@ trait Num: Element + PartialOrd {
     fn plus(self, other: Self) -> Self;
     /// Multiplication (wrapping for integers).
     fn times(self, other: Self) -> Self;
+    /// Subtraction (wrapping for integers).
+    fn minus(self, other: Self) -> Self;
     /// The storage's bytes as elements.
     fn view(s: &Storage) -> &[Self];
     /// The storage's bytes as elements, writable.
@@ -92,6 +110,9 @@ impl Num for f32 {
     }
     fn times(self, other: Self) -> Self {
         self * other
+    }
+    fn minus(self, other: Self) -> Self {
+        self - other
     }
     fn view(s: &Storage) -> &[Self] {
         s.as_f32()
@@ -111,6 +132,9 @@ impl Num for i64 {
     }
     fn times(self, other: Self) -> Self {
         self.wrapping_mul(other)
+    }
+    fn minus(self, other: Self) -> Self {
+        self.wrapping_sub(other)
     }
     fn view(s: &Storage) -> &[Self] {
         s.as_i64()
@@ -220,7 +244,25 @@ mod tests {
     #[test]
     fn builtins_are_registered_on_cpu_and_mock() {
         let r = OpRegistry::with_builtins();
-        let names = ["add", "copy", "fail", "fill", "matmul", "mul", "noop", "panic", "relu", "scale", "sum"];
+        let names = [
+            "add",
+            "add_bias",
+            "copy",
+            "fail",
+            "fill",
+            "matmul",
+            "matmul_nt",
+            "matmul_tn",
+            "mul",
+            "noop",
+            "panic",
+            "relu",
+            "relu_grad",
+            "scale",
+            "sub",
+            "sum",
+            "sum_rows",
+        ];
         assert_eq!(r.names(), names);
         for name in names {
             let op = r.get(name).unwrap();

@@ -1,0 +1,116 @@
+//! `fanout`: a wide fan-out/fan-in graph.
+//!
+//! One array `x` is read by `width` independent branches, branch `i` computing
+//! `sum(relu(x * s_i))` with `s_i = (i - width/2) / width` (so half of the branches see
+//! mostly negative values); the branch results are then reduced by a balanced tree of
+//! `add`s. Every branch only reads `x`, so the scheduler may run all of them as soon as `x`
+//! is written, with no edges between them; the tree joins them again.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::Rng;
+use crate::eager::{Array, Context};
+use crate::ep::DeviceId;
+use crate::error::Result;
+use crate::vm::VirtualMachine;
+
+/// Options of [`fanout()`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct FanoutOptions {
+    /// Where to compute. Default `cpu:0`.
+    pub device: DeviceId,
+    /// Branches reading the shared array. Default 64.
+    pub width: usize,
+    /// Elements of the shared array. Default 4096.
+    pub len: usize,
+    /// Seed of the data. Default 5.
+    pub seed: u64,
+}
+
+impl Default for FanoutOptions {
+    fn default() -> Self {
+        FanoutOptions { device: DeviceId::CPU, width: 64, len: 4096, seed: 5 }
+    }
+}
+
+/// What [`fanout()`] did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FanoutReport {
+    /// The device it computed on.
+    pub device: String,
+    /// Each branch's result.
+    pub branches: Vec<f32>,
+    /// The tree reduction of the branches.
+    pub total: f32,
+    /// Whether the branches and the total equal, bit for bit, a plain host computation in
+    /// the same order.
+    pub matches_reference: bool,
+}
+
+impl fmt::Display for FanoutReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "fanout on {}: {} branches, total {:.4}, {}",
+            self.device,
+            self.branches.len(),
+            self.total,
+            if self.matches_reference {
+                "equal to the host reference"
+            } else {
+                "DIFFERENT from the host reference"
+            }
+        )
+    }
+}
+
+fn factor(i: usize, width: usize) -> f64 {
+    (i as f64 - (width / 2) as f64) / width.max(1) as f64
+}
+
+/// Reduce by a balanced tree: pairs `(0, 1), (2, 3), ...`, an odd last one carried up.
+fn tree<T: Clone>(mut level: Vec<T>, mut add: impl FnMut(&T, &T) -> Result<T>) -> Result<Option<T>> {
+    while level.len() > 1 {
+        let mut next = Vec::with_capacity(level.len().div_ceil(2));
+        for pair in level.chunks(2) {
+            next.push(match pair {
+                [a, b] => add(a, b)?,
+                [a] => a.clone(),
+                _ => unreachable!("chunks(2)"),
+            });
+        }
+        level = next;
+    }
+    Ok(level.pop())
+}
+
+/// Run the fan-out/fan-in graph; see the module docs.
+pub fn fanout(vm: &VirtualMachine, opts: &FanoutOptions) -> Result<FanoutReport> {
+    let cx = Context::new(vm);
+    let xv = Rng::new(opts.seed).vec(opts.len, 1.0);
+    let x = cx.from_slice(&xv, &[opts.len], opts.device)?;
+    let branches: Vec<Array<'_>> =
+        (0..opts.width).map(|i| x.scale(factor(i, opts.width))?.relu()?.sum()).collect::<Result<_>>()?;
+    let total = match tree(branches.clone(), |a, b| a.add(b))? {
+        Some(t) => t.item::<f32>()?,
+        None => 0.0,
+    };
+    let branches = branches.iter().map(|b| b.item::<f32>()).collect::<Result<Vec<_>>>()?;
+
+    // The same arithmetic on the host, in the kernels' order.
+    let reference: Vec<f32> = (0..opts.width)
+        .map(|i| {
+            let s = factor(i, opts.width) as f32;
+            xv.iter().fold(0.0f32, |acc, &v| {
+                let y = v * s;
+                acc + if y < 0.0 { 0.0 } else { y }
+            })
+        })
+        .collect();
+    let ref_total = tree(reference.clone(), |a, b| Ok(a + b))?.unwrap_or(0.0);
+    let same = reference.iter().zip(&branches).all(|(a, b)| a.to_bits() == b.to_bits())
+        && ref_total.to_bits() == total.to_bits();
+    Ok(FanoutReport { device: opts.device.to_string(), branches, total, matches_reference: same })
+}

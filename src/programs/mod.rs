@@ -1,0 +1,230 @@
+//! Built-in programs: small, deterministic workloads written with the [eager front
+//! end](crate::eager), that exercise the VM the way a framework does and that the command
+//! line can run (and record) by name.
+//!
+//! | program | what it shows |
+//! | --- | --- |
+//! | [`mlp`](mod@mlp) | training: forward, hand-written backward and SGD of a two-layer MLP |
+//! | [`pipeline`](mod@pipeline) | copy/compute overlap over the H2D, compute and D2H streams of a device |
+//! | [`fanout`](mod@fanout) | a wide fan-out/fan-in graph: one array read by many independent ops |
+//! | [`failure`](mod@failure) | a failed kernel poisons what it feeds; everything else keeps working |
+//!
+//! Every program takes a `&VirtualMachine` and an options struct, uses fixed seeds, and
+//! returns a report of plain values (no timings), so two runs give equal reports; each
+//! runs in well under two seconds at its defaults. [`builtin`] lists them with a uniform
+//! entry point:
+//!
+//! ```
+//! use eagervm::ep::mock::MockConfig;
+//! use eagervm::prelude::*;
+//! use eagervm::programs::{builtin, RunOptions};
+//!
+//! let needs = builtin().iter().map(|p| p.mock_devices).max().unwrap_or(0);
+//! let vm = VirtualMachine::new(Config::default().with_mock_devices(needs, MockConfig::default()))?;
+//! let fanout = eagervm::programs::find("fanout").expect("a built-in program");
+//! let report = (fanout.run)(&vm, &RunOptions { size: Some(8), ..RunOptions::default() })?;
+//! assert!(report.ok(), "{report}");
+//! # Ok::<(), eagervm::Error>(())
+//! ```
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::ep::DeviceId;
+use crate::error::Result;
+use crate::vm::VirtualMachine;
+
+pub mod failure;
+pub mod fanout;
+pub mod mlp;
+pub mod pipeline;
+
+pub use failure::{failure, FailureOptions, FailureReport};
+pub use fanout::{fanout, FanoutOptions, FanoutReport};
+pub use mlp::{mlp, MlpOptions, MlpReport};
+pub use pipeline::{pipeline, PipelineOptions, PipelineReport};
+
+/// Options every built-in program understands, for running them by name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Where the program computes; `None` for its default ([`ProgramInfo::default_device`]).
+    pub device: Option<DeviceId>,
+    /// The program's size knob ([`ProgramInfo::size_means`]); `None` for its default.
+    pub size: Option<usize>,
+}
+
+/// A built-in program: its name, what it does, and how to run it.
+#[derive(Debug, Clone, Copy)]
+pub struct ProgramInfo {
+    /// The name to run it by (`mlp`, `pipeline`, ...).
+    pub name: &'static str,
+    /// One line on what it does.
+    pub about: &'static str,
+    /// What [`RunOptions::size`] sets, with its default.
+    pub size_means: &'static str,
+    /// The device it computes on unless told otherwise.
+    pub default_device: DeviceId,
+    /// How many mock devices the VM needs for the defaults.
+    pub mock_devices: u16,
+    /// Run it.
+    pub run: fn(&VirtualMachine, &RunOptions) -> Result<Report>,
+}
+
+/// The report of any built-in program.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "program", rename_all = "lowercase")]
+pub enum Report {
+    /// From [`mlp()`].
+    Mlp(MlpReport),
+    /// From [`pipeline()`].
+    Pipeline(PipelineReport),
+    /// From [`fanout()`].
+    Fanout(FanoutReport),
+    /// From [`failure()`].
+    Failure(FailureReport),
+}
+
+impl Report {
+    /// Whether the program's own check passed (the loss fell; results match the host
+    /// reference; the failure stayed where it belongs).
+    pub fn ok(&self) -> bool {
+        match self {
+            Report::Mlp(r) => r.loss_fell(),
+            Report::Pipeline(r) => r.matches_reference,
+            Report::Fanout(r) => r.matches_reference,
+            Report::Failure(r) => r.as_expected,
+        }
+    }
+
+    /// The report as JSON (`{"program": "mlp", ...}`).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Report::Mlp(r) => r.fmt(f),
+            Report::Pipeline(r) => r.fmt(f),
+            Report::Fanout(r) => r.fmt(f),
+            Report::Failure(r) => r.fmt(f),
+        }
+    }
+}
+
+static BUILTIN: [ProgramInfo; 4] = [
+    ProgramInfo {
+        name: "mlp",
+        about: "train a two-layer MLP (forward, hand-written backward, SGD) on synthetic regression data",
+        size_means: "training steps (default 60)",
+        default_device: DeviceId::CPU,
+        mock_devices: 0,
+        run: |vm, o| {
+            let mut opts = MlpOptions::default();
+            opts.device = o.device.unwrap_or(opts.device);
+            opts.steps = o.size.unwrap_or(opts.steps);
+            mlp(vm, &opts).map(Report::Mlp)
+        },
+    },
+    ProgramInfo {
+        name: "pipeline",
+        about: "stream chunks host -> device (H2D) -> compute -> host (D2H) with copies overlapping compute",
+        size_means: "chunks (default 32)",
+        default_device: DeviceId::mock(0),
+        mock_devices: 1,
+        run: |vm, o| {
+            let mut opts = PipelineOptions::default();
+            opts.device = o.device.unwrap_or(opts.device);
+            opts.chunks = o.size.unwrap_or(opts.chunks);
+            pipeline(vm, &opts).map(Report::Pipeline)
+        },
+    },
+    ProgramInfo {
+        name: "fanout",
+        about: "one array read by many independent ops, then reduced by a tree of adds",
+        size_means: "branches (default 64)",
+        default_device: DeviceId::CPU,
+        mock_devices: 0,
+        run: |vm, o| {
+            let mut opts = FanoutOptions::default();
+            opts.device = o.device.unwrap_or(opts.device);
+            opts.width = o.size.unwrap_or(opts.width);
+            fanout(vm, &opts).map(Report::Fanout)
+        },
+    },
+    ProgramInfo {
+        name: "failure",
+        about: "a deliberately failing kernel poisons the arrays it feeds while the others keep working",
+        size_means: "elements per array (default 16)",
+        default_device: DeviceId::CPU,
+        mock_devices: 0,
+        run: |vm, o| {
+            let mut opts = FailureOptions::default();
+            opts.device = o.device.unwrap_or(opts.device);
+            opts.len = o.size.unwrap_or(opts.len);
+            failure(vm, &opts).map(Report::Failure)
+        },
+    },
+];
+
+/// Every built-in program, in a fixed order.
+pub fn builtin() -> &'static [ProgramInfo] {
+    &BUILTIN
+}
+
+/// The built-in program called `name`.
+pub fn find(name: &str) -> Option<&'static ProgramInfo> {
+    BUILTIN.iter().find(|p| p.name == name)
+}
+
+/// A deterministic stream of `f32`s, uniform in `[-1, 1)` (xorshift64*), so that programs
+/// make the same data on every machine.
+#[derive(Debug, Clone)]
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub(crate) fn next_f32(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        // 24 random bits: exact in f32.
+        (x >> 40) as f32 / (1u32 << 23) as f32 - 1.0
+    }
+
+    pub(crate) fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.next_f32() * scale).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rng_is_deterministic_and_in_range() {
+        let (a, b) = (Rng::new(7).vec(1000, 1.0), Rng::new(7).vec(1000, 1.0));
+        assert_eq!(a, b);
+        assert_ne!(a, Rng::new(8).vec(1000, 1.0));
+        assert!(a.iter().all(|x| (-1.0..1.0).contains(x)));
+        assert!(a.iter().any(|&x| x < -0.9) && a.iter().any(|&x| x > 0.9));
+    }
+
+    #[test]
+    fn names_are_unique_and_found() {
+        for p in builtin() {
+            assert_eq!(find(p.name).map(|q| q.name), Some(p.name));
+        }
+        assert!(find("nope").is_none());
+        let mut names: Vec<_> = builtin().iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), builtin().len());
+    }
+}

@@ -1,0 +1,122 @@
+//! `pipeline`: stream chunks of host data through a device, with copies overlapping
+//! compute.
+//!
+//! For each chunk `x_i` (`[rows, cols]`, made on the host from a fixed seed):
+//! `x_i` → H2D copy → `relu(x_i W) ` → column sums → D2H copy → host, where the checksum of
+//! the chunk (the sum of its column sums) is taken on the host. The calls for every chunk
+//! are made without waiting, so the device's H2D stream copies chunk `i + 1` while its
+//! compute stream works on chunk `i` and its D2H stream brings back chunk `i - 1`; the VM's
+//! cross-stream waits keep each chunk's three steps in order.
+//!
+//! Run on `cpu:0`, the same program has no copies: that is the CPU-only reference the
+//! report compares with (bit for bit: the kernels add in a fixed order everywhere).
+
+use std::fmt;
+
+use serde::Serialize;
+
+use super::Rng;
+use crate::eager::{Array, Context};
+use crate::ep::DeviceId;
+use crate::error::Result;
+use crate::vm::VirtualMachine;
+
+/// Options of [`pipeline()`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PipelineOptions {
+    /// The device to stream through. Default `mock:0`.
+    pub device: DeviceId,
+    /// Chunks. Default 32.
+    pub chunks: usize,
+    /// Rows per chunk. Default 64.
+    pub rows: usize,
+    /// Columns per chunk (and the size of the square weight). Default 64.
+    pub cols: usize,
+    /// Seed of the data. Default 3.
+    pub seed: u64,
+}
+
+impl Default for PipelineOptions {
+    fn default() -> Self {
+        PipelineOptions { device: DeviceId::mock(0), chunks: 32, rows: 64, cols: 64, seed: 3 }
+    }
+}
+
+/// What [`pipeline()`] did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PipelineReport {
+    /// The device the chunks went through.
+    pub device: String,
+    /// The checksum of each chunk, computed through the device.
+    pub checksums: Vec<f32>,
+    /// Whether they equal, bit for bit, the same program run on the CPU alone.
+    pub matches_reference: bool,
+}
+
+impl fmt::Display for PipelineReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let total: f64 = self.checksums.iter().map(|&c| c as f64).sum();
+        write!(
+            f,
+            "pipeline through {}: {} chunks, checksum total {total:.4}, {}",
+            self.device,
+            self.checksums.len(),
+            if self.matches_reference {
+                "equal to the CPU-only run"
+            } else {
+                "DIFFERENT from the CPU-only run"
+            }
+        )
+    }
+}
+
+/// Stream the chunks through `opts.device`; see the module docs.
+pub fn pipeline(vm: &VirtualMachine, opts: &PipelineOptions) -> Result<PipelineReport> {
+    let checksums = checksums(vm, opts, opts.device)?;
+    let reference =
+        if opts.device.is_host() { checksums.clone() } else { self::checksums(vm, opts, DeviceId::CPU)? };
+    let same = checksums.len() == reference.len()
+        && checksums.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits());
+    Ok(PipelineReport { device: opts.device.to_string(), checksums, matches_reference: same })
+}
+
+/// The program's data, drawn from its seed: first the weight, then one chunk after another.
+#[derive(Debug, Clone)]
+pub struct ChunkSource {
+    rng: Rng,
+    rows: usize,
+    cols: usize,
+}
+
+impl ChunkSource {
+    /// The `[cols, cols]` weight (draw it first).
+    pub fn weight(&mut self) -> Vec<f32> {
+        self.rng.vec(self.cols * self.cols, 1.0 / (self.cols.max(1) as f32).sqrt())
+    }
+    /// The next `[rows, cols]` chunk.
+    pub fn chunk(&mut self) -> Vec<f32> {
+        self.rng.vec(self.rows * self.cols, 1.0)
+    }
+}
+
+/// The data [`pipeline()`] streams for `opts`, for host-side references.
+pub fn chunk_source(opts: &PipelineOptions) -> ChunkSource {
+    ChunkSource { rng: Rng::new(opts.seed), rows: opts.rows, cols: opts.cols }
+}
+
+/// The per-chunk checksums, computing on `device`.
+fn checksums(vm: &VirtualMachine, opts: &PipelineOptions, device: DeviceId) -> Result<Vec<f32>> {
+    let cx = Context::new(vm);
+    let (rows, cols) = (opts.rows, opts.cols);
+    let mut data = chunk_source(opts);
+    let w = cx.from_slice(&data.weight(), &[cols, cols], device)?;
+    let mut sums: Vec<Array<'_>> = Vec::with_capacity(opts.chunks);
+    for _ in 0..opts.chunks {
+        let host = cx.from_slice(&data.chunk(), &[rows, cols], DeviceId::CPU)?;
+        let x = host.to(device)?; // H2D
+        let col_sums = x.matmul(&w)?.relu()?.sum_rows()?; // compute
+        let back = col_sums.to(DeviceId::CPU)?; // D2H
+        sums.push(back.sum()?); // host
+    }
+    sums.iter().map(|s| s.item::<f32>()).collect()
+}

@@ -1,0 +1,280 @@
+//! The eager front end: every op against a plain Rust reference on the CPU and on the mock
+//! device, the errors it refuses calls with, and its batching.
+
+use eagervm::eager::{Array, Context, ContextOptions};
+use eagervm::ep::mock::MockConfig;
+use eagervm::prelude::*;
+
+fn vm() -> VirtualMachine {
+    VirtualMachine::new(Config::default().with_mock_devices(2, MockConfig::default())).unwrap()
+}
+
+const DEVICES: [DeviceId; 2] = [DeviceId::CPU, DeviceId::mock(0)];
+
+/// Deterministic values in [-2, 2) with a few exact zeros (to exercise relu at 0).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            if i % 7 == 3 {
+                0.0
+            } else {
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+            }
+        })
+        .collect()
+}
+
+fn matmul_ref(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; m * n];
+    for i in 0..m {
+        for p in 0..k {
+            for j in 0..n {
+                out[i * n + j] += a[i * k + p] * b[p * n + j];
+            }
+        }
+    }
+    out
+}
+
+fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0; a.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = a[r * cols + c];
+        }
+    }
+    t
+}
+
+fn read(a: &Array<'_>) -> Vec<f32> {
+    a.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap()
+}
+
+fn close(got: &[f32], want: &[f32]) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "element {i}: {g} != {w}");
+    }
+}
+
+#[test]
+fn every_op_matches_a_plain_reference_on_cpu_and_mock() {
+    let vm = vm();
+    for dev in DEVICES {
+        let cx = Context::new(&vm);
+        let (m, k, n) = (5, 4, 3);
+        let (av, bv, cv) = (values(m * k, 1), values(k * n, 2), values(m * k, 3));
+        let a = cx.from_slice(&av, &[m, k], dev).unwrap();
+        let b = cx.from_slice(&bv, &[k, n], dev).unwrap();
+        let c = cx.from_slice(&cv, &[m, k], dev).unwrap();
+        assert_eq!((a.shape(), a.dtype(), a.device()), (&[m, k][..], DType::F32, dev));
+
+        let zip = |f: fn(f32, f32) -> f32| av.iter().zip(&cv).map(|(&x, &y)| f(x, y)).collect::<Vec<_>>();
+        assert_eq!(read(&a.add(&c).unwrap()), zip(|x, y| x + y), "add on {dev}");
+        assert_eq!(read(&a.sub(&c).unwrap()), zip(|x, y| x - y), "sub on {dev}");
+        assert_eq!(read(&a.mul(&c).unwrap()), zip(|x, y| x * y), "mul on {dev}");
+        assert_eq!(
+            read(&c.relu_grad(&a).unwrap()),
+            zip(|dy, x| if x > 0.0 { dy } else { 0.0 }),
+            "relu_grad on {dev}"
+        );
+        let scaled: Vec<f32> = av.iter().map(|x| x * 0.5).collect();
+        assert_eq!(read(&a.scale(0.5).unwrap()), scaled, "scale on {dev}");
+        let relu: Vec<f32> = av.iter().map(|&x| if x < 0.0 { 0.0 } else { x }).collect();
+        assert_eq!(read(&a.relu().unwrap()), relu, "relu on {dev}");
+        assert_eq!(read(&a.sum().unwrap()), vec![av.iter().fold(0.0f32, |s, &x| s + x)], "sum on {dev}");
+
+        close(&read(&a.matmul(&b).unwrap()), &matmul_ref(&av, &bv, m, k, n));
+        // aᵀ c: [m, k]ᵀ x [m, k] = [k, k]; a btᵀ with bt = bᵀ: [m, k] x [n, k]ᵀ = a b.
+        close(&read(&a.matmul_tn(&c).unwrap()), &matmul_ref(&transpose(&av, m, k), &cv, k, m, k));
+        let bt = cx.from_slice(&transpose(&bv, k, n), &[n, k], dev).unwrap();
+        close(&read(&a.matmul_nt(&bt).unwrap()), &matmul_ref(&av, &bv, m, k, n));
+
+        let bias = values(k, 4);
+        let bias_a = cx.from_slice(&bias, &[k], dev).unwrap();
+        let want: Vec<f32> = av.iter().enumerate().map(|(i, x)| x + bias[i % k]).collect();
+        assert_eq!(read(&a.add_bias(&bias_a).unwrap()), want, "add_bias on {dev}");
+        let mut cols = vec![0.0f32; k];
+        for (i, x) in av.iter().enumerate() {
+            cols[i % k] += x;
+        }
+        assert_eq!(read(&a.sum_rows().unwrap()), cols, "sum_rows on {dev}");
+
+        assert_eq!(read(&cx.zeros(&[2, 3], DType::F32, dev).unwrap()), vec![0.0; 6]);
+        assert_eq!(read(&cx.full(&[4], 2.5, DType::F32, dev).unwrap()), vec![2.5; 4]);
+        let i = cx.full(&[3], -1.9, DType::I64, dev).unwrap();
+        assert_eq!(i.to(DeviceId::CPU).unwrap().to_vec::<i64>().unwrap(), vec![-1; 3]);
+    }
+}
+
+#[test]
+fn i64_arrays_work_too() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    let a = cx.from_slice(&[1i64, -2, 3, 4], &[2, 2], DeviceId::mock(0)).unwrap();
+    let b = cx.from_slice(&[5i64, 6], &[2], DeviceId::mock(0)).unwrap();
+    let y = a.add_bias(&b).unwrap().matmul(&a).unwrap().sub(&a).unwrap();
+    // a + b = [6 4; 8 10]; (a + b) a = [6+12 -12+16; 8+30 -16+40] = [18 4; 38 24]; minus a.
+    assert_eq!(y.to(DeviceId::CPU).unwrap().to_vec::<i64>().unwrap(), vec![17, 6, 35, 20]);
+    assert_eq!(y.sum().unwrap().to(DeviceId::CPU).unwrap().item::<i64>().unwrap(), 78);
+}
+
+#[test]
+fn copies_move_between_host_and_devices() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    let v = values(64, 9);
+    let h = cx.from_slice(&v, &[8, 8], DeviceId::CPU).unwrap();
+    let d0 = h.to(DeviceId::mock(0)).unwrap();
+    let d1 = d0.to(DeviceId::mock(1)).unwrap();
+    assert_eq!(d1.device(), DeviceId::mock(1));
+    let back = d1.scale(2.0).unwrap().to(DeviceId::CPU).unwrap();
+    assert_eq!(back.device(), DeviceId::CPU);
+    let want: Vec<f32> = v.iter().map(|x| x * 2.0).collect();
+    assert_eq!(back.to_vec::<f32>().unwrap(), want);
+    // `to` the device an array is on already is the same array.
+    assert_eq!(h.to(DeviceId::CPU).unwrap().id(), h.id());
+    // Reading a device array directly goes through its D2H stream too.
+    assert_eq!(d0.to_vec::<f32>().unwrap(), v);
+}
+
+#[test]
+fn bad_calls_are_refused_at_the_call_with_typed_errors() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    let a = cx.zeros(&[2, 3], DType::F32, DeviceId::CPU).unwrap();
+    let b = cx.zeros(&[3, 2], DType::F32, DeviceId::CPU).unwrap();
+    let before = cx.stats().calls;
+
+    match a.add(&b) {
+        Err(Error::InvalidOperands { op, detail }) => {
+            assert_eq!(op, "add");
+            assert!(detail.contains("shapes must be equal"), "{detail}");
+        }
+        other => panic!("expected a shape error, got {other:?}"),
+    }
+    match a.matmul(&a) {
+        Err(Error::InvalidOperands { op, detail }) => {
+            assert_eq!(op, "matmul");
+            assert!(detail.contains("inner dimensions differ (3 != 2)"), "{detail}");
+        }
+        other => panic!("expected a shape error, got {other:?}"),
+    }
+    let bad_bias = cx.zeros(&[2], DType::F32, DeviceId::CPU).unwrap();
+    assert!(matches!(a.add_bias(&bad_bias), Err(Error::InvalidOperands { .. })));
+    let ints = cx.zeros(&[2, 3], DType::I64, DeviceId::CPU).unwrap();
+    match a.sub(&ints) {
+        Err(Error::InvalidOperands { detail, .. }) => assert_eq!(detail, "input 1 is i64 but input 0 is f32"),
+        other => panic!("expected a dtype error, got {other:?}"),
+    }
+    let on_mock = a.to(DeviceId::mock(0)).unwrap();
+    match a.add(&on_mock) {
+        Err(Error::WrongDevice { op, tensor, tensor_device, stream_device }) => {
+            assert_eq!((op.as_str(), tensor), ("add", on_mock.id()));
+            assert_eq!((tensor_device, stream_device), (DeviceId::mock(0), DeviceId::CPU));
+        }
+        other => panic!("expected a device error, got {other:?}"),
+    }
+    assert!(matches!(a.to(DeviceId::mock(7)), Err(Error::Device(_))));
+    assert!(matches!(cx.from_slice(&[1.0f32; 5], &[2, 3], DeviceId::CPU), Err(Error::Access { .. })));
+    assert!(matches!(a.to_vec::<i64>(), Err(Error::DType { expected: DType::F32, found: DType::I64 })));
+    assert!(matches!(a.item::<f32>(), Err(Error::Access { .. })));
+    // Refused calls queue nothing; the accepted ones (bias, ints, the copy) do.
+    assert_eq!(cx.stats().calls, before + 3);
+    // The context keeps working after refusals.
+    assert_eq!(a.add(&a).unwrap().to_vec::<f32>().unwrap(), vec![0.0; 6]);
+}
+
+#[test]
+fn a_released_array_is_refused_in_every_clone() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    let a = cx.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    let kept = a.scale(3.0).unwrap(); // queued before the release: still computed
+    let clone = a.clone();
+    a.release().unwrap();
+    match clone.relu() {
+        Err(Error::Released { tensor }) => assert_eq!(tensor, a.id()),
+        other => panic!("expected a released error, got {other:?}"),
+    }
+    assert!(matches!(a.to_vec::<f32>(), Err(Error::Released { .. })));
+    assert!(matches!(kept.add(&clone), Err(Error::Released { .. })));
+    assert_eq!(kept.to_vec::<f32>().unwrap(), vec![3.0, 6.0]);
+    cx.sync().unwrap();
+}
+
+#[test]
+fn calls_are_batched_until_a_flush_point() {
+    let vm = vm();
+    let cx = Context::with_options(&vm, ContextOptions { flush_every: 4 });
+    let a = cx.full(&[3], 1.0, DType::F32, DeviceId::CPU).unwrap();
+    let mut x = a.clone();
+    for _ in 0..9 {
+        x = x.add(&a).unwrap();
+    }
+    // 10 calls: flushed at 4 and 8, two queued.
+    let s = cx.stats();
+    assert_eq!((s.calls, s.flushes, s.pending), (10, 2, 2));
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![10.0; 3]);
+    assert_eq!(cx.stats().pending, 0);
+    assert_eq!(cx.stats().flushes, 3);
+
+    // One call per flush gives the same values.
+    let one = Context::with_options(&vm, ContextOptions { flush_every: 1 });
+    let b = one.full(&[3], 1.0, DType::F32, DeviceId::CPU).unwrap();
+    let y = b.add(&b).unwrap().add(&b).unwrap();
+    assert_eq!(one.stats().pending, 0);
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0; 3]);
+}
+
+#[test]
+fn arrays_of_two_contexts_combine_in_order() {
+    let vm = vm();
+    let first = Context::new(&vm);
+    let second = Context::new(&vm);
+    let a = first.from_slice(&[1.0f32, -1.0], &[2], DeviceId::mock(0)).unwrap();
+    let b = second.full(&[2], 2.0, DType::F32, DeviceId::mock(0)).unwrap();
+    // `a`'s writes are still queued in `first`; using it from `second` flushes `first`.
+    let c = b.mul(&a).unwrap();
+    assert_eq!(first.stats().pending, 0);
+    assert_eq!(read(&c), vec![2.0, -2.0]);
+    drop(a);
+    drop(c);
+    // The low-level handle works with `vm.run` once taken (taking it flushes).
+    let d = b.scale(0.25).unwrap();
+    let t = d.tensor().unwrap().clone();
+    let relu = vm.op("relu").unwrap();
+    let s = vm.compute_stream(DeviceId::mock(0)).unwrap();
+    let r = vm.run(|bld| bld.call(relu, &[&t], Attrs::default(), s)).unwrap();
+    assert_eq!(second.wrap(r).to_vec::<f32>().unwrap(), vec![0.5, 0.5]);
+    vm.sync().unwrap();
+}
+
+#[test]
+fn a_failed_kernel_poisons_what_it_feeds_only() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    for dev in DEVICES {
+        let x = cx.from_slice(&[1.0f32, -2.0], &[2], dev).unwrap();
+        let spec = eagervm::framework::OutSpec { shape: [2].into_iter().collect(), dtype: DType::F32 };
+        let bad = cx.call("fail", &[&x], Attrs::scalar(5.0), &[spec], dev).unwrap().pop().unwrap();
+        let worse = bad.add(&x).unwrap().relu().unwrap();
+        let good = x.relu().unwrap();
+        for t in [&bad, &worse] {
+            match t.to_vec::<f32>() {
+                Err(Error::Kernel { op, message, .. }) => {
+                    assert_eq!((op.as_str(), message.as_str()), ("fail", "fail op: 5"))
+                }
+                other => panic!("expected the kernel's error on {dev}, got {other:?}"),
+            }
+        }
+        assert!(worse.wait().is_err());
+        assert_eq!(read(&good), vec![1.0, 0.0]);
+        assert!(matches!(cx.sync(), Err(Error::Failed { .. })));
+        cx.sync().unwrap();
+    }
+}
