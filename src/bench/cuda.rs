@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use crate::ep::{DeviceId, StreamType};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::framework::{Attrs, DType, Tensor};
 use crate::vm::{Config, VirtualMachine};
 
@@ -230,6 +230,7 @@ mod plain {
     use super::*;
     use crate::alloc::{HostAllocator, Storage};
     use crate::ep::Device;
+    use crate::error::Error;
     use crate::framework::{KernelCtx, OpKernel, TensorMeta, TensorView, TensorViewMut};
     use crate::kernels::cuda::{CudaMatmul, CudaSum, ELEMENTWISE};
 
