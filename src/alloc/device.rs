@@ -711,6 +711,23 @@ mod tests {
     }
 
     #[test]
+    fn the_rest_of_a_split_block_keeps_its_stream() {
+        let (_src, a) = alloc(None);
+        let x = a.allocate(SMALL_SEGMENT, A).unwrap(); // the whole segment
+        let addr = x.addr;
+        a.free(x, A);
+        // A takes part of its own freed block; the rest may still be in use by A's work,
+        // so B must not get it.
+        let part = a.allocate(4096, A).unwrap();
+        assert_eq!(part.addr, addr);
+        let other = a.allocate(4096, B).unwrap();
+        assert!(other.addr >= addr + SMALL_SEGMENT as u64 || other.addr + 4096 <= addr, "B got A's rest");
+        a.free(part, A);
+        a.free(other, B);
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
     fn idle_blocks_serve_every_stream() {
         let (_src, a) = alloc(None);
         let x = a.allocate(4096, A).unwrap();

@@ -24,7 +24,7 @@
 //!
 //! Each kernel is a unit struct, so `&FillKernel` is a `&'static dyn OpKernel` for free.
 //! The same code serves the CPU and the mock device (which runs host code over its own host
-//! memory); the CUDA backend registers its own kernels under the same names ([`cuda`]).
+//! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`, feature `cuda`).
 
 #[cfg(feature = "cuda")]
 pub mod cuda;

@@ -18,9 +18,9 @@
 //! - Per device: the primary context, set to block-sync scheduling (host waits sleep), with
 //!   cudarc's own event tracking disabled right after creation: the VM's `StreamWaitEvent` /
 //!   `RecordEvent` instructions are the only cross-stream synchronisation (DESIGN.md).
-//! - One non-blocking CUDA stream per [`StreamType`] the VM asks for. `Stream::launch` runs
+//! - One non-blocking CUDA stream per [`StreamType`](super::StreamType) the VM asks for. `Stream::launch` runs
 //!   the VM's closure *on the calling worker thread*, with this stream set as the thread's
-//!   current CUDA stream ([`with_current`]): the CUDA kernels in `kernels::cuda` read it and
+//!   current CUDA stream (`with_current`): the CUDA kernels in `kernels::cuda` read it and
 //!   enqueue their work on it, so `launch` returns once the work is enqueued, not done.
 //! - Events are created with `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING` and pooled by
 //!   the VM's `EventPool`; the stream's watcher thread sleeps in `cuEventSynchronize`.
