@@ -113,6 +113,19 @@ pub enum Error {
         /// The panic payload, if it was a string.
         message: String,
     },
+    /// An instruction could not get memory for its outputs (after the device's allocator
+    /// freed its cache and retried once).
+    #[error("instruction #{instr} (`{op}` on {stream}) cannot allocate its outputs: {source}")]
+    Alloc {
+        /// Program-order number of the failed instruction.
+        instr: u64,
+        /// The op.
+        op: String,
+        /// The stream it ran on.
+        stream: String,
+        /// The device's error (usually [`EpError::OutOfMemory`]).
+        source: EpError,
+    },
     /// The device layer failed.
     #[error(transparent)]
     Device(#[from] EpError),

@@ -54,6 +54,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::device::{DeviceBuffer, DeviceMemory};
+use crate::ep::{DeviceId, EpError};
+
 /// Alignment of every block, in bytes.
 const ALIGN: usize = 64;
 
@@ -168,6 +171,9 @@ pub struct AllocStats {
 /// ```
 pub struct HostAllocator {
     name: String,
+    /// The device memory that storages of the device's own tensors come from, for devices
+    /// with memory of their own.
+    device_memory: Option<Arc<dyn DeviceMemory>>,
     /// One free list per size class, indexed by class index.
     free: Mutex<Vec<Vec<Block>>>,
     counters: Counters,
@@ -177,9 +183,16 @@ impl HostAllocator {
     /// A new allocator with an empty cache; `name` appears in messages and statistics
     /// (`cpu:0`, `mock:0`).
     pub fn new(name: &str) -> Arc<HostAllocator> {
+        HostAllocator::with_device_memory(name, None)
+    }
+
+    /// A new allocator whose storages for tensors on `memory`'s device come from `memory`
+    /// (see [`HostAllocator::alloc_for`]); host storages come from the cache as usual.
+    pub fn with_device_memory(name: &str, memory: Option<Arc<dyn DeviceMemory>>) -> Arc<HostAllocator> {
         let free = (0..NUM_CLASSES).map(|_| Vec::new()).collect();
         Arc::new(HostAllocator {
             name: name.to_string(),
+            device_memory: memory,
             free: Mutex::new(free),
             counters: Counters::default(),
         })
@@ -204,6 +217,23 @@ impl HostAllocator {
         }
     }
 
+    /// Storage of `bytes` bytes for a tensor on `device`: device memory if this allocator
+    /// has memory of `device` ([`HostAllocator::with_device_memory`]; not zeroed, and its
+    /// host view is empty), otherwise zeroed host memory as [`HostAllocator::alloc`] gives.
+    /// Out of device memory is an error, never a panic.
+    pub fn alloc_for(self: &Arc<Self>, device: DeviceId, bytes: usize) -> Result<Storage, EpError> {
+        match &self.device_memory {
+            Some(m) if m.device() == device => Ok(Storage {
+                ptr: NonNull::<Align64>::dangling().cast(),
+                len: 0,
+                class: None,
+                allocator: Arc::clone(self),
+                device: Some(DeviceBuffer::new(m, bytes)?),
+            }),
+            _ => Ok(self.alloc(bytes)),
+        }
+    }
+
     /// A zero-filled storage of `bytes` bytes, taken from the cache if a block of the
     /// request's size class is free, from the system otherwise. `0` bytes allocate nothing.
     ///
@@ -217,6 +247,7 @@ impl HostAllocator {
                 len: 0,
                 class: None,
                 allocator: Arc::clone(self),
+                device: None,
             };
         }
         check_size(bytes);
@@ -253,7 +284,7 @@ impl HostAllocator {
         let in_use = c.in_use_bytes.fetch_add(size, Ordering::Relaxed) + size;
         c.peak_in_use_bytes.fetch_max(in_use, Ordering::Relaxed);
         c.requested_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self) }
+        Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self), device: None }
     }
 
     /// A snapshot of the counters.
@@ -356,6 +387,9 @@ pub struct Storage {
     /// The block's size class; `None` for an empty storage, which owns no block.
     class: Option<usize>,
     allocator: Arc<HostAllocator>,
+    /// Device memory, for a tensor on a device with memory of its own (then the host view
+    /// is empty: `len == 0`, no class).
+    device: Option<DeviceBuffer>,
 }
 
 // SAFETY: a `Storage` owns its block exclusively (no other pointer to it exists while the
@@ -367,6 +401,12 @@ unsafe impl Send for Storage {}
 unsafe impl Sync for Storage {}
 
 impl Storage {
+    /// The device memory behind this storage, for tensors on a device with memory of its
+    /// own (CUDA); `None` for host memory.
+    pub fn device_buffer(&self) -> Option<&DeviceBuffer> {
+        self.device.as_ref()
+    }
+
     /// Length in bytes (what was requested, not the size class).
     pub fn len(&self) -> usize {
         self.len
@@ -447,14 +487,29 @@ impl Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         if let Some(class) = self.class {
-            self.allocator.give_back(class, self.len, self.ptr);
+            if super::defer::active() {
+                // Freed while work is enqueued on an asynchronous stream: return the block
+                // when the stream gets there (see `alloc::defer`).
+                let (allocator, block, len) = (self.allocator.clone(), Block(self.ptr), self.len);
+                super::defer::offer(move || {
+                    // Move the whole `Block` (which is `Send`) into the closure.
+                    let block = block;
+                    allocator.give_back(class, len, block.0)
+                });
+            } else {
+                self.allocator.give_back(class, self.len, self.ptr);
+            }
         }
     }
 }
 
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Storage").field("len", &self.len).field("allocator", &self.allocator.name).finish()
+        f.debug_struct("Storage")
+            .field("len", &self.len)
+            .field("allocator", &self.allocator.name)
+            .field("device", &self.device)
+            .finish()
     }
 }
 

@@ -17,6 +17,7 @@
 //! fraction of it, which stays meaningful on a shared, noisy machine.
 
 pub mod baseline;
+pub mod cuda;
 
 use std::time::{Duration, Instant};
 

@@ -10,6 +10,8 @@
 //! - [`mock`]: an asynchronous, CUDA-like device made of host threads (one per stream), with
 //!   configurable launch delay and random jitter, so that every event and stream-wait path of
 //!   the VM runs (and any missing synchronisation shows up) without a GPU.
+//! - [`cuda`]: NVIDIA GPUs through cudarc, loaded at run time (feature `cuda`); asking for
+//!   `cuda:N` on a machine without the driver or the GPU is an [`EpError::CudaUnavailable`].
 //!
 //! Events are pooled per device ([`EventPool`]): taken when an instruction records one and
 //! given back when it retires, so steady-state execution creates none.
@@ -17,6 +19,7 @@
 //! Devices are found through a [`Registry`] keyed by [`DeviceId`] (type and index).
 
 pub mod cpu;
+pub mod cuda;
 mod event_pool;
 pub mod mock;
 mod registry;
@@ -35,6 +38,8 @@ pub enum DeviceType {
     Cpu,
     /// The mock asynchronous device (host threads standing in for a GPU).
     Mock,
+    /// An NVIDIA GPU through CUDA (feature `cuda`).
+    Cuda,
 }
 
 impl DeviceType {
@@ -43,6 +48,7 @@ impl DeviceType {
         match self {
             DeviceType::Cpu => "cpu",
             DeviceType::Mock => "mock",
+            DeviceType::Cuda => "cuda",
         }
     }
 }
@@ -65,6 +71,11 @@ impl DeviceId {
         DeviceId { ty: DeviceType::Mock, index }
     }
 
+    /// The CUDA device with the given ordinal.
+    pub const fn cuda(index: u16) -> DeviceId {
+        DeviceId { ty: DeviceType::Cuda, index }
+    }
+
     /// Whether tensors on this device live in host memory that the caller may read directly.
     pub fn is_host(self) -> bool {
         self.ty == DeviceType::Cpu
@@ -84,6 +95,7 @@ impl std::str::FromStr for DeviceId {
         let ty = match ty {
             "cpu" => DeviceType::Cpu,
             "mock" => DeviceType::Mock,
+            "cuda" => DeviceType::Cuda,
             _ => return Err(EpError::UnknownDevice(s.to_string())),
         };
         let index = idx.parse().map_err(|_| EpError::UnknownDevice(s.to_string()))?;
@@ -120,11 +132,27 @@ impl StreamType {
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum EpError {
     /// A device string that names no known device type or has a bad index.
-    #[error("unknown device `{0}` (expected `cpu:N` or `mock:N`)")]
+    #[error("unknown device `{0}` (expected `cpu:N`, `mock:N` or `cuda:N`)")]
     UnknownDevice(String),
     /// The device is not present in the registry.
     #[error("device {0} is not available")]
     Unavailable(DeviceId),
+    /// A CUDA device was asked for, but this build or this machine cannot provide it.
+    #[error("{device} is not available: {reason}")]
+    CudaUnavailable {
+        /// The device asked for.
+        device: DeviceId,
+        /// Why not.
+        reason: cuda::CudaUnavailable,
+    },
+    /// The device has no memory left for an allocation, even after freeing its cache.
+    #[error("{device}: {detail}")]
+    OutOfMemory {
+        /// The device.
+        device: DeviceId,
+        /// The request and the allocator's state.
+        detail: String,
+    },
     /// A device-side operation failed.
     #[error("device {device}: {what}")]
     Device {
@@ -149,6 +177,12 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Create a fresh event; the VM takes events from [`EventPool`]s, which call this only
     /// when empty.
     fn create_event(&self) -> Result<Arc<dyn Event>, EpError>;
+    /// Where tensors on this device get their bytes, if not from host memory: device
+    /// backends with memory of their own return it, and the VM's allocator for the device
+    /// takes tensor storage from it.
+    fn memory(&self) -> Option<Arc<dyn crate::alloc::DeviceMemory>> {
+        None
+    }
 }
 
 /// A FIFO queue of work on one device.

@@ -33,6 +33,16 @@ impl Registry {
         r
     }
 
+    /// Register CUDA devices `cuda:0` .. `cuda:n-1`; with `n == 0`, nothing (and no CUDA
+    /// call). Fails with [`EpError::CudaUnavailable`] when the build has no CUDA, the driver
+    /// library is absent, or the machine has fewer GPUs.
+    pub fn add_cuda(&mut self, n: u16) -> Result<(), EpError> {
+        for i in 0..n {
+            self.add(super::cuda::open(i)?);
+        }
+        Ok(())
+    }
+
     /// Register another device (replacing one with the same id).
     pub fn add(&mut self, device: Arc<dyn Device>) {
         let id = device.id();

@@ -111,12 +111,13 @@ pub struct KernelCtx<'a, 't> {
 }
 
 /// Number of device types with a kernel slot in [`Op`].
-const DEVICE_TYPES: usize = 2;
+const DEVICE_TYPES: usize = 3;
 
 fn slot(ty: DeviceType) -> usize {
     match ty {
         DeviceType::Cpu => 0,
         DeviceType::Mock => 1,
+        DeviceType::Cuda => 2,
     }
 }
 

@@ -30,8 +30,10 @@
 //!
 //! Each kernel is a unit struct, so `&FillKernel` is a `&'static dyn OpKernel` for free.
 //! The same code serves the CPU and the mock device (which runs host code over its own host
-//! memory); a CUDA backend registers its own kernels under the same names.
+//! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`, feature `cuda`).
 
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod diag;
 mod elementwise;
 mod matmul;
@@ -78,6 +80,8 @@ pub fn register_builtins(r: &mut OpRegistry) {
             r.register(device, kernel);
         }
     }
+    #[cfg(feature = "cuda")]
+    cuda::register(r);
 }
 
 /// An element type the built-in kernels compute on: the arithmetic they need, with the

@@ -55,6 +55,10 @@ pub struct Config {
     pub mock_devices: u16,
     /// Timing of the mock devices.
     pub mock: MockConfig,
+    /// Number of CUDA devices (`cuda:0` ..). Default 0. Asking for more than the machine
+    /// has (or for any without the driver, or in a build without the `cuda` feature) makes
+    /// `VirtualMachine::new` return [`EpError::CudaUnavailable`](crate::ep::EpError).
+    pub cuda_devices: u16,
     /// Streams per worker thread.
     pub threads: ThreadTopology,
     /// Above this many instructions in flight, a caller that submits more blocks...
@@ -77,6 +81,7 @@ impl Default for Config {
         Config {
             mock_devices: 0,
             mock: MockConfig::default(),
+            cuda_devices: 0,
             threads: ThreadTopology::PerStream,
             high_water: 1 << 16,
             low_water: 1 << 14,
@@ -99,6 +104,9 @@ impl Config {
         if let Some(n) = std::env::var("EAGERVM_MOCK_DEVICES").ok().and_then(|v| v.parse().ok()) {
             c.mock_devices = n;
         }
+        if let Some(n) = std::env::var("EAGERVM_CUDA_DEVICES").ok().and_then(|v| v.parse().ok()) {
+            c.cuda_devices = n;
+        }
         if let Some(n) = std::env::var("EAGERVM_BATCH").ok().and_then(|v| v.parse().ok()) {
             c.batch_size = n;
         }
@@ -112,6 +120,12 @@ impl Config {
     pub fn with_mock_devices(mut self, n: u16, mock: MockConfig) -> Self {
         self.mock_devices = n;
         self.mock = mock;
+        self
+    }
+
+    /// Builder-style: this many CUDA devices.
+    pub fn with_cuda_devices(mut self, n: u16) -> Self {
+        self.cuda_devices = n;
         self
     }
 

@@ -113,7 +113,19 @@ fn op_call(
         // distinct from inputs and from each other (the builder refuses aliases).
         let v = unsafe { op.tensor.value_mut() };
         if v.storage.is_none() {
-            v.storage = Some(env.alloc.alloc(op.tensor.meta.bytes()));
+            match env.alloc.alloc_for(op.tensor.meta.device, op.tensor.meta.bytes()) {
+                Ok(s) => v.storage = Some(s),
+                Err(source) => {
+                    let e = Error::Alloc {
+                        instr: program,
+                        op: kernel.name().into(),
+                        stream: env.stream_name.clone(),
+                        source,
+                    };
+                    fail(outputs, e, env);
+                    return;
+                }
+            }
         }
     }
     // 4. Run the kernel, catching panics.

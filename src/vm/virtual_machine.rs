@@ -305,14 +305,15 @@ impl VirtualMachine {
     /// Start a VM: open the devices, build the stream table and start the threads.
     pub fn new(config: Config) -> Result<Self> {
         config.validate()?;
-        let registry = Registry::new(config.mock_devices, &config.mock);
+        let mut registry = Registry::new(config.mock_devices, &config.mock);
+        registry.add_cuda(config.cuda_devices)?;
         let mut streams = Vec::new();
         let mut ctx_streams: Vec<Vec<usize>> = Vec::new();
         let mut ctx_of_device: Vec<(DeviceId, usize)> = Vec::new();
         for entry in registry.devices() {
             let dev = &entry.device;
             let id = dev.id();
-            let alloc = HostAllocator::new(&id.to_string());
+            let alloc = HostAllocator::with_device_memory(&id.to_string(), dev.memory());
             let types: &[StreamType] = if id.is_host() { &[StreamType::Compute] } else { &StreamType::ALL };
             for &ty in types {
                 let index = streams.len();

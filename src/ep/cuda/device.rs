@@ -1,0 +1,157 @@
+//! A CUDA device: its context, streams, events, memory and compiled kernels.
+
+use std::any::Any;
+use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use cudarc::driver::CudaContext;
+
+use super::memory::{CudaMemory, PinnedPool};
+use super::stream::{with_current, CudaEpEvent, CudaEpStream};
+use super::CudaUnavailable;
+use crate::alloc::device::{Block, CachingAllocator, DeviceAllocError, DeviceAllocStats, StreamKey};
+use crate::alloc::DeviceMemory;
+use crate::ep::{Device, DeviceId, EpError, Event, Stream, StreamType};
+
+/// What a device's streams, events and storages share.
+pub(crate) struct DeviceShared {
+    pub(crate) id: DeviceId,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) alloc: CachingAllocator<CudaMemory>,
+    pub(crate) pinned: Arc<PinnedPool>,
+    next_key: AtomicU32,
+    /// The device's compiled kernels (`kernels::cuda`), loaded on first use.
+    pub(crate) kernels: OnceLock<Result<Arc<dyn Any + Send + Sync>, String>>,
+}
+
+impl fmt::Debug for DeviceShared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaDevice").field("id", &self.id).field("memory", &self.alloc.stats()).finish()
+    }
+}
+
+impl DeviceShared {
+    /// The allocator key of the stream launching on this thread, if it is one of this
+    /// device's; otherwise nothing on the device is using the memory (idle).
+    fn current_key(&self) -> StreamKey {
+        with_current(|s| s.filter(|s| s.shared.id == self.id).map(|s| s.key)).unwrap_or(StreamKey::IDLE)
+    }
+}
+
+impl DeviceMemory for DeviceShared {
+    fn device(&self) -> DeviceId {
+        self.id
+    }
+
+    fn allocate(&self, bytes: usize) -> Result<Block, EpError> {
+        self.alloc.allocate(bytes, self.current_key()).map_err(|e| match e {
+            DeviceAllocError::OutOfMemory { .. } => {
+                EpError::OutOfMemory { device: self.id, detail: e.to_string() }
+            }
+            DeviceAllocError::Source { .. } => EpError::Device { device: self.id, what: e.to_string() },
+        })
+    }
+
+    fn release(&self, block: Block) {
+        self.alloc.free(block, self.current_key());
+    }
+}
+
+/// A CUDA device (`cuda:N`).
+#[derive(Debug, Clone)]
+pub struct CudaDevice {
+    pub(crate) shared: Arc<DeviceShared>,
+}
+
+impl CudaDevice {
+    /// Open `cuda:index` (the libraries were probed by the caller, `cuda::open`).
+    pub(crate) fn open(index: u16) -> Result<Arc<dyn Device>, CudaUnavailable> {
+        // SAFETY: the probes load the libraries and look for symbols only; no CUDA call.
+        let (nvrtc, cublas) =
+            unsafe { (cudarc::nvrtc::sys::is_culib_present(), cudarc::cublas::sys::is_culib_present()) };
+        if !nvrtc {
+            return Err(CudaUnavailable::LibraryMissing { library: "nvrtc" });
+        }
+        if !cublas {
+            return Err(CudaUnavailable::LibraryMissing { library: "cublas" });
+        }
+        let driver = |e: cudarc::driver::DriverError| CudaUnavailable::Driver(e.to_string());
+        let count = CudaContext::device_count().map_err(driver)?;
+        if i32::from(index) >= count {
+            return Err(CudaUnavailable::NoDevice { count });
+        }
+        let ctx = CudaContext::new(usize::from(index)).map_err(driver)?;
+        // SAFETY: no CudaSlice is ever made on this context: eagervm's memory is raw device
+        // pointers from its own allocator, ordered across streams by the VM's instructions.
+        unsafe { ctx.disable_event_tracking() };
+        if let Err(e) = ctx.set_blocking_synchronize() {
+            // The primary context may already be active with other flags; host waits on
+            // blocking-sync events still sleep.
+            tracing::warn!(error = %e, "cannot set blocking-sync scheduling on cuda:{index}");
+        }
+        let id = DeviceId::cuda(index);
+        let shared = Arc::new(DeviceShared {
+            id,
+            alloc: CachingAllocator::new(&id.to_string(), CudaMemory { ctx: ctx.clone() }),
+            pinned: PinnedPool::new(ctx.clone()),
+            ctx,
+            next_key: AtomicU32::new(0),
+            kernels: OnceLock::new(),
+        });
+        Ok(Arc::new(CudaDevice { shared }))
+    }
+
+    /// The allocator's counters.
+    pub fn memory_stats(&self) -> DeviceAllocStats {
+        self.shared.alloc.stats()
+    }
+
+    /// Wait for the device to be idle and give every wholly free cached segment back to the
+    /// driver; returns the bytes freed.
+    pub fn shrink(&self) -> Result<usize, EpError> {
+        self.shared
+            .alloc
+            .shrink()
+            .map_err(|e| EpError::Device { device: self.shared.id, what: e.to_string() })
+    }
+
+    /// The device's context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.shared.ctx
+    }
+}
+
+impl Device for CudaDevice {
+    fn id(&self) -> DeviceId {
+        self.shared.id
+    }
+
+    fn is_async(&self) -> bool {
+        true
+    }
+
+    fn supports_stream_wait(&self) -> bool {
+        true
+    }
+
+    fn create_stream(&self, ty: StreamType) -> Result<Arc<dyn Stream>, EpError> {
+        let key = StreamKey(self.shared.next_key.fetch_add(1, Ordering::Relaxed));
+        CudaEpStream::new(self.shared.clone(), ty, key).map(|s| Arc::new(s) as Arc<dyn Stream>).map_err(|e| {
+            EpError::Device { device: self.shared.id, what: format!("cannot create a stream: {e}") }
+        })
+    }
+
+    fn create_event(&self) -> Result<Arc<dyn Event>, EpError> {
+        CudaEpEvent::new(self.shared.ctx.clone(), self.shared.id)
+            .map(|e| Arc::new(e) as Arc<dyn Event>)
+            .map_err(|e| EpError::Device {
+                device: self.shared.id,
+                what: format!("cannot create an event: {e}"),
+            })
+    }
+
+    fn memory(&self) -> Option<Arc<dyn DeviceMemory>> {
+        Some(self.shared.clone())
+    }
+}

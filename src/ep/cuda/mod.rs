@@ -1,0 +1,209 @@
+//! The CUDA execution provider: NVIDIA GPUs through cudarc, loaded at run time.
+//!
+//! # Loading
+//!
+//! eagervm links no CUDA library. cudarc is built with `dynamic-loading` and one fixed CUDA
+//! version (12.6); the driver (`libcuda`), NVRTC and cuBLAS are opened the first time a
+//! `cuda:N` device is asked for. cudarc *panics* when a library it needs is absent, so
+//! [`open`] first probes for each library itself ([`probe`]), and only then touches cudarc,
+//! inside `catch_unwind` as a second line of defence. Without the `cuda` feature, without the
+//! driver, or without enough GPUs, [`open`] returns [`EpError::CudaUnavailable`] with a
+//! [`CudaUnavailable`] reason, and nothing else changes: the CPU and mock paths never load
+//! CUDA. [`ENV_DRIVER_LIB`] names another driver library to probe for (a name that does not
+//! exist forces the absent-driver path, which is how tests exercise it on machines with a
+//! GPU too).
+//!
+//! # Streams, events and memory (feature `cuda`)
+//!
+//! - Per device: the primary context, set to block-sync scheduling (host waits sleep), with
+//!   cudarc's own event tracking disabled right after creation: the VM's `StreamWaitEvent` /
+//!   `RecordEvent` instructions are the only cross-stream synchronisation (DESIGN.md).
+//! - One non-blocking CUDA stream per [`StreamType`](super::StreamType) the VM asks for. `Stream::launch` runs
+//!   the VM's closure *on the calling worker thread*, with this stream set as the thread's
+//!   current CUDA stream (`with_current`): the CUDA kernels in `kernels::cuda` read it and
+//!   enqueue their work on it, so `launch` returns once the work is enqueued, not done.
+//! - Events are created with `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING` and pooled by
+//!   the VM's `EventPool`; the stream's watcher thread sleeps in `cuEventSynchronize`.
+//!   `Stream::wait_event` is `cuStreamWaitEvent`.
+//! - Tensor memory comes from the caching allocator of [`crate::alloc::device`] over
+//!   `cuMemAlloc`, with blocks freed on the stream that last used them (stream order).
+//!   Copies between host and device go through pinned staging buffers (not write-combined),
+//!   returned to their pool by a host function enqueued behind the copy. Host memory freed
+//!   during a launch is returned the same way (see [`crate::alloc::defer`]).
+//! - Errors: a failed launch fails its instruction; an asynchronous fault surfaces when the
+//!   watcher waits for the event recorded after the instruction, and is reported (through
+//!   `VirtualMachine::sync`) with the op and stream of the last launch before that event.
+
+use std::fmt;
+
+use super::{DeviceId, EpError};
+
+#[cfg(feature = "cuda")]
+mod device;
+#[cfg(feature = "cuda")]
+mod memory;
+#[cfg(feature = "cuda")]
+mod stream;
+
+#[cfg(feature = "cuda")]
+pub use device::CudaDevice;
+#[cfg(feature = "cuda")]
+pub use stream::{CudaEpEvent, CudaEpStream};
+
+/// The environment variable that names the CUDA driver library to probe for instead of the
+/// usual names (`libcuda.so.1`, `libcuda.so`, ...). A name that cannot be loaded makes every
+/// `cuda:N` unavailable with [`CudaUnavailable::DriverMissing`].
+pub const ENV_DRIVER_LIB: &str = "EAGERVM_CUDA_DRIVER_LIB";
+
+/// Why a CUDA device cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CudaUnavailable {
+    /// This build has no CUDA backend (cargo feature `cuda` off).
+    NotBuilt,
+    /// The driver library could not be loaded.
+    DriverMissing {
+        /// The library names tried.
+        tried: String,
+    },
+    /// A CUDA library besides the driver (NVRTC, cuBLAS) could not be loaded.
+    LibraryMissing {
+        /// Which library.
+        library: &'static str,
+    },
+    /// The machine has fewer CUDA devices than the index asked for.
+    NoDevice {
+        /// How many devices the driver reports.
+        count: i32,
+    },
+    /// The driver refused to initialise or to open the device.
+    Driver(String),
+    /// A CUDA library panicked while the device was opened.
+    Panicked(String),
+}
+
+impl fmt::Display for CudaUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CudaUnavailable::NotBuilt => {
+                f.write_str("this build of eagervm has no CUDA backend (build with the `cuda` feature)")
+            }
+            CudaUnavailable::DriverMissing { tried } => {
+                write!(
+                    f,
+                    "the CUDA driver library is not installed (tried {tried}); install the NVIDIA driver"
+                )
+            }
+            CudaUnavailable::LibraryMissing { library } => {
+                write!(f, "the CUDA library `{library}` is not installed; install the CUDA toolkit's runtime libraries")
+            }
+            CudaUnavailable::NoDevice { count } => write!(f, "the machine has {count} CUDA device(s)"),
+            CudaUnavailable::Driver(e) => write!(f, "the CUDA driver failed: {e}"),
+            CudaUnavailable::Panicked(e) => write!(f, "a CUDA library panicked: {e}"),
+        }
+    }
+}
+
+/// Check, without any CUDA call, that the driver library can be loaded (honouring
+/// [`ENV_DRIVER_LIB`]). `Ok` says nothing about GPUs: [`open`] asks the driver for those.
+pub fn probe() -> Result<(), CudaUnavailable> {
+    #[cfg(not(feature = "cuda"))]
+    {
+        Err(CudaUnavailable::NotBuilt)
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let names: Vec<String> = match std::env::var(ENV_DRIVER_LIB) {
+            Ok(name) => vec![name],
+            Err(_) if cfg!(windows) => vec!["nvcuda.dll".into()],
+            Err(_) => vec!["libcuda.so.1".into(), "libcuda.so".into()],
+        };
+        for name in &names {
+            // SAFETY: loading the driver library runs its initialisers, which have no
+            // preconditions; the handle is dropped (unloaded) at once, and cudarc loads it
+            // again on its own when the probe succeeds.
+            if unsafe { libloading::Library::new(name) }.is_ok() {
+                return Ok(());
+            }
+        }
+        Err(CudaUnavailable::DriverMissing { tried: names.join(", ") })
+    }
+}
+
+/// Open `cuda:index`: probe the libraries, create the context and the allocator. Every
+/// failure is an [`EpError::CudaUnavailable`]; nothing panics.
+pub fn open(index: u16) -> Result<std::sync::Arc<dyn super::Device>, EpError> {
+    let device = DeviceId::cuda(index);
+    let unavailable = |reason| EpError::CudaUnavailable { device, reason };
+    probe().map_err(unavailable)?;
+    #[cfg(not(feature = "cuda"))]
+    {
+        unreachable!("probe fails without the cuda feature")
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let opened = std::panic::catch_unwind(|| device::CudaDevice::open(index));
+        match opened {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(reason)) => Err(unavailable(reason)),
+            Err(payload) => {
+                let msg = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic payload".into());
+                Err(unavailable(CudaUnavailable::Panicked(msg)))
+            }
+        }
+    }
+}
+
+/// Whether `cuda:index` can be opened now, with the reason when not (for tests and
+/// benchmarks that skip without a GPU).
+pub fn available(index: u16) -> Result<(), EpError> {
+    open(index).map(|_| ())
+}
+
+#[cfg(feature = "cuda")]
+pub use stream::with_current;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absent_driver_is_a_typed_error() {
+        // A library name that exists nowhere forces the absent-driver path on any machine.
+        // Set for this process only; the other CUDA tests accept either outcome.
+        std::env::set_var(ENV_DRIVER_LIB, "libeagervm-no-such-driver.so");
+        let r = open(3);
+        std::env::remove_var(ENV_DRIVER_LIB);
+        match r {
+            Err(EpError::CudaUnavailable { device, reason }) => {
+                assert_eq!(device, DeviceId::cuda(3));
+                if cfg!(feature = "cuda") {
+                    assert_eq!(
+                        reason,
+                        CudaUnavailable::DriverMissing { tried: "libeagervm-no-such-driver.so".into() }
+                    );
+                } else {
+                    assert_eq!(reason, CudaUnavailable::NotBuilt);
+                }
+            }
+            other => panic!("expected CudaUnavailable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reasons_say_what_to_do() {
+        let e = EpError::CudaUnavailable {
+            device: DeviceId::cuda(0),
+            reason: CudaUnavailable::DriverMissing { tried: "libcuda.so.1".into() },
+        };
+        assert_eq!(
+            e.to_string(),
+            "cuda:0 is not available: the CUDA driver library is not installed (tried libcuda.so.1); \
+             install the NVIDIA driver"
+        );
+        assert!(CudaUnavailable::NoDevice { count: 1 }.to_string().contains("1 CUDA device"));
+    }
+}
