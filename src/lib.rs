@@ -46,8 +46,9 @@
 //! # Ok::<(), eagervm::Error>(())
 //! ```
 //!
-//! `docs/architecture.md` has the full picture; `docs/tuning.md` the knobs;
-//! `docs/errors.md` every error.
+//! [`profile`] records a timeline of every instruction on every stream (Chrome/Perfetto
+//! trace). `docs/architecture.md` has the full picture; `docs/profiling.md` the timeline;
+//! `docs/tuning.md` the knobs; `docs/errors.md` every error.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod alloc;
@@ -58,6 +59,7 @@ mod error;
 pub mod framework;
 pub mod kernels;
 pub mod programs;
+pub mod profile;
 pub mod sync;
 pub mod vm;
 

@@ -287,6 +287,12 @@ impl HostAllocator {
         Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self), device: None }
     }
 
+    /// Bytes in blocks handed out and not yet freed (one relaxed load; the profiler's
+    /// allocator counter samples it).
+    pub fn in_use_bytes(&self) -> usize {
+        self.counters.in_use_bytes.load(Ordering::Relaxed)
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> AllocStats {
         let c = &self.counters;

@@ -74,6 +74,9 @@ pub struct Config {
     pub spin: u32,
     /// Deliberate faults, for testing the tests.
     pub fault: FaultInjection,
+    /// Open a profiling session when the VM starts (see [`crate::profile`]); take the
+    /// profile with `VirtualMachine::stop_profiling`. Not available in synchronous mode.
+    pub profile: bool,
 }
 
 impl Default for Config {
@@ -89,17 +92,22 @@ impl Default for Config {
             synchronous: false,
             spin: DEFAULT_SPIN,
             fault: FaultInjection::default(),
+            profile: false,
         }
     }
 }
 
 impl Config {
     /// The default configuration with the environment's overrides: `EAGERVM_SYNC=1`
-    /// (synchronous mode), `EAGERVM_MOCK_DEVICES=N`, and the mock device's timing variables.
+    /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start), `EAGERVM_MOCK_DEVICES=N`,
+    /// and the mock device's timing variables.
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
         if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
             c.synchronous = true;
+        }
+        if std::env::var("EAGERVM_PROFILE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+            c.profile = true;
         }
         if let Some(n) = std::env::var("EAGERVM_MOCK_DEVICES").ok().and_then(|v| v.parse().ok()) {
             c.mock_devices = n;
@@ -135,6 +143,12 @@ impl Config {
                 "low_water ({}) must be below high_water ({})",
                 self.low_water, self.high_water
             )));
+        }
+        if self.profile && self.synchronous {
+            return Err(Error::Config(
+                "profile needs the scheduler thread, and synchronous mode has none: set one of them only"
+                    .into(),
+            ));
         }
         if self.batch_size == 0 {
             return Err(Error::Config("batch_size must be at least 1".into()));

@@ -38,6 +38,16 @@
 //! A `Barrier` has no operands and never reaches a worker. It closes an *epoch*: the
 //! scheduler counts live instructions per epoch and runs the barrier's callback on this
 //! thread once every earlier epoch has no live instruction left.
+//!
+//! # Profiling
+//!
+//! Each loop asks the profiler once for a recorder (`None` when no session is open) and
+//! hands the loop's records in at its end; with a recorder, the loop records its intake
+//! and completion slices, each received batch's instructions, later dispatches, the
+//! done-edges between streams and, at most every 50 µs, the counters (`crate::profile`).
+//! It hands them in before running a barrier's callback, so a caller that waited on a
+//! barrier finds every record the scheduler made before it, and asks for a new recorder
+//! after, so that a session opened before the barrier covers everything after it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -45,6 +55,8 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::ep::Event;
+use crate::profile::recorder::{Rec, Recorder};
+use crate::profile::ThreadRole;
 use crate::sync::Ordering;
 
 use super::dependence::{EdgeSink, InstrRef};
@@ -177,6 +189,8 @@ pub(crate) struct Scheduler {
     /// Per ThreadCtx: the batch being filled this loop.
     outgoing: Vec<Vec<Instruction>>,
     retired_this_loop: usize,
+    /// This loop's profile recorder, if a session is open.
+    prof: Option<Recorder>,
 }
 
 impl Scheduler {
@@ -195,6 +209,7 @@ impl Scheduler {
             ready: Vec::new(),
             outgoing: (0..ctxs).map(|_| Vec::new()).collect(),
             retired_this_loop: 0,
+            prof: None,
             vm,
         }
     }
@@ -203,22 +218,40 @@ impl Scheduler {
     pub(crate) fn run(mut self) {
         let vm = self.vm.clone();
         loop {
-            let mut busy = false;
+            self.prof = vm.profiler.begin(ThreadRole::Scheduler);
+            let t0 = self.prof.as_ref().map_or(0, Recorder::now);
+            let mut n = 0;
             while let Some(mut batch) = vm.completions.pop() {
+                n += batch.len();
                 for c in batch.drain(..) {
                     self.complete(c);
                 }
                 vm.completion_pool.push(batch);
-                busy = true;
             }
+            let mut busy = n > 0;
+            if let (true, Some(r)) = (busy, &mut self.prof) {
+                r.slice("completions", t0, n);
+            }
+            let t1 = self.prof.as_ref().map_or(0, Recorder::now);
+            n = 0;
             // Bounded per loop so that completions (which free slots) interleave with intake.
             for _ in 0..4 {
                 let Some(batch) = vm.inbox.pop() else { break };
                 let _span = tracing::trace_span!("receive", n = batch.len()).entered();
+                n += batch.len();
                 self.receive_batch(batch);
                 busy = true;
             }
+            if let (true, Some(r)) = (n > 0, &mut self.prof) {
+                r.slice("intake", t1, n);
+            }
             self.flush();
+            if let Some(mut r) = self.prof.take() {
+                if busy {
+                    r.sample(&vm.profiler, vm.in_flight.load(Ordering::Relaxed), false);
+                }
+                r.finish(&vm.profiler);
+            }
             if busy {
                 continue;
             }
@@ -274,6 +307,7 @@ impl Scheduler {
     /// instructions, and a just-admitted instruction has no successor yet. So the order in
     /// which this function hands instructions over is program order per stream.
     fn receive_batch(&mut self, mut batch: Vec<Instruction>) {
+        let queued = self.prof.as_ref().map_or(0, Recorder::now);
         let mut single: Option<usize> = None;
         let mut pass = true;
         for ins in batch.iter_mut() {
@@ -283,6 +317,14 @@ impl Scheduler {
             }
         }
         debug_assert!(self.ready.is_empty(), "admission released an instruction");
+        if let Some(r) = &mut self.prof {
+            let nodes = &self.nodes;
+            let ready = |slot: u32, gen: u32| {
+                let n = &nodes[slot as usize];
+                n.gen == gen && n.state >= State::Dispatched
+            };
+            r.admitted(&batch, queued, r.now(), ready);
+        }
         if let (true, Some(ctx)) = (pass, single) {
             // Keep order with what this loop already dispatched to the same worker.
             if !self.outgoing[ctx].is_empty() {
@@ -314,6 +356,9 @@ impl Scheduler {
         ins.program = self.program;
         if let InstrKind::Barrier { callback } = &mut ins.kind {
             let callback = std::mem::replace(callback, Box::new(|| {}));
+            if let Some(r) = &mut self.prof {
+                r.push(Rec::Barrier { program: ins.program, t: r.now() });
+            }
             // Nothing in flight: the barrier can run now; else it closes the current epoch.
             let cur = self.epochs.back_mut().expect("there is always a current epoch");
             cur.callbacks.push(callback);
@@ -384,14 +429,16 @@ impl Scheduler {
         }
     }
 
-    /// Add an edge `src → dst` released when `src` reaches `on` (unless it already has).
-    fn connect_on(&mut self, src: InstrRef, dst: u32, on: State) {
+    /// Add an edge `src → dst` released when `src` reaches `on` (unless it already has);
+    /// returns whether an edge was added.
+    fn connect_on(&mut self, src: InstrRef, dst: u32, on: State) -> bool {
         let n = &mut self.nodes[src.slot as usize];
         if n.gen != src.gen || n.state >= on || src.slot == dst {
-            return;
+            return false;
         }
         n.out.push(Edge { to: dst, on });
         self.nodes[dst as usize].pending += 1;
+        true
     }
 
     fn connect_same_stream(&mut self, src: InstrRef, dst: u32) {
@@ -400,6 +447,9 @@ impl Scheduler {
 
     /// Dispatch a parked instruction that became ready.
     fn dispatch(&mut self, slot: u32, mut ins: Instruction) {
+        if let Some(r) = &mut self.prof {
+            r.push(Rec::Dispatch { program: ins.program, t: r.now() });
+        }
         let ctx = self.mark_dispatched(slot, &mut ins);
         self.outgoing[ctx].push(ins);
     }
@@ -521,6 +571,13 @@ impl Scheduler {
         while self.epochs.len() > 1 && self.epochs[0].live == 0 {
             let e = self.epochs.pop_front().expect("len > 1");
             self.epoch_base += 1;
+            // Hand the loop's records in first: whoever waits on the barrier (a sync, the
+            // end of a profiling session) finds them there. The rest of the loop records
+            // afresh if a session is open (one may just have been started).
+            if let Some(r) = self.prof.take() {
+                r.finish(&self.vm.profiler);
+            }
+            self.prof = self.vm.profiler.begin(ThreadRole::Scheduler);
             for cb in e.callbacks {
                 cb();
             }
@@ -548,7 +605,12 @@ impl EdgeSink for Scheduler {
                 return;
             }
         }
-        self.connect_on(src, dst, State::Done);
+        if self.connect_on(src, dst, State::Done) {
+            if let Some(r) = &mut self.prof {
+                let dst_gen = self.nodes[dst as usize].gen;
+                r.push(Rec::Edge { src: (src.slot, src.gen), dst: (dst, dst_gen) });
+            }
+        }
     }
 
     #[inline]

@@ -20,6 +20,15 @@
 //!   `RecordEvent` also reports `launched` at once, which releases the `StreamWaitEvent`s
 //!   that wait on it.
 //!
+//! # Profiling
+//!
+//! A worker asks the profiler once per batch for a recorder (`crate::profile`); with none
+//! it runs the batch exactly as without profiling. With one, it times each instruction
+//! (synchronous stream: start and end of `execute`; asynchronous stream: the start of its
+//! launch, which travels to the watcher in the `Watch`) and hands the records in before
+//! reporting the batch's completions. A watcher records an instruction's launch and done
+//! times together, and hands them in before each report.
+//!
 //! # Shutdown
 //!
 //! 1. The scheduler, once asked to stop and with nothing in flight, sets each ctx's stop
@@ -34,6 +43,8 @@ use std::thread::JoinHandle;
 use crossbeam_queue::SegQueue;
 
 use crate::ep::Event;
+use crate::profile::recorder::{Nanos, Rec, Recorder};
+use crate::profile::ThreadRole;
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, Ordering};
 
@@ -70,6 +81,8 @@ struct Watch {
     slot: u32,
     gen: u32,
     event: Arc<dyn Event>,
+    /// When profiling: the instruction's program number and when its launch began.
+    prof: Option<(u64, Nanos)>,
 }
 
 /// A watcher: one per asynchronous stream.
@@ -90,6 +103,67 @@ pub(crate) fn spawn_worker(
     std::thread::Builder::new().name(name).spawn(move || worker_main(vm, index, streams))
 }
 
+/// A worker's per-stream state: executor environments, watchers, and the synchronous
+/// streams run in the current batch.
+struct Lanes {
+    envs: Vec<Option<Arc<ExecEnv>>>,
+    watchers: Vec<Option<Arc<Watcher>>>,
+    /// Per synchronous stream: the last instruction run in this batch (u32::MAX: none).
+    last_run: Vec<(u32, u32)>,
+    touched: Vec<usize>,
+}
+
+impl Lanes {
+    /// Run (synchronous stream) or launch (asynchronous stream) one instruction; `prof`
+    /// is the start of its launch when profiling. Returns whether it ran here.
+    #[inline]
+    fn run(
+        &mut self,
+        vm: &VmShared,
+        ins: Instruction,
+        done: &mut Vec<Completion>,
+        prof: Option<Nanos>,
+    ) -> bool {
+        let s = ins.stream.index();
+        let env = self.envs[s].as_ref().expect("ctx serves the instruction's stream");
+        match &self.watchers[s] {
+            None => {
+                let (slot, gen) = (ins.slot, ins.gen);
+                execute(ins, env);
+                if self.last_run[s].0 == u32::MAX {
+                    self.touched.push(s);
+                }
+                self.last_run[s] = (slot, gen);
+                true
+            }
+            Some(w) => {
+                let prof = prof.map(|t| (ins.program, t));
+                launch_async(vm, s, ins, env, w, done, prof);
+                false
+            }
+        }
+    }
+
+    /// Run a batch while profiling: time each instruction, and the batch.
+    fn run_profiled(
+        &mut self,
+        vm: &VmShared,
+        batch: &mut Vec<Instruction>,
+        done: &mut Vec<Completion>,
+        r: &mut Recorder,
+    ) {
+        let (start, n) = (r.now(), batch.len());
+        for ins in batch.drain(..) {
+            let program = ins.program;
+            let t = r.now();
+            if self.run(vm, ins, done, Some(t)) {
+                r.push(Rec::Exec { program, start: t, end: r.now() });
+            }
+        }
+        r.slice("execute", start, n);
+    }
+}
+
 fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
     let ctx = &vm.ctxs[index];
     let n = vm.streams.len();
@@ -106,7 +180,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
             let spawned = if vm.fault.refuse_watcher_threads {
                 Err(std::io::Error::other("refused by fault injection"))
             } else {
-                std::thread::Builder::new().name(name).spawn(move || watcher_main(vm2, w2))
+                std::thread::Builder::new().name(name).spawn(move || watcher_main(vm2, w2, s as u32))
             };
             match spawned {
                 Ok(j) => joins.push(j),
@@ -119,30 +193,30 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
         }
     }
     let mut done = vm.take_completions();
-    // Per synchronous stream: the last instruction run in this batch (u32::MAX: none).
-    let mut last_run: Vec<(u32, u32)> = vec![(u32::MAX, 0); n];
-    let mut touched: Vec<usize> = Vec::with_capacity(streams.len());
+    let mut lanes = Lanes {
+        envs,
+        watchers,
+        last_run: vec![(u32::MAX, 0); n],
+        touched: Vec::with_capacity(streams.len()),
+    };
     loop {
         if let Some(mut batch) = ctx.queue.pop() {
-            for ins in batch.drain(..) {
-                let s = ins.stream.index();
-                let env = envs[s].as_ref().expect("ctx serves the instruction's stream");
-                match &watchers[s] {
-                    None => {
-                        let (slot, gen) = (ins.slot, ins.gen);
-                        execute(ins, env);
-                        if last_run[s].0 == u32::MAX {
-                            touched.push(s);
-                        }
-                        last_run[s] = (slot, gen);
+            match vm.profiler.begin(ThreadRole::Worker(index as u32)) {
+                None => {
+                    for ins in batch.drain(..) {
+                        lanes.run(&vm, ins, &mut done, None);
                     }
-                    Some(w) => launch_async(&vm, s, ins, env, w, &mut done),
+                }
+                Some(mut r) => {
+                    lanes.run_profiled(&vm, &mut batch, &mut done, &mut r);
+                    // Before the reports: see the module docs of `crate::profile::recorder`.
+                    r.finish(&vm.profiler);
                 }
             }
             vm.recycle(batch);
             // A synchronous stream runs in order: one report covers the batch.
-            for s in touched.drain(..) {
-                let (slot, gen) = std::mem::replace(&mut last_run[s], (u32::MAX, 0));
+            for s in lanes.touched.drain(..) {
+                let (slot, gen) = std::mem::replace(&mut lanes.last_run[s], (u32::MAX, 0));
                 done.push(Completion { slot, gen, report: Report::DoneThrough, event: None });
             }
             if !done.is_empty() {
@@ -155,7 +229,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
         }
         ctx.notify.wait(vm.config.spin, || !ctx.queue.is_empty() || ctx.stop.load(Ordering::Acquire));
     }
-    for w in watchers.iter().flatten() {
+    for w in lanes.watchers.iter().flatten() {
         w.stop.store(true, Ordering::Release);
         w.notify.notify();
     }
@@ -172,6 +246,7 @@ fn launch_async(
     env: &Arc<ExecEnv>,
     watcher: &Watcher,
     done: &mut Vec<Completion>,
+    prof: Option<(u64, Nanos)>,
 ) {
     let stream = &vm.streams[s];
     let (slot, gen) = (ins.slot, ins.gen);
@@ -200,7 +275,7 @@ fn launch_async(
             if report_launch {
                 done.push(Completion { slot, gen, report: Report::Launched, event: Some(ev.clone()) });
             }
-            watcher.queue.push(Watch { slot, gen, event: ev });
+            watcher.queue.push(Watch { slot, gen, event: ev, prof });
             watcher.notify.notify();
         }
         Err(e) => {
@@ -212,18 +287,41 @@ fn launch_async(
     }
 }
 
-fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>) {
+/// A watcher's records since its last report: the recorder and the slice's start.
+type WatchRecords = Option<(Recorder, Nanos, usize)>;
+
+/// Hand a watcher's records in (before its report).
+fn finish_watch(vm: &VmShared, rec: &mut WatchRecords) {
+    if let Some((mut r, start, n)) = rec.take() {
+        r.slice("watch", start, n);
+        r.finish(&vm.profiler);
+    }
+}
+
+fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>, stream: u32) {
     let mut done = vm.take_completions();
+    let mut rec: WatchRecords = None;
     loop {
         match w.queue.pop() {
             Some(watch) => {
                 // Report what is already complete without blocking; block only on the
                 // oldest incomplete event, after handing over what we have.
                 if !watch.event.query() && !done.is_empty() {
+                    finish_watch(&vm, &mut rec);
                     vm.report(std::mem::replace(&mut done, vm.take_completions()));
                 }
+                let start = watch.prof.map(|_| vm.profiler.now());
                 if let Err(e) = watch.event.wait() {
                     vm.device_failure(e.into());
+                }
+                if let (Some((program, launched)), Some(start)) = (watch.prof, start) {
+                    if rec.is_none() {
+                        rec = vm.profiler.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
+                    }
+                    if let Some((r, _, n)) = &mut rec {
+                        r.push(Rec::Async { program, launched, done: r.now() });
+                        *n += 1;
+                    }
                 }
                 done.push(Completion {
                     slot: watch.slot,
@@ -232,6 +330,7 @@ fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>) {
                     event: Some(watch.event),
                 });
                 if w.queue.is_empty() {
+                    finish_watch(&vm, &mut rec);
                     vm.report(std::mem::replace(&mut done, vm.take_completions()));
                 }
             }

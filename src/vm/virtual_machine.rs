@@ -31,6 +31,7 @@ use crate::framework::builder::{defer_release, release_instruction, Instructions
 use crate::framework::infer_cache::InferCache;
 use crate::framework::tensor::{Handle, Tensor, TensorInner, TensorMeta};
 use crate::framework::{Attrs, DType, Element, Op, OpRegistry};
+use crate::profile::{Profile, ProfileError, Profiler, ThreadRole};
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 
@@ -68,6 +69,8 @@ pub struct VmShared {
     pub(crate) fault: super::config::FaultInjection,
     /// In synchronous mode: the executor environment of each stream.
     sync_envs: Vec<ExecEnv>,
+    /// The timeline recorder (`crate::profile`); records nothing unless a session is open.
+    pub(crate) profiler: Profiler,
 }
 
 impl std::fmt::Debug for VmShared {
@@ -237,6 +240,17 @@ impl VmShared {
         self.mark_dead();
     }
 
+    /// Wait until everything submitted so far has retired, leaving the failure log alone.
+    fn barrier_wait(&self) -> Result<()> {
+        let slot = AccessSlot::new();
+        let s2 = slot.clone();
+        let barrier = InstrKind::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
+        let mut b = self.take_batch();
+        b.push(Instruction::new(barrier, self.host_stream, Default::default()));
+        self.submit(b);
+        slot.wait(|| self.is_dead()).map(|_| ())
+    }
+
     pub(crate) fn wait_tensor(self: &Arc<Self>, t: &Tensor) -> Result<()> {
         t.check_live()?;
         self.host_access(t, true).map(|_| ())
@@ -354,6 +368,13 @@ impl VirtualMachine {
             }
         }
         let failures = Arc::new(FailureLog::default());
+        // One allocator per device: the counters sample each once.
+        let mut allocators: Vec<(String, Arc<HostAllocator>)> = Vec::new();
+        for s in &streams {
+            if !allocators.iter().any(|(_, a)| Arc::ptr_eq(a, &s.alloc)) {
+                allocators.push((s.device.to_string(), s.alloc.clone()));
+            }
+        }
         let sync_envs = streams
             .iter()
             .map(|s| ExecEnv {
@@ -386,6 +407,7 @@ impl VirtualMachine {
             failures,
             fault: config.fault.clone(),
             sync_envs,
+            profiler: Profiler::new(config.profile, allocators),
             config,
         });
         let scheduler = if shared.config.synchronous {
@@ -461,14 +483,7 @@ impl VirtualMachine {
     /// [`Error::Failed`] if any instruction failed since the previous `sync` (the failed
     /// tensors keep their errors either way).
     pub fn sync(&self) -> Result<()> {
-        let slot = AccessSlot::new();
-        let s2 = slot.clone();
-        let barrier = InstrKind::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
-        let mut b = self.shared.take_batch();
-        b.push(Instruction::new(barrier, self.shared.host_stream, Default::default()));
-        self.shared.submit(b);
-        let shared = &self.shared;
-        slot.wait(|| shared.is_dead())?;
+        self.shared.barrier_wait()?;
         match self.shared.failures.take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -483,6 +498,65 @@ impl VirtualMachine {
     /// The configuration the VM runs with.
     pub fn config(&self) -> &Config {
         &self.shared.config
+    }
+
+    /// Open a profiling session (closing any open one, whose records are dropped). Every
+    /// instruction submitted after this returns is recorded; see [`crate::profile`]. Waits
+    /// for the scheduler to see the session open (a barrier, as [`sync`](Self::sync) does,
+    /// but leaving failures for the next `sync` to report).
+    pub fn start_profiling(&self) -> std::result::Result<(), ProfileError> {
+        if self.shared.config.synchronous {
+            return Err(ProfileError::Synchronous);
+        }
+        self.shared.profiler.start();
+        self.shared.barrier_wait().map_err(|_| ProfileError::ShutDown)
+    }
+
+    /// Whether a profiling session is open.
+    pub fn is_profiling(&self) -> bool {
+        self.shared.profiler.is_on()
+    }
+
+    /// Close the profiling session and return what it recorded. Waits first until every
+    /// instruction submitted so far has finished (like [`sync`](Self::sync), but leaving
+    /// failures for the next `sync` to report).
+    pub fn stop_profiling(&self) -> std::result::Result<Profile, ProfileError> {
+        let sh = &self.shared;
+        if sh.config.synchronous {
+            return Err(ProfileError::Synchronous);
+        }
+        if !sh.profiler.is_on() {
+            return Err(ProfileError::NotProfiling);
+        }
+        sh.barrier_wait().map_err(|_| ProfileError::ShutDown)?;
+        // A last counter sample, so that every session has one.
+        if let Some(mut r) = sh.profiler.begin(ThreadRole::Scheduler) {
+            r.sample(&sh.profiler, sh.in_flight.load(Ordering::Relaxed), true);
+            r.finish(&sh.profiler);
+        }
+        let session = sh.profiler.stop().ok_or(ProfileError::NotProfiling)?;
+        // The scheduler hands its records in before running a barrier's callback and then
+        // records afresh while a session is open; the loop that ran the first barrier's
+        // callback may still hold records of this session. Workers and watchers hand theirs
+        // in before reporting, so they are all in. After this second barrier nothing of
+        // the session is left outside the sink.
+        sh.barrier_wait().map_err(|_| ProfileError::ShutDown)?;
+        let mut threads = vec![(ThreadRole::Scheduler, "eagervm-scheduler".to_string())];
+        for i in 0..sh.ctxs.len() {
+            threads.push((ThreadRole::Worker(i as u32), format!("eagervm-worker-{i}")));
+        }
+        for (i, st) in sh.streams.iter().enumerate() {
+            if st.policy == PolicyKind::Event {
+                threads.push((ThreadRole::Watcher(i as u32), format!("eagervm-watch-{}", st.name)));
+            }
+        }
+        let streams = sh.streams.iter().map(|s| s.name.clone()).collect();
+        Ok(crate::profile::build(
+            sh.profiler.drain(session),
+            streams,
+            threads,
+            &sh.profiler.allocator_names(),
+        ))
     }
 
     /// Names of the registered ops.
@@ -522,5 +596,35 @@ fn scheduler_main(vm: Arc<VmShared>) {
     }
     for w in workers {
         let _ = w.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ep::mock::MockConfig;
+
+    fn work(vm: &VirtualMachine) {
+        let dev = DeviceId::mock(0);
+        let (relu, add) = (vm.op("relu").unwrap(), vm.op("add").unwrap());
+        let x = vm.from_slice(&[1.0f32, -1.0], &[2], dev).unwrap();
+        let (g, cpu) = (vm.compute_stream(dev).unwrap(), vm.compute_stream(DeviceId::CPU).unwrap());
+        let y = vm.run(|b| b.call(relu, &[&x], Attrs::default(), g)).unwrap();
+        let h = vm.from_slice(&y.to_vec::<f32>().unwrap(), &[2], DeviceId::CPU).unwrap();
+        vm.run(|b| b.call(add, &[&h, &h], Attrs::default(), cpu)).unwrap();
+        vm.sync().unwrap();
+    }
+
+    #[test]
+    fn no_thread_records_anything_while_no_session_is_open() {
+        let vm = VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::jittery())).unwrap();
+        work(&vm);
+        assert_eq!(vm.shared.profiler.pending(), 0);
+        vm.start_profiling().unwrap();
+        work(&vm);
+        assert!(vm.shared.profiler.pending() > 0);
+        assert!(!vm.stop_profiling().unwrap().instructions().is_empty());
+        work(&vm);
+        assert_eq!(vm.shared.profiler.pending(), 0);
     }
 }
