@@ -201,7 +201,7 @@ fn infer_unary(inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), Str
 }
 
 /// Two inputs of one dtype and one shape; the output is like them.
-fn infer_binary(inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), String> {
+pub(super) fn infer_binary(inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), String> {
     expect_inputs(inputs, 2)?;
     common_dtype(inputs)?;
     let (a, b) = (inputs[0], inputs[1]);
@@ -230,7 +230,7 @@ fn map<T: Num>(ctx: &mut KernelCtx<'_, '_>, f: impl Fn(T) -> T) -> Result<(), St
 }
 
 /// `out[i] = f(a[i], b[i])`.
-fn zip<T: Num>(ctx: &mut KernelCtx<'_, '_>, f: impl Fn(T, T) -> T) -> Result<(), String> {
+pub(super) fn zip<T: Num>(ctx: &mut KernelCtx<'_, '_>, f: impl Fn(T, T) -> T) -> Result<(), String> {
     let a = input::<T>(ctx, 0)?;
     let b = input::<T>(ctx, 1)?;
     let (meta, out) = output::<T>(ctx, 0)?;

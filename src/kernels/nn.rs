@@ -4,6 +4,7 @@
 //! They follow the rules of the module docs: one dtype per call, `f32` arithmetic in a fixed
 //! order (so CPU and mock results agree bit for bit), wrapping `i64` arithmetic.
 
+use super::elementwise::{infer_binary, zip};
 use super::{common_dtype, expect_inputs, input, input_dtype, output, spec_of, with_num, Num};
 use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
@@ -24,7 +25,7 @@ impl OpKernel for SubKernel {
         _attrs: &Attrs,
         outputs: &mut OutSpecs,
     ) -> Result<(), String> {
-        infer_same_shape(inputs, outputs)
+        infer_binary(inputs, outputs)
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
@@ -50,7 +51,7 @@ impl OpKernel for ReluGradKernel {
         _attrs: &Attrs,
         outputs: &mut OutSpecs,
     ) -> Result<(), String> {
-        infer_same_shape(inputs, outputs)
+        infer_binary(inputs, outputs)
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
@@ -116,22 +117,6 @@ impl OpKernel for SumRowsKernel {
     }
 }
 
-/// Two inputs of one dtype and one shape; the output is like them.
-fn infer_same_shape(inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), String> {
-    expect_inputs(inputs, 2)?;
-    common_dtype(inputs)?;
-    let (a, b) = (inputs[0], inputs[1]);
-    if a.shape != b.shape {
-        return Err(format!(
-            "input 0 is {} and input 1 is {}: shapes must be equal (no broadcasting)",
-            a.describe(),
-            b.describe()
-        ));
-    }
-    outputs.push(spec_of(a));
-    Ok(())
-}
-
 /// `(n, k)` of a 2-D operand, or an error naming input `i`.
 fn rows_cols(m: &TensorMeta, i: usize) -> Result<(usize, usize), String> {
     match m.shape.as_slice() {
@@ -151,25 +136,6 @@ fn bias_dims(x: &TensorMeta, b: &TensorMeta) -> Result<(usize, usize), String> {
         ));
     }
     Ok((n, k))
-}
-
-/// `out[i] = f(a[i], b[i])`.
-fn zip<T: Num>(ctx: &mut KernelCtx<'_, '_>, f: impl Fn(T, T) -> T) -> Result<(), String> {
-    let a = input::<T>(ctx, 0)?;
-    let b = input::<T>(ctx, 1)?;
-    let (meta, out) = output::<T>(ctx, 0)?;
-    if a.len() != b.len() || out.len() != a.len() {
-        return Err(format!(
-            "output 0 is {} but the inputs have {} and {} elements",
-            meta.describe(),
-            a.len(),
-            b.len()
-        ));
-    }
-    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-        *o = f(x, y);
-    }
-    Ok(())
 }
 
 fn add_bias<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
