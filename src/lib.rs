@@ -58,8 +58,8 @@ pub mod ep;
 mod error;
 pub mod framework;
 pub mod kernels;
-pub mod programs;
 pub mod profile;
+pub mod programs;
 pub mod sync;
 pub mod vm;
 

@@ -113,6 +113,15 @@ fn kernels_equal_the_cpu_kernels() {
         ("scale", vec![(a.clone(), vec![n])], Attrs::scalar(-1.5)),
         ("relu", vec![(a.clone(), vec![n])], Attrs::default()),
         ("copy", vec![(a.clone(), vec![n])], Attrs::default()),
+        ("sub", vec![(a.clone(), vec![n]), (b.clone(), vec![n])], Attrs::default()),
+        // dy = a, x = b: zeros, -0.0 and negatives in x select 0.
+        ("relu_grad", vec![(a.clone(), vec![n]), (b.clone(), vec![n])], Attrs::default()),
+        // [n / 7, 7]: 10_007 = 1429 * 7.
+        ("add_bias", vec![(a.clone(), vec![1429, 7]), (b[..7].to_vec(), vec![7])], Attrs::default()),
+        // Column sums in increasing row order, as on the CPU: bit-for-bit too.
+        ("sum_rows", vec![(a.clone(), vec![1429, 7])], Attrs::default()),
+        ("sum_rows", vec![(a.clone(), vec![7, 1429])], Attrs::default()),
+        ("sum_rows", vec![(Vec::new(), vec![0, 5])], Attrs::default()),
     ] {
         let (cpu, gpu) = both(&vm, op, &ins, attrs);
         let same = cpu.iter().zip(&gpu).all(|(x, y)| x.to_bits() == y.to_bits());
@@ -140,7 +149,75 @@ fn kernels_equal_the_cpu_kernels() {
             assert!((c - g).abs() <= 1e-5 * mag + f32::MIN_POSITIVE, "matmul[{i},{j}]: cpu {c} gpu {g}");
         }
     }
+    // matmul_tn (a: [k, m]) and matmul_nt (b: [n, k]): the same tolerance; a wrong
+    // transpose flag or leading dimension would be far off.
+    for (op, sa, sb) in [("matmul_tn", vec![k, m], vec![k, nn]), ("matmul_nt", vec![m, k], vec![nn, k])] {
+        let (ma, mb) = (data(m * k, 5), data(k * nn, 6));
+        let (cpu, gpu) = both(&vm, op, &[(ma.clone(), sa), (mb.clone(), sb)], Attrs::default());
+        assert_eq!(gpu.len(), m * nn, "{op}");
+        for i in 0..m {
+            for j in 0..nn {
+                let term = |p: usize| {
+                    if op == "matmul_tn" {
+                        ma[p * m + i] * mb[p * nn + j]
+                    } else {
+                        ma[i * k + p] * mb[j * k + p]
+                    }
+                };
+                let mag: f32 = (0..k).map(|p| term(p).abs()).sum();
+                let (c, g) = (cpu[i * nn + j], gpu[i * nn + j]);
+                assert!((c - g).abs() <= 1e-5 * mag + f32::MIN_POSITIVE, "{op}[{i},{j}]: cpu {c} gpu {g}");
+            }
+        }
+    }
+    // An empty inner dimension gives zeros.
+    for (op, sa, sb) in [("matmul_tn", vec![0, 3], vec![0, 2]), ("matmul_nt", vec![3, 0], vec![2, 0])] {
+        let (cpu, gpu) = both(&vm, op, &[(Vec::new(), sa), (Vec::new(), sb)], Attrs::default());
+        assert_eq!((cpu, gpu), (vec![0.0; 6], vec![0.0; 6]), "{op}");
+    }
     vm.sync().unwrap();
+}
+
+/// Relative tolerance of the MLP's losses on CUDA against the CPU's, at every step. Each
+/// step's cuBLAS products and `sum` differ from the CPU's by about 1e-6 relative (far
+/// inside `docs/cuda.md`'s 1e-5 bounds); 60 steps of SGD on this contracting problem keep
+/// the weights within a few times that, so 1e-3 leaves a wide margin, while a wrong
+/// gradient (a transposed product, a lost bias gradient) moves the losses by far more.
+const MLP_LOSS_REL: f32 = 1e-3;
+
+#[test]
+fn mlp_trains_on_cuda_like_on_the_cpu() {
+    let _g = lock();
+    let Some(vm) = gpu_vm() else { return };
+    let opts = eagervm::programs::MlpOptions::default();
+    let cpu = eagervm::programs::mlp(&vm, &opts).unwrap();
+    let gpu =
+        eagervm::programs::mlp(&vm, &eagervm::programs::MlpOptions { device: DeviceId::cuda(0), ..opts })
+            .unwrap();
+    assert_eq!(gpu.device, "cuda:0");
+    assert_eq!(gpu.losses.len(), cpu.losses.len());
+    assert!(gpu.loss_fell(), "{gpu}: {:?}", gpu.losses);
+    for (step, (c, g)) in cpu.losses.iter().zip(&gpu.losses).enumerate() {
+        assert!((c - g).abs() <= MLP_LOSS_REL * c.abs(), "step {step}: cpu loss {c}, cuda loss {g}");
+    }
+    vm.sync().unwrap();
+}
+
+#[test]
+fn builtin_programs_run_on_cuda() {
+    let _g = lock();
+    let Some(vm) = gpu_vm() else { return };
+    let on_gpu = eagervm::programs::RunOptions { device: Some(DeviceId::cuda(0)), size: None };
+    for p in eagervm::programs::builtin() {
+        let r = (p.run)(&vm, &on_gpu).unwrap_or_else(|e| panic!("{} on cuda:0: {e}", p.name));
+        assert!(r.ok(), "{} on cuda:0: {r}", p.name);
+        assert!(r.to_json().contains("\"device\":\"cuda:0\""), "{}", r.to_json());
+        // Deterministic on the GPU too: fixed summation orders, one cuBLAS handle per stream.
+        assert_eq!((p.run)(&vm, &on_gpu).unwrap(), r, "{}", p.name);
+    }
+    // The failure program's poison left the VM working.
+    let x = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::cuda(0)).unwrap();
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
 }
 
 #[test]

@@ -1,16 +1,20 @@
 //! Serialisability: random programs over CPU and two mock devices (three streams each),
 //! with copies between them and host reads, give bit-identical results to a plain
-//! sequential interpreter, with the mock devices' timing jittered.
+//! sequential interpreter, with the mock devices' timing jittered. With a GPU, the same
+//! property holds with `cuda:0` (three streams) in the mix; without one that test prints
+//! `skipped: <reason>`.
 
 mod common;
 
 use std::sync::OnceLock;
 
-use common::{decode, execute, interpret, vm};
+use common::{decode, decode_on, execute, interpret, vm, vm_on, Mix};
 use eagervm::ep::mock::MockConfig;
+use eagervm::ep::EpError;
 use eagervm::vm::ThreadTopology;
-use eagervm::VirtualMachine;
+use eagervm::{Error, VirtualMachine};
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
@@ -40,3 +44,74 @@ serialisable_on!(random_programs_match_the_interpreter, ThreadTopology::PerStrea
 serialisable_on!(random_programs_match_with_one_worker_per_device, ThreadTopology::PerDevice, false);
 serialisable_on!(random_programs_match_with_a_single_worker, ThreadTopology::Single, false);
 serialisable_on!(synchronous_mode_matches_the_interpreter, ThreadTopology::PerStream, true);
+
+/// Cases of the CUDA mix: `PROPTEST_CASES`, else 256 (each case waits on the GPU).
+fn cuda_cases() -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)
+}
+
+/// Random programs over cpu:0, mock:0, mock:1 and cuda:0, on two thread topologies. On
+/// CUDA tensors the programs use only the ops whose CUDA kernels are bit-exact (see
+/// `common`), so the comparison with the interpreter is exact.
+#[test]
+fn random_programs_with_cuda_match_the_interpreter() {
+    for topology in [ThreadTopology::PerStream, ThreadTopology::Single] {
+        let vm = match vm_on(Mix::WITH_CUDA, MockConfig::jittery(), topology, false) {
+            Ok(vm) => vm,
+            Err(Error::Device(e @ EpError::CudaUnavailable { .. })) => {
+                println!("skipped: {e}");
+                return;
+            }
+            Err(e) => panic!("unexpected error opening a VM with cuda:0: {e}"),
+        };
+        let config = ProptestConfig { cases: cuda_cases(), ..ProptestConfig::default() };
+        let result = TestRunner::new(config).run(&raw_program(), |(tensors, raw)| {
+            let p = decode_on(Mix::WITH_CUDA, tensors, &raw);
+            let got = execute(&vm, &p).map_err(|e| TestCaseError::fail(format!("program failed: {e}")))?;
+            prop_assert_eq!(got, interpret(&p), "program: {:?}", p);
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{topology:?}: {e}");
+        }
+    }
+}
+
+#[test]
+fn the_cuda_mix_puts_tensors_on_cuda_with_bit_exact_ops_only() {
+    use common::Step;
+    use eagervm::ep::DeviceId;
+    // The generator's side of the CUDA mix, which needs no GPU.
+    let raw: common::Raw =
+        (0..=255u8).map(|i| (i, i.wrapping_mul(7), i.wrapping_mul(13), 3, i, -5)).collect();
+    let stream = |s: &Step| match *s {
+        Step::Fill { stream, .. }
+        | Step::Unary { stream, .. }
+        | Step::Binary { stream, .. }
+        | Step::Copy { stream, .. } => Some(stream),
+        Step::Read { .. } | Step::Recreate { .. } => None,
+    };
+    let p = decode_on(Mix::WITH_CUDA, 8, &raw);
+    let cuda = |t: usize| Mix::WITH_CUDA.device_of(t) == DeviceId::cuda(0);
+    let mut on_cuda = 0;
+    for step in &p.steps {
+        let touches = match *step {
+            Step::Binary { op, out, .. } if cuda(out) => {
+                assert!(["add", "mul", "sub", "relu_grad"].contains(&op), "{op} on cuda");
+                true
+            }
+            Step::Unary { out, .. } | Step::Fill { out, .. } => cuda(out),
+            Step::Copy { src, dst, .. } => cuda(src) || cuda(dst),
+            _ => false,
+        };
+        if touches {
+            on_cuda += 1;
+            // Every step with a CUDA operand runs on a CUDA stream (7-9).
+            assert!(stream(step).is_some_and(|s| (7..=9).contains(&s)), "{step:?}");
+        }
+    }
+    assert!(on_cuda > 10, "only {on_cuda} steps touch cuda:0");
+    // The default mix stays on cpu:0 and the mock devices' streams (0-6).
+    let p = decode(8, &raw);
+    assert!(p.steps.iter().filter_map(stream).all(|s| s <= 6));
+}

@@ -232,7 +232,7 @@ mod plain {
     use crate::ep::Device;
     use crate::error::Error;
     use crate::framework::{KernelCtx, OpKernel, TensorMeta, TensorView, TensorViewMut};
-    use crate::kernels::cuda::{CudaMatmul, CudaSum, ELEMENTWISE};
+    use crate::kernels::cuda::{CudaSum, CUDA_MATMUL, ELEMENTWISE};
 
     fn kernel(name: &str) -> &'static dyn OpKernel {
         ELEMENTWISE.iter().find(|e| e.name == name).expect("a built-in elementwise op")
@@ -300,9 +300,9 @@ mod plain {
                 run1(kernel("fill"), Attrs::scalar(0.01), &[], (&m, buf))?;
             }
             for _ in 0..steps {
-                run1(&CudaMatmul, Attrs::default(), &[(&m, x), (&m, w1)], (&m, h))?;
+                run1(&CUDA_MATMUL, Attrs::default(), &[(&m, x), (&m, w1)], (&m, h))?;
                 run1(kernel("relu"), Attrs::default(), &[(&m, h)], (&m, y))?;
-                run1(&CudaMatmul, Attrs::default(), &[(&m, y), (&m, w2)], (&m, h))?;
+                run1(&CUDA_MATMUL, Attrs::default(), &[(&m, y), (&m, w2)], (&m, h))?;
                 run1(&CudaSum, Attrs::default(), &[(&m, h)], (&scalar, s))?;
             }
             Ok(())

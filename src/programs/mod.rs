@@ -11,7 +11,12 @@
 //!
 //! Every program takes a `&VirtualMachine` and an options struct, uses fixed seeds, and
 //! returns a report of plain values (no timings), so two runs give equal reports; each
-//! runs in well under two seconds at its defaults. [`builtin`] lists them with a uniform
+//! runs in well under two seconds at its defaults.
+//!
+//! The programs' own checks compare with a reference bit for bit on devices whose kernels
+//! add in the CPU kernels' order (`cpu`, `mock`: [`bit_exact_on`]); on CUDA, where `sum`
+//! and the cuBLAS products add in another order, they allow the per-op tolerance of
+//! `docs/cuda.md`, `1e-5 · Σ|terms|` ([`CUDA_REL`]), carried through the program. [`builtin`] lists them with a uniform
 //! entry point:
 //!
 //! ```
@@ -31,7 +36,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::ep::DeviceId;
+use crate::ep::{DeviceId, DeviceType};
 use crate::error::Result;
 use crate::vm::VirtualMachine;
 
@@ -44,6 +49,27 @@ pub use failure::{failure, FailureOptions, FailureReport};
 pub use fanout::{fanout, FanoutOptions, FanoutReport};
 pub use mlp::{mlp, MlpOptions, MlpReport};
 pub use pipeline::{pipeline, PipelineOptions, PipelineReport};
+
+/// Whether `device`'s kernels add in the CPU kernels' order, so that a program's results
+/// there equal the CPU's bit for bit: true for `cpu` and `mock`, false for `cuda` (its
+/// `sum` adds 256 strided partial sums by a tree, its products are cuBLAS's).
+pub fn bit_exact_on(device: DeviceId) -> bool {
+    device.ty != DeviceType::Cuda
+}
+
+/// The relative error a reduction or product may have on a device that is not bit-exact,
+/// against the sum of the absolute values of its terms (`docs/cuda.md`).
+pub const CUDA_REL: f64 = 1e-5;
+
+/// Whether `got` agrees with the reference `want`: bit for bit when `exact`, else within
+/// `tol`.
+pub(crate) fn agrees(got: f32, want: f32, exact: bool, tol: f64) -> bool {
+    if exact {
+        got.to_bits() == want.to_bits()
+    } else {
+        (got as f64 - want as f64).abs() <= tol
+    }
+}
 
 /// Options every built-in program understands, for running them by name.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -214,6 +240,14 @@ mod tests {
         assert_ne!(a, Rng::new(8).vec(1000, 1.0));
         assert!(a.iter().all(|x| (-1.0..1.0).contains(x)));
         assert!(a.iter().any(|&x| x < -0.9) && a.iter().any(|&x| x > 0.9));
+    }
+
+    #[test]
+    fn bit_exact_everywhere_but_cuda() {
+        assert!(bit_exact_on(DeviceId::CPU) && bit_exact_on(DeviceId::mock(1)));
+        assert!(!bit_exact_on(DeviceId::cuda(0)));
+        assert!(agrees(1.0, 1.0, true, 0.0) && !agrees(-0.0, 0.0, true, 1.0));
+        assert!(agrees(1.0, 1.0 + 1e-6, false, 1e-5) && !agrees(1.0, 1.0 + 1e-4, false, 1e-5));
     }
 
     #[test]

@@ -1,5 +1,12 @@
 //! Random tensor programs, a plain sequential interpreter for them, and a runner that
 //! executes them on the VM: the pieces of the serialisability property tests.
+//!
+//! A program's tensors live on the devices of its [`Mix`]: `cpu:0`, `mock:0` and `mock:1`
+//! by default, and `cuda:0` as well in [`Mix::WITH_CUDA`]. On CUDA tensors the programs use
+//! only ops whose CUDA kernels give the CPU's result bit for bit (`fill`, `copy`, `add`,
+//! `mul`, `sub`, `relu_grad`, `scale`, `relu`: one IEEE operation per element), never
+//! `matmul`, whose cuBLAS result may differ in the last bits; so the comparison with the
+//! interpreter stays exact on every device.
 #![allow(dead_code)]
 
 use eagervm::ep::mock::MockConfig;
@@ -10,13 +17,77 @@ use eagervm::vm::ThreadTopology;
 pub const SHAPE: [usize; 2] = [2, 2];
 pub const N: usize = 4;
 
-/// Where each of the program's tensors lives: host, mock:0, mock:1, cycling.
-pub fn device_of(t: usize) -> DeviceId {
-    match t % 3 {
-        0 => DeviceId::CPU,
-        1 => DeviceId::mock(0),
-        _ => DeviceId::mock(1),
+/// The devices a program's tensors live on, cycling over [`Mix::devices`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Mix {
+    /// Whether `cuda:0` is one of them.
+    pub cuda: bool,
+}
+
+impl Mix {
+    /// `cpu:0`, `mock:0`, `mock:1`: runs everywhere.
+    pub const CPU_MOCK: Mix = Mix { cuda: false };
+    /// `cpu:0`, `mock:0`, `mock:1`, `cuda:0`: needs a GPU.
+    pub const WITH_CUDA: Mix = Mix { cuda: true };
+
+    /// The devices, in the order tensors cycle over them.
+    pub fn devices(self) -> &'static [DeviceId] {
+        const BASE: [DeviceId; 3] = [DeviceId::CPU, DeviceId::mock(0), DeviceId::mock(1)];
+        const CUDA: [DeviceId; 4] = [DeviceId::CPU, DeviceId::mock(0), DeviceId::mock(1), DeviceId::cuda(0)];
+        if self.cuda {
+            &CUDA
+        } else {
+            &BASE
+        }
     }
+
+    /// Where tensor `t` lives.
+    pub fn device_of(self, t: usize) -> DeviceId {
+        let d = self.devices();
+        d[t % d.len()]
+    }
+
+    /// The streams of `d`, as indices into the table [`execute`] builds: for each device in
+    /// order, its compute stream (the host's only stream), then H2D and D2H. For the default
+    /// mix: 0 cpu, 1-3 mock:0 compute/h2d/d2h, 4-6 mock:1 compute/h2d/d2h; then 7-9 cuda:0.
+    pub fn streams_of(self, d: DeviceId) -> &'static [usize] {
+        match d.ty {
+            eagervm::ep::DeviceType::Cpu => &[0],
+            eagervm::ep::DeviceType::Mock if d.index == 0 => &[1, 2, 3],
+            eagervm::ep::DeviceType::Mock => &[4, 5, 6],
+            eagervm::ep::DeviceType::Cuda => &[7, 8, 9],
+        }
+    }
+
+    /// The stream table of `vm` in the order of [`Mix::streams_of`].
+    pub fn stream_table(self, vm: &VirtualMachine) -> eagervm::Result<Vec<StreamId>> {
+        let mut table = Vec::new();
+        for &d in self.devices() {
+            if d.is_host() {
+                table.push(vm.compute_stream(d)?);
+            } else {
+                for ty in StreamType::ALL {
+                    table.push(vm.stream(d, ty)?);
+                }
+            }
+        }
+        Ok(table)
+    }
+
+    /// The binary ops a program uses on tensors of `d`.
+    fn binary_ops(self, d: DeviceId) -> [&'static str; 4] {
+        if d.ty == eagervm::ep::DeviceType::Cuda {
+            ["add", "mul", "sub", "relu_grad"]
+        } else {
+            ["add", "mul", "matmul", "add"]
+        }
+    }
+}
+
+/// Where each of the program's tensors lives in the default mix: host, mock:0, mock:1,
+/// cycling.
+pub fn device_of(t: usize) -> DeviceId {
+    Mix::CPU_MOCK.device_of(t)
 }
 
 /// One step of a program.
@@ -61,23 +132,29 @@ pub enum Step {
 pub struct Program {
     pub tensors: usize,
     pub steps: Vec<Step>,
+    /// The devices its tensors live on.
+    pub mix: Mix,
 }
 
 /// The streams of the VM built by [`vm`], by index: 0 cpu, 1-3 mock:0 compute/h2d/d2h,
 /// 4-6 mock:1 compute/h2d/d2h.
 pub fn streams_of(d: DeviceId) -> &'static [usize] {
-    match (d.ty, d.index) {
-        (eagervm::ep::DeviceType::Cpu, _) => &[0],
-        (_, 0) => &[1, 2, 3],
-        _ => &[4, 5, 6],
-    }
+    Mix::CPU_MOCK.streams_of(d)
 }
 
 /// Raw random numbers that [`decode`] turns into a program: one tuple per step.
 pub type Raw = Vec<(u8, u8, u8, u8, u8, i8)>;
 
-/// Decode raw random numbers into a valid program (so proptest can shrink the numbers).
+/// Decode raw random numbers into a valid program on the default mix (so proptest can
+/// shrink the numbers).
 pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
+    decode_on(Mix::CPU_MOCK, tensors, raw)
+}
+
+/// Decode raw random numbers into a valid program over the devices of `mix`.
+pub fn decode_on(mix: Mix, tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
+    let device_of = |t: usize| mix.device_of(t);
+    let streams_of = |d: DeviceId| mix.streams_of(d);
     let mut steps = Vec::new();
     for &(kind, a, b, c, s, v) in raw {
         let t = |x: u8| x as usize % tensors;
@@ -91,17 +168,19 @@ pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
             1 | 2 => {
                 // Same-device unary op: pick tensors on the output's device.
                 let out = t(a);
-                let Some(a) = same_device(tensors, out, b) else { continue };
+                let Some(a) = same_device(mix, tensors, out, b) else { continue };
                 let ss = streams_of(device_of(out));
                 let op = if kind % 12 == 1 { "relu" } else { "scale" };
                 Step::Unary { op, a, out, factor: value, stream: ss[s as usize % ss.len()] }
             }
             3..=6 => {
                 let out = t(a);
-                let (Some(x), Some(y)) = (same_device(tensors, out, b), same_device(tensors, out, c)) else {
+                let (Some(x), Some(y)) =
+                    (same_device(mix, tensors, out, b), same_device(mix, tensors, out, c))
+                else {
                     continue;
                 };
-                let op = ["add", "mul", "matmul", "add"][(kind % 12 - 3) as usize];
+                let op = mix.binary_ops(device_of(out))[(kind % 12 - 3) as usize];
                 let ss = streams_of(device_of(out));
                 Step::Binary { op, a: x, b: y, out, stream: ss[s as usize % ss.len()] }
             }
@@ -110,9 +189,14 @@ pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
                 if src == dst {
                     continue;
                 }
-                // A copy runs on a stream of either device.
-                let mut ss: Vec<usize> = streams_of(device_of(src)).to_vec();
-                ss.extend_from_slice(streams_of(device_of(dst)));
+                // A copy runs on a stream of either device; one with a CUDA end on a CUDA
+                // stream (the host kernels cannot reach device memory).
+                let (from, to) = (device_of(src), device_of(dst));
+                let cuda = [from, to].into_iter().find(|d| d.ty == eagervm::ep::DeviceType::Cuda);
+                let mut ss: Vec<usize> = streams_of(cuda.unwrap_or(from)).to_vec();
+                if cuda.is_none() {
+                    ss.extend_from_slice(streams_of(to));
+                }
                 Step::Copy { src, dst, stream: ss[s as usize % ss.len()] }
             }
             10 => Step::Read { t: t(a) },
@@ -120,12 +204,13 @@ pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
         };
         steps.push(step);
     }
-    Program { tensors, steps }
+    Program { tensors, steps, mix }
 }
 
 /// Another tensor than `out` on the same device, chosen by `pick`.
-fn same_device(tensors: usize, out: usize, pick: u8) -> Option<usize> {
-    let cands: Vec<usize> = (0..tensors).filter(|&x| x != out && device_of(x) == device_of(out)).collect();
+fn same_device(mix: Mix, tensors: usize, out: usize, pick: u8) -> Option<usize> {
+    let cands: Vec<usize> =
+        (0..tensors).filter(|&x| x != out && mix.device_of(x) == mix.device_of(out)).collect();
     (!cands.is_empty()).then(|| cands[pick as usize % cands.len()])
 }
 
@@ -178,7 +263,13 @@ pub fn interpret(p: &Program) -> Outcome {
                 val[o] = match op {
                     "add" => val[a].iter().zip(&val[b]).map(|(x, y)| x + y).collect(),
                     "mul" => val[a].iter().zip(&val[b]).map(|(x, y)| x * y).collect(),
-                    _ => matmul(&val[a], &val[b]),
+                    "sub" => val[a].iter().zip(&val[b]).map(|(x, y)| x - y).collect(),
+                    // Inputs (dy, x).
+                    "relu_grad" => {
+                        val[a].iter().zip(&val[b]).map(|(&dy, &x)| if x > 0.0 { dy } else { 0.0 }).collect()
+                    }
+                    "matmul" => matmul(&val[a], &val[b]),
+                    other => panic!("the interpreter has no op `{other}`"),
                 }
             }
             Step::Copy { src, dst, .. } => val[dst] = val[src].clone(),
@@ -192,19 +283,30 @@ pub fn interpret(p: &Program) -> Outcome {
 
 /// A VM with `cpu:0`, `mock:0`, `mock:1` and the given timing and topology.
 pub fn vm(mock: MockConfig, threads: ThreadTopology, synchronous: bool) -> VirtualMachine {
-    let mut c = Config::default().with_mock_devices(2, mock);
+    vm_on(Mix::CPU_MOCK, mock, threads, synchronous).expect("vm starts")
+}
+
+/// A VM with the devices of `mix` and the given timing and topology; an error (for
+/// example `CudaUnavailable`) when a device cannot be opened.
+pub fn vm_on(
+    mix: Mix,
+    mock: MockConfig,
+    threads: ThreadTopology,
+    synchronous: bool,
+) -> eagervm::Result<VirtualMachine> {
+    let mut c = Config::default().with_mock_devices(2, mock).with_cuda_devices(u16::from(mix.cuda));
     c.threads = threads;
     c.synchronous = synchronous;
     c.batch_size = 16; // small batches: more interleaving between caller and scheduler
-    VirtualMachine::new(c).expect("vm starts")
+    VirtualMachine::new(c)
 }
 
-/// Run the program on `vm`.
+/// Run the program on `vm`, which must have the devices of the program's mix.
 pub fn execute(vm: &VirtualMachine, p: &Program) -> eagervm::Result<Outcome> {
-    let streams: Vec<StreamId> = vm.streams().into_iter().map(|s| s.0).collect();
-    assert_eq!(streams.len(), 7, "cpu + 2 mock devices x 3 streams");
+    let streams = p.mix.stream_table(vm)?;
     let ops = |n: &str| vm.op(n).expect("built-in");
-    let make = |t: usize| -> eagervm::Result<Tensor> { vm.from_slice(&initial(t), &SHAPE, device_of(t)) };
+    let make =
+        |t: usize| -> eagervm::Result<Tensor> { vm.from_slice(&initial(t), &SHAPE, p.mix.device_of(t)) };
     let mut ts: Vec<Tensor> = (0..p.tensors).map(make).collect::<eagervm::Result<_>>()?;
     let mut out = Vec::new();
     let mut i = 0;
