@@ -52,11 +52,13 @@
 
 pub mod alloc;
 pub mod bench;
+pub mod cli;
 pub mod ep;
 mod error;
 pub mod framework;
 pub mod kernels;
 pub mod sync;
+pub mod trace;
 pub mod vm;
 
 pub use error::{Error, Result};

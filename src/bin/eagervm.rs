@@ -1,12 +1,19 @@
-//! The `eagervm` command line.
+//! The `eagervm` command line: run, record, replay, validate and analyse instruction
+//! traces and built-in programs; the demo; the throughput benchmark. `docs/cli.md` describes
+//! every command.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use eagervm::bench::{self, Workload};
+use eagervm::cli::{self, builtin_programs, CliError};
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
+use eagervm::trace::{self, DeviceMap, ReplayOptions, ReplayReport, ValidateOptions};
 
 /// eagervm: an eager-execution virtual machine for tensor programs.
 #[derive(Parser)]
@@ -16,10 +23,66 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// How a trace is replayed (shared by `run FILE` and `replay`).
+#[derive(clap::Args, Clone)]
+struct ReplayArgs {
+    /// Drop the recorded RecordEvent/StreamWaitEvent and derive synchronisation anew (needed
+    /// to replay on another device layout).
+    #[arg(long)]
+    resync: bool,
+    /// Where the trace's devices run: `recorded` (as named in the trace), `cpu` (all on
+    /// cpu:0), `mock` (non-host devices on mock devices) or `cuda`.
+    #[arg(long, default_value = "recorded")]
+    device: DeviceMap,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a short program on the CPU and a mock asynchronous device, printing what ran.
     Demo,
+    /// Run a built-in program (see `eagervm programs`) or replay a trace file.
+    Run {
+        /// A built-in program's name, or a trace file.
+        target: String,
+        #[command(flatten)]
+        replay: ReplayArgs,
+    },
+    /// Run a built-in program with a recorder attached and write its trace.
+    Record {
+        /// The built-in program (see `eagervm programs`).
+        program: String,
+        /// The trace file to write (large host writes go to FILE.bin beside it).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
+    /// Replay a trace and check its expected checksums and failures.
+    Replay {
+        /// The trace file.
+        file: PathBuf,
+        #[command(flatten)]
+        replay: ReplayArgs,
+    },
+    /// Check a trace without running it; report every problem with its line and column.
+    Validate {
+        /// The trace file.
+        file: PathBuf,
+        /// Do not require record/wait before cross-stream uses (for `replay --resync`).
+        #[arg(long)]
+        resync: bool,
+    },
+    /// Print dependency-graph statistics of a trace; export it as DOT (and SVG).
+    Analyze {
+        /// The trace file.
+        file: PathBuf,
+        /// Write the dependency graph in Graphviz DOT to this file.
+        #[arg(long)]
+        dot: Option<PathBuf>,
+        /// Also render it to SVG with graphviz `dot`, if installed (needs --dot).
+        #[arg(long, requires = "dot")]
+        svg: Option<PathBuf>,
+    },
+    /// List the built-in programs.
+    Programs,
     /// Measure the VM's throughput on four no-op workloads against a bare pipeline.
     Bench {
         /// Instructions per workload.
@@ -39,9 +102,21 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.command.unwrap_or(Command::Demo) {
-        Command::Demo => demo(),
-        Command::Bench { n, reps, workloads, json } => run_bench(n, reps, &workloads, json),
+    let r: Result<(), CliError> = match cli.command.unwrap_or(Command::Demo) {
+        Command::Demo => demo().map_err(|error| CliError::Program { program: "demo".into(), error }),
+        Command::Bench { n, reps, workloads, json } => run_bench(n, reps, &workloads, json)
+            .map_err(|error| CliError::Program { program: "bench".into(), error }),
+        Command::Run { target, replay } => run(&target, &replay),
+        Command::Record { program, output } => record(&program, &output),
+        Command::Replay { file, replay } => replay_file(&file, &replay),
+        Command::Validate { file, resync } => validate(&file, resync),
+        Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
+        Command::Programs => {
+            for p in builtin_programs() {
+                println!("{:<10} {}", p.name, p.about);
+            }
+            Ok(())
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -50,6 +125,149 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
+    if let Some(p) = cli::find_program(target) {
+        let s = cli::run_program(p, Config::from_env())?;
+        println!("ran `{}` in {:.3?}", p.name, s.wall);
+        for (what, sum) in &s.outputs {
+            match sum {
+                Ok(sum) => println!("  {what}: fnv1a64 0x{sum:016x}"),
+                Err(e) => println!("  {what}: error: {e}"),
+            }
+        }
+        let failed = s.outputs.iter().filter(|o| o.1.is_err()).count();
+        println!("errors: {failed}");
+        return match s.outputs.into_iter().find_map(|o| o.1.err()) {
+            Some(error) => Err(CliError::Program { program: p.name.into(), error }),
+            None => Ok(()),
+        };
+    }
+    if Path::new(target).is_file() {
+        return replay_file(Path::new(target), args);
+    }
+    Err(cli::program(target).expect_err("not a program"))
+}
+
+fn record(program: &str, output: &Path) -> Result<(), CliError> {
+    let p = cli::program(program)?;
+    let (s, wall) = cli::record_program(p, Config::from_env(), output)?;
+    println!(
+        "recorded `{}` to {}: {} instructions, {} tensors, {} expected checksum(s) in {:.3?}",
+        p.name,
+        s.path.display(),
+        s.instructions,
+        s.tensors,
+        s.expects,
+        wall
+    );
+    if let Some(side) = &s.sidecar {
+        println!("  large host writes in {}", side.display());
+    }
+    if let Some(f) = &s.failure {
+        println!("  the program fails on purpose; the trace expects: {f}");
+    }
+    Ok(())
+}
+
+/// A progress bar that appears only once a replay has run for a second.
+fn progress_bar() -> (ProgressBar, Instant) {
+    let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    let style = ProgressStyle::with_template(
+        "{spinner} replay [{elapsed_precise}] {bar:40} {pos}/{len} instructions",
+    )
+    .expect("a valid template");
+    pb.set_style(style);
+    (pb, Instant::now())
+}
+
+fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
+    let t = trace::load(file)?;
+    let opts = ReplayOptions { resync: args.resync, device: args.device, config: Config::from_env() };
+    let (pb, t0) = progress_bar();
+    let mut shown = false;
+    let r = trace::replay_with(&t, &opts, &mut |done, total| {
+        if !shown && t0.elapsed() > Duration::from_secs(1) {
+            pb.set_draw_target(ProgressDrawTarget::stderr());
+            shown = true;
+        }
+        pb.set_length(total);
+        pb.set_position(done);
+    });
+    pb.finish_and_clear();
+    let report = r?;
+    print_replay(file, args, &report);
+    Ok(())
+}
+
+fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
+    let mode = if args.resync { "synchronisation derived anew" } else { "as recorded" };
+    println!(
+        "replayed {} ({mode}, devices: {:?}): {} instructions in {:.3?}",
+        file.display(),
+        args.device,
+        r.instructions,
+        r.wall
+    );
+    println!("  instructions per stream (busy time per stream is not measured):");
+    for (s, n) in &r.per_stream {
+        println!("    {s:<16} {n}");
+    }
+    println!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked);
+    match &r.expected_failure {
+        Some(f) => println!("  errors: {} (expected by the trace: {f})", r.failures.len()),
+        None => println!("  errors: {}", r.failures.len()),
+    }
+}
+
+fn validate(file: &Path, resync: bool) -> Result<(), CliError> {
+    let t = trace::load(file)?;
+    trace::validate(&t, &ValidateOptions { resync })?;
+    println!("{}: valid ({} statements, {} instructions)", file.display(), t.lines.len(), t.instructions());
+    Ok(())
+}
+
+fn analyze(file: &Path, dot: Option<&Path>, svg: Option<&Path>) -> Result<(), CliError> {
+    let t = trace::load(file)?;
+    let a = trace::analyze(&t)?;
+    println!("{}: {} instructions, {} dependency edges", file.display(), a.instructions, a.edges);
+    println!("  instructions per stream:");
+    for (id, desc, n) in &a.per_stream {
+        println!("    s{id:<3} {desc:<16} {n}");
+    }
+    println!("  critical path: {} instructions", a.critical_path);
+    println!("  available parallelism: {:.2} (instructions / critical path)", a.parallelism);
+    if let Some(path) = dot {
+        std::fs::write(path, a.dot()).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
+        println!("  DOT graph written to {}", path.display());
+        if let Some(svg) = svg {
+            render_svg(path, svg)?;
+        }
+    }
+    Ok(())
+}
+
+/// Render `dot_file` to SVG with graphviz, if it is installed.
+fn render_svg(dot_file: &Path, svg: &Path) -> Result<(), CliError> {
+    let probe = std::process::Command::new("dot").arg("-V").output();
+    if probe.is_err() {
+        println!("  graphviz `dot` is not installed; SVG skipped (install graphviz, or render the DOT file elsewhere)");
+        return Ok(());
+    }
+    let out = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .arg(dot_file)
+        .arg("-o")
+        .arg(svg)
+        .output()
+        .map_err(|e| CliError::Io(format!("running graphviz `dot`: {e}")))?;
+    if !out.status.success() {
+        let msg = String::from_utf8_lossy(&out.stderr);
+        return Err(CliError::Io(format!("graphviz `dot` failed on {}: {}", dot_file.display(), msg.trim())));
+    }
+    println!("  SVG written to {}", svg.display());
+    Ok(())
 }
 
 fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::Result<()> {

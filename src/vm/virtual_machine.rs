@@ -66,6 +66,11 @@ pub struct VmShared {
     pub(crate) fault: super::config::FaultInjection,
     /// In synchronous mode: the executor environment of each stream.
     sync_envs: Vec<ExecEnv>,
+    /// Whether a trace recorder is attached (checked on every submit, without the lock).
+    recording: AtomicBool,
+    /// The attached trace recorder (`crate::trace`); its lock also orders recording and
+    /// inbox splicing, so the trace lists batches exactly in the order the VM received them.
+    recorder: Mutex<Option<crate::trace::Capture>>,
 }
 
 impl std::fmt::Debug for VmShared {
@@ -131,6 +136,7 @@ impl VmShared {
     /// Splice a batch into the inbox (or run it, in synchronous mode); block while too
     /// much is in flight.
     pub(crate) fn submit(&self, mut batch: Vec<Instruction>) {
+        let _recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch) } else { None };
         if self.config.synchronous {
             for ins in batch.drain(..) {
                 self.run_inline(ins);
@@ -146,10 +152,33 @@ impl VmShared {
         let n = batch.len();
         let now = self.in_flight.fetch_add(n, Ordering::SeqCst) + n;
         self.inbox.push(batch);
+        drop(_recording);
         self.sched_notify.notify();
         if now > self.config.high_water {
             self.wait_low_water();
         }
+    }
+
+    /// Hand `batch` to the attached recorder; the returned guard keeps other submitters out
+    /// until the batch is in the inbox.
+    #[cold]
+    fn record(
+        &self,
+        batch: &[Instruction],
+    ) -> Option<crate::sync::MutexGuard<'_, Option<crate::trace::Capture>>> {
+        let mut g = self.recorder.lock();
+        g.as_mut()?.capture(batch);
+        Some(g)
+    }
+
+    /// Attach (`Some`) or detach (`None`) the trace recorder; returns the one detached.
+    pub(crate) fn set_recorder(
+        &self,
+        capture: Option<crate::trace::Capture>,
+    ) -> Option<crate::trace::Capture> {
+        let mut g = self.recorder.lock();
+        self.recording.store(capture.is_some(), Ordering::Relaxed);
+        std::mem::replace(&mut *g, capture)
     }
 
     fn wait_low_water(&self) {
@@ -204,7 +233,7 @@ impl VmShared {
         }
     }
 
-    fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
     }
 
@@ -355,6 +384,8 @@ impl VirtualMachine {
             failures,
             fault: config.fault.clone(),
             sync_envs,
+            recording: AtomicBool::new(false),
+            recorder: Mutex::new(None),
             config,
         });
         let scheduler = if shared.config.synchronous {
@@ -457,6 +488,10 @@ impl VirtualMachine {
     /// Names of the registered ops.
     pub fn op_names(&self) -> Vec<&'static str> {
         self.shared.ops.names()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<VmShared> {
+        &self.shared
     }
 }
 

@@ -1,0 +1,436 @@
+//! The recorder: writes the trace of whatever a VM runs while it is attached.
+//!
+//! # Cost on the hot path
+//!
+//! The VM calls [`Capture::capture`] once per batch it receives (`VmShared::submit`, a few
+//! hundred instructions at a time), under a lock that also covers the splice into the
+//! inbox, so the trace lists batches exactly in the order the scheduler receives them.
+//! `capture` only copies a compact description of each instruction (op name pointer,
+//! scalar, stream index, tensor ids, the bytes of host writes) plus the metadata of each
+//! tensor the first time it appears (a bitset of seen ids), and sends the batch through a
+//! bounded channel. A background thread renumbers tensors and events densely, formats the
+//! lines and writes them through a buffered writer; large host writes go to a sidecar
+//! binary file. When the writer falls behind by more than the channel's capacity, the
+//! program waits for it (bounded memory) instead of growing without limit.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+use smallvec::SmallVec;
+
+use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION};
+use super::{checksum, TraceError};
+use crate::error::Error;
+use crate::framework::{DType, Tensor, TensorMeta};
+use crate::vm::instruction::{HostAccess, InstrKind, Instruction};
+use crate::vm::VmShared;
+use crate::VirtualMachine;
+
+/// Batches in flight between the VM and the writer thread before the VM waits.
+const CHANNEL_BATCHES: usize = 256;
+
+/// What kind of instruction, in the compact form the hot path copies.
+enum RecKind {
+    Call { op: &'static str, scalar: f64, n_inputs: u8 },
+    Record { id: u64 },
+    Wait { id: u64 },
+    Barrier,
+    Release,
+    Read,
+    AccessWait,
+    Write(Vec<u8>),
+}
+
+enum Rec {
+    /// A tensor seen for the first time: declare it.
+    Tensor {
+        id: u64,
+        meta: TensorMeta,
+    },
+    Instr {
+        kind: RecKind,
+        stream: u32,
+        tensors: SmallVec<[u64; 4]>,
+    },
+}
+
+enum Msg {
+    Batch(Vec<Rec>),
+    /// The end of the trace: expected checksums by VM tensor id, an expected failure.
+    Finish {
+        expects: Vec<(u64, u64)>,
+        failure: Option<(FailureKind, String, String)>,
+    },
+}
+
+/// The part of a recorder that the VM holds while it is attached (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Capture {
+    tx: SyncSender<Msg>,
+    /// Bit `id` is set once tensor `id` has been declared.
+    seen: Vec<u64>,
+}
+
+impl Capture {
+    /// Copy the description of `batch` and hand it to the writer thread.
+    pub(crate) fn capture(&mut self, batch: &[Instruction]) {
+        let mut recs = Vec::with_capacity(batch.len() + batch.len() / 2);
+        for ins in batch {
+            for o in &ins.operands {
+                let id = o.tensor.id;
+                let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
+                if word >= self.seen.len() {
+                    self.seen.resize(word + 1 + word / 2, 0);
+                }
+                if self.seen[word] & bit == 0 {
+                    self.seen[word] |= bit;
+                    recs.push(Rec::Tensor { id, meta: o.tensor.meta.clone() });
+                }
+            }
+            let kind = match &ins.kind {
+                InstrKind::OpCall { kernel, attrs, n_inputs } => {
+                    RecKind::Call { op: kernel.name(), scalar: attrs.scalar, n_inputs: *n_inputs }
+                }
+                InstrKind::RecordEvent { id } => RecKind::Record { id: *id },
+                InstrKind::StreamWaitEvent { id, .. } => RecKind::Wait { id: *id },
+                InstrKind::Barrier { .. } => RecKind::Barrier,
+                InstrKind::Release => RecKind::Release,
+                InstrKind::Access(HostAccess::Read(_)) => RecKind::Read,
+                InstrKind::Access(HostAccess::Wait(_)) => RecKind::AccessWait,
+                InstrKind::Access(HostAccess::Write(bytes)) => RecKind::Write(bytes.clone()),
+            };
+            let tensors = ins.operands.iter().map(|o| o.tensor.id).collect();
+            recs.push(Rec::Instr { kind, stream: ins.stream.0, tensors });
+        }
+        // A writer that died has kept its error for `finish`; nothing to do here.
+        let _ = self.tx.send(Msg::Batch(recs));
+    }
+}
+
+/// What a finished recording wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordSummary {
+    /// The trace file.
+    pub path: PathBuf,
+    /// Instructions written.
+    pub instructions: u64,
+    /// Tensors declared.
+    pub tensors: u64,
+    /// `expect` checksums written.
+    pub expects: usize,
+    /// The expected failure written, if the program failed on purpose.
+    pub failure: Option<String>,
+    /// The sidecar binary file, if any host write was too large to inline.
+    pub sidecar: Option<PathBuf>,
+}
+
+/// Records the trace of a VM (see the module docs).
+///
+/// ```
+/// use eagervm::prelude::*;
+/// use eagervm::trace::Recorder;
+///
+/// let vm = VirtualMachine::new(Config::default())?;
+/// let path = std::env::temp_dir().join(format!("doc-{}.trace", std::process::id()));
+/// let rec = Recorder::start(&vm, &path).expect("trace file");
+/// let cpu = vm.compute_stream(DeviceId::CPU)?;
+/// let x = vm.from_slice(&[1.0f32, -2.0], &[2], DeviceId::CPU)?;
+/// let y = vm.run(|b| b.call(vm.op("relu")?, &[&x], Attrs::default(), cpu))?;
+/// let summary = rec.finish(&vm, &[&y], None).expect("written");
+/// assert_eq!(summary.expects, 1);
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), eagervm::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Recorder {
+    path: PathBuf,
+    vm: Weak<VmShared>,
+    tx: Option<SyncSender<Msg>>,
+    writer: Option<JoinHandle<Result<RecordSummary, TraceError>>>,
+}
+
+impl Recorder {
+    /// Create the trace file at `path`, write its header and the VM's devices and streams,
+    /// and attach to `vm`: everything the VM receives from now on is recorded. Replaces a
+    /// recorder attached before (which then records nothing more).
+    pub fn start(vm: &VirtualMachine, path: impl AsRef<Path>) -> Result<Recorder, TraceError> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::create(&path).map_err(|e| TraceError::io(&path, e))?;
+        let mut out = BufWriter::with_capacity(1 << 16, file);
+        let mut head = format!("{MAGIC} {VERSION}\n");
+        let mut devices: Vec<TraceDevice> = Vec::new();
+        for (_, d, _, _) in vm.streams() {
+            let d = TraceDevice::of(d);
+            if !devices.contains(&d) {
+                devices.push(d);
+                head.push_str(&format!("device {d}\n"));
+            }
+        }
+        for (id, d, ty, _) in vm.streams() {
+            head.push_str(&format!("stream s{} {} {}\n", id.index(), TraceDevice::of(d), ty.name()));
+        }
+        out.write_all(head.as_bytes()).map_err(|e| TraceError::io(&path, e))?;
+        let (tx, rx) = sync_channel(CHANNEL_BATCHES);
+        let w = Writer::new(path.clone(), out);
+        let writer = std::thread::Builder::new()
+            .name("eagervm-trace-writer".into())
+            .spawn(move || w.run(rx))
+            .map_err(|e| TraceError::io(&path, e))?;
+        let shared = vm.shared();
+        shared.set_recorder(Some(Capture { tx: tx.clone(), seen: Vec::new() }));
+        Ok(Recorder { path, vm: Arc::downgrade(shared), tx: Some(tx), writer: Some(writer) })
+    }
+
+    /// Stop recording, and end the trace with what a replay must reproduce: an `expect`
+    /// checksum for each of `outputs` that reads back without error, and an `expect error`
+    /// for the first kernel failure seen in `result` (the program's own error, if any), in
+    /// the VM's pending failures, or in the outputs. Waits for the writer to finish.
+    pub fn finish(
+        mut self,
+        vm: &VirtualMachine,
+        outputs: &[&Tensor],
+        result: Option<&Error>,
+    ) -> Result<RecordSummary, TraceError> {
+        vm.shared().set_recorder(None);
+        let mut failures: Vec<Error> = result.into_iter().cloned().collect();
+        if let Err(e) = vm.sync() {
+            failures.push(e);
+        }
+        let mut expects = Vec::new();
+        for t in outputs {
+            match t.vm().and_then(|shared| shared.read_bytes(t)) {
+                Ok(bytes) => expects.push((t.id(), checksum(&bytes))),
+                Err(e) => failures.push(e),
+            }
+        }
+        let failure = failures.iter().find_map(failure_of);
+        let tx = self.tx.take().expect("finish runs once");
+        let _ = tx.send(Msg::Finish { expects, failure });
+        drop(tx);
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<RecordSummary, TraceError> {
+        let h = self.writer.take().expect("joined once");
+        h.join().unwrap_or_else(|_| {
+            Err(TraceError::Recording {
+                path: self.path.display().to_string(),
+                message: "the writer thread panicked".into(),
+            })
+        })
+    }
+}
+
+impl Drop for Recorder {
+    /// A recorder dropped without `finish` detaches and closes its trace (with no
+    /// expectations).
+    fn drop(&mut self) {
+        if self.writer.is_none() {
+            return;
+        }
+        if let Some(vm) = self.vm.upgrade() {
+            vm.set_recorder(None);
+        }
+        self.tx = None;
+        let _ = self.join();
+    }
+}
+
+/// The kernel failure (kind, op, message) inside `e`, if it is one.
+pub(crate) fn failure_of(e: &Error) -> Option<(FailureKind, String, String)> {
+    match e {
+        Error::Kernel { op, message, .. } => Some((FailureKind::Kernel, op.clone(), message.clone())),
+        Error::Panic { op, message, .. } => Some((FailureKind::Panic, op.clone(), message.clone())),
+        Error::Failed { first, .. } => failure_of(first),
+        _ => None,
+    }
+}
+
+/// The background thread's state: dense numbering and the open files.
+struct Writer {
+    path: PathBuf,
+    out: BufWriter<File>,
+    sidecar: Option<(PathBuf, BufWriter<File>, u64)>,
+    /// Trace number and dtype of each VM tensor declared so far.
+    tensors: HashMap<u64, (u32, DType)>,
+    events: HashMap<u64, u32>,
+    instructions: u64,
+    line: String,
+}
+
+impl Writer {
+    fn new(path: PathBuf, out: BufWriter<File>) -> Self {
+        Writer {
+            path,
+            out,
+            sidecar: None,
+            tensors: HashMap::new(),
+            events: HashMap::new(),
+            instructions: 0,
+            line: String::with_capacity(256),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) -> Result<RecordSummary, TraceError> {
+        let mut ending = None;
+        for msg in rx {
+            match msg {
+                Msg::Batch(recs) => {
+                    for r in recs {
+                        self.rec(r)?;
+                    }
+                }
+                Msg::Finish { expects, failure } => {
+                    ending = Some((expects, failure));
+                    break;
+                }
+            }
+        }
+        let (expects, failure) = ending.unwrap_or_default();
+        let mut written = 0;
+        for (id, sum) in expects {
+            if let Some((t, _)) = self.tensors.get(&id) {
+                self.line.clear();
+                self.line.push_str(&format!("expect t{t} fnv1a64=0x{sum:016x}"));
+                self.emit()?;
+                written += 1;
+            }
+        }
+        let failure_text = failure.map(|(kind, op, message)| {
+            self.line.clear();
+            self.line.push_str(&format!("expect error {} op={op} message=", kind.name()));
+            quote(&mut self.line, &message);
+            format!("{} in `{op}`: {message}", kind.name())
+        });
+        if failure_text.is_some() {
+            self.emit()?;
+        }
+        let io = |p: &Path, e| TraceError::io(p, e);
+        self.out.flush().map_err(|e| io(&self.path, e))?;
+        let sidecar = match self.sidecar.take() {
+            Some((p, mut w, _)) => {
+                w.flush().map_err(|e| io(&p, e))?;
+                Some(p)
+            }
+            None => None,
+        };
+        Ok(RecordSummary {
+            path: self.path,
+            instructions: self.instructions,
+            tensors: self.tensors.len() as u64,
+            expects: written,
+            failure: failure_text,
+            sidecar,
+        })
+    }
+
+    fn emit(&mut self) -> Result<(), TraceError> {
+        self.line.push('\n');
+        let r = self.out.write_all(self.line.as_bytes());
+        r.map_err(|e| TraceError::io(&self.path, e))
+    }
+
+    /// The trace number of VM tensor `id` (declared before any instruction that uses it).
+    fn tensor(&self, id: u64) -> u32 {
+        self.tensors.get(&id).map_or(u32::MAX, |t| t.0)
+    }
+
+    fn event(&mut self, id: u64) -> u32 {
+        let n = self.events.len() as u32;
+        *self.events.entry(id).or_insert(n)
+    }
+
+    fn rec(&mut self, r: Rec) -> Result<(), TraceError> {
+        use std::fmt::Write as _;
+        self.line.clear();
+        let (kind, stream, tensors) = match r {
+            Rec::Tensor { id, meta } => {
+                let n = self.tensors.len() as u32;
+                self.tensors.insert(id, (n, meta.dtype));
+                let dims: Vec<String> = meta.shape.iter().map(|d| d.to_string()).collect();
+                let dev = TraceDevice::of(meta.device);
+                let _ = write!(self.line, "tensor t{n} {}[{}] {dev}", meta.dtype, dims.join(","));
+                return self.emit();
+            }
+            Rec::Instr { kind, stream, tensors } => (kind, stream, tensors),
+        };
+        self.instructions += 1;
+        let names: SmallVec<[u32; 4]> = tensors.iter().map(|&t| self.tensor(t)).collect();
+        let first = names.first().copied().unwrap_or(u32::MAX);
+        match kind {
+            RecKind::Call { op, scalar, n_inputs } => {
+                let l = &mut self.line;
+                let _ = write!(l, "call s{stream} {op}");
+                let (ins, outs) = names.split_at((n_inputs as usize).min(names.len()));
+                for (key, list) in [("in", ins), ("out", outs)] {
+                    for (i, t) in list.iter().enumerate() {
+                        let _ = write!(l, "{}t{t}", if i == 0 { format!(" {key}=") } else { ",".into() });
+                    }
+                }
+                if scalar != 0.0 || scalar.is_sign_negative() {
+                    let _ = write!(l, " scalar={scalar:?}");
+                }
+            }
+            RecKind::Record { id } => {
+                let e = self.event(id);
+                let _ = write!(self.line, "record s{stream} e{e}");
+                for t in &names {
+                    let _ = write!(self.line, " t{t}");
+                }
+            }
+            RecKind::Wait { id } => {
+                let e = self.event(id);
+                let _ = write!(self.line, "wait s{stream} e{e}");
+            }
+            RecKind::Barrier => {
+                let _ = write!(self.line, "barrier s{stream}");
+            }
+            RecKind::Release => {
+                let _ = write!(self.line, "release s{stream} t{first}");
+            }
+            RecKind::Read => {
+                let _ = write!(self.line, "access s{stream} read t{first}");
+            }
+            RecKind::AccessWait => {
+                let _ = write!(self.line, "access s{stream} wait t{first}");
+            }
+            RecKind::Write(bytes) => {
+                let _ = write!(self.line, "access s{stream} write t{first}");
+                let dtype = tensors.first().and_then(|t| self.tensors.get(t)).map_or(DType::F32, |t| t.1);
+                self.write_data(dtype, &bytes)?;
+            }
+        }
+        self.emit()
+    }
+
+    /// The data of a host write: inline when small, else appended to the sidecar.
+    fn write_data(&mut self, dtype: DType, bytes: &[u8]) -> Result<(), TraceError> {
+        use std::fmt::Write as _;
+        if bytes.len() / dtype.size() <= INLINE_LIMIT {
+            let _ = write!(self.line, " {dtype}");
+            write_values(&mut self.line, dtype, bytes);
+            return Ok(());
+        }
+        if self.sidecar.is_none() {
+            let mut p = self.path.clone().into_os_string();
+            p.push(".bin");
+            let p = PathBuf::from(p);
+            let f = File::create(&p).map_err(|e| TraceError::io(&p, e))?;
+            self.sidecar = Some((p, BufWriter::new(f), 0));
+        }
+        let (p, w, offset) = self.sidecar.as_mut().expect("opened above");
+        w.write_all(bytes).map_err(|e| TraceError::io(p, e))?;
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let _ = write!(self.line, " file=");
+        quote(&mut self.line, &name);
+        let _ =
+            write!(self.line, " offset={offset} bytes={} fnv1a64=0x{:016x}", bytes.len(), checksum(bytes));
+        *offset += bytes.len() as u64;
+        Ok(())
+    }
+}
