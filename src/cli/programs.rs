@@ -35,6 +35,18 @@ pub fn builtin_programs() -> &'static [Program] {
             mock_devices: 2,
             run: branches,
         },
+        Program {
+            name: "layers",
+            about: "two chains of 1000 dense layers (16x16 matmul, add, relu), one on cpu:0 and one on mock:0",
+            mock_devices: 1,
+            run: layers,
+        },
+        Program {
+            name: "noops",
+            about: "100000 no-op instructions over 64 tensors on cpu:0 (the VM's own cost only)",
+            mock_devices: 0,
+            run: noops,
+        },
     ]
 }
 
@@ -114,4 +126,53 @@ fn branches(vm: &VirtualMachine) -> Result<Vec<Tensor>> {
         let total = b.call(sum, &[&results[0]], Attrs::default(), cpu)?;
         Ok(vec![results.remove(0), total])
     })
+}
+
+/// `layers`: on each of cpu:0 and mock:0, h <- relu(h @ w + b) a thousand times (16x16),
+/// the two chains independent so that the devices overlap.
+fn layers(vm: &VirtualMachine) -> Result<Vec<Tensor>> {
+    const W: usize = 16;
+    const DEPTH: usize = 1000;
+    let init: Vec<f32> = (0..W * W).map(|i| ((i * 31) % 17) as f32 / 17.0 - 0.5).collect();
+    let weights: Vec<f32> = (0..W * W).map(|i| ((i * 13) % 11) as f32 / 40.0 - 0.1).collect();
+    let [matmul, add, relu] = ["matmul", "add", "relu"].map(|n| vm.op(n));
+    let (matmul, add, relu) = (matmul?, add?, relu?);
+    let mut outs = Vec::new();
+    for d in [DeviceId::CPU, DeviceId::mock(0)] {
+        let s = vm.compute_stream(d)?;
+        let w = vm.from_slice(&weights, &[W, W], d)?;
+        let bias = vm.from_slice(&vec![0.01f32; W * W], &[W, W], d)?;
+        let mut h = vm.from_slice(&init, &[W, W], d)?;
+        vm.run(|b| -> Result<()> {
+            for _ in 0..DEPTH {
+                let m = b.call(matmul, &[&h, &w], Attrs::default(), s)?;
+                let a = b.call(add, &[&m, &bias], Attrs::default(), s)?;
+                h = b.call(relu, &[&a], Attrs::default(), s)?;
+            }
+            Ok(())
+        })?;
+        outs.push(h);
+    }
+    Ok(outs)
+}
+
+/// `noops`: 100000 `noop` instructions, each reading one of 64 scalars and writing the
+/// next, on cpu:0. Nothing but the VM's own work, the worst case for any per-instruction
+/// cost such as recording.
+fn noops(vm: &VirtualMachine) -> Result<Vec<Tensor>> {
+    const N: usize = 100_000;
+    const T: usize = 64;
+    let cpu = vm.compute_stream(DeviceId::CPU)?;
+    let (fill, noop) = (vm.op("fill")?, vm.op("noop")?);
+    let ts: Vec<Tensor> = (0..T).map(|_| vm.empty(&[], DType::F32, DeviceId::CPU)).collect::<Result<_>>()?;
+    vm.run(|b| -> Result<()> {
+        for (i, t) in ts.iter().enumerate() {
+            b.call_into(fill, &[], &[t], Attrs::scalar(i as f64), cpu)?;
+        }
+        for i in 0..N {
+            b.call_into(noop, &[&ts[i % T]], &[&ts[(i + 1) % T]], Attrs::default(), cpu)?;
+        }
+        Ok(())
+    })?;
+    Ok(ts)
 }

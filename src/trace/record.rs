@@ -21,6 +21,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
+use crossbeam_queue::SegQueue;
 use smallvec::SmallVec;
 
 use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION};
@@ -72,6 +73,9 @@ enum Msg {
 #[derive(Debug)]
 pub(crate) struct Capture {
     tx: SyncSender<Msg>,
+    /// Emptied batch buffers handed back by the writer, so that steady recording allocates
+    /// nothing.
+    pool: Arc<SegQueue<Vec<Rec>>>,
     /// Bit `id` is set once tensor `id` has been declared.
     seen: Vec<u64>,
 }
@@ -79,7 +83,7 @@ pub(crate) struct Capture {
 impl Capture {
     /// Copy the description of `batch` and hand it to the writer thread.
     pub(crate) fn capture(&mut self, batch: &[Instruction]) {
-        let mut recs = Vec::with_capacity(batch.len() + batch.len() / 2);
+        let mut recs = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(batch.len() + batch.len() / 2));
         for ins in batch {
             for o in &ins.operands {
                 let id = o.tensor.id;
@@ -176,13 +180,14 @@ impl Recorder {
         }
         out.write_all(head.as_bytes()).map_err(|e| TraceError::io(&path, e))?;
         let (tx, rx) = sync_channel(CHANNEL_BATCHES);
-        let w = Writer::new(path.clone(), out);
+        let pool = Arc::new(SegQueue::new());
+        let w = Writer::new(path.clone(), out, pool.clone());
         let writer = std::thread::Builder::new()
             .name("eagervm-trace-writer".into())
             .spawn(move || w.run(rx))
             .map_err(|e| TraceError::io(&path, e))?;
         let shared = vm.shared();
-        shared.set_recorder(Some(Capture { tx: tx.clone(), seen: Vec::new() }));
+        shared.set_recorder(Some(Capture { tx: tx.clone(), pool, seen: Vec::new() }));
         Ok(Recorder { path, vm: Arc::downgrade(shared), tx: Some(tx), writer: Some(writer) })
     }
 
@@ -254,22 +259,27 @@ pub(crate) fn failure_of(e: &Error) -> Option<(FailureKind, String, String)> {
 /// The background thread's state: dense numbering and the open files.
 struct Writer {
     path: PathBuf,
+    pool: Arc<SegQueue<Vec<Rec>>>,
     out: BufWriter<File>,
     sidecar: Option<(PathBuf, BufWriter<File>, u64)>,
-    /// Trace number and dtype of each VM tensor declared so far.
-    tensors: HashMap<u64, (u32, DType)>,
+    /// Trace number and dtype of each VM tensor declared so far, indexed by VM tensor id
+    /// (ids are handed out in sequence, so the table stays dense).
+    tensors: Vec<Option<(u32, DType)>>,
+    declared: u32,
     events: HashMap<u64, u32>,
     instructions: u64,
     line: String,
 }
 
 impl Writer {
-    fn new(path: PathBuf, out: BufWriter<File>) -> Self {
+    fn new(path: PathBuf, out: BufWriter<File>, pool: Arc<SegQueue<Vec<Rec>>>) -> Self {
         Writer {
             path,
+            pool,
             out,
             sidecar: None,
-            tensors: HashMap::new(),
+            tensors: Vec::new(),
+            declared: 0,
             events: HashMap::new(),
             instructions: 0,
             line: String::with_capacity(256),
@@ -280,9 +290,12 @@ impl Writer {
         let mut ending = None;
         for msg in rx {
             match msg {
-                Msg::Batch(recs) => {
-                    for r in recs {
+                Msg::Batch(mut recs) => {
+                    for r in recs.drain(..) {
                         self.rec(r)?;
+                    }
+                    if self.pool.len() < CHANNEL_BATCHES {
+                        self.pool.push(recs);
                     }
                 }
                 Msg::Finish { expects, failure } => {
@@ -294,7 +307,7 @@ impl Writer {
         let (expects, failure) = ending.unwrap_or_default();
         let mut written = 0;
         for (id, sum) in expects {
-            if let Some((t, _)) = self.tensors.get(&id) {
+            if let Some(Some((t, _))) = self.tensors.get(id as usize) {
                 self.line.clear();
                 self.line.push_str(&format!("expect t{t} fnv1a64=0x{sum:016x}"));
                 self.emit()?;
@@ -322,7 +335,7 @@ impl Writer {
         Ok(RecordSummary {
             path: self.path,
             instructions: self.instructions,
-            tensors: self.tensors.len() as u64,
+            tensors: self.declared as u64,
             expects: written,
             failure: failure_text,
             sidecar,
@@ -337,7 +350,7 @@ impl Writer {
 
     /// The trace number of VM tensor `id` (declared before any instruction that uses it).
     fn tensor(&self, id: u64) -> u32 {
-        self.tensors.get(&id).map_or(u32::MAX, |t| t.0)
+        self.tensors.get(id as usize).copied().flatten().map_or(u32::MAX, |t| t.0)
     }
 
     fn event(&mut self, id: u64) -> u32 {
@@ -346,62 +359,82 @@ impl Writer {
     }
 
     fn rec(&mut self, r: Rec) -> Result<(), TraceError> {
-        use std::fmt::Write as _;
         self.line.clear();
         let (kind, stream, tensors) = match r {
             Rec::Tensor { id, meta } => {
-                let n = self.tensors.len() as u32;
-                self.tensors.insert(id, (n, meta.dtype));
-                let dims: Vec<String> = meta.shape.iter().map(|d| d.to_string()).collect();
+                let n = self.declared;
+                self.declared += 1;
+                let i = id as usize;
+                if i >= self.tensors.len() {
+                    self.tensors.resize(i + 1 + i / 2, None);
+                }
+                self.tensors[i] = Some((n, meta.dtype));
+                let l = &mut self.line;
+                l.push_str("tensor");
+                push_id(l, " t", n as u64);
+                l.push(' ');
+                l.push_str(meta.dtype.name());
+                l.push('[');
+                for (k, d) in meta.shape.iter().enumerate() {
+                    push_id(l, if k == 0 { "" } else { "," }, *d as u64);
+                }
+                l.push_str("] ");
                 let dev = TraceDevice::of(meta.device);
-                let _ = write!(self.line, "tensor t{n} {}[{}] {dev}", meta.dtype, dims.join(","));
+                l.push_str(dev.kind.name());
+                push_id(l, ":", dev.index as u64);
                 return self.emit();
             }
             Rec::Instr { kind, stream, tensors } => (kind, stream, tensors),
         };
         self.instructions += 1;
         let names: SmallVec<[u32; 4]> = tensors.iter().map(|&t| self.tensor(t)).collect();
-        let first = names.first().copied().unwrap_or(u32::MAX);
+        let first = names.first().copied().unwrap_or(u32::MAX) as u64;
+        let (keyword, tail) = match &kind {
+            RecKind::Call { .. } => ("call", ""),
+            RecKind::Record { .. } => ("record", ""),
+            RecKind::Wait { .. } => ("wait", ""),
+            RecKind::Barrier => ("barrier", ""),
+            RecKind::Release => ("release", ""),
+            RecKind::Read => ("access", " read"),
+            RecKind::AccessWait => ("access", " wait"),
+            RecKind::Write(_) => ("access", " write"),
+        };
+        self.line.push_str(keyword);
+        push_id(&mut self.line, " s", stream as u64);
+        self.line.push_str(tail);
         match kind {
             RecKind::Call { op, scalar, n_inputs } => {
                 let l = &mut self.line;
-                let _ = write!(l, "call s{stream} {op}");
+                l.push(' ');
+                l.push_str(op);
                 let (ins, outs) = names.split_at((n_inputs as usize).min(names.len()));
-                for (key, list) in [("in", ins), ("out", outs)] {
-                    for (i, t) in list.iter().enumerate() {
-                        let _ = write!(l, "{}t{t}", if i == 0 { format!(" {key}=") } else { ",".into() });
+                for (key, list) in [(" in=t", ins), (" out=t", outs)] {
+                    for (i, &t) in list.iter().enumerate() {
+                        push_id(l, if i == 0 { key } else { ",t" }, t as u64);
                     }
                 }
                 if scalar != 0.0 || scalar.is_sign_negative() {
+                    use std::fmt::Write as _;
                     let _ = write!(l, " scalar={scalar:?}");
                 }
             }
             RecKind::Record { id } => {
                 let e = self.event(id);
-                let _ = write!(self.line, "record s{stream} e{e}");
-                for t in &names {
-                    let _ = write!(self.line, " t{t}");
+                push_id(&mut self.line, " e", e as u64);
+                for &t in &names {
+                    push_id(&mut self.line, " t", t as u64);
                 }
             }
             RecKind::Wait { id } => {
                 let e = self.event(id);
-                let _ = write!(self.line, "wait s{stream} e{e}");
+                push_id(&mut self.line, " e", e as u64);
             }
-            RecKind::Barrier => {
-                let _ = write!(self.line, "barrier s{stream}");
-            }
-            RecKind::Release => {
-                let _ = write!(self.line, "release s{stream} t{first}");
-            }
-            RecKind::Read => {
-                let _ = write!(self.line, "access s{stream} read t{first}");
-            }
-            RecKind::AccessWait => {
-                let _ = write!(self.line, "access s{stream} wait t{first}");
-            }
+            RecKind::Barrier => {}
+            RecKind::Release | RecKind::Read | RecKind::AccessWait => push_id(&mut self.line, " t", first),
             RecKind::Write(bytes) => {
-                let _ = write!(self.line, "access s{stream} write t{first}");
-                let dtype = tensors.first().and_then(|t| self.tensors.get(t)).map_or(DType::F32, |t| t.1);
+                push_id(&mut self.line, " t", first);
+                let dtype =
+                    self.tensors.get(tensors[0] as usize).copied().flatten().map_or(DType::F32, |t| t.1);
                 self.write_data(dtype, &bytes)?;
             }
         }
@@ -433,4 +466,11 @@ impl Writer {
         *offset += bytes.len() as u64;
         Ok(())
     }
+}
+
+/// Append `prefix` and the decimal digits of `n` (without the formatting machinery: this
+/// runs for every operand of every recorded instruction).
+fn push_id(out: &mut String, prefix: &str, n: u64) {
+    out.push_str(prefix);
+    out.push_str(itoa::Buffer::new().format(n));
 }
