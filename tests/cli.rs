@@ -40,6 +40,9 @@ fn record_validate_analyze_replay() {
         assert!(o.status.success(), "{args:?}: {}", text(&o));
         assert!(text(&o).contains("expected checksums matched: 2"), "{}", text(&o));
     }
+    let o = eagervm(&["record", "demo", "-o", &temp("demo.trace"), "--overhead", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("recording overhead over 2 runs"), "{}", text(&o));
     let o = eagervm(&["replay", &path, "--resync", "--device", "cuda"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("not available"), "{}", text(&o));

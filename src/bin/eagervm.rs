@@ -54,6 +54,10 @@ enum Command {
         /// The trace file to write (large host writes go to FILE.bin beside it).
         #[arg(short, long)]
         output: PathBuf,
+        /// Then measure what recording costs: run the program N more times with and N
+        /// times without a recorder, alternating, and report the median wall times.
+        #[arg(long, value_name = "N")]
+        overhead: Option<usize>,
     },
     /// Replay a trace and check its expected checksums and failures.
     Replay {
@@ -107,7 +111,7 @@ fn main() -> ExitCode {
         Command::Bench { n, reps, workloads, json } => run_bench(n, reps, &workloads, json)
             .map_err(|error| CliError::Program { program: "bench".into(), error }),
         Command::Run { target, replay } => run(&target, &replay),
-        Command::Record { program, output } => record(&program, &output),
+        Command::Record { program, output, overhead } => record(&program, &output, overhead),
         Command::Replay { file, replay } => replay_file(&file, &replay),
         Command::Validate { file, resync } => validate(&file, resync),
         Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
@@ -150,7 +154,7 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
     Err(cli::program(target).expect_err("not a program"))
 }
 
-fn record(program: &str, output: &Path) -> Result<(), CliError> {
+fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), CliError> {
     let p = cli::program(program)?;
     let (s, wall) = cli::record_program(p, Config::from_env(), output)?;
     println!(
@@ -167,6 +171,16 @@ fn record(program: &str, output: &Path) -> Result<(), CliError> {
     }
     if let Some(f) = &s.failure {
         println!("  the program fails on purpose; the trace expects: {f}");
+    }
+    if let Some(reps) = overhead {
+        let o = cli::recording_overhead(p, &Config::from_env(), output, reps)?;
+        println!(
+            "recording overhead over {} runs each: median {:.3?} without a recorder, {:.3?} with one: {:+.1}%",
+            o.reps,
+            o.plain,
+            o.recorded,
+            o.percent()
+        );
     }
     Ok(())
 }

@@ -113,3 +113,61 @@ pub fn record_program(
         _ => Ok((summary, wall)),
     }
 }
+
+/// The cost of recording a program, measured by running it alternately with and without a
+/// recorder.
+#[derive(Debug, Clone)]
+pub struct Overhead {
+    /// Runs of each kind.
+    pub reps: usize,
+    /// Median wall time without a recorder.
+    pub plain: Duration,
+    /// Median wall time with a recorder attached (including writing the trace out).
+    pub recorded: Duration,
+}
+
+impl Overhead {
+    /// `recorded / plain - 1`, in percent.
+    pub fn percent(&self) -> f64 {
+        (self.recorded.as_secs_f64() / self.plain.as_secs_f64() - 1.0) * 100.0
+    }
+}
+
+/// Run `p` `reps` times with a recorder writing to `path` and `reps` times without,
+/// alternating, each on a fresh VM whose start-up is not timed. Both kinds of run end the
+/// same way: sync, then read every output.
+pub fn recording_overhead(
+    p: &Program,
+    config: &Config,
+    path: &Path,
+    reps: usize,
+) -> Result<Overhead, CliError> {
+    let fail = |error| CliError::Program { program: p.name.into(), error };
+    let mut times = [Vec::new(), Vec::new()];
+    for i in 0..reps.max(1) * 2 {
+        let record = i % 2 == 1;
+        let vm = vm_for(p, config.clone())?;
+        let t0 = Instant::now();
+        let rec = if record { Some(Recorder::start(&vm, path)?) } else { None };
+        let outputs = (p.run)(&vm).map_err(fail)?;
+        match rec {
+            Some(rec) => {
+                rec.finish(&vm, &outputs.iter().collect::<Vec<_>>(), None)?;
+            }
+            None => {
+                vm.sync().map_err(fail)?;
+                for t in &outputs {
+                    bytes_of(t).map_err(fail)?;
+                }
+            }
+        }
+        times[record as usize].push(t0.elapsed());
+        drop(outputs);
+    }
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let recorded = median(&mut times[1]);
+    Ok(Overhead { reps: reps.max(1), plain: median(&mut times[0]), recorded })
+}

@@ -7,11 +7,17 @@
 //! inbox, so the trace lists batches exactly in the order the scheduler receives them.
 //! `capture` only copies a compact description of each instruction (op name pointer,
 //! scalar, stream index, tensor ids, the bytes of host writes) plus the metadata of each
-//! tensor the first time it appears (a bitset of seen ids), and sends the batch through a
-//! bounded channel. A background thread renumbers tensors and events densely, formats the
-//! lines and writes them through a buffered writer; large host writes go to a sidecar
-//! binary file. When the writer falls behind by more than the channel's capacity, the
-//! program waits for it (bounded memory) instead of growing without limit.
+//! tensor the first time it appears (a bitset of seen ids). Descriptions are gathered into
+//! messages of a few thousand and sent through a bounded channel, so the writer thread is
+//! woken rarely (each wake-up is a system call on the VM's side and a context switch);
+//! emptied buffers come back through a pool, so steady recording allocates nothing. The
+//! writer thread renumbers tensors and events densely, formats the lines (integers without
+//! the formatting machinery) and writes them through a buffered writer; large host writes
+//! go to a sidecar binary file. When the writer falls behind by more than the channel's
+//! capacity, the program waits for it (bounded memory) instead of growing without limit.
+//!
+//! `eagervm record PROGRAM -o FILE --overhead N` measures the cost; `docs/cli.md` has the
+//! figures.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -32,8 +38,12 @@ use crate::vm::instruction::{HostAccess, InstrKind, Instruction};
 use crate::vm::VmShared;
 use crate::VirtualMachine;
 
-/// Batches in flight between the VM and the writer thread before the VM waits.
-const CHANNEL_BATCHES: usize = 256;
+/// Messages in flight between the VM and the writer thread before the VM waits.
+const CHANNEL_BATCHES: usize = 64;
+
+/// Descriptions gathered before they are sent to the writer: several VM batches per
+/// message, so that the writer thread wakes (a system call on the VM's side) rarely.
+const SEND_AT: usize = 4096;
 
 /// What kind of instruction, in the compact form the hot path copies.
 enum RecKind {
@@ -70,7 +80,6 @@ enum Msg {
 }
 
 /// The part of a recorder that the VM holds while it is attached (see the module docs).
-#[derive(Debug)]
 pub(crate) struct Capture {
     tx: SyncSender<Msg>,
     /// Emptied batch buffers handed back by the writer, so that steady recording allocates
@@ -78,12 +87,20 @@ pub(crate) struct Capture {
     pool: Arc<SegQueue<Vec<Rec>>>,
     /// Bit `id` is set once tensor `id` has been declared.
     seen: Vec<u64>,
+    /// Descriptions not yet sent.
+    pending: Vec<Rec>,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capture").field("pending", &self.pending.len()).finish_non_exhaustive()
+    }
 }
 
 impl Capture {
     /// Copy the description of `batch` and hand it to the writer thread.
     pub(crate) fn capture(&mut self, batch: &[Instruction]) {
-        let mut recs = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(batch.len() + batch.len() / 2));
+        let recs = &mut self.pending;
         for ins in batch {
             for o in &ins.operands {
                 let id = o.tensor.id;
@@ -111,8 +128,27 @@ impl Capture {
             let tensors = ins.operands.iter().map(|o| o.tensor.id).collect();
             recs.push(Rec::Instr { kind, stream: ins.stream.0, tensors });
         }
+        if recs.len() >= SEND_AT {
+            self.send();
+        }
+    }
+
+    /// Send what has been gathered to the writer.
+    fn send(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let fresh = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(SEND_AT + SEND_AT / 2));
+        let recs = std::mem::replace(&mut self.pending, fresh);
         // A writer that died has kept its error for `finish`; nothing to do here.
         let _ = self.tx.send(Msg::Batch(recs));
+    }
+}
+
+impl Drop for Capture {
+    /// Detached: send the rest.
+    fn drop(&mut self) {
+        self.send();
     }
 }
 
@@ -187,7 +223,8 @@ impl Recorder {
             .spawn(move || w.run(rx))
             .map_err(|e| TraceError::io(&path, e))?;
         let shared = vm.shared();
-        shared.set_recorder(Some(Capture { tx: tx.clone(), pool, seen: Vec::new() }));
+        let pending = Vec::with_capacity(SEND_AT + SEND_AT / 2);
+        shared.set_recorder(Some(Capture { tx: tx.clone(), pool, seen: Vec::new(), pending }));
         Ok(Recorder { path, vm: Arc::downgrade(shared), tx: Some(tx), writer: Some(writer) })
     }
 

@@ -28,6 +28,13 @@ use super::{Diagnostic, TraceError};
 use crate::ep::{DeviceType, StreamType};
 use crate::framework::{Attrs, DType, OpRegistry, OutSpecs, TensorMeta};
 
+/// The largest tensor a trace may declare, in bytes (64 GiB): a bigger one would fail to
+/// allocate rather than replay.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 36;
+
+/// The most mock devices a trace may use (`mock:0` .. `mock:15`).
+pub const MAX_MOCK_DEVICES: u16 = 16;
+
 /// What the validator checks.
 #[derive(Debug, Clone, Default)]
 pub struct ValidateOptions {
@@ -206,6 +213,15 @@ impl Checker<'_> {
         let col = l.pos.col;
         match &l.stmt {
             Stmt::Device(d) => {
+                if !d.is_host() && d.index >= MAX_MOCK_DEVICES {
+                    self.err(
+                        col,
+                        format!(
+                            "device {d}: at most {MAX_MOCK_DEVICES} devices of a type (indices 0-{})",
+                            MAX_MOCK_DEVICES - 1
+                        ),
+                    );
+                }
                 if self.devices.contains(d) {
                     self.err(col, format!("device {d} is declared twice"));
                 } else {
@@ -223,6 +239,17 @@ impl Checker<'_> {
             }
             Stmt::Tensor { id, dtype, shape, device } => {
                 self.device_declared(*device, col);
+                let bytes = shape.iter().try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
+                if bytes.map_or(true, |b| b > MAX_TENSOR_BYTES) {
+                    self.err(
+                        col,
+                        format!(
+                            "tensor t{} is larger than {} GiB, the most a trace may declare",
+                            id.id,
+                            MAX_TENSOR_BYTES >> 30
+                        ),
+                    );
+                }
                 let state = TensorState {
                     dtype: *dtype,
                     shape: shape.clone(),
@@ -420,7 +447,7 @@ impl Checker<'_> {
             self.err(tensor.col, m);
             return;
         }
-        let want = t.shape.iter().product::<usize>() * t.dtype.size();
+        let want = t.shape.iter().fold(t.dtype.size(), |n, &d| n.saturating_mul(d));
         let tdtype = t.dtype;
         if let AccessKind::Write(data) = kind {
             match data {
