@@ -81,6 +81,8 @@ enum Msg {
 
 /// The part of a recorder that the VM holds while it is attached (see the module docs).
 pub(crate) struct Capture {
+    /// Which recorder this is (a recorder only ever detaches its own capture).
+    owner: u64,
     tx: SyncSender<Msg>,
     /// Emptied batch buffers handed back by the writer, so that steady recording allocates
     /// nothing.
@@ -188,6 +190,7 @@ pub struct RecordSummary {
 /// ```
 #[derive(Debug)]
 pub struct Recorder {
+    id: u64,
     path: PathBuf,
     vm: Weak<VmShared>,
     tx: Option<SyncSender<Msg>>,
@@ -196,8 +199,9 @@ pub struct Recorder {
 
 impl Recorder {
     /// Create the trace file at `path`, write its header and the VM's devices and streams,
-    /// and attach to `vm`: everything the VM receives from now on is recorded. Replaces a
-    /// recorder attached before (which then records nothing more).
+    /// and attach to `vm`: everything the VM receives from now on is recorded. One recorder
+    /// records a VM at a time: starting another replaces this one, which then records
+    /// nothing more (its `finish` still ends its own file).
     pub fn start(vm: &VirtualMachine, path: impl AsRef<Path>) -> Result<Recorder, TraceError> {
         let path = path.as_ref().to_path_buf();
         let file = File::create(&path).map_err(|e| TraceError::io(&path, e))?;
@@ -223,9 +227,11 @@ impl Recorder {
             .spawn(move || w.run(rx))
             .map_err(|e| TraceError::io(&path, e))?;
         let shared = vm.shared();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pending = Vec::with_capacity(SEND_AT + SEND_AT / 2);
-        shared.set_recorder(Some(Capture { tx: tx.clone(), pool, seen: Vec::new(), pending }));
-        Ok(Recorder { path, vm: Arc::downgrade(shared), tx: Some(tx), writer: Some(writer) })
+        shared.set_recorder(Some(Capture { owner: id, tx: tx.clone(), pool, seen: Vec::new(), pending }));
+        Ok(Recorder { id, path, vm: Arc::downgrade(shared), tx: Some(tx), writer: Some(writer) })
     }
 
     /// Stop recording, and end the trace with what a replay must reproduce: an `expect`
@@ -238,7 +244,7 @@ impl Recorder {
         outputs: &[&Tensor],
         result: Option<&Error>,
     ) -> Result<RecordSummary, TraceError> {
-        vm.shared().set_recorder(None);
+        detach(vm.shared(), self.id);
         let mut failures: Vec<Error> = result.into_iter().cloned().collect();
         if let Err(e) = vm.sync() {
             failures.push(e);
@@ -276,10 +282,18 @@ impl Drop for Recorder {
             return;
         }
         if let Some(vm) = self.vm.upgrade() {
-            vm.set_recorder(None);
+            detach(&vm, self.id);
         }
         self.tx = None;
         let _ = self.join();
+    }
+}
+
+/// Detach recorder `id`'s capture from `vm`, leaving another recorder attached since alone.
+/// The detached capture sends what it still holds as it drops.
+fn detach(vm: &VmShared, id: u64) {
+    if let Some(other) = vm.set_recorder(None).filter(|c| c.owner != id) {
+        vm.set_recorder(Some(other));
     }
 }
 

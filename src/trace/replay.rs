@@ -48,6 +48,17 @@ pub enum DeviceMap {
     Cuda,
 }
 
+impl std::fmt::Display for DeviceMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeviceMap::AsRecorded => "as recorded",
+            DeviceMap::Cpu => "all on cpu:0",
+            DeviceMap::Mock => "mock",
+            DeviceMap::Cuda => "cuda",
+        })
+    }
+}
+
 impl std::str::FromStr for DeviceMap {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
@@ -142,6 +153,7 @@ pub fn replay_with(
     };
     let t0 = Instant::now();
     r.run(progress)?;
+    r.drain(progress);
     let end = trace.lines.last().map_or(1, |l| l.pos.line);
     if let Err(e) = vm.sync() {
         r.failed(end, e);
@@ -270,13 +282,34 @@ impl Replayer<'_> {
         Ok(())
     }
 
+    /// Report progress while the submitted instructions finish (the caller submits far
+    /// ahead of the devices; the VM's in-flight count says how far behind they are).
+    fn drain(&mut self, progress: &mut dyn FnMut(u64, u64)) {
+        let shared = self.vm.shared();
+        let t0 = Instant::now();
+        let mut done = 0;
+        loop {
+            let left = self.vm.in_flight() as u64;
+            done = self.total.saturating_sub(left).max(done);
+            progress(done, self.total);
+            if left == 0 || shared.is_dead() {
+                break;
+            }
+            // Short naps at first, so that a short replay is not made longer by them.
+            let nap = (t0.elapsed() / 16).clamp(Duration::from_micros(200), Duration::from_millis(50));
+            std::thread::sleep(nap);
+        }
+    }
+
     fn count(&mut self, l: &Line, progress: &mut dyn FnMut(u64, u64)) {
         let Some(s) = l.stmt.stream() else { return };
         self.report.instructions += 1;
         let name = self.vm.shared().streams[self.stream(s).index()].name.clone();
         *self.per_stream.entry(name).or_default() += 1;
-        if self.report.instructions % 1024 == 0 || self.report.instructions == self.total {
-            progress(self.report.instructions, self.total);
+        if self.report.instructions % 1024 == 0 {
+            // Submitted is not finished: count what is still in flight as not done.
+            let left = self.vm.in_flight() as u64;
+            progress(self.report.instructions.saturating_sub(left), self.total);
         }
     }
 

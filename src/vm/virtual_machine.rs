@@ -136,7 +136,7 @@ impl VmShared {
     /// Splice a batch into the inbox (or run it, in synchronous mode); block while too
     /// much is in flight.
     pub(crate) fn submit(&self, mut batch: Vec<Instruction>) {
-        let _recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch) } else { None };
+        let recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch) } else { None };
         if self.config.synchronous {
             for ins in batch.drain(..) {
                 self.run_inline(ins);
@@ -152,7 +152,7 @@ impl VmShared {
         let n = batch.len();
         let now = self.in_flight.fetch_add(n, Ordering::SeqCst) + n;
         self.inbox.push(batch);
-        drop(_recording);
+        drop(recording);
         self.sched_notify.notify();
         if now > self.config.high_water {
             self.wait_low_water();
