@@ -148,7 +148,7 @@ pub fn replay_with(
             failures: Vec::new(),
             expected_failure: None,
         },
-        per_stream: HashMap::new(),
+        per_stream: Vec::new(),
         total: trace.instructions() as u64,
     };
     let t0 = Instant::now();
@@ -160,9 +160,11 @@ pub fn replay_with(
     }
     r.report.wall = t0.elapsed();
     r.check_expectations()?;
-    let mut per: Vec<(String, u64)> = r.per_stream.drain().collect();
-    per.sort();
-    r.report.per_stream = per;
+    let streams = vm.streams();
+    r.report.per_stream = (r.per_stream.iter().enumerate())
+        .filter(|(_, &n)| n > 0)
+        .map(|(i, &n)| (streams[i].3.clone(), n))
+        .collect();
     Ok(r.report)
 }
 
@@ -233,7 +235,8 @@ struct Replayer<'a> {
     tensors: HashMap<u32, Tensor>,
     events: HashMap<u32, u64>,
     report: ReplayReport,
-    per_stream: HashMap<String, u64>,
+    /// Instruction statements per VM stream index.
+    per_stream: Vec<u64>,
     total: u64,
 }
 
@@ -304,8 +307,11 @@ impl Replayer<'_> {
     fn count(&mut self, l: &Line, progress: &mut dyn FnMut(u64, u64)) {
         let Some(s) = l.stmt.stream() else { return };
         self.report.instructions += 1;
-        let name = self.vm.shared().streams[self.stream(s).index()].name.clone();
-        *self.per_stream.entry(name).or_default() += 1;
+        let i = self.stream(s).index();
+        if i >= self.per_stream.len() {
+            self.per_stream.resize(i + 1, 0);
+        }
+        self.per_stream[i] += 1;
         if self.report.instructions % 1024 == 0 {
             // Submitted is not finished: count what is still in flight as not done.
             let left = self.vm.in_flight() as u64;
