@@ -165,3 +165,30 @@ fn cuda_is_a_typed_unavailable_error() {
         "layout change needs resync"
     );
 }
+
+#[test]
+fn i64_data_and_panics_round_trip() {
+    let path = temp("i64-panic.trace");
+    let vm = VirtualMachine::new(Config::default()).unwrap();
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let x = vm.from_slice(&[i64::MIN, -1, 0, 7, i64::MAX], &[5], DeviceId::CPU).unwrap();
+    let (y, p) = vm
+        .run(|b| -> eagervm::Result<_> {
+            let y = b.call(vm.op("scale")?, &[&x], Attrs::scalar(-3.0), cpu)?;
+            let p = vm.empty(&[1], DType::I64, DeviceId::CPU)?;
+            b.call_into(vm.op("panic")?, &[&y], &[&p], Attrs::default(), cpu)?;
+            Ok((y, p))
+        })
+        .unwrap();
+    let want = y.to_vec::<i64>().unwrap();
+    let summary = rec.finish(&vm, &[&y, &p], None).unwrap();
+    assert_eq!(summary.expects, 1, "the panicked output has no checksum");
+    assert!(summary.failure.as_deref().is_some_and(|f| f.starts_with("panic")), "{summary:?}");
+    let t = trace::load(&path).unwrap();
+    assert!(t.to_text().contains("i64 -9223372036854775808 -1 0 7 9223372036854775807"));
+    let r = trace::replay(&t, &ReplayOptions::default()).expect("the panic is expected");
+    assert_eq!(r.checked, 1);
+    assert!(r.expected_failure.as_deref().is_some_and(|f| f.starts_with("panic")));
+    assert_eq!(want, vec![i64::MIN.wrapping_mul(-3), 3, 0, -21, i64::MAX.wrapping_mul(-3)]);
+}

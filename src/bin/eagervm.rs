@@ -15,6 +15,15 @@ use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
 use eagervm::trace::{self, DeviceMap, ReplayOptions, ReplayReport, ValidateOptions};
 
+/// `println!` that ignores a closed standard output (`eagervm ... | head`) instead of
+/// panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// eagervm: an eager-execution virtual machine for tensor programs.
 #[derive(Parser)]
 #[command(version, about)]
@@ -117,7 +126,7 @@ fn main() -> ExitCode {
         Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
         Command::Programs => {
             for p in builtin_programs() {
-                println!("{:<10} {}", p.name, p.about);
+                say!("{:<10} {}", p.name, p.about);
             }
             Ok(())
         }
@@ -134,15 +143,15 @@ fn main() -> ExitCode {
 fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
     if let Some(p) = cli::find_program(target) {
         let s = cli::run_program(p, Config::from_env())?;
-        println!("ran `{}` in {:.3?}", p.name, s.wall);
+        say!("ran `{}` in {:.3?}", p.name, s.wall);
         for (what, sum) in &s.outputs {
             match sum {
-                Ok(sum) => println!("  {what}: fnv1a64 0x{sum:016x}"),
-                Err(e) => println!("  {what}: error: {e}"),
+                Ok(sum) => say!("  {what}: fnv1a64 0x{sum:016x}"),
+                Err(e) => say!("  {what}: error: {e}"),
             }
         }
         let failed = s.outputs.iter().filter(|o| o.1.is_err()).count();
-        println!("errors: {failed}");
+        say!("errors: {failed}");
         return match s.outputs.into_iter().find_map(|o| o.1.err()) {
             Some(error) => Err(CliError::Program { program: p.name.into(), error }),
             None => Ok(()),
@@ -157,7 +166,7 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
 fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), CliError> {
     let p = cli::program(program)?;
     let (s, wall) = cli::record_program(p, Config::from_env(), output)?;
-    println!(
+    say!(
         "recorded `{}` to {}: {} instructions, {} tensors, {} expected checksum(s) in {:.3?}",
         p.name,
         s.path.display(),
@@ -167,14 +176,14 @@ fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), C
         wall
     );
     if let Some(side) = &s.sidecar {
-        println!("  large host writes in {}", side.display());
+        say!("  large host writes in {}", side.display());
     }
     if let Some(f) = &s.failure {
-        println!("  the program fails on purpose; the trace expects: {f}");
+        say!("  the program fails on purpose; the trace expects: {f}");
     }
     if let Some(reps) = overhead {
         let o = cli::recording_overhead(p, &Config::from_env(), output, reps)?;
-        println!(
+        say!(
             "recording overhead over {} runs each: median {:.3?} without a recorder, {:.3?} with one: {:+.1}%",
             o.reps,
             o.plain,
@@ -217,44 +226,44 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
 
 fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
     let mode = if args.resync { "synchronisation derived anew" } else { "as recorded" };
-    println!(
+    say!(
         "replayed {} ({mode}, devices: {:?}): {} instructions in {:.3?}",
         file.display(),
         args.device,
         r.instructions,
         r.wall
     );
-    println!("  instructions per stream (busy time per stream is not measured):");
+    say!("  instructions per stream (busy time per stream is not measured):");
     for (s, n) in &r.per_stream {
-        println!("    {s:<16} {n}");
+        say!("    {s:<16} {n}");
     }
-    println!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked);
+    say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked);
     match &r.expected_failure {
-        Some(f) => println!("  errors: {} (expected by the trace: {f})", r.failures.len()),
-        None => println!("  errors: {}", r.failures.len()),
+        Some(f) => say!("  errors: {} (expected by the trace: {f})", r.failures.len()),
+        None => say!("  errors: {}", r.failures.len()),
     }
 }
 
 fn validate(file: &Path, resync: bool) -> Result<(), CliError> {
     let t = trace::load(file)?;
     trace::validate(&t, &ValidateOptions { resync })?;
-    println!("{}: valid ({} statements, {} instructions)", file.display(), t.lines.len(), t.instructions());
+    say!("{}: valid ({} statements, {} instructions)", file.display(), t.lines.len(), t.instructions());
     Ok(())
 }
 
 fn analyze(file: &Path, dot: Option<&Path>, svg: Option<&Path>) -> Result<(), CliError> {
     let t = trace::load(file)?;
     let a = trace::analyze(&t)?;
-    println!("{}: {} instructions, {} dependency edges", file.display(), a.instructions, a.edges);
-    println!("  instructions per stream:");
+    say!("{}: {} instructions, {} dependency edges", file.display(), a.instructions, a.edges);
+    say!("  instructions per stream:");
     for (id, desc, n) in &a.per_stream {
-        println!("    s{id:<3} {desc:<16} {n}");
+        say!("    s{id:<3} {desc:<16} {n}");
     }
-    println!("  critical path: {} instructions", a.critical_path);
-    println!("  available parallelism: {:.2} (instructions / critical path)", a.parallelism);
+    say!("  critical path: {} instructions", a.critical_path);
+    say!("  available parallelism: {:.2} (instructions / critical path)", a.parallelism);
     if let Some(path) = dot {
         std::fs::write(path, a.dot()).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
-        println!("  DOT graph written to {}", path.display());
+        say!("  DOT graph written to {}", path.display());
         if let Some(svg) = svg {
             render_svg(path, svg)?;
         }
@@ -266,7 +275,7 @@ fn analyze(file: &Path, dot: Option<&Path>, svg: Option<&Path>) -> Result<(), Cl
 fn render_svg(dot_file: &Path, svg: &Path) -> Result<(), CliError> {
     let probe = std::process::Command::new("dot").arg("-V").output();
     if probe.is_err() {
-        println!("  graphviz `dot` is not installed; SVG skipped (install graphviz, or render the DOT file elsewhere)");
+        say!("  graphviz `dot` is not installed; SVG skipped (install graphviz, or render the DOT file elsewhere)");
         return Ok(());
     }
     let out = std::process::Command::new("dot")
@@ -280,7 +289,7 @@ fn render_svg(dot_file: &Path, svg: &Path) -> Result<(), CliError> {
         let msg = String::from_utf8_lossy(&out.stderr);
         return Err(CliError::Io(format!("graphviz `dot` failed on {}: {}", dot_file.display(), msg.trim())));
     }
-    println!("  SVG written to {}", svg.display());
+    say!("  SVG written to {}", svg.display());
     Ok(())
 }
 
@@ -291,10 +300,16 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
         .collect::<eagervm::Result<_>>()?;
     let config = Config::from_env();
     if !json {
-        println!("eagervm bench: {n} no-op instructions per workload on cpu:0, median of {reps}");
-        println!(
+        say!("eagervm bench: {n} no-op instructions per workload on cpu:0, median of {reps}");
+        say!(
             "{:<4} {:<15} {:>10} {:>14} {:>14} {:>7} {:>7}  result",
-            "", "workload", "push ns/i", "e2e instr/s", "baseline /s", "ratio", "target"
+            "",
+            "workload",
+            "push ns/i",
+            "e2e instr/s",
+            "baseline /s",
+            "ratio",
+            "target"
         );
     }
     let mut all_ok = true;
@@ -302,9 +317,9 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
         let r = bench::measure(w, n, reps, &config)?;
         all_ok &= r.meets_target;
         if json {
-            println!("{}", serde_json::to_string(&r).expect("plain struct serialises"));
+            say!("{}", serde_json::to_string(&r).expect("plain struct serialises"));
         } else {
-            println!(
+            say!(
                 "{:<4} {:<15} {:>10.1} {:>14.0} {:>14.0} {:>7.2} {:>7.2}  {}",
                 r.workload,
                 w.describe(),
@@ -318,7 +333,7 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
         }
     }
     if !json {
-        println!(
+        say!(
             "ratio = e2e / baseline (a bare caller→forwarder→worker pipeline measured in the same run); \
              targets: W1 >= 0.50, W2-W4 >= 0.33, push <= 100 ns/instr{}",
             if all_ok { "; all met" } else { "" }
@@ -335,10 +350,10 @@ fn demo() -> eagervm::Result<()> {
     let delay = mock.launch_delay;
     let vm = VirtualMachine::new(Config::from_env().with_mock_devices(1, mock))?;
     let gpu = DeviceId::mock(0);
-    println!("eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, {delay:?} per launch)");
-    println!("streams:");
+    say!("eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, {delay:?} per launch)");
+    say!("streams:");
     for (id, _, _, name) in vm.streams() {
-        println!("  #{} {}", id.index(), name);
+        say!("  #{} {}", id.index(), name);
     }
     let cpu = vm.compute_stream(DeviceId::CPU)?;
     let g = vm.compute_stream(gpu)?;
@@ -348,38 +363,38 @@ fn demo() -> eagervm::Result<()> {
 
     let x = vm.from_slice(&[1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0], &[2, 3], DeviceId::CPU)?;
     let w = vm.from_slice(&[0.5f32, -1.0, 1.5, 2.0, -0.5, 1.0], &[3, 2], DeviceId::CPU)?;
-    println!("\nx = {:?} (2x3, cpu:0)\nw = {:?} (3x2, cpu:0)", x.to_vec::<f32>()?, w.to_vec::<f32>()?);
+    say!("\nx = {:?} (2x3, cpu:0)\nw = {:?} (3x2, cpu:0)", x.to_vec::<f32>()?, w.to_vec::<f32>()?);
 
     let t0 = std::time::Instant::now();
     let (y, total) = vm.run(|b| -> eagervm::Result<_> {
         let xw = b.call(matmul, &[&x, &w], Attrs::default(), cpu)?;
-        println!("  cpu:0         matmul(x, w)        -> {:?}", xw.shape());
+        say!("  cpu:0         matmul(x, w)        -> {:?}", xw.shape());
         let xw_dev = vm.empty(xw.shape(), DType::F32, gpu)?;
         b.call_into(copy, &[&xw], &[&xw_dev], Attrs::default(), h2d)?;
-        println!("  {gpu}:h2d    copy to device       (waits for the cpu matmul)");
+        say!("  {gpu}:h2d    copy to device       (waits for the cpu matmul)");
         let r = b.call(relu, &[&xw_dev], Attrs::default(), g)?;
-        println!("  {gpu}:compute relu                (device-side wait on the h2d copy)");
+        say!("  {gpu}:compute relu                (device-side wait on the h2d copy)");
         let s = b.call(scale, &[&r], Attrs::scalar(10.0), g)?;
         let y = b.call(add, &[&s, &xw_dev], Attrs::default(), g)?;
-        println!("  {gpu}:compute scale x10, add");
+        say!("  {gpu}:compute scale x10, add");
         let total = b.call(sum, &[&y], Attrs::default(), g)?;
-        println!("  {gpu}:compute sum");
+        say!("  {gpu}:compute sum");
         Ok((y, total))
     })?;
-    println!("submitted in {:?}; the caller did not wait for the device", t0.elapsed());
-    println!("y = 10*relu(x@w) + x@w = {:?}", y.to_vec::<f32>()?);
-    println!("sum(y) = {:?} (read back through {gpu}:d2h)", total.to_vec::<f32>()?);
+    say!("submitted in {:?}; the caller did not wait for the device", t0.elapsed());
+    say!("y = 10*relu(x@w) + x@w = {:?}", y.to_vec::<f32>()?);
+    say!("sum(y) = {:?} (read back through {gpu}:d2h)", total.to_vec::<f32>()?);
 
-    println!("\nerrors are values: a kernel that fails poisons what it writes, and what reads it");
+    say!("\nerrors are values: a kernel that fails poisons what it writes, and what reads it");
     let bad = vm.run(|b| -> eagervm::Result<_> {
         let f = vm.empty(&[2], DType::F32, DeviceId::CPU)?;
         b.call_into(fail, &[], &[&f], Attrs::scalar(7.0), cpu)?;
         b.call(relu, &[&f], Attrs::default(), cpu)
     })?;
-    println!("  relu(failed) -> {}", bad.to_vec::<f32>().unwrap_err());
-    println!("  sync         -> {}", vm.sync().unwrap_err());
-    println!("  x is untouched: {:?}", x.to_vec::<f32>()?);
+    say!("  relu(failed) -> {}", bad.to_vec::<f32>().unwrap_err());
+    say!("  sync         -> {}", vm.sync().unwrap_err());
+    say!("  x is untouched: {:?}", x.to_vec::<f32>()?);
     vm.sync()?;
-    println!("\nnext: `eagervm bench` measures throughput; `cargo test` runs the tests");
+    say!("\nnext: `eagervm bench` measures throughput; `cargo test` runs the tests");
     Ok(())
 }
