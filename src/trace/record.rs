@@ -41,6 +41,9 @@ use crate::VirtualMachine;
 /// Messages in flight between the VM and the writer thread before the VM waits.
 const CHANNEL_BATCHES: usize = 64;
 
+/// Bytes of formatted text gathered before they are written to the file.
+const CHUNK: usize = 1 << 18;
+
 /// Descriptions gathered before they are sent to the writer: several VM batches per
 /// message, so that the writer thread wakes (a system call on the VM's side) rarely.
 const SEND_AT: usize = 4096;
@@ -333,7 +336,7 @@ impl Writer {
             declared: 0,
             events: HashMap::new(),
             instructions: 0,
-            line: String::with_capacity(256),
+            line: String::with_capacity(CHUNK + 4096),
         }
     }
 
@@ -359,14 +362,12 @@ impl Writer {
         let mut written = 0;
         for (id, sum) in expects {
             if let Some(Some((t, _))) = self.tensors.get(id as usize) {
-                self.line.clear();
                 self.line.push_str(&format!("expect t{t} fnv1a64=0x{sum:016x}"));
                 self.emit()?;
                 written += 1;
             }
         }
         let failure_text = failure.map(|(kind, op, message)| {
-            self.line.clear();
             self.line.push_str(&format!("expect error {} op={op} message=", kind.name()));
             quote(&mut self.line, &message);
             format!("{} in `{op}`: {message}", kind.name())
@@ -375,6 +376,7 @@ impl Writer {
             self.emit()?;
         }
         let io = |p: &Path, e| TraceError::io(p, e);
+        self.out.write_all(self.line.as_bytes()).map_err(|e| io(&self.path, e))?;
         self.out.flush().map_err(|e| io(&self.path, e))?;
         let sidecar = match self.sidecar.take() {
             Some((p, mut w, _)) => {
@@ -393,10 +395,15 @@ impl Writer {
         })
     }
 
+    /// End the current line; hand the text to the file once a large chunk has gathered.
     fn emit(&mut self) -> Result<(), TraceError> {
         self.line.push('\n');
-        let r = self.out.write_all(self.line.as_bytes());
-        r.map_err(|e| TraceError::io(&self.path, e))
+        if self.line.len() >= CHUNK {
+            let r = self.out.write_all(self.line.as_bytes());
+            self.line.clear();
+            r.map_err(|e| TraceError::io(&self.path, e))?;
+        }
+        Ok(())
     }
 
     /// The trace number of VM tensor `id` (declared before any instruction that uses it).
@@ -410,7 +417,6 @@ impl Writer {
     }
 
     fn rec(&mut self, r: Rec) -> Result<(), TraceError> {
-        self.line.clear();
         let (kind, stream, tensors) = match r {
             Rec::Tensor { id, meta } => {
                 let n = self.declared;
