@@ -142,6 +142,11 @@ fn main() -> ExitCode {
 
 fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
     if let Some(p) = cli::find_program(target) {
+        if args.resync || args.device != DeviceMap::AsRecorded {
+            return Err(CliError::Usage(format!(
+                "--resync and --device apply to trace files; `{target}` is a built-in program"
+            )));
+        }
         let s = cli::run_program(p, Config::from_env())?;
         say!("ran `{}` in {:.3?}", p.name, s.wall);
         for (what, sum) in &s.outputs {

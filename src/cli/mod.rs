@@ -38,6 +38,9 @@ pub enum CliError {
     /// A file could not be written or a tool could not be run.
     #[error("{0}")]
     Io(String),
+    /// Options that do not fit together.
+    #[error("{0}")]
+    Usage(String),
 }
 
 /// The outcome of running a built-in program.
