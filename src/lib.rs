@@ -24,6 +24,12 @@
 //!   protocol of [`sync::notify`], model-checked with loom.
 //! - **Devices.** [`ep::cpu`] (synchronous) and [`ep::mock`] (an asynchronous device made of
 //!   host threads, with launch delay and jitter, so that every event path runs without a GPU).
+//! - **Traces.** [`trace`] records the instruction stream a VM receives as a readable text
+//!   file ([`trace::Recorder`], attached to any program without changing it), and parses,
+//!   validates (every problem with its line and column), replays (as recorded, or with the
+//!   synchronisation derived again on another device layout) and analyses it (critical
+//!   path, available parallelism, DOT). `docs/trace-format.md` is the reference; the
+//!   `eagervm` command line (`record`, `replay`, `validate`, `analyze`, see [`cli`]) drives it.
 //! - **Errors are values.** A kernel that fails or panics stores an [`Error`] on the tensors it
 //!   writes; readers skip and carry it; [`Tensor::wait`](framework::Tensor::wait) and
 //!   [`Tensor::to_vec`](framework::Tensor::to_vec) return it; [`VirtualMachine::sync`] reports
@@ -48,11 +54,13 @@
 //!
 //! [`profile`] records a timeline of every instruction on every stream (Chrome/Perfetto
 //! trace). `docs/architecture.md` has the full picture; `docs/profiling.md` the timeline;
-//! `docs/tuning.md` the knobs; `docs/errors.md` every error.
+//! `docs/tuning.md` the knobs; `docs/errors.md` every error; `docs/trace-format.md` the
+//! trace format; `docs/cli.md` the command line.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod alloc;
 pub mod bench;
+pub mod cli;
 pub mod eager;
 pub mod ep;
 mod error;
@@ -61,6 +69,7 @@ pub mod kernels;
 pub mod profile;
 pub mod programs;
 pub mod sync;
+pub mod trace;
 pub mod vm;
 
 pub use error::{Error, Result};

@@ -1,12 +1,28 @@
-//! The `eagervm` command line.
+//! The `eagervm` command line: run, record, replay, validate and analyse instruction
+//! traces and built-in programs; the demo; the throughput benchmark. `docs/cli.md` describes
+//! every command.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use eagervm::bench::{self, Workload};
+use eagervm::cli::{self, builtin_programs, CliError};
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
+use eagervm::trace::{self, DeviceMap, ReplayOptions, ReplayReport, ValidateOptions};
+
+/// `println!` that ignores a closed standard output (`eagervm ... | head`) instead of
+/// panicking.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
 
 /// eagervm: an eager-execution virtual machine for tensor programs.
 #[derive(Parser)]
@@ -16,10 +32,70 @@ struct Cli {
     command: Option<Command>,
 }
 
+/// How a trace is replayed (shared by `run FILE` and `replay`).
+#[derive(clap::Args, Clone)]
+struct ReplayArgs {
+    /// Drop the recorded RecordEvent/StreamWaitEvent and derive synchronisation anew (needed
+    /// to replay on another device layout).
+    #[arg(long)]
+    resync: bool,
+    /// Where the trace's devices run: `recorded` (as named in the trace), `cpu` (all on
+    /// cpu:0), `mock` (non-host devices on mock devices) or `cuda`.
+    #[arg(long, default_value = "recorded")]
+    device: DeviceMap,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a short program on the CPU and a mock asynchronous device, printing what ran.
     Demo,
+    /// Run a built-in program (see `eagervm programs`) or replay a trace file.
+    Run {
+        /// A built-in program's name, or a trace file.
+        target: String,
+        #[command(flatten)]
+        replay: ReplayArgs,
+    },
+    /// Run a built-in program with a recorder attached and write its trace.
+    Record {
+        /// The built-in program (see `eagervm programs`).
+        program: String,
+        /// The trace file to write (large host writes go to FILE.bin beside it).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Then measure what recording costs: run the program N more times with and N
+        /// times without a recorder, alternating, and report the median wall times.
+        #[arg(long, value_name = "N")]
+        overhead: Option<usize>,
+    },
+    /// Replay a trace and check its expected checksums and failures.
+    Replay {
+        /// The trace file.
+        file: PathBuf,
+        #[command(flatten)]
+        replay: ReplayArgs,
+    },
+    /// Check a trace without running it; report every problem with its line and column.
+    Validate {
+        /// The trace file.
+        file: PathBuf,
+        /// Do not require record/wait before cross-stream uses (for `replay --resync`).
+        #[arg(long)]
+        resync: bool,
+    },
+    /// Print dependency-graph statistics of a trace; export it as DOT (and SVG).
+    Analyze {
+        /// The trace file.
+        file: PathBuf,
+        /// Write the dependency graph in Graphviz DOT to this file.
+        #[arg(long)]
+        dot: Option<PathBuf>,
+        /// Also render it to SVG with graphviz `dot`, if installed (needs --dot).
+        #[arg(long, requires = "dot")]
+        svg: Option<PathBuf>,
+    },
+    /// List the built-in programs.
+    Programs,
     /// Measure the VM's throughput on four no-op workloads against a bare pipeline.
     Bench {
         /// Instructions per workload.
@@ -39,9 +115,21 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.command.unwrap_or(Command::Demo) {
-        Command::Demo => demo(),
-        Command::Bench { n, reps, workloads, json } => run_bench(n, reps, &workloads, json),
+    let r: Result<(), CliError> = match cli.command.unwrap_or(Command::Demo) {
+        Command::Demo => demo().map_err(|error| CliError::Program { program: "demo".into(), error }),
+        Command::Bench { n, reps, workloads, json } => run_bench(n, reps, &workloads, json)
+            .map_err(|error| CliError::Program { program: "bench".into(), error }),
+        Command::Run { target, replay } => run(&target, &replay),
+        Command::Record { program, output, overhead } => record(&program, &output, overhead),
+        Command::Replay { file, replay } => replay_file(&file, &replay),
+        Command::Validate { file, resync } => validate(&file, resync),
+        Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
+        Command::Programs => {
+            for p in builtin_programs() {
+                say!("{:<10} {}", p.name, p.about);
+            }
+            Ok(())
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -52,6 +140,164 @@ fn main() -> ExitCode {
     }
 }
 
+fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
+    if let Some(p) = cli::find_program(target) {
+        if args.resync || args.device != DeviceMap::AsRecorded {
+            return Err(CliError::Usage(format!(
+                "--resync and --device apply to trace files; `{target}` is a built-in program"
+            )));
+        }
+        let s = cli::run_program(p, Config::from_env())?;
+        say!("ran `{}` in {:.3?}", p.name, s.wall);
+        for (what, sum) in &s.outputs {
+            match sum {
+                Ok(sum) => say!("  {what}: fnv1a64 0x{sum:016x}"),
+                Err(e) => say!("  {what}: error: {e}"),
+            }
+        }
+        let failed = s.outputs.iter().filter(|o| o.1.is_err()).count();
+        say!("errors: {failed}");
+        return match s.outputs.into_iter().find_map(|o| o.1.err()) {
+            Some(error) => Err(CliError::Program { program: p.name.into(), error }),
+            None => Ok(()),
+        };
+    }
+    if Path::new(target).is_file() {
+        return replay_file(Path::new(target), args);
+    }
+    Err(cli::program(target).expect_err("not a program"))
+}
+
+fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), CliError> {
+    let p = cli::program(program)?;
+    let (s, wall) = cli::record_program(p, Config::from_env(), output)?;
+    say!(
+        "recorded `{}` to {}: {} instructions, {} tensors, {} expected checksum(s) in {:.3?}",
+        p.name,
+        s.path.display(),
+        s.instructions,
+        s.tensors,
+        s.expects,
+        wall
+    );
+    if let Some(side) = &s.sidecar {
+        say!("  large host writes in {}", side.display());
+    }
+    if let Some(f) = &s.failure {
+        say!("  the program fails on purpose; the trace expects: {f}");
+    }
+    if let Some(reps) = overhead {
+        let o = cli::recording_overhead(p, &Config::from_env(), output, reps)?;
+        say!(
+            "recording overhead over {} runs each: median {:.3?} without a recorder, {:.3?} with one: {:+.1}%",
+            o.reps,
+            o.plain,
+            o.recorded,
+            o.percent()
+        );
+    }
+    Ok(())
+}
+
+/// A progress bar that appears only once a replay has run for a second.
+fn progress_bar() -> (ProgressBar, Instant) {
+    let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    let style = ProgressStyle::with_template(
+        "{spinner} replay [{elapsed_precise}] {bar:40} {pos}/{len} instructions",
+    )
+    .expect("a valid template");
+    pb.set_style(style);
+    (pb, Instant::now())
+}
+
+fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
+    let t = trace::load(file)?;
+    let opts = ReplayOptions { resync: args.resync, device: args.device, config: Config::from_env() };
+    let (pb, t0) = progress_bar();
+    let mut shown = false;
+    let r = trace::replay_with(&t, &opts, &mut |done, total| {
+        if !shown && t0.elapsed() > Duration::from_secs(1) {
+            pb.set_draw_target(ProgressDrawTarget::stderr());
+            shown = true;
+        }
+        pb.set_length(total);
+        pb.set_position(done);
+    });
+    pb.finish_and_clear();
+    let report = r?;
+    print_replay(file, args, &report);
+    Ok(())
+}
+
+fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
+    let mode = if args.resync { "synchronisation derived anew" } else { "as recorded" };
+    say!(
+        "replayed {} ({mode}, devices: {:?}): {} instructions in {:.3?}",
+        file.display(),
+        args.device,
+        r.instructions,
+        r.wall
+    );
+    say!("  instructions per stream (busy time per stream is not measured):");
+    for (s, n) in &r.per_stream {
+        say!("    {s:<16} {n}");
+    }
+    say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked);
+    match &r.expected_failure {
+        Some(f) => say!("  errors: {} (expected by the trace: {f})", r.failures.len()),
+        None => say!("  errors: {}", r.failures.len()),
+    }
+}
+
+fn validate(file: &Path, resync: bool) -> Result<(), CliError> {
+    let t = trace::load(file)?;
+    trace::validate(&t, &ValidateOptions { resync })?;
+    say!("{}: valid ({} statements, {} instructions)", file.display(), t.lines.len(), t.instructions());
+    Ok(())
+}
+
+fn analyze(file: &Path, dot: Option<&Path>, svg: Option<&Path>) -> Result<(), CliError> {
+    let t = trace::load(file)?;
+    let a = trace::analyze(&t)?;
+    say!("{}: {} instructions, {} dependency edges", file.display(), a.instructions, a.edges);
+    say!("  instructions per stream:");
+    for (id, desc, n) in &a.per_stream {
+        say!("    s{id:<3} {desc:<16} {n}");
+    }
+    say!("  critical path: {} instructions", a.critical_path);
+    say!("  available parallelism: {:.2} (instructions / critical path)", a.parallelism);
+    if let Some(path) = dot {
+        std::fs::write(path, a.dot()).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
+        say!("  DOT graph written to {}", path.display());
+        if let Some(svg) = svg {
+            render_svg(path, svg)?;
+        }
+    }
+    Ok(())
+}
+
+/// Render `dot_file` to SVG with graphviz, if it is installed.
+fn render_svg(dot_file: &Path, svg: &Path) -> Result<(), CliError> {
+    let probe = std::process::Command::new("dot").arg("-V").output();
+    if probe.is_err() {
+        say!("  graphviz `dot` is not installed; SVG skipped (install graphviz, or render the DOT file elsewhere)");
+        return Ok(());
+    }
+    let out = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .arg(dot_file)
+        .arg("-o")
+        .arg(svg)
+        .output()
+        .map_err(|e| CliError::Io(format!("running graphviz `dot`: {e}")))?;
+    if !out.status.success() {
+        let msg = String::from_utf8_lossy(&out.stderr);
+        return Err(CliError::Io(format!("graphviz `dot` failed on {}: {}", dot_file.display(), msg.trim())));
+    }
+    say!("  SVG written to {}", svg.display());
+    Ok(())
+}
+
 fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::Result<()> {
     let ws: Vec<Workload> = workloads
         .iter()
@@ -59,10 +305,16 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
         .collect::<eagervm::Result<_>>()?;
     let config = Config::from_env();
     if !json {
-        println!("eagervm bench: {n} no-op instructions per workload on cpu:0, median of {reps}");
-        println!(
+        say!("eagervm bench: {n} no-op instructions per workload on cpu:0, median of {reps}");
+        say!(
             "{:<4} {:<15} {:>10} {:>14} {:>14} {:>7} {:>7}  result",
-            "", "workload", "push ns/i", "e2e instr/s", "baseline /s", "ratio", "target"
+            "",
+            "workload",
+            "push ns/i",
+            "e2e instr/s",
+            "baseline /s",
+            "ratio",
+            "target"
         );
     }
     let mut all_ok = true;
@@ -70,9 +322,9 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
         let r = bench::measure(w, n, reps, &config)?;
         all_ok &= r.meets_target;
         if json {
-            println!("{}", serde_json::to_string(&r).expect("plain struct serialises"));
+            say!("{}", serde_json::to_string(&r).expect("plain struct serialises"));
         } else {
-            println!(
+            say!(
                 "{:<4} {:<15} {:>10.1} {:>14.0} {:>14.0} {:>7.2} {:>7.2}  {}",
                 r.workload,
                 w.describe(),
@@ -86,7 +338,7 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
         }
     }
     if !json {
-        println!(
+        say!(
             "ratio = e2e / baseline (a bare caller→forwarder→worker pipeline measured in the same run); \
              targets: W1 >= 0.50, W2-W4 >= 0.33, push <= 100 ns/instr{}",
             if all_ok { "; all met" } else { "" }
@@ -103,10 +355,10 @@ fn demo() -> eagervm::Result<()> {
     let delay = mock.launch_delay;
     let vm = VirtualMachine::new(Config::from_env().with_mock_devices(1, mock))?;
     let gpu = DeviceId::mock(0);
-    println!("eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, {delay:?} per launch)");
-    println!("streams:");
+    say!("eagervm demo: devices cpu:0 and {gpu} (a mock asynchronous device: host threads, {delay:?} per launch)");
+    say!("streams:");
     for (id, _, _, name) in vm.streams() {
-        println!("  #{} {}", id.index(), name);
+        say!("  #{} {}", id.index(), name);
     }
     let cpu = vm.compute_stream(DeviceId::CPU)?;
     let g = vm.compute_stream(gpu)?;
@@ -116,38 +368,38 @@ fn demo() -> eagervm::Result<()> {
 
     let x = vm.from_slice(&[1.0f32, -2.0, 3.0, -4.0, 5.0, -6.0], &[2, 3], DeviceId::CPU)?;
     let w = vm.from_slice(&[0.5f32, -1.0, 1.5, 2.0, -0.5, 1.0], &[3, 2], DeviceId::CPU)?;
-    println!("\nx = {:?} (2x3, cpu:0)\nw = {:?} (3x2, cpu:0)", x.to_vec::<f32>()?, w.to_vec::<f32>()?);
+    say!("\nx = {:?} (2x3, cpu:0)\nw = {:?} (3x2, cpu:0)", x.to_vec::<f32>()?, w.to_vec::<f32>()?);
 
     let t0 = std::time::Instant::now();
     let (y, total) = vm.run(|b| -> eagervm::Result<_> {
         let xw = b.call(matmul, &[&x, &w], Attrs::default(), cpu)?;
-        println!("  cpu:0         matmul(x, w)        -> {:?}", xw.shape());
+        say!("  cpu:0         matmul(x, w)        -> {:?}", xw.shape());
         let xw_dev = vm.empty(xw.shape(), DType::F32, gpu)?;
         b.call_into(copy, &[&xw], &[&xw_dev], Attrs::default(), h2d)?;
-        println!("  {gpu}:h2d    copy to device       (waits for the cpu matmul)");
+        say!("  {gpu}:h2d    copy to device       (waits for the cpu matmul)");
         let r = b.call(relu, &[&xw_dev], Attrs::default(), g)?;
-        println!("  {gpu}:compute relu                (device-side wait on the h2d copy)");
+        say!("  {gpu}:compute relu                (device-side wait on the h2d copy)");
         let s = b.call(scale, &[&r], Attrs::scalar(10.0), g)?;
         let y = b.call(add, &[&s, &xw_dev], Attrs::default(), g)?;
-        println!("  {gpu}:compute scale x10, add");
+        say!("  {gpu}:compute scale x10, add");
         let total = b.call(sum, &[&y], Attrs::default(), g)?;
-        println!("  {gpu}:compute sum");
+        say!("  {gpu}:compute sum");
         Ok((y, total))
     })?;
-    println!("submitted in {:?}; the caller did not wait for the device", t0.elapsed());
-    println!("y = 10*relu(x@w) + x@w = {:?}", y.to_vec::<f32>()?);
-    println!("sum(y) = {:?} (read back through {gpu}:d2h)", total.to_vec::<f32>()?);
+    say!("submitted in {:?}; the caller did not wait for the device", t0.elapsed());
+    say!("y = 10*relu(x@w) + x@w = {:?}", y.to_vec::<f32>()?);
+    say!("sum(y) = {:?} (read back through {gpu}:d2h)", total.to_vec::<f32>()?);
 
-    println!("\nerrors are values: a kernel that fails poisons what it writes, and what reads it");
+    say!("\nerrors are values: a kernel that fails poisons what it writes, and what reads it");
     let bad = vm.run(|b| -> eagervm::Result<_> {
         let f = vm.empty(&[2], DType::F32, DeviceId::CPU)?;
         b.call_into(fail, &[], &[&f], Attrs::scalar(7.0), cpu)?;
         b.call(relu, &[&f], Attrs::default(), cpu)
     })?;
-    println!("  relu(failed) -> {}", bad.to_vec::<f32>().unwrap_err());
-    println!("  sync         -> {}", vm.sync().unwrap_err());
-    println!("  x is untouched: {:?}", x.to_vec::<f32>()?);
+    say!("  relu(failed) -> {}", bad.to_vec::<f32>().unwrap_err());
+    say!("  sync         -> {}", vm.sync().unwrap_err());
+    say!("  x is untouched: {:?}", x.to_vec::<f32>()?);
     vm.sync()?;
-    println!("\nnext: `eagervm bench` measures throughput; `cargo test` runs the tests");
+    say!("\nnext: `eagervm bench` measures throughput; `cargo test` runs the tests");
     Ok(())
 }

@@ -303,6 +303,19 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
     }
 
+    /// Emit an instruction exactly as given: no checks and no soft sync. For trace replay
+    /// without `--resync`, where the trace (validated beforehand) carries its own
+    /// `RecordEvent`/`StreamWaitEvent` instructions.
+    pub(crate) fn emit_raw(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
+        for o in &ops {
+            o.tensor.last_stream.store(stream.0, Ordering::Relaxed);
+        }
+        self.batch.push(Instruction::new(kind, stream, ops));
+        if self.batch.len() >= self.vm.config.batch_size {
+            self.flush();
+        }
+    }
+
     /// Emit the synchronisation for operands last used on other streams (module docs).
     #[cold]
     fn soft_sync(&mut self, me: StreamId, ops: &Operands) {

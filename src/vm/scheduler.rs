@@ -601,7 +601,10 @@ impl EdgeSink for Scheduler {
         if cover.seq >= n.seq {
             if let Some(via) = cover.via {
                 // `via` is on the target's stream and earlier: the chain orders it.
-                debug_assert_eq!(self.nodes[via.slot as usize].stream, ds);
+                debug_assert!({
+                    let v = &self.nodes[via.slot as usize];
+                    v.gen != via.gen || v.stream == ds
+                });
                 return;
             }
         }

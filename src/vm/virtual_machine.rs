@@ -71,6 +71,11 @@ pub struct VmShared {
     sync_envs: Vec<ExecEnv>,
     /// The timeline recorder (`crate::profile`); records nothing unless a session is open.
     pub(crate) profiler: Profiler,
+    /// Whether a trace recorder is attached (checked on every submit, without the lock).
+    recording: AtomicBool,
+    /// The attached trace recorder (`crate::trace`); its lock also orders recording and
+    /// inbox splicing, so the trace lists batches exactly in the order the VM received them.
+    recorder: Mutex<Option<crate::trace::Capture>>,
 }
 
 impl std::fmt::Debug for VmShared {
@@ -146,6 +151,7 @@ impl VmShared {
     /// Splice a batch into the inbox (or run it, in synchronous mode); block while too
     /// much is in flight.
     pub(crate) fn submit(&self, mut batch: Vec<Instruction>) {
+        let recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch) } else { None };
         if self.config.synchronous {
             for ins in batch.drain(..) {
                 self.run_inline(ins);
@@ -161,10 +167,33 @@ impl VmShared {
         let n = batch.len();
         let now = self.in_flight.fetch_add(n, Ordering::SeqCst) + n;
         self.inbox.push(batch);
+        drop(recording);
         self.sched_notify.notify();
         if now > self.config.high_water {
             self.wait_low_water();
         }
+    }
+
+    /// Hand `batch` to the attached recorder; the returned guard keeps other submitters out
+    /// until the batch is in the inbox.
+    #[cold]
+    fn record(
+        &self,
+        batch: &[Instruction],
+    ) -> Option<crate::sync::MutexGuard<'_, Option<crate::trace::Capture>>> {
+        let mut g = self.recorder.lock();
+        g.as_mut()?.capture(batch);
+        Some(g)
+    }
+
+    /// Attach (`Some`) or detach (`None`) the trace recorder; returns the one detached.
+    pub(crate) fn set_recorder(
+        &self,
+        capture: Option<crate::trace::Capture>,
+    ) -> Option<crate::trace::Capture> {
+        let mut g = self.recorder.lock();
+        self.recording.store(capture.is_some(), Ordering::Relaxed);
+        std::mem::replace(&mut *g, capture)
     }
 
     fn wait_low_water(&self) {
@@ -408,6 +437,8 @@ impl VirtualMachine {
             fault: config.fault.clone(),
             sync_envs,
             profiler: Profiler::new(config.profile, allocators),
+            recording: AtomicBool::new(false),
+            recorder: Mutex::new(None),
             config,
         });
         let scheduler = if shared.config.synchronous {
@@ -562,6 +593,10 @@ impl VirtualMachine {
     /// Names of the registered ops.
     pub fn op_names(&self) -> Vec<&'static str> {
         self.shared.ops.names()
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<VmShared> {
+        &self.shared
     }
 }
 

@@ -1,0 +1,463 @@
+//! The trace parser: text in, statements out, and every syntax problem with its line and
+//! column.
+//!
+//! Each line is parsed on its own, so one bad line does not hide the problems of the next:
+//! the parser keeps going and returns every [`Diagnostic`] it found along with the
+//! statements it could read. It never panics, whatever the bytes.
+
+use super::format::{
+    parse_device, parse_dtype, parse_stream_type, parse_type, AccessKind, Data, FailureKind, Line, Pos, Ref,
+    Stmt, Trace, MAGIC, VERSION,
+};
+use super::Diagnostic;
+use crate::framework::DType;
+
+/// One token: its text (quotes removed, escapes resolved) and its 1-based column.
+#[derive(Debug, Clone)]
+struct Tok {
+    text: String,
+    col: u32,
+}
+
+/// A problem on the current line: column and message.
+type Problem = (u32, String);
+
+/// Split a line into tokens at whitespace; `"..."` may appear inside a token and keeps its
+/// spaces; `#` at the start of a token begins a comment.
+fn tokenize(line: &str) -> Result<Vec<Tok>, Problem> {
+    let mut toks = Vec::new();
+    let mut chars = line.chars().enumerate().peekable();
+    while let Some(&(i, c)) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        if c == '#' {
+            break;
+        }
+        let col = i as u32 + 1;
+        let mut text = String::new();
+        while let Some(&(j, c)) = chars.peek() {
+            if c.is_whitespace() {
+                break;
+            }
+            chars.next();
+            if c != '"' {
+                text.push(c);
+                continue;
+            }
+            let open = j as u32 + 1;
+            loop {
+                match chars.next() {
+                    None => {
+                        return Err((open, "unterminated string (a `\"` without its closing `\"`)".into()))
+                    }
+                    Some((_, '"')) => break,
+                    Some((k, '\\')) => match chars.next() {
+                        Some((_, 'n')) => text.push('\n'),
+                        Some((_, 't')) => text.push('\t'),
+                        Some((_, 'r')) => text.push('\r'),
+                        Some((_, '"')) => text.push('"'),
+                        Some((_, '\\')) => text.push('\\'),
+                        Some((_, 'u')) => text.push(unicode_escape(&mut chars, k as u32 + 1)?),
+                        _ => {
+                            return Err((
+                                k as u32 + 1,
+                                "unknown escape (expected \\n, \\t, \\r, \\\", \\\\ or \\u{..})".into(),
+                            ))
+                        }
+                    },
+                    Some((_, c)) => text.push(c),
+                }
+            }
+        }
+        toks.push(Tok { text, col });
+    }
+    Ok(toks)
+}
+
+fn unicode_escape(
+    chars: &mut std::iter::Peekable<impl Iterator<Item = (usize, char)>>,
+    col: u32,
+) -> Result<char, Problem> {
+    let bad = || (col, "bad unicode escape (expected \\u{HEX})".to_string());
+    if chars.next().map(|c| c.1) != Some('{') {
+        return Err(bad());
+    }
+    let mut hex = String::new();
+    loop {
+        match chars.next() {
+            Some((_, '}')) => break,
+            Some((_, c)) if c.is_ascii_hexdigit() && hex.len() < 6 => hex.push(c),
+            _ => return Err(bad()),
+        }
+    }
+    u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32).ok_or_else(bad)
+}
+
+/// Parse trace text. Returns the statements read and every problem found; the trace is
+/// usable only if the list of problems is empty.
+pub fn parse_str(file: &str, text: &str) -> (Trace, Vec<Diagnostic>) {
+    let mut trace = Trace { file: file.to_string(), ..Trace::default() };
+    let mut diags = Vec::new();
+    let mut header = false;
+    for (n, raw) in text.split('\n').enumerate() {
+        let line = n as u32 + 1;
+        let raw = raw.strip_suffix('\r').unwrap_or(raw);
+        let mut problem = |col: u32, message: String| {
+            diags.push(Diagnostic { file: file.to_string(), line, col, message });
+        };
+        let toks = match tokenize(raw) {
+            Ok(t) => t,
+            Err((col, m)) => {
+                problem(col, m);
+                continue;
+            }
+        };
+        let Some(first) = toks.first() else { continue };
+        if !header {
+            header = true;
+            if first.text == MAGIC {
+                match toks.get(1).map(|t| (t, t.text.parse::<u32>())) {
+                    Some((_, Ok(VERSION))) if toks.len() == 2 => {}
+                    Some((t, Ok(v))) if toks.len() == 2 => problem(
+                        t.col,
+                        format!("unsupported trace version {v}; this build reads version {VERSION}"),
+                    ),
+                    _ => problem(first.col, format!("expected `{MAGIC} {VERSION}` as the first line")),
+                }
+                continue;
+            }
+            problem(1, format!("expected `{MAGIC} {VERSION}` as the first line, found `{}`", first.text));
+        }
+        match statement(&toks) {
+            Ok(stmt) => trace.lines.push(Line { pos: Pos { line, col: first.col }, stmt }),
+            Err((col, m)) => problem(col, m),
+        }
+    }
+    if !header {
+        diags.push(Diagnostic {
+            file: file.to_string(),
+            line: 1,
+            col: 1,
+            message: format!("empty trace: expected `{MAGIC} {VERSION}` as the first line"),
+        });
+    }
+    (trace, diags)
+}
+
+/// Cursor over one line's tokens.
+struct Cur<'a> {
+    toks: &'a [Tok],
+    i: usize,
+}
+
+impl<'a> Cur<'a> {
+    /// Column just past the last token (where a missing token was expected).
+    fn end_col(&self) -> u32 {
+        self.toks.last().map_or(1, |t| t.col + t.text.chars().count() as u32)
+    }
+
+    fn next(&mut self, what: &str) -> Result<&'a Tok, Problem> {
+        let t = self.toks.get(self.i).ok_or_else(|| (self.end_col(), format!("expected {what}")))?;
+        self.i += 1;
+        Ok(t)
+    }
+
+    fn peek(&self) -> Option<&'a Tok> {
+        self.toks.get(self.i)
+    }
+
+    fn done(&self) -> Result<(), Problem> {
+        match self.peek() {
+            None => Ok(()),
+            Some(t) => Err((t.col, format!("unexpected `{}` at the end of the statement", t.text))),
+        }
+    }
+
+    fn reference(&mut self, prefix: char, what: &str) -> Result<Ref, Problem> {
+        let t = self.next(&format!("{what} (`{prefix}N`)"))?;
+        parse_ref(&t.text, t.col, prefix, what)
+    }
+
+    fn stream(&mut self) -> Result<Ref, Problem> {
+        self.reference('s', "a stream")
+    }
+
+    fn tensor(&mut self) -> Result<Ref, Problem> {
+        self.reference('t', "a tensor")
+    }
+}
+
+fn parse_ref(s: &str, col: u32, prefix: char, what: &str) -> Result<Ref, Problem> {
+    let bad = || (col, format!("expected {what} (`{prefix}N`), found `{s}`"));
+    let digits = s.strip_prefix(prefix).ok_or_else(bad)?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let id = digits.parse().map_err(|_| bad())?;
+    Ok(Ref { id, col })
+}
+
+/// `key=a,b,c` lists of references; the column of each item is computed from the token's.
+fn parse_ref_list(t: &Tok, value: &str, prefix: char, what: &str) -> Result<Vec<Ref>, Problem> {
+    let mut col = t.col + (t.text.len() - value.len()) as u32;
+    let mut out = Vec::new();
+    if value.is_empty() {
+        return Ok(out);
+    }
+    for item in value.split(',') {
+        out.push(parse_ref(item, col, prefix, what)?);
+        col += item.chars().count() as u32 + 1;
+    }
+    Ok(out)
+}
+
+fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
+    let mut c = Cur { toks, i: 1 };
+    let kw = &toks[0];
+    let stmt = match kw.text.as_str() {
+        "device" => {
+            let t = c.next("a device like `mock:0`")?;
+            Stmt::Device(parse_device(&t.text).map_err(|m| (t.col, m))?)
+        }
+        "stream" => {
+            let id = c.stream()?;
+            let t = c.next("the stream's device")?;
+            let device = parse_device(&t.text).map_err(|m| (t.col, m))?;
+            let t = c.next("the stream type (compute, h2d or d2h)")?;
+            let ty = parse_stream_type(&t.text).map_err(|m| (t.col, m))?;
+            Stmt::Stream { id, device, ty }
+        }
+        "tensor" => {
+            let id = c.tensor()?;
+            let t = c.next("the tensor's type, like `f32[2,3]`")?;
+            let (dtype, shape) = parse_type(&t.text).map_err(|m| (t.col, m))?;
+            let t = c.next("the tensor's device")?;
+            let device = parse_device(&t.text).map_err(|m| (t.col, m))?;
+            Stmt::Tensor { id, dtype, shape, device }
+        }
+        "call" => call(&mut c)?,
+        "record" => {
+            let stream = c.stream()?;
+            let event = c.reference('e', "an event")?;
+            let mut tensors = Vec::new();
+            while c.peek().is_some() {
+                tensors.push(c.tensor()?);
+            }
+            Stmt::Record { stream, event, tensors }
+        }
+        "wait" => Stmt::Wait { stream: c.stream()?, event: c.reference('e', "an event")? },
+        "barrier" => Stmt::Barrier { stream: c.stream()? },
+        "release" => Stmt::Release { stream: c.stream()?, tensor: c.tensor()? },
+        "access" => access(&mut c)?,
+        "expect" => expect(&mut c)?,
+        other => {
+            return Err((
+                kw.col,
+                format!(
+                    "unknown statement `{other}` (expected device, stream, tensor, call, record, wait, \
+                     barrier, release, access or expect)"
+                ),
+            ))
+        }
+    };
+    c.done()?;
+    Ok(stmt)
+}
+
+fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
+    let stream = c.stream()?;
+    let op = c.next("an op name")?;
+    if !op.text.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.')
+        || op.text.contains('=')
+    {
+        return Err((op.col, format!("expected an op name, found `{}`", op.text)));
+    }
+    let (mut inputs, mut outputs, mut scalar) = (None, None, None);
+    while let Some(t) = c.peek() {
+        c.i += 1;
+        let (k, v) = t
+            .text
+            .split_once('=')
+            .ok_or_else(|| (t.col, format!("expected `in=`, `out=` or `scalar=`, found `{}`", t.text)))?;
+        let dup = || (t.col, format!("`{k}=` given twice"));
+        match k {
+            "in" if inputs.is_none() => inputs = Some(parse_ref_list(t, v, 't', "a tensor")?),
+            "out" if outputs.is_none() => outputs = Some(parse_ref_list(t, v, 't', "a tensor")?),
+            "scalar" if scalar.is_none() => {
+                scalar = Some(v.parse::<f64>().map_err(|_| (t.col, format!("`{v}` is not a number")))?)
+            }
+            "in" | "out" | "scalar" => return Err(dup()),
+            _ => return Err((t.col, format!("unknown attribute `{k}` (expected in, out or scalar)"))),
+        }
+    }
+    Ok(Stmt::Call {
+        stream,
+        op: op.text.clone(),
+        op_col: op.col,
+        inputs: inputs.unwrap_or_default(),
+        outputs: outputs.unwrap_or_default(),
+        scalar: scalar.unwrap_or(0.0),
+    })
+}
+
+fn access(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
+    let stream = c.stream()?;
+    let what = c.next("read, wait or write")?;
+    let tensor = c.tensor()?;
+    let kind = match what.text.as_str() {
+        "read" => AccessKind::Read,
+        "wait" => AccessKind::Wait,
+        "write" => AccessKind::Write(data(c)?),
+        other => return Err((what.col, format!("expected read, wait or write, found `{other}`"))),
+    };
+    Ok(Stmt::Access { stream, tensor, kind })
+}
+
+fn data(c: &mut Cur<'_>) -> Result<Data, Problem> {
+    let t = c.next("the data: a dtype and values, or `file=\"...\"`")?;
+    if let Some(path) = t.text.strip_prefix("file=") {
+        let path = path.to_string();
+        let (mut offset, mut bytes, mut sum) = (None, None, None);
+        while let Some(t) = c.peek() {
+            c.i += 1;
+            let (k, v) = t.text.split_once('=').ok_or_else(|| (t.col, format!("unexpected `{}`", t.text)))?;
+            let num = |v: &str| v.parse::<u64>().map_err(|_| (t.col, format!("`{v}` is not a byte count")));
+            match k {
+                "offset" => offset = Some(num(v)?),
+                "bytes" => bytes = Some(num(v)?),
+                "fnv1a64" => sum = Some(parse_checksum(v).map_err(|m| (t.col, m))?),
+                _ => return Err((t.col, format!("unknown key `{k}` (expected offset, bytes or fnv1a64)"))),
+            }
+        }
+        let end = c.end_col();
+        let need = |v: Option<u64>, k: &str| v.ok_or_else(|| (end, format!("expected `{k}=`")));
+        return Ok(Data::File {
+            path,
+            offset: need(offset, "offset")?,
+            bytes: need(bytes, "bytes")?,
+            checksum: need(sum, "fnv1a64")?,
+        });
+    }
+    let dtype = parse_dtype(&t.text).map_err(|m| (t.col, m))?;
+    let mut bytes = Vec::new();
+    while let Some(t) = c.peek() {
+        c.i += 1;
+        match dtype {
+            DType::F32 => {
+                let v = match t.text.strip_prefix("0x") {
+                    Some(h) if h.len() == 8 => u32::from_str_radix(h, 16).ok().map(f32::from_bits),
+                    Some(_) => None,
+                    None => t.text.parse::<f32>().ok(),
+                };
+                let v =
+                    v.ok_or_else(|| (t.col, format!("`{}` is not an f32 (or 0x + 8 hex digits)", t.text)))?;
+                bytes.extend_from_slice(&v.to_ne_bytes());
+            }
+            DType::I64 => {
+                let v = t.text.parse::<i64>().map_err(|_| (t.col, format!("`{}` is not an i64", t.text)))?;
+                bytes.extend_from_slice(&v.to_ne_bytes());
+            }
+        }
+    }
+    Ok(Data::Inline(dtype, bytes))
+}
+
+fn parse_checksum(v: &str) -> Result<u64, String> {
+    let h = v.strip_prefix("0x").ok_or_else(|| format!("checksum `{v}` must be 0x + 16 hex digits"))?;
+    if h.len() != 16 {
+        return Err(format!("checksum `{v}` must be 0x + 16 hex digits"));
+    }
+    u64::from_str_radix(h, 16).map_err(|_| format!("checksum `{v}` must be 0x + 16 hex digits"))
+}
+
+fn expect(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
+    let t = c.next("a tensor (`tN`) or `error`")?;
+    if t.text != "error" {
+        let tensor = parse_ref(&t.text, t.col, 't', "a tensor or `error`")?;
+        let s = c.next("`fnv1a64=0x...`")?;
+        let v = s
+            .text
+            .strip_prefix("fnv1a64=")
+            .ok_or_else(|| (s.col, format!("expected `fnv1a64=0x...`, found `{}`", s.text)))?;
+        let checksum = parse_checksum(v).map_err(|m| (s.col, m))?;
+        return Ok(Stmt::Expect { tensor, checksum });
+    }
+    let k = c.next("kernel or panic")?;
+    let kind = match k.text.as_str() {
+        "kernel" => FailureKind::Kernel,
+        "panic" => FailureKind::Panic,
+        other => return Err((k.col, format!("expected kernel or panic, found `{other}`"))),
+    };
+    let (mut op, mut message) = (None, None);
+    while let Some(t) = c.peek() {
+        c.i += 1;
+        match t.text.split_once('=') {
+            Some(("op", v)) => op = Some(v.to_string()),
+            Some(("message", v)) => message = Some(v.to_string()),
+            _ => return Err((t.col, format!("expected `op=` or `message=`, found `{}`", t.text))),
+        }
+    }
+    let end = c.end_col();
+    Ok(Stmt::ExpectError {
+        kind,
+        op: op.ok_or_else(|| (end, "expected `op=`".to_string()))?,
+        message: message.ok_or_else(|| (end, "expected `message=`".to_string()))?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_round_trips() {
+        let text = "eagervm-trace 1\n\
+            device cpu:0\n\
+            device mock:0\n\
+            stream s0 cpu:0 compute\n\
+            stream s1 mock:0 h2d\n\
+            tensor t0 f32[2,3] cpu:0\n\
+            tensor t1 i64[] mock:0\n\
+            access s0 write t0 f32 1 -2.5 0x7fc00001 inf -0 3\n\
+            access s0 write t1 file=\"x y.bin\" offset=8 bytes=16 fnv1a64=0x00000000000000ff\n\
+            call s1 copy in=t0 out=t1 scalar=-0.5\n\
+            call s1 fill out=t1\n\
+            record s1 e3 t0 t1\n\
+            wait s1 e3\n\
+            barrier s0\n\
+            release s1 t1\n\
+            access s0 read t0\n\
+            access s0 wait t0\n\
+            expect t0 fnv1a64=0x0123456789abcdef\n\
+            expect error kernel op=fail message=\"fail \\\"op\\\": 7\\n\"\n";
+        let (trace, diags) = parse_str("x", text);
+        assert!(diags.is_empty(), "{diags:?}");
+        assert_eq!(trace.lines.len(), 18);
+        assert_eq!(trace.to_text(), text);
+        let (again, d2) = parse_str("x", &trace.to_text());
+        assert!(d2.is_empty());
+        assert_eq!(again, trace);
+    }
+
+    #[test]
+    fn problems_name_line_and_column() {
+        let text = "eagervm-trace 1\ncall s0 add in=t1,x2 out=t3\nstream s0 cpu:0 sideways\nfoo\n";
+        let (_, d) = parse_str("f.trace", text);
+        let at: Vec<(u32, u32)> = d.iter().map(|d| (d.line, d.col)).collect();
+        assert_eq!(at, [(2, 19), (3, 17), (4, 1)], "{d:?}");
+        assert!(d[0].message.contains("`x2`"));
+        assert_eq!(d[0].to_string().split(": ").next(), Some("f.trace:2:19"));
+    }
+
+    #[test]
+    fn header_is_required_and_versioned() {
+        assert_eq!(parse_str("f", "").1.len(), 1);
+        let (_, d) = parse_str("f", "eagervm-trace 9\n");
+        assert!(d[0].message.contains("version 9"), "{d:?}");
+        let (t, d) = parse_str("f", "device cpu:0\n");
+        assert_eq!(d.len(), 1);
+        assert_eq!(t.lines.len(), 1, "the statement is still read");
+    }
+}

@@ -1,0 +1,533 @@
+//! The recorder: writes the trace of whatever a VM runs while it is attached.
+//!
+//! # Cost on the hot path
+//!
+//! The VM calls [`Capture::capture`] once per batch it receives (`VmShared::submit`, a few
+//! hundred instructions at a time), under a lock that also covers the splice into the
+//! inbox, so the trace lists batches exactly in the order the scheduler receives them.
+//! `capture` only copies a compact description of each instruction (op name pointer,
+//! scalar, stream index, tensor ids, the bytes of host writes) plus the metadata of each
+//! tensor the first time it appears (a bitset of seen ids). Descriptions are gathered into
+//! messages of a few thousand and sent through a bounded channel, so the writer thread is
+//! woken rarely (each wake-up is a system call on the VM's side and a context switch);
+//! emptied buffers come back through a pool, so steady recording allocates nothing. The
+//! writer thread renumbers tensors and events densely, formats the lines (integers without
+//! the formatting machinery) and writes them through a buffered writer; large host writes
+//! go to a sidecar binary file. When the writer falls behind by more than the channel's
+//! capacity, the program waits for it (bounded memory) instead of growing without limit.
+//!
+//! `eagervm record PROGRAM -o FILE --overhead N` measures the cost; `docs/cli.md` has the
+//! figures.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+use crossbeam_queue::SegQueue;
+use smallvec::SmallVec;
+
+use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION};
+use super::{checksum, TraceError};
+use crate::error::Error;
+use crate::framework::{DType, Tensor, TensorMeta};
+use crate::vm::instruction::{HostAccess, InstrKind, Instruction};
+use crate::vm::VmShared;
+use crate::VirtualMachine;
+
+/// Messages in flight between the VM and the writer thread before the VM waits.
+const CHANNEL_BATCHES: usize = 64;
+
+/// Bytes of formatted text gathered before they are written to the file.
+const CHUNK: usize = 1 << 18;
+
+/// Descriptions gathered before they are sent to the writer: several VM batches per
+/// message, so that the writer thread wakes (a system call on the VM's side) rarely.
+const SEND_AT: usize = 4096;
+
+/// What kind of instruction, in the compact form the hot path copies.
+enum RecKind {
+    Call { op: &'static str, scalar: f64, n_inputs: u8 },
+    Record { id: u64 },
+    Wait { id: u64 },
+    Barrier,
+    Release,
+    Read,
+    AccessWait,
+    Write(Vec<u8>),
+}
+
+enum Rec {
+    /// A tensor seen for the first time: declare it.
+    Tensor {
+        id: u64,
+        meta: TensorMeta,
+    },
+    Instr {
+        kind: RecKind,
+        stream: u32,
+        tensors: SmallVec<[u64; 4]>,
+    },
+}
+
+enum Msg {
+    Batch(Vec<Rec>),
+    /// The end of the trace: expected checksums by VM tensor id, an expected failure.
+    Finish {
+        expects: Vec<(u64, u64)>,
+        failure: Option<(FailureKind, String, String)>,
+    },
+}
+
+/// The part of a recorder that the VM holds while it is attached (see the module docs).
+pub(crate) struct Capture {
+    /// Which recorder this is (a recorder only ever detaches its own capture).
+    owner: u64,
+    tx: SyncSender<Msg>,
+    /// Emptied batch buffers handed back by the writer, so that steady recording allocates
+    /// nothing.
+    pool: Arc<SegQueue<Vec<Rec>>>,
+    /// Bit `id` is set once tensor `id` has been declared.
+    seen: Vec<u64>,
+    /// Descriptions not yet sent.
+    pending: Vec<Rec>,
+}
+
+impl std::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capture").field("pending", &self.pending.len()).finish_non_exhaustive()
+    }
+}
+
+impl Capture {
+    /// Copy the description of `batch` and hand it to the writer thread.
+    pub(crate) fn capture(&mut self, batch: &[Instruction]) {
+        let recs = &mut self.pending;
+        for ins in batch {
+            for o in &ins.operands {
+                let id = o.tensor.id;
+                let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
+                if word >= self.seen.len() {
+                    self.seen.resize(word + 1 + word / 2, 0);
+                }
+                if self.seen[word] & bit == 0 {
+                    self.seen[word] |= bit;
+                    recs.push(Rec::Tensor { id, meta: o.tensor.meta.clone() });
+                }
+            }
+            let kind = match &ins.kind {
+                InstrKind::OpCall { kernel, attrs, n_inputs } => {
+                    RecKind::Call { op: kernel.name(), scalar: attrs.scalar, n_inputs: *n_inputs }
+                }
+                InstrKind::RecordEvent { id } => RecKind::Record { id: *id },
+                InstrKind::StreamWaitEvent { id, .. } => RecKind::Wait { id: *id },
+                InstrKind::Barrier { .. } => RecKind::Barrier,
+                InstrKind::Release => RecKind::Release,
+                InstrKind::Access(HostAccess::Read(_)) => RecKind::Read,
+                InstrKind::Access(HostAccess::Wait(_)) => RecKind::AccessWait,
+                InstrKind::Access(HostAccess::Write(bytes)) => RecKind::Write(bytes.clone()),
+            };
+            let tensors = ins.operands.iter().map(|o| o.tensor.id).collect();
+            recs.push(Rec::Instr { kind, stream: ins.stream.0, tensors });
+        }
+        if recs.len() >= SEND_AT {
+            self.send();
+        }
+    }
+
+    /// Send what has been gathered to the writer.
+    fn send(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let fresh = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(SEND_AT + SEND_AT / 2));
+        let recs = std::mem::replace(&mut self.pending, fresh);
+        // A writer that died has kept its error for `finish`; nothing to do here.
+        let _ = self.tx.send(Msg::Batch(recs));
+    }
+}
+
+impl Drop for Capture {
+    /// Detached: send the rest.
+    fn drop(&mut self) {
+        self.send();
+    }
+}
+
+/// What a finished recording wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordSummary {
+    /// The trace file.
+    pub path: PathBuf,
+    /// Instructions written.
+    pub instructions: u64,
+    /// Tensors declared.
+    pub tensors: u64,
+    /// `expect` checksums written.
+    pub expects: usize,
+    /// The expected failure written, if the program failed on purpose.
+    pub failure: Option<String>,
+    /// The sidecar binary file, if any host write was too large to inline.
+    pub sidecar: Option<PathBuf>,
+}
+
+/// Records the trace of a VM (see the module docs).
+///
+/// ```
+/// use eagervm::prelude::*;
+/// use eagervm::trace::Recorder;
+///
+/// let vm = VirtualMachine::new(Config::default())?;
+/// let path = std::env::temp_dir().join(format!("doc-{}.trace", std::process::id()));
+/// let rec = Recorder::start(&vm, &path).expect("trace file");
+/// let cpu = vm.compute_stream(DeviceId::CPU)?;
+/// let x = vm.from_slice(&[1.0f32, -2.0], &[2], DeviceId::CPU)?;
+/// let y = vm.run(|b| b.call(vm.op("relu")?, &[&x], Attrs::default(), cpu))?;
+/// let summary = rec.finish(&vm, &[&y], None).expect("written");
+/// assert_eq!(summary.expects, 1);
+/// # std::fs::remove_file(&path).ok();
+/// # Ok::<(), eagervm::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Recorder {
+    id: u64,
+    path: PathBuf,
+    vm: Weak<VmShared>,
+    tx: Option<SyncSender<Msg>>,
+    writer: Option<JoinHandle<Result<RecordSummary, TraceError>>>,
+}
+
+impl Recorder {
+    /// Create the trace file at `path`, write its header and the VM's devices and streams,
+    /// and attach to `vm`: everything the VM receives from now on is recorded. One recorder
+    /// records a VM at a time: starting another replaces this one, which then records
+    /// nothing more (its `finish` still ends its own file).
+    pub fn start(vm: &VirtualMachine, path: impl AsRef<Path>) -> Result<Recorder, TraceError> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::create(&path).map_err(|e| TraceError::io(&path, e))?;
+        let mut out = BufWriter::with_capacity(1 << 16, file);
+        let mut head = format!("{MAGIC} {VERSION}\n");
+        let mut devices: Vec<TraceDevice> = Vec::new();
+        for (_, d, _, _) in vm.streams() {
+            let d = TraceDevice::of(d);
+            if !devices.contains(&d) {
+                devices.push(d);
+                head.push_str(&format!("device {d}\n"));
+            }
+        }
+        for (id, d, ty, _) in vm.streams() {
+            head.push_str(&format!("stream s{} {} {}\n", id.index(), TraceDevice::of(d), ty.name()));
+        }
+        out.write_all(head.as_bytes()).map_err(|e| TraceError::io(&path, e))?;
+        let (tx, rx) = sync_channel(CHANNEL_BATCHES);
+        let pool = Arc::new(SegQueue::new());
+        let w = Writer::new(path.clone(), out, pool.clone());
+        let writer = std::thread::Builder::new()
+            .name("eagervm-trace-writer".into())
+            .spawn(move || w.run(rx))
+            .map_err(|e| TraceError::io(&path, e))?;
+        let shared = vm.shared();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let pending = Vec::with_capacity(SEND_AT + SEND_AT / 2);
+        shared.set_recorder(Some(Capture { owner: id, tx: tx.clone(), pool, seen: Vec::new(), pending }));
+        Ok(Recorder { id, path, vm: Arc::downgrade(shared), tx: Some(tx), writer: Some(writer) })
+    }
+
+    /// Stop recording, and end the trace with what a replay must reproduce: an `expect`
+    /// checksum for each of `outputs` that reads back without error, and an `expect error`
+    /// for the first kernel failure seen in `result` (the program's own error, if any), in
+    /// the VM's pending failures, or in the outputs. Waits for the writer to finish.
+    pub fn finish(
+        mut self,
+        vm: &VirtualMachine,
+        outputs: &[&Tensor],
+        result: Option<&Error>,
+    ) -> Result<RecordSummary, TraceError> {
+        detach(vm.shared(), self.id);
+        let mut failures: Vec<Error> = result.into_iter().cloned().collect();
+        if let Err(e) = vm.sync() {
+            failures.push(e);
+        }
+        let mut expects = Vec::new();
+        for t in outputs {
+            match t.vm().and_then(|shared| shared.read_bytes(t)) {
+                Ok(bytes) => expects.push((t.id(), checksum(&bytes))),
+                Err(e) => failures.push(e),
+            }
+        }
+        let failure = failures.iter().find_map(failure_of);
+        let tx = self.tx.take().expect("finish runs once");
+        let _ = tx.send(Msg::Finish { expects, failure });
+        drop(tx);
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<RecordSummary, TraceError> {
+        let h = self.writer.take().expect("joined once");
+        h.join().unwrap_or_else(|_| {
+            Err(TraceError::Recording {
+                path: self.path.display().to_string(),
+                message: "the writer thread panicked".into(),
+            })
+        })
+    }
+}
+
+impl Drop for Recorder {
+    /// A recorder dropped without `finish` detaches and closes its trace (with no
+    /// expectations).
+    fn drop(&mut self) {
+        if self.writer.is_none() {
+            return;
+        }
+        if let Some(vm) = self.vm.upgrade() {
+            detach(&vm, self.id);
+        }
+        self.tx = None;
+        let _ = self.join();
+    }
+}
+
+/// Detach recorder `id`'s capture from `vm`, leaving another recorder attached since alone.
+/// The detached capture sends what it still holds as it drops.
+fn detach(vm: &VmShared, id: u64) {
+    if let Some(other) = vm.set_recorder(None).filter(|c| c.owner != id) {
+        vm.set_recorder(Some(other));
+    }
+}
+
+/// The kernel failure (kind, op, message) inside `e`, if it is one.
+pub(crate) fn failure_of(e: &Error) -> Option<(FailureKind, String, String)> {
+    match e {
+        Error::Kernel { op, message, .. } => Some((FailureKind::Kernel, op.clone(), message.clone())),
+        Error::Panic { op, message, .. } => Some((FailureKind::Panic, op.clone(), message.clone())),
+        Error::Failed { first, .. } => failure_of(first),
+        _ => None,
+    }
+}
+
+/// The background thread's state: dense numbering and the open files.
+struct Writer {
+    path: PathBuf,
+    pool: Arc<SegQueue<Vec<Rec>>>,
+    out: BufWriter<File>,
+    sidecar: Option<(PathBuf, BufWriter<File>, u64)>,
+    /// Trace number and dtype of each VM tensor declared so far, indexed by VM tensor id
+    /// (ids are handed out in sequence, so the table stays dense).
+    tensors: Vec<Option<(u32, DType)>>,
+    declared: u32,
+    events: HashMap<u64, u32>,
+    instructions: u64,
+    line: String,
+}
+
+impl Writer {
+    fn new(path: PathBuf, out: BufWriter<File>, pool: Arc<SegQueue<Vec<Rec>>>) -> Self {
+        Writer {
+            path,
+            pool,
+            out,
+            sidecar: None,
+            tensors: Vec::new(),
+            declared: 0,
+            events: HashMap::new(),
+            instructions: 0,
+            line: String::with_capacity(CHUNK + 4096),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) -> Result<RecordSummary, TraceError> {
+        let mut ending = None;
+        for msg in rx {
+            match msg {
+                Msg::Batch(mut recs) => {
+                    for r in recs.drain(..) {
+                        self.rec(r)?;
+                    }
+                    if self.pool.len() < CHANNEL_BATCHES {
+                        self.pool.push(recs);
+                    }
+                }
+                Msg::Finish { expects, failure } => {
+                    ending = Some((expects, failure));
+                    break;
+                }
+            }
+        }
+        let (expects, failure) = ending.unwrap_or_default();
+        let mut written = 0;
+        for (id, sum) in expects {
+            if let Some(Some((t, _))) = self.tensors.get(id as usize) {
+                self.line.push_str(&format!("expect t{t} fnv1a64=0x{sum:016x}"));
+                self.emit()?;
+                written += 1;
+            }
+        }
+        let failure_text = failure.map(|(kind, op, message)| {
+            self.line.push_str(&format!("expect error {} op={op} message=", kind.name()));
+            quote(&mut self.line, &message);
+            format!("{} in `{op}`: {message}", kind.name())
+        });
+        if failure_text.is_some() {
+            self.emit()?;
+        }
+        let io = |p: &Path, e| TraceError::io(p, e);
+        self.out.write_all(self.line.as_bytes()).map_err(|e| io(&self.path, e))?;
+        self.out.flush().map_err(|e| io(&self.path, e))?;
+        let sidecar = match self.sidecar.take() {
+            Some((p, mut w, _)) => {
+                w.flush().map_err(|e| io(&p, e))?;
+                Some(p)
+            }
+            None => None,
+        };
+        Ok(RecordSummary {
+            path: self.path,
+            instructions: self.instructions,
+            tensors: self.declared as u64,
+            expects: written,
+            failure: failure_text,
+            sidecar,
+        })
+    }
+
+    /// End the current line; hand the text to the file once a large chunk has gathered.
+    fn emit(&mut self) -> Result<(), TraceError> {
+        self.line.push('\n');
+        if self.line.len() >= CHUNK {
+            let r = self.out.write_all(self.line.as_bytes());
+            self.line.clear();
+            r.map_err(|e| TraceError::io(&self.path, e))?;
+        }
+        Ok(())
+    }
+
+    /// The trace number of VM tensor `id` (declared before any instruction that uses it).
+    fn tensor(&self, id: u64) -> u32 {
+        self.tensors.get(id as usize).copied().flatten().map_or(u32::MAX, |t| t.0)
+    }
+
+    fn event(&mut self, id: u64) -> u32 {
+        let n = self.events.len() as u32;
+        *self.events.entry(id).or_insert(n)
+    }
+
+    fn rec(&mut self, r: Rec) -> Result<(), TraceError> {
+        let (kind, stream, tensors) = match r {
+            Rec::Tensor { id, meta } => {
+                let n = self.declared;
+                self.declared += 1;
+                let i = id as usize;
+                if i >= self.tensors.len() {
+                    self.tensors.resize(i + 1 + i / 2, None);
+                }
+                self.tensors[i] = Some((n, meta.dtype));
+                let l = &mut self.line;
+                l.push_str("tensor");
+                push_id(l, " t", n as u64);
+                l.push(' ');
+                l.push_str(meta.dtype.name());
+                l.push('[');
+                for (k, d) in meta.shape.iter().enumerate() {
+                    push_id(l, if k == 0 { "" } else { "," }, *d as u64);
+                }
+                l.push_str("] ");
+                let dev = TraceDevice::of(meta.device);
+                l.push_str(dev.kind.name());
+                push_id(l, ":", dev.index as u64);
+                return self.emit();
+            }
+            Rec::Instr { kind, stream, tensors } => (kind, stream, tensors),
+        };
+        self.instructions += 1;
+        let names: SmallVec<[u32; 4]> = tensors.iter().map(|&t| self.tensor(t)).collect();
+        let first = names.first().copied().unwrap_or(u32::MAX) as u64;
+        let (keyword, tail) = match &kind {
+            RecKind::Call { .. } => ("call", ""),
+            RecKind::Record { .. } => ("record", ""),
+            RecKind::Wait { .. } => ("wait", ""),
+            RecKind::Barrier => ("barrier", ""),
+            RecKind::Release => ("release", ""),
+            RecKind::Read => ("access", " read"),
+            RecKind::AccessWait => ("access", " wait"),
+            RecKind::Write(_) => ("access", " write"),
+        };
+        self.line.push_str(keyword);
+        push_id(&mut self.line, " s", stream as u64);
+        self.line.push_str(tail);
+        match kind {
+            RecKind::Call { op, scalar, n_inputs } => {
+                let l = &mut self.line;
+                l.push(' ');
+                l.push_str(op);
+                let (ins, outs) = names.split_at((n_inputs as usize).min(names.len()));
+                for (key, list) in [(" in=t", ins), (" out=t", outs)] {
+                    for (i, &t) in list.iter().enumerate() {
+                        push_id(l, if i == 0 { key } else { ",t" }, t as u64);
+                    }
+                }
+                if scalar != 0.0 || scalar.is_sign_negative() {
+                    use std::fmt::Write as _;
+                    let _ = write!(l, " scalar={scalar:?}");
+                }
+            }
+            RecKind::Record { id } => {
+                let e = self.event(id);
+                push_id(&mut self.line, " e", e as u64);
+                for &t in &names {
+                    push_id(&mut self.line, " t", t as u64);
+                }
+            }
+            RecKind::Wait { id } => {
+                let e = self.event(id);
+                push_id(&mut self.line, " e", e as u64);
+            }
+            RecKind::Barrier => {}
+            RecKind::Release | RecKind::Read | RecKind::AccessWait => push_id(&mut self.line, " t", first),
+            RecKind::Write(bytes) => {
+                push_id(&mut self.line, " t", first);
+                let dtype =
+                    self.tensors.get(tensors[0] as usize).copied().flatten().map_or(DType::F32, |t| t.1);
+                self.write_data(dtype, &bytes)?;
+            }
+        }
+        self.emit()
+    }
+
+    /// The data of a host write: inline when small, else appended to the sidecar.
+    fn write_data(&mut self, dtype: DType, bytes: &[u8]) -> Result<(), TraceError> {
+        use std::fmt::Write as _;
+        if bytes.len() / dtype.size() <= INLINE_LIMIT {
+            let _ = write!(self.line, " {dtype}");
+            write_values(&mut self.line, dtype, bytes);
+            return Ok(());
+        }
+        if self.sidecar.is_none() {
+            let mut p = self.path.clone().into_os_string();
+            p.push(".bin");
+            let p = PathBuf::from(p);
+            let f = File::create(&p).map_err(|e| TraceError::io(&p, e))?;
+            self.sidecar = Some((p, BufWriter::new(f), 0));
+        }
+        let (p, w, offset) = self.sidecar.as_mut().expect("opened above");
+        w.write_all(bytes).map_err(|e| TraceError::io(p, e))?;
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let _ = write!(self.line, " file=");
+        quote(&mut self.line, &name);
+        let _ =
+            write!(self.line, " offset={offset} bytes={} fnv1a64=0x{:016x}", bytes.len(), checksum(bytes));
+        *offset += bytes.len() as u64;
+        Ok(())
+    }
+}
+
+/// Append `prefix` and the decimal digits of `n` (without the formatting machinery: this
+/// runs for every operand of every recorded instruction).
+fn push_id(out: &mut String, prefix: &str, n: u64) {
+    out.push_str(prefix);
+    out.push_str(itoa::Buffer::new().format(n));
+}

@@ -1,0 +1,544 @@
+//! Replay: run a trace on a fresh VM and check what it states.
+//!
+//! Two modes:
+//! - **As recorded** (the default): every instruction is emitted exactly as the trace lists
+//!   it, through the builder's raw emission path (no soft sync), with the trace's own
+//!   `record`/`wait` instructions; event numbers are mapped to fresh VM event ids. This
+//!   needs the recorded device layout.
+//! - **Resync** ([`ReplayOptions::resync`]): `record` and `wait` are dropped and calls go
+//!   through the ordinary builder, which derives the synchronisation again. A trace recorded
+//!   on one device layout then replays on another ([`DeviceMap`]).
+//!
+//! Statements that block the host (`access ... read|wait`, `barrier`) end the current
+//! batch, as the recorded program's `to_vec`, `wait` and `sync` did. After the last
+//! statement the replay syncs, reads every `expect`ed tensor and compares checksums, and
+//! matches the failures it saw against the trace's `expect error` (a failure the trace does
+//! not expect is an error, and so is an expected one that does not happen).
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use super::format::{AccessKind, Data, DeviceKind, FailureKind, Line, Ref, Stmt, Trace, TraceDevice};
+use super::record::failure_of;
+use super::validate::{kernel_device, validate, ValidateOptions};
+use super::{checksum, Diagnostic, TraceError};
+use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
+use crate::error::Error;
+use crate::framework::{Attrs, DType, Tensor};
+use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Operand, Operands};
+use crate::vm::StreamId;
+use crate::{Config, VirtualMachine};
+
+/// Where the trace's devices run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceMap {
+    /// On the devices the trace names (`mock:1` on `mock:1`). `cuda` is unavailable in
+    /// this build.
+    #[default]
+    AsRecorded,
+    /// Everything on the host, `cpu:0` (needs `resync`).
+    Cpu,
+    /// Every non-host device on the mock device of the same index (needs `resync` unless
+    /// the trace already uses only `cpu` and `mock`).
+    Mock,
+    /// Every non-host device on the CUDA device of the same index.
+    Cuda,
+}
+
+impl std::fmt::Display for DeviceMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DeviceMap::AsRecorded => "as recorded",
+            DeviceMap::Cpu => "all on cpu:0",
+            DeviceMap::Mock => "mock",
+            DeviceMap::Cuda => "cuda",
+        })
+    }
+}
+
+impl std::str::FromStr for DeviceMap {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "recorded" => Ok(DeviceMap::AsRecorded),
+            "cpu" => Ok(DeviceMap::Cpu),
+            "mock" => Ok(DeviceMap::Mock),
+            "cuda" => Ok(DeviceMap::Cuda),
+            _ => Err(format!("unknown device `{s}` (expected cpu, mock, cuda or recorded)")),
+        }
+    }
+}
+
+/// How to replay.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// Drop the recorded `record`/`wait` and let the builder derive synchronisation.
+    pub resync: bool,
+    /// Where the trace's devices run.
+    pub device: DeviceMap,
+    /// The VM's configuration (threads, batching, mock timing); its `mock_devices` is set
+    /// from the trace.
+    pub config: Config,
+}
+
+/// The result of one `access ... read` of the trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadResult {
+    /// The statement's line.
+    pub line: u32,
+    /// The tensor read.
+    pub tensor: u32,
+    /// The bytes read, or the error the tensor carried.
+    pub result: Result<Vec<u8>, Error>,
+}
+
+/// What a replay did.
+#[derive(Debug, Clone)]
+pub struct ReplayReport {
+    /// Instruction statements replayed (in resync mode `record`/`wait` are skipped and the
+    /// builder adds its own).
+    pub instructions: u64,
+    /// Wall time from the first statement to the end of the final sync.
+    pub wall: Duration,
+    /// Instruction statements per VM stream name.
+    pub per_stream: Vec<(String, u64)>,
+    /// Every `access ... read`, in order.
+    pub reads: Vec<ReadResult>,
+    /// `expect` checksums that matched.
+    pub checked: usize,
+    /// Failures seen (kernel errors and panics), each with the line where it surfaced.
+    pub failures: Vec<(u32, Error)>,
+    /// Whether the trace's `expect error` was matched.
+    pub expected_failure: Option<String>,
+}
+
+/// Replay `trace` (see the module docs).
+pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, TraceError> {
+    replay_with(trace, opts, &mut |_, _| {})
+}
+
+/// [`replay`], calling `progress(done, total)` (instruction statements) as it goes.
+pub fn replay_with(
+    trace: &Trace,
+    opts: &ReplayOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<ReplayReport, TraceError> {
+    validate(trace, &ValidateOptions { resync: opts.resync })?;
+    let map = Mapping::new(trace, opts)?;
+    let mut config = opts.config.clone();
+    config.mock_devices = map.mock_devices;
+    config.cuda_devices = map.cuda_devices;
+    let vm = VirtualMachine::new(config).map_err(|error| match error {
+        Error::Device(EpError::CudaUnavailable { device, reason }) => TraceError::DeviceUnavailable {
+            device: device.to_string(),
+            reason: format!("{reason}; replay with `--resync --device mock` or `--resync --device cpu`"),
+        },
+        error => vm_err(trace, trace.lines.first(), error),
+    })?;
+    let mut r = Replayer {
+        trace,
+        opts,
+        map,
+        vm: &vm,
+        streams: HashMap::new(),
+        tensors: HashMap::new(),
+        events: HashMap::new(),
+        report: ReplayReport {
+            instructions: 0,
+            wall: Duration::ZERO,
+            per_stream: Vec::new(),
+            reads: Vec::new(),
+            checked: 0,
+            failures: Vec::new(),
+            expected_failure: None,
+        },
+        per_stream: Vec::new(),
+        total: trace.instructions() as u64,
+    };
+    let t0 = Instant::now();
+    r.run(progress)?;
+    r.drain(progress);
+    let end = trace.lines.last().map_or(1, |l| l.pos.line);
+    if let Err(e) = vm.sync() {
+        r.failed(end, e);
+    }
+    r.report.wall = t0.elapsed();
+    r.check_expectations()?;
+    let streams = vm.streams();
+    r.report.per_stream = (r.per_stream.iter().enumerate())
+        .filter(|(_, &n)| n > 0)
+        .map(|(i, &n)| (streams[i].3.clone(), n))
+        .collect();
+    Ok(r.report)
+}
+
+fn diag(trace: &Trace, line: Option<&Line>, col: u32) -> Diagnostic {
+    Diagnostic {
+        file: trace.file.clone(),
+        line: line.map_or(1, |l| l.pos.line),
+        col: if col == 0 { line.map_or(1, |l| l.pos.col) } else { col },
+        message: String::new(),
+    }
+}
+
+fn vm_err(trace: &Trace, line: Option<&Line>, error: Error) -> TraceError {
+    TraceError::Vm { at: diag(trace, line, 0), error: Box::new(error) }
+}
+
+/// Trace devices to VM devices.
+struct Mapping {
+    devices: HashMap<TraceDevice, DeviceId>,
+    mock_devices: u16,
+    cuda_devices: u16,
+}
+
+impl Mapping {
+    fn new(trace: &Trace, opts: &ReplayOptions) -> Result<Mapping, TraceError> {
+        let mut devices = HashMap::new();
+        let mut changed = None;
+        for l in &trace.lines {
+            let Stmt::Device(d) = &l.stmt else { continue };
+            let target = match (opts.device, d.kind) {
+                (DeviceMap::Cpu, _) | (_, DeviceKind::Cpu) => DeviceId::CPU,
+                (DeviceMap::Mock, _) | (DeviceMap::AsRecorded, DeviceKind::Mock) => DeviceId::mock(d.index),
+                (DeviceMap::Cuda, _) | (DeviceMap::AsRecorded, DeviceKind::Cuda) => DeviceId::cuda(d.index),
+            };
+            if TraceDevice::of(target) != *d && changed.is_none() {
+                changed = Some(l);
+            }
+            devices.insert(*d, target);
+        }
+        if let (Some(l), false) = (changed, opts.resync) {
+            let mut at = diag(trace, Some(l), 0);
+            at.message =
+                "the trace's record/wait instructions fit only the device layout it was recorded on; \
+                          replay on another layout with --resync"
+                    .into();
+            return Err(TraceError::Invalid { diagnostics: vec![at] });
+        }
+        let count =
+            |ty: DeviceType| devices.values().filter(|d| d.ty == ty).map(|d| d.index + 1).max().unwrap_or(0);
+        let (mock_devices, cuda_devices) = (count(DeviceType::Mock), count(DeviceType::Cuda));
+        Ok(Mapping { devices, mock_devices, cuda_devices })
+    }
+}
+
+struct Replayer<'a> {
+    trace: &'a Trace,
+    opts: &'a ReplayOptions,
+    map: Mapping,
+    vm: &'a VirtualMachine,
+    streams: HashMap<u32, (StreamId, TraceDevice)>,
+    tensors: HashMap<u32, Tensor>,
+    events: HashMap<u32, u64>,
+    report: ReplayReport,
+    /// Instruction statements per VM stream index.
+    per_stream: Vec<u64>,
+    total: u64,
+}
+
+/// Whether the statement makes the host wait (ends the batch being built).
+fn blocks(s: &Stmt) -> bool {
+    matches!(s, Stmt::Barrier { .. } | Stmt::Access { kind: AccessKind::Read | AccessKind::Wait, .. })
+}
+
+impl Replayer<'_> {
+    fn err(&self, l: &Line, col: u32, error: Error) -> TraceError {
+        TraceError::Vm { at: diag(self.trace, Some(l), col), error: Box::new(error) }
+    }
+
+    fn failed(&mut self, line: u32, e: Error) {
+        self.report.failures.push((line, e));
+    }
+
+    fn stream(&self, r: Ref) -> StreamId {
+        self.streams[&r.id].0
+    }
+
+    fn tensor(&self, r: Ref) -> &Tensor {
+        &self.tensors[&r.id]
+    }
+
+    fn run(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), TraceError> {
+        let trace = self.trace;
+        let lines = &trace.lines;
+        let mut i = 0;
+        while i < lines.len() {
+            let vm = self.vm;
+            let stopped = vm.run(|b| -> Result<usize, TraceError> {
+                while i < lines.len() && !blocks(&lines[i].stmt) {
+                    self.statement(b, &lines[i])?;
+                    self.count(&lines[i], progress);
+                    i += 1;
+                }
+                Ok(i)
+            })?;
+            if let Some(l) = lines.get(stopped) {
+                self.blocking(l)?;
+                self.count(l, progress);
+            }
+            i = stopped + 1;
+        }
+        Ok(())
+    }
+
+    /// Report progress while the submitted instructions finish (the caller submits far
+    /// ahead of the devices; the VM's in-flight count says how far behind they are).
+    fn drain(&mut self, progress: &mut dyn FnMut(u64, u64)) {
+        let shared = self.vm.shared();
+        let t0 = Instant::now();
+        let mut done = 0;
+        loop {
+            let left = self.vm.in_flight() as u64;
+            done = self.total.saturating_sub(left).max(done);
+            progress(done, self.total);
+            if left == 0 || shared.is_dead() {
+                break;
+            }
+            // Short naps at first, so that a short replay is not made longer by them.
+            let nap = (t0.elapsed() / 16).clamp(Duration::from_micros(200), Duration::from_millis(50));
+            std::thread::sleep(nap);
+        }
+    }
+
+    fn count(&mut self, l: &Line, progress: &mut dyn FnMut(u64, u64)) {
+        let Some(s) = l.stmt.stream() else { return };
+        self.report.instructions += 1;
+        let i = self.stream(s).index();
+        if i >= self.per_stream.len() {
+            self.per_stream.resize(i + 1, 0);
+        }
+        self.per_stream[i] += 1;
+        if self.report.instructions % 1024 == 0 {
+            // Submitted is not finished: count what is still in flight as not done.
+            let left = self.vm.in_flight() as u64;
+            progress(self.report.instructions.saturating_sub(left), self.total);
+        }
+    }
+
+    fn operands(&self, reads: &[Ref], writes: &[Ref]) -> Operands {
+        let op = |r: &Ref, mode| Operand { tensor: self.tensor(*r).inner().clone(), mode };
+        let mut ops = Operands::new();
+        ops.extend(reads.iter().map(|r| op(r, AccessMode::Read)));
+        ops.extend(writes.iter().map(|r| op(r, AccessMode::Write)));
+        ops
+    }
+
+    fn statement(
+        &mut self,
+        b: &mut crate::framework::InstructionsBuilder<'_>,
+        l: &Line,
+    ) -> Result<(), TraceError> {
+        let raw = !self.opts.resync;
+        match &l.stmt {
+            Stmt::Device(_) | Stmt::Expect { .. } | Stmt::ExpectError { .. } => {}
+            Stmt::Stream { id, device, ty } => {
+                let d = self.map.devices[device];
+                let ty = if d.is_host() { StreamType::Compute } else { *ty };
+                let s = self.vm.stream(d, ty).map_err(|e| self.err(l, 0, e))?;
+                self.streams.insert(id.id, (s, *device));
+            }
+            Stmt::Tensor { id, dtype, shape, device } => {
+                let t =
+                    self.vm.empty(shape, *dtype, self.map.devices[device]).map_err(|e| self.err(l, 0, e))?;
+                self.tensors.insert(id.id, t);
+            }
+            Stmt::Call { stream, op, op_col, inputs, outputs, scalar } => {
+                let s = self.stream(*stream);
+                let attrs = Attrs::scalar(*scalar);
+                let resolved = self.vm.op(op).map_err(|e| self.err(l, *op_col, e))?;
+                if raw {
+                    let dev = self.streams[&stream.id].1;
+                    let kernel = resolved.kernel(kernel_device(dev)).ok_or_else(|| {
+                        self.err(l, *op_col, Error::Config(format!("no kernel for `{op}`")))
+                    })?;
+                    let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
+                    b.emit_raw(kind, s, self.operands(inputs, outputs));
+                } else {
+                    let ins: SmallVec<[&Tensor; 4]> = inputs.iter().map(|r| self.tensor(*r)).collect();
+                    let outs: SmallVec<[&Tensor; 2]> = outputs.iter().map(|r| self.tensor(*r)).collect();
+                    b.call_into(resolved, &ins, &outs, attrs, s).map_err(|e| self.err(l, *op_col, e))?;
+                }
+            }
+            Stmt::Record { stream, event, tensors } => {
+                if raw {
+                    let id = self.vm.shared().next_event_id();
+                    self.events.insert(event.id, id);
+                    b.emit_raw(
+                        InstrKind::RecordEvent { id },
+                        self.stream(*stream),
+                        self.operands(tensors, &[]),
+                    );
+                }
+            }
+            Stmt::Wait { stream, event } => {
+                if raw {
+                    let id = self.events[&event.id];
+                    b.emit_raw(
+                        InstrKind::StreamWaitEvent { id, event: None },
+                        self.stream(*stream),
+                        Operands::new(),
+                    );
+                }
+            }
+            Stmt::Release { stream, tensor } => {
+                let t = self.tensors.remove(&tensor.id).expect("validated: declared and live");
+                if raw {
+                    // Marked released first, so that dropping the handle emits nothing more.
+                    t.inner().released.store(true, std::sync::atomic::Ordering::Relaxed);
+                    b.emit_raw(InstrKind::Release, self.stream(*stream), self.operands_of(&t));
+                }
+                drop(t);
+            }
+            Stmt::Access { stream, tensor, kind: AccessKind::Write(data) } => {
+                let bytes = self.data(l, data)?;
+                let t = self.tensor(*tensor);
+                if raw {
+                    let ops = self.operands(&[], &[*tensor]);
+                    b.emit_raw(InstrKind::Access(HostAccess::Write(bytes)), self.stream(*stream), ops);
+                } else {
+                    let r = match t.dtype() {
+                        DType::F32 => b.write(t, &<f32 as crate::framework::Element>::from_bytes(&bytes)),
+                        DType::I64 => b.write(t, &<i64 as crate::framework::Element>::from_bytes(&bytes)),
+                    };
+                    r.map_err(|e| self.err(l, tensor.col, e))?;
+                }
+            }
+            Stmt::Access { .. } | Stmt::Barrier { .. } => unreachable!("blocking statements end the batch"),
+        }
+        Ok(())
+    }
+
+    fn operands_of(&self, t: &Tensor) -> Operands {
+        let mut ops = Operands::new();
+        ops.push(Operand { tensor: t.inner().clone(), mode: AccessMode::Write });
+        ops
+    }
+
+    fn blocking(&mut self, l: &Line) -> Result<(), TraceError> {
+        match &l.stmt {
+            Stmt::Barrier { .. } => {
+                if let Err(e) = self.vm.sync() {
+                    self.failed(l.pos.line, e);
+                }
+            }
+            Stmt::Access { stream, tensor, kind } => {
+                let wait = *kind == AccessKind::Wait;
+                let t = self.tensor(*tensor).clone();
+                let result = if self.opts.resync {
+                    if wait {
+                        t.wait().map(|()| Vec::new())
+                    } else {
+                        self.vm.shared().read_bytes(&t)
+                    }
+                } else {
+                    let slot = AccessSlot::new();
+                    let access =
+                        if wait { HostAccess::Wait(slot.clone()) } else { HostAccess::Read(slot.clone()) };
+                    let ops = self.operands(&[*tensor], &[]);
+                    let s = self.stream(*stream);
+                    self.vm.run(|b| b.emit_raw(InstrKind::Access(access), s, ops));
+                    let shared = self.vm.shared().clone();
+                    slot.wait(|| shared.is_dead())
+                };
+                if let Err(e) = &result {
+                    self.failed(l.pos.line, e.clone());
+                }
+                if !wait {
+                    self.report.reads.push(ReadResult { line: l.pos.line, tensor: tensor.id, result });
+                }
+            }
+            _ => unreachable!("only blocking statements"),
+        }
+        Ok(())
+    }
+
+    /// The bytes of a host write, reading (and checking) the sidecar slice if there is one.
+    fn data(&self, l: &Line, data: &Data) -> Result<Vec<u8>, TraceError> {
+        match data {
+            Data::Inline(_, bytes) => Ok(bytes.clone()),
+            Data::File { path, offset, bytes, checksum: want } => {
+                let full = self.trace.dir.join(path);
+                let io = |e| TraceError::io(&full, e);
+                let mut f = std::fs::File::open(&full).map_err(io)?;
+                f.seek(SeekFrom::Start(*offset)).map_err(io)?;
+                let mut buf = vec![0u8; *bytes as usize];
+                f.read_exact(&mut buf).map_err(io)?;
+                let found = checksum(&buf);
+                if found != *want {
+                    let mut at = diag(self.trace, Some(l), 0);
+                    at.message = format!(
+                        "the sidecar slice at offset {offset} has checksum 0x{found:016x}, the trace states 0x{want:016x}"
+                    );
+                    return Err(TraceError::Invalid { diagnostics: vec![at] });
+                }
+                Ok(buf)
+            }
+        }
+    }
+
+    fn check_expectations(&mut self) -> Result<(), TraceError> {
+        let mut expected = None;
+        for l in &self.trace.lines {
+            match &l.stmt {
+                Stmt::Expect { tensor, checksum: want } => {
+                    let t = self.tensor(*tensor).clone();
+                    let bytes = self.vm.shared().read_bytes(&t).map_err(|e| self.err(l, tensor.col, e))?;
+                    let found = checksum(&bytes);
+                    if found != *want {
+                        let at = diag(self.trace, Some(l), tensor.col);
+                        return Err(TraceError::Mismatch { at, tensor: tensor.id, expected: *want, found });
+                    }
+                    self.report.checked += 1;
+                }
+                Stmt::ExpectError { kind, op, message } => expected = Some((l, *kind, op, message)),
+                _ => {}
+            }
+        }
+        let seen = |k: FailureKind, o: &str, m: &str| {
+            self.report
+                .failures
+                .iter()
+                .any(|(_, e)| failure_of(e).is_some_and(|(a, b, c)| a == k && b == o && c == m))
+        };
+        match expected {
+            Some((l, kind, op, message)) => {
+                if !seen(kind, op, message) {
+                    let mut at = diag(self.trace, Some(l), 0);
+                    at.message = format!("expected {} failure of `{op}`: {message}", kind.name());
+                    let observed = self.report.failures.iter().map(|(_, e)| e.to_string()).collect();
+                    return Err(TraceError::MissingFailure { at, observed });
+                }
+                self.report.expected_failure = Some(format!("{} in `{op}`: {message}", kind.name()));
+                // Every failure must be the expected one or carried from it.
+                if let Some((line, e)) = self.report.failures.iter().find(|(_, e)| {
+                    failure_of(e).map_or(true, |(a, b, c)| a != kind || b != *op || c != *message)
+                }) {
+                    let at = Diagnostic {
+                        file: self.trace.file.clone(),
+                        line: *line,
+                        col: 1,
+                        message: String::new(),
+                    };
+                    return Err(TraceError::Vm { at, error: Box::new(e.clone()) });
+                }
+                Ok(())
+            }
+            None => match self.report.failures.first() {
+                Some((line, e)) => {
+                    let at = Diagnostic {
+                        file: self.trace.file.clone(),
+                        line: *line,
+                        col: 1,
+                        message: String::new(),
+                    };
+                    Err(TraceError::Vm { at, error: Box::new(e.clone()) })
+                }
+                None => Ok(()),
+            },
+        }
+    }
+}

@@ -1,0 +1,498 @@
+//! The validator: every semantic problem of a trace, without running it.
+//!
+//! It walks the statements in order with the same knowledge the builder has while it
+//! builds a program, and checks what the builder would refuse (unknown op on the stream's
+//! device, wrong operand count, shape or dtype through the kernel's own `infer`, tensors
+//! on the wrong device, aliasing, undeclared or released tensors) plus what only a trace
+//! can get wrong: declarations (duplicates, unknown devices, stream types a device does
+//! not have), event order (waited on before recorded, recorded twice, waited on from
+//! another device), access data of the wrong size, and cross-stream uses with no
+//! synchronisation.
+//!
+//! # The synchronisation rule
+//!
+//! It is the rule of the builder's soft sync (OneFlow's `SoftSyncStream`): when a tensor
+//! last used on stream A is used on stream B,
+//! - A on the host: nothing is needed (host work is done when it is launched);
+//! - A and B on one asynchronous device: a `record A e ... tN` after the last use on A, then
+//!   a `wait B e` before the use on B;
+//! - otherwise: a `record A e ... tN` after the last use on A (the host waits for it).
+//!
+//! A trace meant for `replay --resync` may leave all of that out
+//! ([`ValidateOptions::resync`]).
+
+use std::collections::HashMap;
+
+use super::format::{AccessKind, Data, DeviceKind, Line, Ref, Stmt, Trace, TraceDevice};
+use super::{Diagnostic, TraceError};
+use crate::ep::{DeviceType, StreamType};
+use crate::framework::{Attrs, DType, OpRegistry, OutSpecs, TensorMeta};
+
+/// The largest tensor a trace may declare, in bytes (64 GiB): a bigger one would fail to
+/// allocate rather than replay.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 36;
+
+/// The most mock devices a trace may use (`mock:0` .. `mock:15`).
+pub const MAX_MOCK_DEVICES: u16 = 16;
+
+/// What the validator checks.
+#[derive(Debug, Clone, Default)]
+pub struct ValidateOptions {
+    /// The trace will be replayed with its synchronisation derived anew: do not require
+    /// `record`/`wait` before cross-stream uses.
+    pub resync: bool,
+}
+
+/// Check `trace`; [`TraceError::Invalid`] lists every problem with its line and column.
+pub fn validate(trace: &Trace, opts: &ValidateOptions) -> Result<(), TraceError> {
+    let diagnostics = check(trace, opts);
+    if diagnostics.is_empty() {
+        Ok(())
+    } else {
+        Err(TraceError::Invalid { diagnostics })
+    }
+}
+
+/// The VM device type whose kernels serve a trace device.
+pub(crate) fn kernel_device(d: TraceDevice) -> DeviceType {
+    match d.kind {
+        DeviceKind::Cpu => DeviceType::Cpu,
+        DeviceKind::Mock => DeviceType::Mock,
+        DeviceKind::Cuda => DeviceType::Cuda,
+    }
+}
+
+struct TensorState {
+    dtype: DType,
+    shape: Vec<usize>,
+    device: TraceDevice,
+    released: Option<u32>,
+    last_stream: Option<u32>,
+    /// The event recorded on `last_stream` after its last use there, covering this tensor.
+    recorded: Option<u32>,
+    /// Streams that have waited on the device for `recorded`.
+    visible: Vec<u32>,
+}
+
+struct EventState {
+    stream: u32,
+    line: u32,
+    tensors: Vec<u32>,
+}
+
+struct Checker<'t> {
+    trace: &'t Trace,
+    opts: &'t ValidateOptions,
+    ops: OpRegistry,
+    out: Vec<Diagnostic>,
+    devices: Vec<TraceDevice>,
+    streams: HashMap<u32, (TraceDevice, StreamType)>,
+    tensors: HashMap<u32, TensorState>,
+    events: HashMap<u32, EventState>,
+    line: u32,
+}
+
+/// Every problem of `trace`, in file order.
+pub(crate) fn check(trace: &Trace, opts: &ValidateOptions) -> Vec<Diagnostic> {
+    let mut c = Checker {
+        trace,
+        opts,
+        ops: OpRegistry::with_builtins(),
+        out: Vec::new(),
+        devices: Vec::new(),
+        streams: HashMap::new(),
+        tensors: HashMap::new(),
+        events: HashMap::new(),
+        line: 0,
+    };
+    let mut expects = Vec::new();
+    for l in &trace.lines {
+        c.line = l.pos.line;
+        c.statement(l, &mut expects);
+    }
+    for (line, r) in expects {
+        c.line = line;
+        if let Some(t) = c.tensors.get(&r.id) {
+            if let Some(at) = t.released {
+                c.err(
+                    r.col,
+                    format!("tensor t{} is expected at the end, but it is released at line {at}", r.id),
+                );
+            }
+        }
+    }
+    c.out.sort_by_key(|d| (d.line, d.col));
+    c.out
+}
+
+impl Checker<'_> {
+    fn err(&mut self, col: u32, message: String) {
+        self.out.push(Diagnostic { file: self.trace.file.clone(), line: self.line, col, message });
+    }
+
+    fn stream(&mut self, r: Ref) -> Option<(TraceDevice, StreamType)> {
+        let s = self.streams.get(&r.id).copied();
+        if s.is_none() {
+            self.err(
+                r.col,
+                format!("stream s{} is not declared (declare it with `stream s{} DEVICE TYPE`)", r.id, r.id),
+            );
+        }
+        s
+    }
+
+    /// A declared, live tensor.
+    fn tensor(&mut self, r: Ref) -> bool {
+        match self.tensors.get(&r.id) {
+            None => {
+                self.err(
+                    r.col,
+                    format!(
+                        "tensor t{} is not declared (declare it with `tensor t{} TYPE DEVICE`)",
+                        r.id, r.id
+                    ),
+                );
+                false
+            }
+            Some(t) => match t.released {
+                Some(at) => {
+                    self.err(r.col, format!("tensor t{} is used after its release at line {at}", r.id));
+                    false
+                }
+                None => true,
+            },
+        }
+    }
+
+    fn device_declared(&mut self, d: TraceDevice, col: u32) {
+        if !self.devices.contains(&d) {
+            self.err(col, format!("device {d} is not declared (declare it with `device {d}`)"));
+        }
+    }
+
+    /// The synchronisation rule of the module docs, then mark the tensor used on `stream`.
+    fn use_on(&mut self, r: Ref, stream: u32) {
+        let Some(&(dst_dev, _)) = self.streams.get(&stream) else { return };
+        let Some(t) = self.tensors.get(&r.id) else { return };
+        let last = t.last_stream;
+        let msg = match last {
+            Some(src) if src != stream && !self.opts.resync => {
+                let src_dev = self.streams.get(&src).map(|s| s.0);
+                match src_dev {
+                    Some(d) if d.is_async() && d == dst_dev => (!t.visible.contains(&stream)).then(|| {
+                        format!(
+                            "tensor t{} was last used on s{src} and is used on s{stream} of the same device with no \
+                             synchronisation (expected `record s{src} eN t{}` then `wait s{stream} eN` before this)",
+                            r.id, r.id
+                        )
+                    }),
+                    Some(d) if d.is_async() => t.recorded.is_none().then(|| {
+                        format!(
+                            "tensor t{} was last used on s{src} ({d}) and is used on s{stream} with no \
+                             synchronisation (expected `record s{src} eN t{}` before this)",
+                            r.id, r.id
+                        )
+                    }),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(m) = msg {
+            self.err(r.col, m);
+        }
+        let t = self.tensors.get_mut(&r.id).expect("checked above");
+        if last != Some(stream) {
+            t.last_stream = Some(stream);
+        }
+        t.recorded = None;
+        t.visible.clear();
+    }
+
+    fn statement(&mut self, l: &Line, expects: &mut Vec<(u32, Ref)>) {
+        let col = l.pos.col;
+        match &l.stmt {
+            Stmt::Device(d) => {
+                if !d.is_host() && d.index >= MAX_MOCK_DEVICES {
+                    self.err(
+                        col,
+                        format!(
+                            "device {d}: at most {MAX_MOCK_DEVICES} devices of a type (indices 0-{})",
+                            MAX_MOCK_DEVICES - 1
+                        ),
+                    );
+                }
+                if self.devices.contains(d) {
+                    self.err(col, format!("device {d} is declared twice"));
+                } else {
+                    self.devices.push(*d);
+                }
+            }
+            Stmt::Stream { id, device, ty } => {
+                self.device_declared(*device, col);
+                if device.is_host() && *ty != StreamType::Compute {
+                    self.err(col, format!("{device} has only a compute stream, not {}", ty.name()));
+                }
+                if self.streams.insert(id.id, (*device, *ty)).is_some() {
+                    self.err(id.col, format!("stream s{} is declared twice", id.id));
+                }
+            }
+            Stmt::Tensor { id, dtype, shape, device } => {
+                self.device_declared(*device, col);
+                let bytes = shape.iter().try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
+                if bytes.map_or(true, |b| b > MAX_TENSOR_BYTES) {
+                    self.err(
+                        col,
+                        format!(
+                            "tensor t{} is larger than {} GiB, the most a trace may declare",
+                            id.id,
+                            MAX_TENSOR_BYTES >> 30
+                        ),
+                    );
+                }
+                let state = TensorState {
+                    dtype: *dtype,
+                    shape: shape.clone(),
+                    device: *device,
+                    released: None,
+                    last_stream: None,
+                    recorded: None,
+                    visible: Vec::new(),
+                };
+                if self.tensors.insert(id.id, state).is_some() {
+                    self.err(id.col, format!("tensor t{} is declared twice", id.id));
+                }
+            }
+            Stmt::Call { stream, op, op_col, inputs, outputs, scalar } => {
+                self.call(*stream, op, *op_col, inputs, outputs, *scalar);
+            }
+            Stmt::Record { stream, event, tensors } => {
+                let dev = self.stream(*stream);
+                let live: Vec<Ref> = tensors.iter().copied().filter(|&t| self.tensor(t)).collect();
+                if let Some(prev) = self.events.get(&event.id) {
+                    let at = prev.line;
+                    self.err(
+                        event.col,
+                        format!("event e{} is recorded twice (first at line {at})", event.id),
+                    );
+                    return;
+                }
+                if dev.is_none() {
+                    return;
+                }
+                let mut covered = Vec::new();
+                for t in live {
+                    let ts = self.tensors.get_mut(&t.id).expect("live");
+                    if ts.last_stream == Some(stream.id) {
+                        ts.recorded = Some(event.id);
+                        ts.visible.clear();
+                        covered.push(t.id);
+                    }
+                }
+                self.events
+                    .insert(event.id, EventState { stream: stream.id, line: self.line, tensors: covered });
+            }
+            Stmt::Wait { stream, event } => {
+                let dev = self.stream(*stream);
+                let Some(ev) = self.events.get(&event.id) else {
+                    self.err(
+                        event.col,
+                        format!("event e{} is waited on before it is recorded (expected `record sN e{} ...` earlier)", event.id, event.id),
+                    );
+                    return;
+                };
+                let (src, tensors) = (ev.stream, ev.tensors.clone());
+                let Some((dev, _)) = dev else { return };
+                let src_dev = self.streams[&src].0;
+                if src_dev != dev || !dev.is_async() || src == stream.id {
+                    self.err(
+                        col,
+                        format!(
+                            "s{} waits for e{} recorded on s{src}; a device-side wait needs another stream of the \
+                             same asynchronous device",
+                            stream.id, event.id
+                        ),
+                    );
+                    return;
+                }
+                for t in tensors {
+                    if let Some(ts) = self.tensors.get_mut(&t) {
+                        if ts.recorded == Some(event.id) && !ts.visible.contains(&stream.id) {
+                            ts.visible.push(stream.id);
+                        }
+                    }
+                }
+            }
+            Stmt::Barrier { stream } => {
+                self.stream(*stream);
+            }
+            Stmt::Release { stream, tensor } => {
+                if self.stream(*stream).is_some() && self.tensor(*tensor) {
+                    self.use_on(*tensor, stream.id);
+                    let line = self.line;
+                    self.tensors.get_mut(&tensor.id).expect("live").released = Some(line);
+                }
+            }
+            Stmt::Access { stream, tensor, kind } => self.access(*stream, *tensor, kind),
+            Stmt::Expect { tensor, .. } => {
+                if !self.tensors.contains_key(&tensor.id) {
+                    self.err(tensor.col, format!("tensor t{} is not declared", tensor.id));
+                }
+                expects.push((self.line, *tensor));
+            }
+            Stmt::ExpectError { op, .. } => {
+                if self.ops.get(op).is_none() {
+                    self.err(
+                        col,
+                        format!("unknown op `{op}` (registered ops: {})", self.ops.names().join(", ")),
+                    );
+                }
+            }
+        }
+    }
+
+    fn call(&mut self, stream: Ref, op: &str, op_col: u32, inputs: &[Ref], outputs: &[Ref], scalar: f64) {
+        let dev = self.stream(stream);
+        let kernel = match self.ops.get(op) {
+            None => {
+                self.err(
+                    op_col,
+                    format!("unknown op `{op}` (registered ops: {})", self.ops.names().join(", ")),
+                );
+                None
+            }
+            Some(o) => match dev {
+                Some((d, _)) => {
+                    let k = o.kernel(kernel_device(d));
+                    if k.is_none() {
+                        self.err(op_col, format!("op `{op}` has no kernel for {d}"));
+                    }
+                    k
+                }
+                None => None,
+            },
+        };
+        let mut ok = true;
+        for &r in inputs.iter().chain(outputs) {
+            ok &= self.tensor(r);
+        }
+        let (Some((device, _)), Some(kernel), true) = (dev, kernel, ok) else { return };
+        let all: Vec<Ref> = inputs.iter().chain(outputs).copied().collect();
+        let dev_of = |r: &Ref| self.tensors[&r.id].device;
+        let wrong: Vec<Ref> = all.iter().filter(|r| dev_of(r) != device).copied().collect();
+        let device_ok = if kernel.cross_device() { wrong.len() < all.len() } else { wrong.is_empty() };
+        if !device_ok {
+            let r = wrong[0];
+            let m = format!("tensor t{} is on {}, but s{} is on {device}", r.id, dev_of(&r), stream.id);
+            self.err(r.col, m);
+            return;
+        }
+        for (i, o) in outputs.iter().enumerate() {
+            if inputs.iter().chain(&outputs[..i]).any(|x| x.id == o.id) {
+                self.err(o.col, format!("tensor t{} is both an input and an output of `{op}`", o.id));
+                return;
+            }
+        }
+        let meta = |r: &Ref| {
+            let t = &self.tensors[&r.id];
+            // Inference only looks at shape and dtype; the VM device stands in for the trace's.
+            TensorMeta::new(&t.shape, t.dtype, crate::ep::DeviceId::CPU)
+        };
+        let in_metas: Vec<TensorMeta> = inputs.iter().map(meta).collect();
+        let out_metas: Vec<TensorMeta> = outputs.iter().map(meta).collect();
+        let (ins, outs): (Vec<&TensorMeta>, Vec<&TensorMeta>) =
+            (in_metas.iter().collect(), out_metas.iter().collect());
+        let mut specs = OutSpecs::new();
+        if let Err(m) = kernel.infer(&ins, &outs, &Attrs::scalar(scalar), &mut specs) {
+            self.err(op_col, format!("`{op}` refuses its operands: {m}"));
+            return;
+        }
+        if specs.len() != outputs.len() {
+            self.err(op_col, format!("`{op}` produces {} output(s), {} given", specs.len(), outputs.len()));
+            return;
+        }
+        for ((s, o), m) in specs.iter().zip(outputs).zip(&out_metas) {
+            if s.shape != m.shape || s.dtype != m.dtype {
+                let want = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device: m.device };
+                let msg =
+                    format!("tensor t{} is {}, but `{op}` produces {}", o.id, m.describe(), want.describe());
+                self.err(o.col, msg);
+                return;
+            }
+        }
+        for &r in &all {
+            self.use_on(r, stream.id);
+        }
+    }
+
+    fn access(&mut self, stream: Ref, tensor: Ref, kind: &AccessKind) {
+        let dev = self.stream(stream);
+        if !self.tensor(tensor) {
+            return;
+        }
+        let Some((dev, _)) = dev else { return };
+        if !dev.is_host() {
+            self.err(
+                stream.col,
+                format!("host accesses run on the host stream, but s{} is on {dev}", stream.id),
+            );
+            return;
+        }
+        let t = &self.tensors[&tensor.id];
+        if !t.device.is_host() {
+            let m = format!(
+                "tensor t{} is on {}; only host tensors are accessed (copy it first)",
+                tensor.id, t.device
+            );
+            self.err(tensor.col, m);
+            return;
+        }
+        let want = t.shape.iter().fold(t.dtype.size(), |n, &d| n.saturating_mul(d));
+        let tdtype = t.dtype;
+        if let AccessKind::Write(data) = kind {
+            match data {
+                Data::Inline(dtype, bytes) => {
+                    if *dtype != tdtype {
+                        self.err(
+                            tensor.col,
+                            format!("tensor t{} is {tdtype}, but the data is {dtype}", tensor.id),
+                        );
+                        return;
+                    }
+                    if bytes.len() != want {
+                        let (n, m) = (bytes.len() / dtype.size(), want / dtype.size());
+                        self.err(
+                            tensor.col,
+                            format!("tensor t{} has {m} elements, {n} values given", tensor.id),
+                        );
+                        return;
+                    }
+                }
+                Data::File { path, offset, bytes, .. } => {
+                    if *bytes != want as u64 {
+                        self.err(
+                            tensor.col,
+                            format!("tensor t{} has {want} bytes, the data slice {bytes}", tensor.id),
+                        );
+                        return;
+                    }
+                    let full = self.trace.dir.join(path);
+                    match std::fs::metadata(&full) {
+                        Err(e) => self.err(tensor.col, format!("sidecar file {}: {e}", full.display())),
+                        Ok(m) if m.len() < offset.saturating_add(*bytes) => self.err(
+                            tensor.col,
+                            format!(
+                                "sidecar file {} has {} bytes, the slice ends at {}",
+                                full.display(),
+                                m.len(),
+                                offset + bytes
+                            ),
+                        ),
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
+        self.use_on(tensor, stream.id);
+    }
+}

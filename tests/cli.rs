@@ -1,0 +1,85 @@
+//! The `eagervm` binary end to end: record → validate → analyze → replay, help on every
+//! command, and non-zero exits with file, line and cause on bad input.
+
+use std::process::{Command, Output};
+
+fn eagervm(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_eagervm")).args(args).output().expect("the binary runs")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn temp(name: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("eagervm-cli-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name).display().to_string()
+}
+
+#[test]
+fn record_validate_analyze_replay() {
+    let path = temp("branches.trace");
+    let o = eagervm(&["record", "branches", "-o", &path]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("instructions"), "{}", text(&o));
+    let o = eagervm(&["validate", &path]);
+    assert!(o.status.success(), "{}", text(&o));
+    let dot = temp("branches.dot");
+    let svg = temp("branches.svg");
+    let o = eagervm(&["analyze", &path, "--dot", &dot, "--svg", &svg]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("critical path") && out.contains("available parallelism"), "{out}");
+    assert!(std::fs::read_to_string(&dot).unwrap().starts_with("digraph"));
+    assert!(out.contains("SVG written") || out.contains("SVG skipped"), "{out}");
+    for args in
+        [vec!["replay", &path], vec!["replay", &path, "--resync", "--device", "cpu"], vec!["run", &path]]
+    {
+        let o = eagervm(&args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        assert!(text(&o).contains("expected checksums matched: 2"), "{}", text(&o));
+    }
+    let o = eagervm(&["record", "demo", "-o", &temp("demo.trace"), "--overhead", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("recording overhead over 2 runs"), "{}", text(&o));
+    let o = eagervm(&["replay", &path, "--resync", "--device", "cuda"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("not available"), "{}", text(&o));
+}
+
+#[test]
+fn bad_traces_exit_non_zero_naming_file_line_and_cause() {
+    let path = temp("bad.trace");
+    std::fs::write(
+        &path,
+        "eagervm-trace 1\ndevice cpu:0\nstream s0 cpu:0 compute\ncall s0 nope out=t1\nrelease s0 t4\n",
+    )
+    .unwrap();
+    for cmd in ["validate", "replay", "analyze"] {
+        let o = eagervm(&[cmd, &path]);
+        assert_eq!(o.status.code(), Some(1), "{cmd}: {}", text(&o));
+        let out = text(&o);
+        assert!(out.contains(&format!("{path}:4:9: unknown op `nope`")), "{cmd}: {out}");
+        assert!(out.contains(&format!("{path}:5:")), "{cmd} reports every problem: {out}");
+    }
+    let o = eagervm(&["replay", "/nonexistent.trace"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("/nonexistent.trace"));
+    let o = eagervm(&["run", "no-such-program"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("demo"), "lists the programs: {}", text(&o));
+}
+
+#[test]
+fn every_command_has_help() {
+    for cmd in ["run", "record", "replay", "validate", "analyze", "bench", "demo", "programs"] {
+        let o = eagervm(&[cmd, "--help"]);
+        assert!(o.status.success(), "{cmd}");
+        assert!(text(&o).contains("Usage"), "{cmd}: {}", text(&o));
+    }
+    let o = eagervm(&["programs"]);
+    assert!(text(&o).contains("demo") && text(&o).contains("branches"));
+    let o = eagervm(&["run", "demo"]);
+    assert!(o.status.success(), "{}", text(&o));
+}
