@@ -83,3 +83,31 @@ fn every_command_has_help() {
     let o = eagervm(&["run", "demo"]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+#[test]
+fn the_mlp_program_prints_its_loss_falling() {
+    let o = eagervm(&["run", "mlp"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("fell by more than half") && out.contains("step   60"), "{out}");
+    // The summary has per-stream busy time.
+    assert!(out.contains("busy ms"), "{out}");
+}
+
+#[test]
+fn replay_writes_a_timeline_with_profile() {
+    let path = temp("pipeline-profile.json");
+    let o = eagervm(&["replay", "instructions/pipeline.trace", "--profile", &path]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    for stream in ["mock:0:compute", "mock:0:h2d", "mock:0:d2h"] {
+        assert!(out.contains(stream), "{stream} missing from the summary: {out}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().expect("Trace Event Format");
+    assert!(events.iter().filter(|e| e["ph"] == "X").count() >= 966, "a slice per instruction");
+    // A file that cannot be written is an error that names it.
+    let o = eagervm(&["replay", "instructions/failure.trace", "--profile", "/nonexistent/dir/p.json"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("/nonexistent/dir/p.json"), "{}", text(&o));
+}

@@ -49,7 +49,7 @@ fn record_replay(name: &str, raw: &Raw) {
     let modes = [(false, DeviceMap::AsRecorded), (true, DeviceMap::AsRecorded), (true, DeviceMap::Cpu)];
     for (resync, device) in modes {
         let config = Config { mock: fast_mock(), ..Config::default() };
-        let opts = ReplayOptions { resync, device, config };
+        let opts = ReplayOptions { resync, device, config, ..Default::default() };
         let report =
             trace::replay(&trace, &opts).unwrap_or_else(|e| panic!("replay {resync} {device:?}: {e}"));
         let reads: Vec<Vec<u32>> =

@@ -13,6 +13,7 @@ use eagervm::bench::{self, Workload};
 use eagervm::cli::{self, builtin_programs, CliError};
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
+use eagervm::profile::Profile;
 use eagervm::trace::{self, DeviceMap, ReplayOptions, ReplayReport, ValidateOptions};
 
 /// `println!` that ignores a closed standard output (`eagervm ... | head`) instead of
@@ -43,6 +44,10 @@ struct ReplayArgs {
     /// cpu:0), `mock` (non-host devices on mock devices) or `cuda`.
     #[arg(long, default_value = "recorded")]
     device: DeviceMap,
+    /// Write a Chrome/Perfetto timeline of the run to this file (open it in
+    /// ui.perfetto.dev or chrome://tracing).
+    #[arg(long, value_name = "OUT.json")]
+    profile: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -149,13 +154,27 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
         }
         let s = cli::run_program(p, Config::from_env())?;
         say!("ran `{}` in {:.3?}", p.name, s.wall);
-        for (what, sum) in &s.outputs {
+        write_profile(s.profile.as_ref(), args.profile.as_deref())?;
+        // Many outputs (a training run's losses and weights): the first few and a count.
+        const SHOWN: usize = 6;
+        if s.outputs.len() > SHOWN {
+            say!("  {} outputs; the first {SHOWN}:", s.outputs.len());
+        }
+        for (what, sum) in s.outputs.iter().take(SHOWN) {
             match sum {
                 Ok(sum) => say!("  {what}: fnv1a64 0x{sum:016x}"),
                 Err(e) => say!("  {what}: error: {e}"),
             }
         }
         let failed = s.outputs.iter().filter(|o| o.1.is_err()).count();
+        if let Some(report) = &s.report {
+            say!("{report}");
+            say!("errors: {failed} (as the program expects: {})", if report.ok() { "yes" } else { "no" });
+            return match report.ok() {
+                true => Ok(()),
+                false => Err(CliError::Usage(format!("`{}` failed its own check", p.name))),
+            };
+        }
         say!("errors: {failed}");
         return match s.outputs.into_iter().find_map(|o| o.1.err()) {
             Some(error) => Err(CliError::Program { program: p.name.into(), error }),
@@ -212,7 +231,10 @@ fn progress_bar() -> (ProgressBar, Instant) {
 
 fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
     let t = trace::load(file)?;
-    let opts = ReplayOptions { resync: args.resync, device: args.device, config: Config::from_env() };
+    // The timeline is always taken (the summary's per-stream busy time comes from it);
+    // `--profile` also writes it out.
+    let opts =
+        ReplayOptions { resync: args.resync, device: args.device, config: Config::from_env(), profile: true };
     let (pb, t0) = progress_bar();
     let mut shown = false;
     let r = trace::replay_with(&t, &opts, &mut |done, total| {
@@ -226,19 +248,39 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
     pb.finish_and_clear();
     let report = r?;
     print_replay(file, args, &report);
+    write_profile(report.profile.as_ref(), args.profile.as_deref())
+}
+
+/// Print the per-stream busy time of a run, and write its timeline if asked to.
+fn write_profile(profile: Option<&Profile>, out: Option<&Path>) -> Result<(), CliError> {
+    let Some(profile) = profile else {
+        if out.is_some() {
+            return Err(CliError::Usage("synchronous mode (EAGERVM_SYNC=1) cannot be profiled".into()));
+        }
+        return Ok(());
+    };
+    let summary = profile.summary();
+    say!("  busy time per stream, over {:.3?} of device activity:", summary.span);
+    for line in summary.to_string().lines() {
+        say!("    {line}");
+    }
+    if let Some(path) = out {
+        profile.write_chrome_json(path).map_err(|e| CliError::Usage(e.to_string()))?;
+        say!("  timeline written to {} (open it in ui.perfetto.dev or chrome://tracing)", path.display());
+    }
     Ok(())
 }
 
 fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
     let mode = if args.resync { "synchronisation derived anew" } else { "as recorded" };
     say!(
-        "replayed {} ({mode}, devices: {:?}): {} instructions in {:.3?}",
+        "replayed {} ({mode}, devices: {}): {} instructions in {:.3?}",
         file.display(),
         args.device,
         r.instructions,
         r.wall
     );
-    say!("  instructions per stream (busy time per stream is not measured):");
+    say!("  instructions per stream:");
     for (s, n) in &r.per_stream {
         say!("    {s:<16} {n}");
     }

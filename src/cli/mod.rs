@@ -50,6 +50,10 @@ pub struct RunSummary {
     pub wall: Duration,
     /// Per output: its shape and dtype, and the FNV-1a of its bytes or its error.
     pub outputs: Vec<(String, Result<u64, crate::Error>)>,
+    /// The report of a self-checking program.
+    pub report: Option<crate::programs::Report>,
+    /// The run's timeline (per-stream busy time; absent in synchronous mode).
+    pub profile: Option<crate::profile::Profile>,
 }
 
 /// The program called `name`, or [`CliError::UnknownProgram`].
@@ -81,15 +85,24 @@ fn bytes_of(t: &Tensor) -> crate::Result<Vec<u8>> {
 /// Run the built-in program `p` on a VM with `config` (plus the mock devices it needs).
 pub fn run_program(p: &Program, config: Config) -> Result<RunSummary, CliError> {
     let vm = vm_for(p, config)?;
+    let profiling = !vm.config().synchronous;
+    if profiling {
+        vm.start_profiling().map_err(|e| TraceError::Profile(e.to_string()))?;
+    }
     let t0 = Instant::now();
-    let outputs = (p.run)(&vm).map_err(|error| CliError::Program { program: p.name.into(), error })?;
+    let out = (p.run)(&vm).map_err(|error| CliError::Program { program: p.name.into(), error })?;
     let synced = vm.sync();
     let wall = t0.elapsed();
-    let outputs: Vec<_> = outputs.iter().map(|t| (describe(t), bytes_of(t).map(|b| checksum(&b)))).collect();
+    let profile = match profiling {
+        true => Some(vm.stop_profiling().map_err(|e| TraceError::Profile(e.to_string()))?),
+        false => None,
+    };
+    let outputs: Vec<_> =
+        out.tensors.iter().map(|t| (describe(t), bytes_of(t).map(|b| checksum(&b)))).collect();
     if let Err(error) = synced {
         return Err(CliError::Program { program: p.name.into(), error });
     }
-    Ok(RunSummary { wall, outputs })
+    Ok(RunSummary { wall, outputs, report: out.report, profile })
 }
 
 /// Run the built-in program `p` with a [`Recorder`] attached, writing its trace to `path`
@@ -105,7 +118,7 @@ pub fn record_program(
     let t0 = Instant::now();
     let result = (p.run)(&vm);
     let (outputs, error) = match result {
-        Ok(outputs) => (outputs, None),
+        Ok(out) => (out.tensors, None),
         Err(e) => (Vec::new(), Some(e)),
     };
     let refs: Vec<&Tensor> = outputs.iter().collect();
@@ -152,7 +165,7 @@ pub fn recording_overhead(
         let vm = vm_for(p, config.clone())?;
         let t0 = Instant::now();
         let rec = if record { Some(Recorder::start(&vm, path)?) } else { None };
-        let outputs = (p.run)(&vm).map_err(fail)?;
+        let outputs = (p.run)(&vm).map_err(fail)?.tensors;
         match rec {
             Some(rec) => {
                 rec.finish(&vm, &outputs.iter().collect::<Vec<_>>(), None)?;

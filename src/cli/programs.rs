@@ -5,7 +5,8 @@
 
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::{Attrs, DType, Tensor};
-use crate::{Result, VirtualMachine};
+use crate::programs::{Report, RunOptions};
+use crate::{Error, Result, VirtualMachine};
 
 /// A built-in program.
 #[derive(Debug, Clone, Copy)]
@@ -17,35 +18,82 @@ pub struct Program {
     /// Mock devices it needs (`mock:0` ..).
     pub mock_devices: u16,
     /// Build and submit the program; return the tensors holding its results.
-    pub run: fn(&VirtualMachine) -> Result<Vec<Tensor>>,
+    pub run: fn(&VirtualMachine) -> Result<ProgramOutput>,
+}
+
+/// What a built-in program leaves behind.
+#[derive(Debug, Default)]
+pub struct ProgramOutput {
+    /// The tensors holding its results (checksummed by `run`, expected by a recorded trace).
+    pub tensors: Vec<Tensor>,
+    /// The report of a program that checks itself (the [`crate::programs`] ones).
+    pub report: Option<Report>,
+}
+
+impl From<Vec<Tensor>> for ProgramOutput {
+    fn from(tensors: Vec<Tensor>) -> Self {
+        ProgramOutput { tensors, report: None }
+    }
+}
+
+/// Run the self-checking program `name` of [`crate::programs`] at its defaults.
+fn checked(vm: &VirtualMachine, name: &str) -> Result<ProgramOutput> {
+    let info = crate::programs::find(name).ok_or_else(|| Error::Config(format!("no program `{name}`")))?;
+    let mut tensors = Vec::new();
+    let report = (info.run_keeping)(vm, &RunOptions::default(), &mut tensors)?;
+    Ok(ProgramOutput { tensors, report: Some(report) })
 }
 
 /// Every built-in program, by name.
 pub fn builtin_programs() -> &'static [Program] {
     &[
         Program {
+            name: "mlp",
+            about: "train a two-layer MLP on cpu:0 (forward, hand-written backward, SGD); prints the loss per step",
+            mock_devices: 0,
+            run: |vm| checked(vm, "mlp"),
+        },
+        Program {
+            name: "pipeline",
+            about: "chunks host -> mock:0 (H2D) -> matmul/relu (compute) -> host (D2H), copies overlapping compute",
+            mock_devices: 1,
+            run: |vm| checked(vm, "pipeline"),
+        },
+        Program {
+            name: "fanout",
+            about: "one array read by 64 independent branches on cpu:0, reduced by a tree of adds",
+            mock_devices: 0,
+            run: |vm| checked(vm, "fanout"),
+        },
+        Program {
+            name: "failure",
+            about: "a deliberately failing kernel poisons what it feeds while the other arrays keep working",
+            mock_devices: 0,
+            run: |vm| checked(vm, "failure"),
+        },
+        Program {
             name: "demo",
             about: "matmul on cpu:0, copy to mock:0, relu/scale/add/sum there (the `demo` command's program)",
             mock_devices: 1,
-            run: demo,
+            run: |vm| demo(vm).map(Into::into),
         },
         Program {
             name: "branches",
             about: "a 32x32 input fanned out to 8 branches on two mock devices and the cpu, reduced by an add tree",
             mock_devices: 2,
-            run: branches,
+            run: |vm| branches(vm).map(Into::into),
         },
         Program {
             name: "layers",
             about: "two chains of 1000 dense layers (16x16 matmul, add, relu), one on cpu:0 and one on mock:0",
             mock_devices: 1,
-            run: layers,
+            run: |vm| layers(vm).map(Into::into),
         },
         Program {
             name: "noops",
             about: "100000 no-op instructions over 64 tensors on cpu:0 (the VM's own cost only)",
             mock_devices: 0,
-            run: noops,
+            run: |vm| noops(vm).map(Into::into),
         },
     ]
 }

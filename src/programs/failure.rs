@@ -19,7 +19,7 @@ use super::{agrees, bit_exact_on, Rng, CUDA_REL};
 use crate::eager::Context;
 use crate::ep::DeviceId;
 use crate::error::{Error, Result};
-use crate::framework::{Attrs, DType, OutSpec};
+use crate::framework::{Attrs, DType, OutSpec, Tensor};
 use crate::vm::VirtualMachine;
 
 /// Options of [`failure()`].
@@ -97,6 +97,16 @@ fn describe(e: &Error) -> String {
 
 /// Run the failing program; see the module docs.
 pub fn failure(vm: &VirtualMachine, opts: &FailureOptions) -> Result<FailureReport> {
+    failure_keeping(vm, opts, &mut Vec::new())
+}
+
+/// [`failure()`], also pushing onto `keep` handles to the failed output, one array it poisons, and the healthy results (the command line
+/// checksums them, and a recorded trace expects those checksums on replay).
+pub fn failure_keeping(
+    vm: &VirtualMachine,
+    opts: &FailureOptions,
+    keep: &mut Vec<Tensor>,
+) -> Result<FailureReport> {
     let cx = Context::new(vm);
     // Failures left over from earlier work would be reported by this program's sync.
     vm.sync()?;
@@ -112,6 +122,9 @@ pub fn failure(vm: &VirtualMachine, opts: &FailureOptions) -> Result<FailureRepo
     let doubled = relu_sum.scale(2.0)?;
     let later = cx.full(&[opts.len], 0.5, DType::F32, dev)?.add(&x)?.sum()?;
 
+    for a in [&bad, &bad_sum, &relu_sum, &doubled, &later] {
+        keep.push(a.tensor()?.clone());
+    }
     let expected_error = format!("fail op: {}", opts.code);
     let outcome = |name: &str, a: &crate::eager::Array<'_>| {
         let r = a.sum().and_then(|s| s.item::<f32>());

@@ -19,6 +19,7 @@ use super::{agrees, bit_exact_on, Rng, CUDA_REL};
 use crate::eager::{Array, Context};
 use crate::ep::DeviceId;
 use crate::error::Result;
+use crate::framework::Tensor;
 use crate::vm::VirtualMachine;
 
 /// Options of [`fanout()`].
@@ -93,12 +94,26 @@ fn tree<T: Clone>(mut level: Vec<T>, mut add: impl FnMut(&T, &T) -> Result<T>) -
 
 /// Run the fan-out/fan-in graph; see the module docs.
 pub fn fanout(vm: &VirtualMachine, opts: &FanoutOptions) -> Result<FanoutReport> {
+    fanout_keeping(vm, opts, &mut Vec::new())
+}
+
+/// [`fanout()`], also pushing onto `keep` handles to the branch sums and the total (the command line
+/// checksums them, and a recorded trace expects those checksums on replay).
+pub fn fanout_keeping(
+    vm: &VirtualMachine,
+    opts: &FanoutOptions,
+    keep: &mut Vec<Tensor>,
+) -> Result<FanoutReport> {
     let cx = Context::new(vm);
     let xv = Rng::new(opts.seed).vec(opts.len, 1.0);
     let x = cx.from_slice(&xv, &[opts.len], opts.device)?;
     let branches: Vec<Array<'_>> =
         (0..opts.width).map(|i| x.scale(factor(i, opts.width))?.relu()?.sum()).collect::<Result<_>>()?;
-    let total = match tree(branches.clone(), |a, b| a.add(b))? {
+    let total_array = tree(branches.clone(), |a, b| a.add(b))?;
+    for a in branches.iter().chain(&total_array) {
+        keep.push(a.tensor()?.clone());
+    }
+    let total = match &total_array {
         Some(t) => t.item::<f32>()?,
         None => 0.0,
     };

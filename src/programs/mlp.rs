@@ -23,7 +23,7 @@ use super::Rng;
 use crate::eager::{Array, Context};
 use crate::ep::DeviceId;
 use crate::error::Result;
-use crate::framework::DType;
+use crate::framework::{DType, Tensor};
 use crate::vm::VirtualMachine;
 
 /// Options of [`mlp()`].
@@ -85,7 +85,15 @@ impl fmt::Display for MlpReport {
             self.initial_loss(),
             self.final_loss(),
             if self.loss_fell() { "fell by more than half" } else { "did NOT halve" }
-        )
+        )?;
+        // The curve: about ten steps of it, always including the last.
+        let every = self.losses.len().div_ceil(10).max(1);
+        for (i, l) in self.losses.iter().enumerate() {
+            if i % every == 0 || i + 1 == self.losses.len() {
+                write!(f, "\n  step {:>4}  loss {l:.6}", i + 1)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -116,6 +124,12 @@ pub fn initial_weights(opts: &MlpOptions) -> (Vec<f32>, Vec<f32>) {
 
 /// Train the MLP for `opts.steps` steps; see the module docs.
 pub fn mlp(vm: &VirtualMachine, opts: &MlpOptions) -> Result<MlpReport> {
+    mlp_keeping(vm, opts, &mut Vec::new())
+}
+
+/// [`mlp()`], also pushing onto `keep` handles to the per-step losses and the trained weights (the command line
+/// checksums them, and a recorded trace expects those checksums on replay).
+pub fn mlp_keeping(vm: &VirtualMachine, opts: &MlpOptions, keep: &mut Vec<Tensor>) -> Result<MlpReport> {
     let cx = Context::new(vm);
     let dev = opts.device;
     let (n, d, h) = (opts.samples, opts.inputs, opts.hidden);
@@ -150,6 +164,9 @@ pub fn mlp(vm: &VirtualMachine, opts: &MlpOptions) -> Result<MlpReport> {
         b1 = b1.sub(&db1.scale(lr)?)?;
         w2 = w2.sub(&dw2.scale(lr)?)?;
         b2 = b2.sub(&db2.scale(lr)?)?;
+    }
+    for a in losses.iter().chain([&w1, &b1, &w2, &b2]) {
+        keep.push(a.tensor()?.clone());
     }
     let losses = losses.iter().map(|l| l.item::<f32>()).collect::<Result<Vec<_>>>()?;
     Ok(MlpReport { device: dev.to_string(), losses })

@@ -38,6 +38,7 @@ use serde::Serialize;
 
 use crate::ep::{DeviceId, DeviceType};
 use crate::error::Result;
+use crate::framework::Tensor;
 use crate::vm::VirtualMachine;
 
 pub mod failure;
@@ -45,10 +46,10 @@ pub mod fanout;
 pub mod mlp;
 pub mod pipeline;
 
-pub use failure::{failure, FailureOptions, FailureReport};
-pub use fanout::{fanout, FanoutOptions, FanoutReport};
-pub use mlp::{mlp, MlpOptions, MlpReport};
-pub use pipeline::{pipeline, PipelineOptions, PipelineReport};
+pub use failure::{failure, failure_keeping, FailureOptions, FailureReport};
+pub use fanout::{fanout, fanout_keeping, FanoutOptions, FanoutReport};
+pub use mlp::{mlp, mlp_keeping, MlpOptions, MlpReport};
+pub use pipeline::{pipeline, pipeline_keeping, PipelineOptions, PipelineReport};
 
 /// Whether `device`'s kernels add in the CPU kernels' order, so that a program's results
 /// there equal the CPU's bit for bit: true for `cpu` and `mock`, false for `cuda` (its
@@ -95,6 +96,9 @@ pub struct ProgramInfo {
     pub mock_devices: u16,
     /// Run it.
     pub run: fn(&VirtualMachine, &RunOptions) -> Result<Report>,
+    /// Run it, also pushing onto the vector handles to the arrays that hold its results
+    /// (what the command line checksums, and a recorded trace expects on replay).
+    pub run_keeping: fn(&VirtualMachine, &RunOptions, &mut Vec<Tensor>) -> Result<Report>,
 }
 
 /// The report of any built-in program.
@@ -140,6 +144,34 @@ impl fmt::Display for Report {
     }
 }
 
+fn mlp_options(o: &RunOptions) -> MlpOptions {
+    let mut opts = MlpOptions::default();
+    opts.device = o.device.unwrap_or(opts.device);
+    opts.steps = o.size.unwrap_or(opts.steps);
+    opts
+}
+
+fn pipeline_options(o: &RunOptions) -> PipelineOptions {
+    let mut opts = PipelineOptions::default();
+    opts.device = o.device.unwrap_or(opts.device);
+    opts.chunks = o.size.unwrap_or(opts.chunks);
+    opts
+}
+
+fn fanout_options(o: &RunOptions) -> FanoutOptions {
+    let mut opts = FanoutOptions::default();
+    opts.device = o.device.unwrap_or(opts.device);
+    opts.width = o.size.unwrap_or(opts.width);
+    opts
+}
+
+fn failure_options(o: &RunOptions) -> FailureOptions {
+    let mut opts = FailureOptions::default();
+    opts.device = o.device.unwrap_or(opts.device);
+    opts.len = o.size.unwrap_or(opts.len);
+    opts
+}
+
 static BUILTIN: [ProgramInfo; 4] = [
     ProgramInfo {
         name: "mlp",
@@ -147,12 +179,8 @@ static BUILTIN: [ProgramInfo; 4] = [
         size_means: "training steps (default 60)",
         default_device: DeviceId::CPU,
         mock_devices: 0,
-        run: |vm, o| {
-            let mut opts = MlpOptions::default();
-            opts.device = o.device.unwrap_or(opts.device);
-            opts.steps = o.size.unwrap_or(opts.steps);
-            mlp(vm, &opts).map(Report::Mlp)
-        },
+        run: |vm, o| mlp_keeping(vm, &mlp_options(o), &mut Vec::new()).map(Report::Mlp),
+        run_keeping: |vm, o, keep| mlp_keeping(vm, &mlp_options(o), keep).map(Report::Mlp),
     },
     ProgramInfo {
         name: "pipeline",
@@ -160,12 +188,8 @@ static BUILTIN: [ProgramInfo; 4] = [
         size_means: "chunks (default 32)",
         default_device: DeviceId::mock(0),
         mock_devices: 1,
-        run: |vm, o| {
-            let mut opts = PipelineOptions::default();
-            opts.device = o.device.unwrap_or(opts.device);
-            opts.chunks = o.size.unwrap_or(opts.chunks);
-            pipeline(vm, &opts).map(Report::Pipeline)
-        },
+        run: |vm, o| pipeline_keeping(vm, &pipeline_options(o), &mut Vec::new()).map(Report::Pipeline),
+        run_keeping: |vm, o, keep| pipeline_keeping(vm, &pipeline_options(o), keep).map(Report::Pipeline),
     },
     ProgramInfo {
         name: "fanout",
@@ -173,12 +197,8 @@ static BUILTIN: [ProgramInfo; 4] = [
         size_means: "branches (default 64)",
         default_device: DeviceId::CPU,
         mock_devices: 0,
-        run: |vm, o| {
-            let mut opts = FanoutOptions::default();
-            opts.device = o.device.unwrap_or(opts.device);
-            opts.width = o.size.unwrap_or(opts.width);
-            fanout(vm, &opts).map(Report::Fanout)
-        },
+        run: |vm, o| fanout_keeping(vm, &fanout_options(o), &mut Vec::new()).map(Report::Fanout),
+        run_keeping: |vm, o, keep| fanout_keeping(vm, &fanout_options(o), keep).map(Report::Fanout),
     },
     ProgramInfo {
         name: "failure",
@@ -186,12 +206,8 @@ static BUILTIN: [ProgramInfo; 4] = [
         size_means: "elements per array (default 16)",
         default_device: DeviceId::CPU,
         mock_devices: 0,
-        run: |vm, o| {
-            let mut opts = FailureOptions::default();
-            opts.device = o.device.unwrap_or(opts.device);
-            opts.len = o.size.unwrap_or(opts.len);
-            failure(vm, &opts).map(Report::Failure)
-        },
+        run: |vm, o| failure_keeping(vm, &failure_options(o), &mut Vec::new()).map(Report::Failure),
+        run_keeping: |vm, o, keep| failure_keeping(vm, &failure_options(o), keep).map(Report::Failure),
     },
 ];
 

@@ -23,6 +23,7 @@ use super::{agrees, bit_exact_on, Rng, CUDA_REL};
 use crate::eager::{Array, Context};
 use crate::ep::DeviceId;
 use crate::error::Result;
+use crate::framework::Tensor;
 use crate::vm::VirtualMachine;
 
 /// Options of [`pipeline()`].
@@ -77,9 +78,22 @@ impl fmt::Display for PipelineReport {
 
 /// Stream the chunks through `opts.device`; see the module docs.
 pub fn pipeline(vm: &VirtualMachine, opts: &PipelineOptions) -> Result<PipelineReport> {
-    let checksums = checksums(vm, opts, opts.device)?;
-    let reference =
-        if opts.device.is_host() { checksums.clone() } else { self::checksums(vm, opts, DeviceId::CPU)? };
+    pipeline_keeping(vm, opts, &mut Vec::new())
+}
+
+/// [`pipeline()`], also pushing onto `keep` handles to the per-chunk checksums computed on the device (the command line
+/// checksums them, and a recorded trace expects those checksums on replay).
+pub fn pipeline_keeping(
+    vm: &VirtualMachine,
+    opts: &PipelineOptions,
+    keep: &mut Vec<Tensor>,
+) -> Result<PipelineReport> {
+    let checksums = checksums(vm, opts, opts.device, keep)?;
+    let reference = if opts.device.is_host() {
+        checksums.clone()
+    } else {
+        self::checksums(vm, opts, DeviceId::CPU, &mut Vec::new())?
+    };
     let exact = bit_exact_on(opts.device);
     let tolerances = if exact { vec![0.0; opts.chunks] } else { tolerances(opts) };
     let same = checksums.len() == reference.len()
@@ -133,7 +147,12 @@ fn tolerances(opts: &PipelineOptions) -> Vec<f64> {
 }
 
 /// The per-chunk checksums, computing on `device`.
-fn checksums(vm: &VirtualMachine, opts: &PipelineOptions, device: DeviceId) -> Result<Vec<f32>> {
+fn checksums(
+    vm: &VirtualMachine,
+    opts: &PipelineOptions,
+    device: DeviceId,
+    keep: &mut Vec<Tensor>,
+) -> Result<Vec<f32>> {
     let cx = Context::new(vm);
     let (rows, cols) = (opts.rows, opts.cols);
     let mut data = chunk_source(opts);
@@ -145,6 +164,9 @@ fn checksums(vm: &VirtualMachine, opts: &PipelineOptions, device: DeviceId) -> R
         let col_sums = x.matmul(&w)?.relu()?.sum_rows()?; // compute
         let back = col_sums.to(DeviceId::CPU)?; // D2H
         sums.push(back.sum()?); // host
+    }
+    for s in &sums {
+        keep.push(s.tensor()?.clone());
     }
     sums.iter().map(|s| s.item::<f32>()).collect()
 }
@@ -163,7 +185,7 @@ mod tests {
             cols: 8,
             ..PipelineOptions::default()
         };
-        let sums = checksums(&vm, &opts, DeviceId::CPU).unwrap();
+        let sums = checksums(&vm, &opts, DeviceId::CPU, &mut Vec::new()).unwrap();
         let tols = tolerances(&opts);
         assert_eq!(tols.len(), sums.len());
         for (s, t) in sums.iter().zip(&tols) {

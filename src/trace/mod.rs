@@ -119,6 +119,9 @@ pub enum TraceError {
         /// What failed.
         message: String,
     },
+    /// The timeline of a replay could not be taken.
+    #[error("profiling the replay: {0}")]
+    Profile(String),
 }
 
 fn problems(d: &[Diagnostic]) -> String {

@@ -28,6 +28,7 @@ use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
 use crate::error::Error;
 use crate::framework::{Attrs, DType, Tensor};
+use crate::profile::Profile;
 use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Operand, Operands};
 use crate::vm::StreamId;
 use crate::{Config, VirtualMachine};
@@ -82,6 +83,9 @@ pub struct ReplayOptions {
     /// The VM's configuration (threads, batching, mock timing); its `mock_devices` is set
     /// from the trace.
     pub config: Config,
+    /// Take a timeline of the replay ([`ReplayReport::profile`]): per-stream busy time, and
+    /// a Chrome/Perfetto trace if written out. Ignored in synchronous mode.
+    pub profile: bool,
 }
 
 /// The result of one `access ... read` of the trace.
@@ -113,6 +117,8 @@ pub struct ReplayReport {
     pub failures: Vec<(u32, Error)>,
     /// Whether the trace's `expect error` was matched.
     pub expected_failure: Option<String>,
+    /// The timeline, if [`ReplayOptions::profile`] asked for one.
+    pub profile: Option<Profile>,
 }
 
 /// Replay `trace` (see the module docs).
@@ -154,10 +160,15 @@ pub fn replay_with(
             checked: 0,
             failures: Vec::new(),
             expected_failure: None,
+            profile: None,
         },
         per_stream: Vec::new(),
         total: trace.instructions() as u64,
     };
+    let profile = opts.profile && !vm.config().synchronous;
+    if profile {
+        vm.start_profiling().map_err(|e| TraceError::Profile(e.to_string()))?;
+    }
     let t0 = Instant::now();
     r.run(progress)?;
     r.drain(progress);
@@ -166,6 +177,9 @@ pub fn replay_with(
         r.failed(end, e);
     }
     r.report.wall = t0.elapsed();
+    if profile {
+        r.report.profile = Some(vm.stop_profiling().map_err(|e| TraceError::Profile(e.to_string()))?);
+    }
     r.check_expectations()?;
     let streams = vm.streams();
     r.report.per_stream = (r.per_stream.iter().enumerate())
