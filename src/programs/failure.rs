@@ -8,8 +8,8 @@
 //! `sync` reports that something failed.
 //!
 //! The healthy values equal a host computation bit for bit where the kernels add in the
-//! CPU's order ([`bit_exact_on`](super::bit_exact_on)); on CUDA, whose `sum` adds in another
-//! order, within [`CUDA_REL`](super::CUDA_REL) times the sum of the terms' absolute values.
+//! CPU's order ([`bit_exact_on`]); on CUDA, whose `sum` adds in another
+//! order, within [`CUDA_REL`] times the sum of the terms' absolute values.
 
 use std::fmt;
 

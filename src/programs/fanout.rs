@@ -7,8 +7,8 @@
 //! is written, with no edges between them; the tree joins them again.
 //!
 //! The report compares with the same arithmetic on the host: bit for bit where the kernels
-//! add in the CPU's order ([`bit_exact_on`](super::bit_exact_on)); on CUDA, whose `sum`
-//! adds in another order, each branch within [`CUDA_REL`](super::CUDA_REL) times the sum of
+//! add in the CPU's order ([`bit_exact_on`]); on CUDA, whose `sum`
+//! adds in another order, each branch within [`CUDA_REL`] times the sum of
 //! its terms' absolute values, and the total within the sum of those plus `1e-6 · |total|`.
 
 use std::fmt;

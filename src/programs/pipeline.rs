@@ -10,8 +10,8 @@
 //!
 //! Run on `cpu:0`, the same program has no copies: that is the CPU-only reference the
 //! report compares with, bit for bit where the kernels add in the CPU's order
-//! ([`bit_exact_on`](super::bit_exact_on)). On CUDA the product `x W` comes from cuBLAS, so
-//! each checksum may differ by [`CUDA_REL`](super::CUDA_REL) times the chunk's
+//! ([`bit_exact_on`]). On CUDA the product `x W` comes from cuBLAS, so
+//! each checksum may differ by [`CUDA_REL`] times the chunk's
 //! `Σ_r Σ_j Σ_p |x_rp w_pj|` (relu does not enlarge differences, and the sums after it add
 //! non-negative values), plus `CUDA_REL · |checksum|` for their rounding.
 
