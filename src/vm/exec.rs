@@ -58,10 +58,12 @@ pub(crate) struct ExecEnv {
     pub(crate) failures: Arc<FailureLog>,
 }
 
-/// Run `ins` (any kind except `Barrier`, which the scheduler runs itself).
-pub(crate) fn execute(ins: Instruction, env: &ExecEnv) {
-    match ins.kind {
-        InstrKind::OpCall { kernel, attrs, n_inputs } => {
+/// Run `ins` (any kind except `Barrier`, which the scheduler runs itself), in place: what
+/// it hands on (a host write's bytes, a callback) is taken out of it; its operands stay, so
+/// that the thread that built it can drop them (see `VmShared::recycle_spent`).
+pub(crate) fn execute(ins: &mut Instruction, env: &ExecEnv) {
+    match &mut ins.kind {
+        &mut InstrKind::OpCall { kernel, attrs, n_inputs } => {
             let (inputs, outputs) = ins.operands.split_at(n_inputs as usize);
             op_call(kernel, attrs, inputs, outputs, ins.program, env);
         }
@@ -74,11 +76,16 @@ pub(crate) fn execute(ins: Instruction, env: &ExecEnv) {
                 v.error = None;
             }
         }
-        InstrKind::Access(access) => host_access(access, &ins.operands, ins.program, env),
+        InstrKind::Access(access) => {
+            let access = std::mem::replace(access, HostAccess::Write(Vec::new()));
+            host_access(access, &ins.operands, ins.program, env)
+        }
         // On a synchronous stream events are complete when recorded; asynchronous streams
         // handle these two in the worker (`thread_ctx`), which owns the device stream.
-        InstrKind::RecordEvent { .. } | InstrKind::StreamWaitEvent { .. } => {}
-        InstrKind::Barrier { callback } => callback(),
+        InstrKind::RecordEvent { .. } => {}
+        // Give a pooled event back now, not when the spent batch is emptied.
+        InstrKind::StreamWaitEvent { event, .. } => drop(event.take()),
+        InstrKind::Barrier { callback } => std::mem::replace(callback, Box::new(|| {}))(),
     }
 }
 

@@ -1,10 +1,14 @@
 //! Instructions: what the builder emits and the scheduler dispatches.
 //!
 //! An [`Instruction`] is moved by value from the builder's batch through the scheduler to
-//! the worker (or, on an asynchronous device, into the closure the device runs), so its
+//! the worker (a batch that is all ready for one worker is handed over whole), so its
 //! operand list is inline (four operands without a heap allocation) and the kernel is a
 //! `&'static` reference: emitting and running one costs no allocation and no reference
-//! count beyond the tensors' own `Arc`s.
+//! count beyond the tensors' own `Arc`s. A synchronous worker runs instructions in place
+//! and hands the batch back with them still in it; the next builder to take the batch
+//! drops them. So each operand's reference count is raised and lowered by the thread that
+//! built the instruction, and its cache line does not travel to the worker and back. (An
+//! asynchronous stream moves the instruction into the closure its device runs.)
 
 use std::sync::Arc;
 
@@ -102,6 +106,11 @@ pub(crate) struct Instruction {
 impl Instruction {
     pub(crate) fn new(kind: InstrKind, stream: StreamId, operands: Operands) -> Self {
         Instruction { kind, stream, operands, program: 0, slot: 0, gen: 0 }
+    }
+
+    /// Move the instruction out, leaving an inert one (no operands, never run) in its place.
+    pub(crate) fn take(&mut self) -> Instruction {
+        std::mem::replace(self, Instruction::new(InstrKind::Release, self.stream, Operands::new()))
     }
 }
 

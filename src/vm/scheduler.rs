@@ -275,7 +275,7 @@ impl Scheduler {
     fn flush(&mut self) {
         for (i, out) in self.outgoing.iter_mut().enumerate() {
             if !out.is_empty() {
-                let batch = std::mem::replace(out, self.vm.take_batch());
+                let batch = std::mem::replace(out, self.vm.take_clean_batch());
                 self.vm.ctxs[i].push(batch);
             }
         }
@@ -328,7 +328,7 @@ impl Scheduler {
         if let (true, Some(ctx)) = (pass, single) {
             // Keep order with what this loop already dispatched to the same worker.
             if !self.outgoing[ctx].is_empty() {
-                let earlier = std::mem::replace(&mut self.outgoing[ctx], self.vm.take_batch());
+                let earlier = std::mem::replace(&mut self.outgoing[ctx], self.vm.take_clean_batch());
                 self.vm.ctxs[ctx].push(earlier);
             }
             self.vm.ctxs[ctx].push(batch);

@@ -120,7 +120,7 @@ impl Lanes {
     fn run(
         &mut self,
         vm: &VmShared,
-        ins: Instruction,
+        ins: &mut Instruction,
         done: &mut Vec<Completion>,
         prof: Option<Nanos>,
     ) -> bool {
@@ -138,7 +138,7 @@ impl Lanes {
             }
             Some(w) => {
                 let prof = prof.map(|t| (ins.program, t));
-                launch_async(vm, s, ins, env, w, done, prof);
+                launch_async(vm, s, ins.take(), env, w, done, prof);
                 false
             }
         }
@@ -148,12 +148,12 @@ impl Lanes {
     fn run_profiled(
         &mut self,
         vm: &VmShared,
-        batch: &mut Vec<Instruction>,
+        batch: &mut [Instruction],
         done: &mut Vec<Completion>,
         r: &mut Recorder,
     ) {
         let (start, n) = (r.now(), batch.len());
-        for ins in batch.drain(..) {
+        for ins in batch.iter_mut() {
             let program = ins.program;
             let t = r.now();
             if self.run(vm, ins, done, Some(t)) {
@@ -203,7 +203,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
         if let Some(mut batch) = ctx.queue.pop() {
             match vm.profiler.begin(ThreadRole::Worker(index as u32)) {
                 None => {
-                    for ins in batch.drain(..) {
+                    for ins in batch.iter_mut() {
                         lanes.run(&vm, ins, &mut done, None);
                     }
                 }
@@ -213,7 +213,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
                     r.finish(&vm.profiler);
                 }
             }
-            vm.recycle(batch);
+            vm.recycle_spent(batch);
             // A synchronous stream runs in order: one report covers the batch.
             for s in lanes.touched.drain(..) {
                 let (slot, gen) = std::mem::replace(&mut lanes.last_run[s], (u32::MAX, 0));
@@ -262,7 +262,8 @@ fn launch_async(
         },
         _ => {
             let env = env.clone();
-            stream.ep.launch(Box::new(move || execute(ins, &env)))
+            let mut ins = ins;
+            stream.ep.launch(Box::new(move || execute(&mut ins, &env)))
         }
     };
     let recorded = launched.and_then(|()| {

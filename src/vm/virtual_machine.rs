@@ -55,6 +55,8 @@ pub struct VmShared {
     pub(crate) completions: SegQueue<Vec<Completion>>,
     pub(crate) sched_notify: Notifier,
     batch_pool: SegQueue<Vec<Instruction>>,
+    /// Batches handed back by workers with their run instructions still in them.
+    spent_pool: SegQueue<Vec<Instruction>>,
     infer_caches: SegQueue<Box<InferCache>>,
     pub(crate) completion_pool: SegQueue<Vec<Completion>>,
     pub(crate) in_flight: AtomicUsize,
@@ -107,8 +109,27 @@ impl VmShared {
         self.next_event.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// An empty batch for a thread that builds instructions. A spent batch (instructions
+    /// run in place by a worker) is preferred and emptied here, so that the operands'
+    /// reference counts are dropped by a building thread, the kind that raised them.
     pub(crate) fn take_batch(&self) -> Vec<Instruction> {
+        if let Some(mut b) = self.spent_pool.pop() {
+            b.clear();
+            return b;
+        }
+        self.take_clean_batch()
+    }
+
+    /// An empty batch for the scheduler, which moves instructions and builds none.
+    pub(crate) fn take_clean_batch(&self) -> Vec<Instruction> {
         self.batch_pool.pop().unwrap_or_else(|| Vec::with_capacity(self.config.batch_size))
+    }
+
+    /// A batch whose instructions a worker has run in place (see `take_batch`).
+    pub(crate) fn recycle_spent(&self, batch: Vec<Instruction>) {
+        if batch.capacity() > 0 {
+            self.spent_pool.push(batch);
+        }
     }
 
     pub(crate) fn recycle(&self, batch: Vec<Instruction>) {
@@ -218,15 +239,18 @@ impl VmShared {
         }
     }
 
-    fn run_inline(&self, ins: Instruction) {
+    fn run_inline(&self, mut ins: Instruction) {
         let s = ins.stream.index();
         let st = &self.streams[s];
         match (&ins.kind, st.policy) {
             (InstrKind::RecordEvent { .. } | InstrKind::StreamWaitEvent { .. }, _) => {}
-            (_, PolicyKind::Sync) => execute(ins, &self.sync_envs[s]),
+            (_, PolicyKind::Sync) => execute(&mut ins, &self.sync_envs[s]),
             (_, PolicyKind::Event) => {
                 let env = Arc::new(self.exec_env(s));
-                let r = st.ep.launch(Box::new(move || execute(ins, &env))).and_then(|()| st.ep.synchronize());
+                let r = st
+                    .ep
+                    .launch(Box::new(move || execute(&mut ins, &env)))
+                    .and_then(|()| st.ep.synchronize());
                 if let Err(e) = r {
                     self.device_failure(e.into());
                 }
@@ -423,6 +447,7 @@ impl VirtualMachine {
             completions: SegQueue::new(),
             sched_notify: Notifier::new(),
             batch_pool: SegQueue::new(),
+            spent_pool: SegQueue::new(),
             infer_caches: SegQueue::new(),
             completion_pool: SegQueue::new(),
             in_flight: AtomicUsize::new(0),
