@@ -36,8 +36,8 @@ use crate::{Config, VirtualMachine};
 /// Where the trace's devices run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DeviceMap {
-    /// On the devices the trace names (`mock:1` on `mock:1`). `cuda` is unavailable in
-    /// this build.
+    /// On the devices the trace names (`mock:1` on `mock:1`, `cuda:0` on `cuda:0`, which
+    /// is a typed "device unavailable" error where the machine has no CUDA driver or GPU).
     #[default]
     AsRecorded,
     /// Everything on the host, `cpu:0` (needs `resync`).
@@ -45,7 +45,8 @@ pub enum DeviceMap {
     /// Every non-host device on the mock device of the same index (needs `resync` unless
     /// the trace already uses only `cpu` and `mock`).
     Mock,
-    /// Every non-host device on the CUDA device of the same index.
+    /// Every non-host device on the CUDA device of the same index (needs `resync` unless
+    /// the trace already uses only `cpu` and `cuda`).
     Cuda,
 }
 

@@ -14,7 +14,7 @@
 //! - **Sync** (CPU): run the instruction on this thread. Such a stream runs in program
 //!   order, so one `done through` report per stream per batch covers every instruction of
 //!   it in the batch.
-//! - **Event** (mock, later CUDA): launch the work on the device stream, record a pooled
+//! - **Event** (mock, CUDA): launch the work on the device stream, record a pooled
 //!   event after it and pass the event to the stream's watcher thread, which sleeps in
 //!   `Event::wait` on the oldest pending event and reports `done` (never a poll loop). A
 //!   `RecordEvent` also reports `launched` at once, which releases the `StreamWaitEvent`s
