@@ -121,3 +121,36 @@ fn a_missing_watcher_thread_is_an_error_not_a_hang() {
     assert!(matches!(e, Error::ShutDown | Error::Failed { .. }), "{e}");
     drop(vm);
 }
+
+/// The last handle of a tensor dropped on one thread while another thread's builder still
+/// holds unsubmitted instructions that use it: the `Release` must follow those
+/// instructions, not overtake them.
+#[test]
+fn a_release_from_another_thread_waits_for_unsubmitted_uses() {
+    let vm = VirtualMachine::new(Config::default()).unwrap();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let relu = vm.op("relu").unwrap();
+    for _ in 0..20 {
+        let t = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], DeviceId::CPU).unwrap();
+        let elsewhere = t.clone();
+        let (built_tx, built_rx) = std::sync::mpsc::channel::<()>();
+        let (dropped_tx, dropped_rx) = std::sync::mpsc::channel::<()>();
+        let y = std::thread::scope(|s| {
+            s.spawn(move || {
+                built_rx.recv().unwrap();
+                drop(elsewhere); // the last handle, while the other thread's batch is open
+                dropped_tx.send(()).unwrap();
+            });
+            vm.run(|b| {
+                let y = b.call(relu, &[&t], Attrs::default(), cpu)?;
+                drop(t);
+                built_tx.send(()).unwrap();
+                dropped_rx.recv().unwrap();
+                Ok::<_, Error>(y)
+            })
+            .unwrap()
+        });
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 3.0]);
+    }
+    vm.sync().unwrap();
+}

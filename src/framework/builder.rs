@@ -26,6 +26,11 @@
 //! Dropping the last handle of a tensor inside a `run` closure queues its `Release` on the
 //! builder of that thread, so it lands after the instructions already built that use it.
 //! Outside any `run`, the `Release` is submitted at once.
+//!
+//! A builder holds a handle of each tensor its unsubmitted batch uses, and drops them just
+//! after submitting the batch. So no thread can drop a tensor's last handle while a builder
+//! anywhere still has unsubmitted uses of it: the last handle drops here, after the batch,
+//! and the `Release` follows the batch.
 
 use std::cell::RefCell;
 use std::sync::atomic::Ordering;
@@ -73,6 +78,11 @@ pub struct InstructionsBuilder<'vm> {
     infer: Box<InferCache>,
     /// The specs of the last call whose signature was not cached.
     uncached: OutSpecs,
+    /// A handle to every tensor the unsubmitted instructions use, dropped once they are
+    /// submitted (module docs, "Releases").
+    keep: Vec<Tensor>,
+    /// This VM-unique number of the batch being built (names it in `TensorInner::kept_in`).
+    batch_id: u64,
 }
 
 impl<'vm> InstructionsBuilder<'vm> {
@@ -85,6 +95,8 @@ impl<'vm> InstructionsBuilder<'vm> {
             key,
             infer: vm.take_infer_cache(),
             uncached: OutSpecs::new(),
+            keep: vm.take_keep_list(),
+            batch_id: vm.next_batch_id(),
         }
     }
 
@@ -158,6 +170,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             });
         }
         let ops = operands(&[], &[t]);
+        self.keep_alive(t);
         self.emit(InstrKind::Access(HostAccess::Write(T::to_bytes(data))), self.vm.host_stream, ops);
         Ok(())
     }
@@ -166,11 +179,42 @@ impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn read_into(&mut self, t: &Tensor, slot: Arc<AccessSlot>, wait_only: bool) {
         let ops = operands(&[t], &[]);
         let access = if wait_only { HostAccess::Wait(slot) } else { HostAccess::Read(slot) };
+        self.keep_alive(t);
         self.emit(InstrKind::Access(access), self.vm.host_stream, ops);
     }
 
     /// Hand what has been built so far to the scheduler now.
     pub fn flush(&mut self) {
+        self.take_deferred_releases();
+        if self.batch.is_empty() {
+            return;
+        }
+        let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
+        self.vm.submit(batch);
+        self.batch_id = self.vm.next_batch_id();
+        // Now that they are submitted, let go of the handles the instructions used. A
+        // handle dropped here may be a tensor's last: its `Release` follows at once.
+        self.keep.clear();
+        self.take_deferred_releases();
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
+            self.vm.submit(batch);
+        }
+    }
+
+    /// Hold a handle of `t` until the batch being built is submitted (once per batch).
+    #[inline]
+    fn keep_alive(&mut self, t: &Tensor) {
+        let kept = &t.inner().kept_in;
+        if kept.load(Ordering::Relaxed) != self.batch_id {
+            kept.store(self.batch_id, Ordering::Relaxed);
+            self.keep.push(t.clone());
+        }
+    }
+
+    /// Add the `Release`s of the tensors whose last handle dropped on this thread since the
+    /// last flush.
+    fn take_deferred_releases(&mut self) {
         let key = self.key;
         let deferred = ACTIVE
             .try_with(|a| {
@@ -184,10 +228,6 @@ impl<'vm> InstructionsBuilder<'vm> {
             if let Some(ins) = release_instruction(t) {
                 self.batch.push(ins);
             }
-        }
-        if !self.batch.is_empty() {
-            let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
-            self.vm.submit(batch);
         }
     }
 
@@ -276,6 +316,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         let device = self.vm.streams[stream.index()].device;
         let kernel = op.kernel(device.ty).expect("checked");
         let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
+        for t in inputs.iter().chain(outputs) {
+            self.keep_alive(t);
+        }
         self.emit(kind, stream, operands(inputs, outputs));
     }
 
@@ -365,6 +408,7 @@ impl Drop for InstructionsBuilder<'_> {
         let empty = std::mem::take(&mut self.batch);
         self.vm.recycle(empty);
         self.vm.recycle_infer_cache(std::mem::take(&mut self.infer));
+        self.vm.recycle_keep_list(std::mem::take(&mut self.keep));
     }
 }
 

@@ -7,14 +7,14 @@
 //! | [`TensorMeta`] | anyone | immutable after creation |
 //! | value: storage and error | the instruction that the dependence rules let run | the scheduler orders every writer after all earlier accesses, and every reader after the last writer; same-stream order is kept by the stream's FIFO |
 //! | dependence object | the scheduler thread alone | only the scheduler dereferences it |
-//! | soft-sync state (`last_stream`, `released`) | the caller thread building instructions | atomics (relaxed: program order is the caller's own) |
+//! | soft-sync and keep-alive state (`last_stream`, `released`, `kept_in`) | the caller thread building instructions | atomics (relaxed: program order is the caller's own) |
 //!
 //! A tensor's storage is allocated by the first instruction that writes it and freed by a
 //! `Release` instruction that the handle's drop emits after every earlier use.
 
 use std::cell::UnsafeCell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 use crossbeam_utils::CachePadded;
@@ -114,6 +114,8 @@ pub(crate) struct TensorInner {
     pub(crate) last_stream: AtomicU32,
     /// Set when the handle's drop has emitted the `Release`.
     pub(crate) released: AtomicBool,
+    /// The builder batch that last took a keep-alive handle of this tensor (0: none).
+    pub(crate) kept_in: AtomicU64,
 }
 
 /// `last_stream` value of a tensor no instruction has used yet.
@@ -137,6 +139,7 @@ impl TensorInner {
             dep: CachePadded::new(UnsafeCell::new(DepObject::default())),
             last_stream: AtomicU32::new(NO_STREAM),
             released: AtomicBool::new(false),
+            kept_in: AtomicU64::new(0),
         }
     }
 

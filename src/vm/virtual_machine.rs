@@ -58,6 +58,8 @@ pub struct VmShared {
     /// Batches handed back by workers with their run instructions still in them.
     spent_pool: SegQueue<Vec<Instruction>>,
     infer_caches: SegQueue<Box<InferCache>>,
+    /// Emptied keep-alive lists of finished builders (`framework::builder`).
+    keep_lists: SegQueue<Vec<Tensor>>,
     pub(crate) completion_pool: SegQueue<Vec<Completion>>,
     pub(crate) in_flight: AtomicUsize,
     bp_waiting: AtomicUsize,
@@ -67,6 +69,7 @@ pub struct VmShared {
     dead: AtomicBool,
     next_tensor: AtomicU64,
     next_event: AtomicU64,
+    next_batch: AtomicU64,
     pub(crate) failures: Arc<FailureLog>,
     pub(crate) fault: super::config::FaultInjection,
     /// In synchronous mode: the executor environment of each stream.
@@ -103,6 +106,11 @@ impl VmShared {
     pub(crate) fn new_tensor(self: &Arc<Self>, meta: TensorMeta) -> Tensor {
         let id = self.next_tensor.fetch_add(1, Ordering::Relaxed);
         Tensor(Arc::new(Handle { inner: Arc::new(TensorInner::new(id, meta)), vm: Arc::downgrade(self) }))
+    }
+
+    /// A VM-unique number for a builder's next batch (never 0).
+    pub(crate) fn next_batch_id(&self) -> u64 {
+        self.next_batch.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn next_event_id(&self) -> u64 {
@@ -142,6 +150,19 @@ impl VmShared {
     /// A shape-inference cache for a new builder (warm if an earlier builder left one).
     pub(crate) fn take_infer_cache(&self) -> Box<InferCache> {
         self.infer_caches.pop().unwrap_or_default()
+    }
+
+    /// An empty keep-alive list for a new builder (with the capacity an earlier one grew).
+    pub(crate) fn take_keep_list(&self) -> Vec<Tensor> {
+        self.keep_lists.pop().unwrap_or_default()
+    }
+
+    /// Keep a builder's emptied keep-alive list for the next builder.
+    pub(crate) fn recycle_keep_list(&self, list: Vec<Tensor>) {
+        debug_assert!(list.is_empty());
+        if list.capacity() > 0 {
+            self.keep_lists.push(list);
+        }
     }
 
     /// Keep a builder's inference cache for the next builder.
@@ -449,6 +470,7 @@ impl VirtualMachine {
             batch_pool: SegQueue::new(),
             spent_pool: SegQueue::new(),
             infer_caches: SegQueue::new(),
+            keep_lists: SegQueue::new(),
             completion_pool: SegQueue::new(),
             in_flight: AtomicUsize::new(0),
             bp_waiting: AtomicUsize::new(0),
@@ -458,6 +480,7 @@ impl VirtualMachine {
             dead: AtomicBool::new(false),
             next_tensor: AtomicU64::new(0),
             next_event: AtomicU64::new(1),
+            next_batch: AtomicU64::new(1),
             failures,
             fault: config.fault.clone(),
             sync_envs,
