@@ -231,10 +231,12 @@ fn progress_bar() -> (ProgressBar, Instant) {
 
 fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
     let t = trace::load(file)?;
-    // The timeline is always taken (the summary's per-stream busy time comes from it);
-    // `--profile` also writes it out.
+    // The summary's per-stream busy time comes from a timeline, which holds about 150 bytes
+    // per instruction until the replay ends: taken for traces up to BUSY_TIME_LIMIT
+    // instructions, or on any trace with `--profile` (which also writes it out).
+    let profile = args.profile.is_some() || t.instructions() <= BUSY_TIME_LIMIT;
     let opts =
-        ReplayOptions { resync: args.resync, device: args.device, config: Config::from_env(), profile: true };
+        ReplayOptions { resync: args.resync, device: args.device, config: Config::from_env(), profile };
     let (pb, t0) = progress_bar();
     let mut shown = false;
     let r = trace::replay_with(&t, &opts, &mut |done, total| {
@@ -248,8 +250,17 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
     pb.finish_and_clear();
     let report = r?;
     print_replay(file, args, &report);
+    if !profile {
+        say!(
+            "  busy time per stream: not measured on traces over {BUSY_TIME_LIMIT} instructions (memory); \
+             pass --profile FILE to measure it"
+        );
+    }
     write_profile(report.profile.as_ref(), args.profile.as_deref())
 }
+
+/// Replays of traces up to this many instructions measure busy time per stream by default.
+const BUSY_TIME_LIMIT: usize = 1_000_000;
 
 /// Print the per-stream busy time of a run, and write its timeline if asked to.
 fn write_profile(profile: Option<&Profile>, out: Option<&Path>) -> Result<(), CliError> {
