@@ -38,11 +38,14 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::ep::DeviceId;
 use crate::error::{Error, Result};
 use crate::framework::infer_cache::InferCache;
 use crate::framework::tensor::{Element, Tensor, TensorInner, TensorMeta, NO_STREAM};
-use crate::framework::{Attrs, Op, OutSpecs};
-use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Instruction, Operand, Operands};
+use crate::framework::{Attrs, Op, OpKernel, OutSpecs};
+use crate::vm::instruction::{
+    AccessMode, AccessSlot, HostAccess, InstrKind, Instruction, Operand, Operands, TensorPtr,
+};
 use crate::vm::{StreamId, VmShared};
 
 thread_local! {
@@ -110,14 +113,14 @@ impl<'vm> InstructionsBuilder<'vm> {
     ) -> Result<SmallVec<[Tensor; 2]>> {
         let device = self.vm.stream(stream)?.device;
         let vm = self.vm;
-        let specs = self.check(op, inputs, &[], &attrs, stream)?;
+        let (kernel, specs) = self.check(op, inputs, &[], &attrs, stream)?;
         let outs: SmallVec<[Tensor; 2]> = specs
             .iter()
             .map(|s| vm.new_tensor(TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }))
             .collect();
         {
             let refs: SmallVec<[&Tensor; 2]> = outs.iter().collect();
-            self.emit_call(op, inputs, &refs, attrs, stream);
+            self.emit_call(kernel, inputs, &refs, attrs, stream);
         }
         Ok(outs)
     }
@@ -125,7 +128,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// Call a single-output `op` on `stream`, creating its output.
     pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
         // Refuse before emitting anything: a refused call leaves no instruction behind.
-        let n = self.check(op, inputs, &[], &attrs, stream)?.len();
+        let n = self.check(op, inputs, &[], &attrs, stream)?.1.len();
         if n != 1 {
             return Err(Error::InvalidOperands {
                 op: op.name().into(),
@@ -146,8 +149,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
-        self.check(op, inputs, outputs, &attrs, stream)?;
-        self.emit_call(op, inputs, outputs, attrs, stream);
+        let kernel = self.check(op, inputs, outputs, &attrs, stream)?.0;
+        self.emit_call(kernel, inputs, outputs, attrs, stream);
         Ok(())
     }
 
@@ -231,6 +234,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
     }
 
+    /// Check a call (module docs); returns its kernel and output specs. The common case, a
+    /// signature already in the inference cache, takes one pass over the operands and no
+    /// allocation.
+    #[inline]
     fn check(
         &mut self,
         op: Op,
@@ -238,48 +245,52 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: &Attrs,
         stream: StreamId,
-    ) -> Result<&OutSpecs> {
+    ) -> Result<(&'static dyn OpKernel, &OutSpecs)> {
         let device = self.vm.stream(stream)?.device;
-        let kernel = op.kernel(device.ty).ok_or_else(|| self.vm.unknown_op(op.name(), device))?;
-        let name = || op.name().to_string();
+        let Some(kernel) = op.kernel(device.ty) else {
+            return Err(self.vm.unknown_op(op.name(), device));
+        };
+        let mut on_device = 0;
         for t in inputs.iter().chain(outputs) {
             t.check_live()?;
+            on_device += usize::from(t.device() == device);
         }
-        let cross = kernel.cross_device();
-        let on_stream = |t: &Tensor| t.device() == device;
-        if cross {
-            if !inputs.iter().chain(outputs).any(|t| on_stream(t)) {
-                let t = inputs.first().or(outputs.first()).expect("a copy has operands");
-                return Err(Error::WrongDevice {
-                    op: name(),
-                    tensor: t.id(),
-                    tensor_device: t.device(),
-                    stream_device: device,
-                });
-            }
-        } else if let Some(t) = inputs.iter().chain(outputs).find(|t| !on_stream(t)) {
-            return Err(Error::WrongDevice {
-                op: name(),
-                tensor: t.id(),
-                tensor_device: t.device(),
-                stream_device: device,
-            });
+        let n = inputs.len() + outputs.len();
+        if on_device < n && !kernel.cross_device() || on_device == 0 && n > 0 {
+            return Err(wrong_device(op, kernel, inputs, outputs, device));
         }
         for (i, o) in outputs.iter().enumerate() {
             let p = Arc::as_ptr(o.inner());
-            if inputs.iter().any(|t| Arc::as_ptr(t.inner()) == p)
-                || outputs[..i].iter().any(|t| Arc::as_ptr(t.inner()) == p)
-            {
-                return Err(Error::Aliased { op: name(), tensor: o.id() });
+            if inputs.iter().chain(&outputs[..i]).any(|t| Arc::as_ptr(t.inner()) == p) {
+                return Err(Error::Aliased { op: op.name().into(), tensor: o.id() });
             }
         }
-        let in_metas: SmallVec<[&TensorMeta; 4]> = inputs.iter().map(|t| t.meta()).collect();
-        let given: SmallVec<[&TensorMeta; 2]> = outputs.iter().map(|t| t.meta()).collect();
         // A signature checked before passes again: infer is a function of it alone, and
-        // it passed the output comparison below then (only passing calls are cached).
-        if let Some(i) = self.infer.get(kernel, stream.0, attrs, &in_metas, &given) {
-            return Ok(self.infer.specs(i));
+        // it passed the output comparison then (only passing calls are cached).
+        let metas = inputs.iter().chain(outputs).map(|t| t.meta());
+        match self.infer.get(kernel, stream.0, attrs, inputs.len(), n, metas) {
+            Some(i) => Ok((kernel, self.infer.specs(i))),
+            None => self.infer_uncached(op, kernel, inputs, outputs, attrs, stream, device),
         }
+    }
+
+    /// Run the kernel's `infer` for a signature not in the cache, compare the given outputs
+    /// with it, and cache it if it passes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn infer_uncached(
+        &mut self,
+        op: Op,
+        kernel: &'static dyn OpKernel,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: &Attrs,
+        stream: StreamId,
+        device: DeviceId,
+    ) -> Result<(&'static dyn OpKernel, &OutSpecs)> {
+        let name = || op.name().to_string();
+        let in_metas: SmallVec<[&TensorMeta; 8]> = inputs.iter().map(|t| t.meta()).collect();
+        let given: SmallVec<[&TensorMeta; 2]> = outputs.iter().map(|t| t.meta()).collect();
         let mut specs = OutSpecs::new();
         kernel
             .infer(&in_metas, &given, attrs, &mut specs)
@@ -304,17 +315,22 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
         }
         match self.infer.insert(kernel, stream.0, attrs, &in_metas, &given, specs.clone()) {
-            Some(i) => Ok(self.infer.specs(i)),
+            Some(i) => Ok((kernel, self.infer.specs(i))),
             None => {
                 self.uncached = specs;
-                Ok(&self.uncached)
+                Ok((kernel, &self.uncached))
             }
         }
     }
 
-    fn emit_call(&mut self, op: Op, inputs: &[&Tensor], outputs: &[&Tensor], attrs: Attrs, stream: StreamId) {
-        let device = self.vm.streams[stream.index()].device;
-        let kernel = op.kernel(device.ty).expect("checked");
+    fn emit_call(
+        &mut self,
+        kernel: &'static dyn OpKernel,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) {
         let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
         for t in inputs.iter().chain(outputs) {
             self.keep_alive(t);
@@ -368,10 +384,10 @@ impl<'vm> InstructionsBuilder<'vm> {
             if last == me.0 || last == NO_STREAM {
                 continue;
             }
-            let read = Operand { tensor: o.tensor.clone(), mode: AccessMode::Read };
+            let read = Operand { tensor: o.tensor, mode: AccessMode::Read };
             match groups.iter_mut().find(|(s, _)| *s == last) {
                 Some((_, g)) => {
-                    if !g.iter().any(|x| Arc::ptr_eq(&x.tensor, &o.tensor)) {
+                    if !g.iter().any(|x| x.tensor == o.tensor) {
                         g.push(read)
                     }
                 }
@@ -412,13 +428,41 @@ impl Drop for InstructionsBuilder<'_> {
     }
 }
 
+/// The error for a call with an operand on the wrong device: the first operand off the
+/// stream's device (or, for a copy, the first operand, when none is on it).
+#[cold]
+fn wrong_device(
+    op: Op,
+    kernel: &'static dyn OpKernel,
+    inputs: &[&Tensor],
+    outputs: &[&Tensor],
+    device: DeviceId,
+) -> Error {
+    let mut all = inputs.iter().chain(outputs);
+    let t = if kernel.cross_device() {
+        all.next().expect("a copy with no operands has none on the device: checked by the caller")
+    } else {
+        all.find(|t| t.device() != device).expect("some operand is off the device")
+    };
+    Error::WrongDevice {
+        op: op.name().into(),
+        tensor: t.id(),
+        tensor_device: t.device(),
+        stream_device: device,
+    }
+}
+
+/// The operand list of a call. Every caller keeps each tensor alive (`keep_alive`) until
+/// the instruction is submitted.
 fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
     let mut ops = Operands::new();
+    // SAFETY (both loops): the caller holds a keep-alive handle of each tensor until the
+    // batch is submitted, and the tensor's Release follows the batch (module docs).
     for t in inputs {
-        ops.push(Operand { tensor: t.inner().clone(), mode: AccessMode::Read });
+        ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Read });
     }
     for t in outputs {
-        ops.push(Operand { tensor: t.inner().clone(), mode: AccessMode::Write });
+        ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Write });
     }
     ops
 }
@@ -429,6 +473,8 @@ pub(crate) fn release_instruction(t: Arc<TensorInner>) -> Option<Instruction> {
     if last == NO_STREAM {
         return None;
     }
-    let ops = SmallVec::from_iter([Operand { tensor: t, mode: AccessMode::Write }]);
-    Some(Instruction::new(InstrKind::Release, StreamId(last), ops))
+    // SAFETY: the instruction owns `t` (its `owner`), so the pointer lives as long as it.
+    let ops =
+        SmallVec::from_iter([Operand { tensor: unsafe { TensorPtr::new(&t) }, mode: AccessMode::Write }]);
+    Some(Instruction::new(InstrKind::Release { owner: Some(t) }, StreamId(last), ops))
 }

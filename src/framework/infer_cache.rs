@@ -51,24 +51,26 @@ fn kernel_key(kernel: &'static dyn OpKernel) -> *const dyn OpKernel {
 
 impl InferCache {
     /// The specs cached for this signature, if any.
+    /// `metas` are the inputs' metas, then the given outputs' metas: `n` in all, the first
+    /// `n_inputs` of them inputs.
     #[inline]
-    pub(crate) fn get(
+    pub(crate) fn get<'m>(
         &self,
         kernel: &'static dyn OpKernel,
         stream: u32,
         attrs: &Attrs,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
+        n_inputs: usize,
+        n: usize,
+        metas: impl Iterator<Item = &'m TensorMeta> + Clone,
     ) -> Option<usize> {
         let (k, bits) = (kernel_key(kernel), attrs.scalar.to_bits());
-        let n = inputs.len() + given.len();
         self.entries.iter().position(|e| {
             std::ptr::eq(e.kernel, k)
                 && e.stream == stream
                 && e.attrs == bits
-                && e.n_inputs as usize == inputs.len()
+                && e.n_inputs as usize == n_inputs
                 && e.metas.len() == n
-                && e.metas.iter().zip(inputs.iter().chain(given)).all(|(a, b)| a == *b)
+                && e.metas.iter().zip(metas.clone()).all(|(a, b)| a == b)
         })
     }
 
@@ -124,21 +126,25 @@ mod tests {
         let b = TensorMeta::new(&[3, 2], DType::F32, DeviceId::CPU);
         let mut c = InferCache::default();
         let at = Attrs::default();
-        assert_eq!(c.get(add, 0, &at, &[&a, &a], &[]), None);
+        assert_eq!(c.get(add, 0, &at, 2, 2, [&a, &a].into_iter().chain([])), None);
         let i = c.insert(add, 0, &at, &[&a, &a], &[], OutSpecs::new()).unwrap();
-        assert_eq!(c.get(add, 0, &at, &[&a, &a], &[]), Some(i));
+        assert_eq!(c.get(add, 0, &at, 2, 2, [&a, &a].into_iter().chain([])), Some(i));
         assert!(c.specs(i).is_empty());
-        assert_eq!(c.get(mul, 0, &at, &[&a, &a], &[]), None, "other kernel");
-        assert_eq!(c.get(add, 1, &at, &[&a, &a], &[]), None, "other stream");
-        assert_eq!(c.get(add, 0, &Attrs::scalar(2.0), &[&a, &a], &[]), None, "other attrs");
-        assert_eq!(c.get(add, 0, &at, &[&a, &b], &[]), None, "other shape");
-        assert_eq!(c.get(add, 0, &at, &[&a], &[&a]), None, "input moved to outputs");
+        assert_eq!(c.get(mul, 0, &at, 2, 2, [&a, &a].into_iter().chain([])), None, "other kernel");
+        assert_eq!(c.get(add, 1, &at, 2, 2, [&a, &a].into_iter().chain([])), None, "other stream");
+        assert_eq!(
+            c.get(add, 0, &Attrs::scalar(2.0), 2, 2, [&a, &a].into_iter().chain([])),
+            None,
+            "other attrs"
+        );
+        assert_eq!(c.get(add, 0, &at, 2, 2, [&a, &b].into_iter().chain([])), None, "other shape");
+        assert_eq!(c.get(add, 0, &at, 1, 2, [&a].into_iter().chain([&a])), None, "input moved to outputs");
         // Filling past capacity evicts round-robin and never grows.
         for k in 0..3 * ENTRIES {
             let m = TensorMeta::new(&[k], DType::F32, DeviceId::CPU);
             c.insert(add, 0, &at, &[&m], &[], OutSpecs::new());
         }
         assert!(c.entries.len() <= ENTRIES);
-        assert_eq!(c.get(add, 0, &at, &[&a, &a], &[]), None);
+        assert_eq!(c.get(add, 0, &at, 2, 2, [&a, &a].into_iter().chain([])), None);
     }
 }

@@ -17,7 +17,6 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
 use crate::alloc::Storage;
@@ -62,7 +61,7 @@ impl fmt::Display for DType {
 pub type Shape = SmallVec<[usize; 4]>;
 
 /// Shape, dtype and device of a tensor.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Eq, Hash)]
 pub struct TensorMeta {
     /// Dimension sizes.
     pub shape: Shape,
@@ -70,6 +69,18 @@ pub struct TensorMeta {
     pub dtype: DType,
     /// Where the storage lives.
     pub device: DeviceId,
+}
+
+impl PartialEq for TensorMeta {
+    /// Field by field, dimensions in a plain loop: shapes are short, and the builder
+    /// compares metas on every call (its inference cache).
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.dtype == other.dtype
+            && self.device == other.device
+            && self.shape.len() == other.shape.len()
+            && self.shape.iter().zip(&other.shape).all(|(a, b)| a == b)
+    }
 }
 
 impl TensorMeta {
@@ -100,22 +111,30 @@ pub(crate) struct TensorValue {
     pub(crate) error: Option<Arc<Error>>,
 }
 
+/// A cache line of its own (64 bytes, aligned).
+#[repr(C, align(64))]
+struct Line<T>(T);
+
 /// The object shared by the user's handles and the instructions that use a tensor.
 ///
-/// The value and the dependence object sit on cache lines of their own: the caller, the
-/// scheduler and the worker each write a different part of every tensor they touch, and
-/// sharing lines between them would move each line between cores on every instruction.
+/// Laid out by who touches what: the caller's state (reference count, soft-sync and
+/// keep-alive atomics, metadata) comes first, on the lines the `Arc`'s count already
+/// occupies; the value (the worker's) and the dependence object (the scheduler's) each
+/// start a line of their own, so that the three threads that touch every tensor do not
+/// move each other's lines between cores. The whole object is five lines (320 bytes),
+/// plus the `Arc`'s counts on a line before it.
+#[repr(C)]
 pub(crate) struct TensorInner {
     pub(crate) id: u64,
-    pub(crate) meta: TensorMeta,
-    value: CachePadded<UnsafeCell<TensorValue>>,
-    dep: CachePadded<UnsafeCell<DepObject>>,
+    /// The builder batch that last took a keep-alive handle of this tensor (0: none).
+    pub(crate) kept_in: AtomicU64,
     /// Index of the VM stream that last used this tensor, `NO_STREAM` if none (soft sync).
     pub(crate) last_stream: AtomicU32,
     /// Set when the handle's drop has emitted the `Release`.
     pub(crate) released: AtomicBool,
-    /// The builder batch that last took a keep-alive handle of this tensor (0: none).
-    pub(crate) kept_in: AtomicU64,
+    pub(crate) meta: TensorMeta,
+    value: Line<UnsafeCell<TensorValue>>,
+    dep: Line<UnsafeCell<DepObject>>,
 }
 
 /// `last_stream` value of a tensor no instruction has used yet.
@@ -135,8 +154,8 @@ impl TensorInner {
         TensorInner {
             id,
             meta,
-            value: CachePadded::new(UnsafeCell::new(TensorValue::default())),
-            dep: CachePadded::new(UnsafeCell::new(DepObject::default())),
+            value: Line(UnsafeCell::new(TensorValue::default())),
+            dep: Line(UnsafeCell::new(DepObject::default())),
             last_stream: AtomicU32::new(NO_STREAM),
             released: AtomicBool::new(false),
             kept_in: AtomicU64::new(0),
@@ -151,7 +170,7 @@ impl TensorInner {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn value(&self) -> &TensorValue {
         // SAFETY: no concurrent writer, by the caller's contract.
-        unsafe { &*self.value.get() }
+        unsafe { &*self.value.0.get() }
     }
 
     /// The tensor's value, for writing.
@@ -163,7 +182,7 @@ impl TensorInner {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn value_mut(&self) -> &mut TensorValue {
         // SAFETY: exclusive access, by the caller's contract.
-        unsafe { &mut *self.value.get() }
+        unsafe { &mut *self.value.0.get() }
     }
 
     /// The dependence object.
@@ -174,7 +193,7 @@ impl TensorInner {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn dep_mut(&self) -> &mut DepObject {
         // SAFETY: single-threaded access by the scheduler, by the caller's contract.
-        unsafe { &mut *self.dep.get() }
+        unsafe { &mut *self.dep.0.get() }
     }
 }
 
@@ -299,5 +318,20 @@ impl Element for i64 {
     }
     fn to_bytes(values: &[Self]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+    }
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::*;
+
+    #[test]
+    fn tensor_object_stays_small() {
+        // Caller state and metadata on two lines, the value on two and the dependence
+        // object on one (the type's docs). Each added line costs every instruction on a
+        // program that cycles through more tensors than the cache holds.
+        assert_eq!(std::mem::align_of::<TensorInner>(), 64);
+        assert!(std::mem::size_of::<TensorInner>() <= 320, "{}", std::mem::size_of::<TensorInner>());
+        assert!(std::mem::size_of::<DepObject>() <= 64);
     }
 }

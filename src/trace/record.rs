@@ -125,7 +125,7 @@ impl Capture {
                 InstrKind::RecordEvent { id } => RecKind::Record { id: *id },
                 InstrKind::StreamWaitEvent { id, .. } => RecKind::Wait { id: *id },
                 InstrKind::Barrier { .. } => RecKind::Barrier,
-                InstrKind::Release => RecKind::Release,
+                InstrKind::Release { .. } => RecKind::Release,
                 InstrKind::Access(HostAccess::Read(_)) => RecKind::Read,
                 InstrKind::Access(HostAccess::Wait(_)) => RecKind::AccessWait,
                 InstrKind::Access(HostAccess::Write(bytes)) => RecKind::Write(bytes.clone()),

@@ -29,7 +29,7 @@ use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
 use crate::error::Error;
 use crate::framework::{Attrs, DType, Tensor};
 use crate::profile::Profile;
-use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Operand, Operands};
+use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Operand, Operands, TensorPtr};
 use crate::vm::StreamId;
 use crate::{Config, VirtualMachine};
 
@@ -335,7 +335,9 @@ impl Replayer<'_> {
     }
 
     fn operands(&self, reads: &[Ref], writes: &[Ref]) -> Operands {
-        let op = |r: &Ref, mode| Operand { tensor: self.tensor(*r).inner().clone(), mode };
+        // SAFETY: the replay holds every tensor's handle until it emits the tensor's
+        // Release (or the replay ends, which drops the handles after its last batch).
+        let op = |r: &Ref, mode| Operand { tensor: unsafe { TensorPtr::new(self.tensor(*r).inner()) }, mode };
         let mut ops = Operands::new();
         ops.extend(reads.iter().map(|r| op(r, AccessMode::Read)));
         ops.extend(writes.iter().map(|r| op(r, AccessMode::Write)));
@@ -404,7 +406,8 @@ impl Replayer<'_> {
                 if raw {
                     // Marked released first, so that dropping the handle emits nothing more.
                     t.inner().released.store(true, std::sync::atomic::Ordering::Relaxed);
-                    b.emit_raw(InstrKind::Release, self.stream(*stream), self.operands_of(&t));
+                    let owner = Some(t.inner().clone());
+                    b.emit_raw(InstrKind::Release { owner }, self.stream(*stream), self.operands_of(&t));
                 }
                 drop(t);
             }
@@ -429,7 +432,8 @@ impl Replayer<'_> {
 
     fn operands_of(&self, t: &Tensor) -> Operands {
         let mut ops = Operands::new();
-        ops.push(Operand { tensor: t.inner().clone(), mode: AccessMode::Write });
+        // SAFETY: the Release built with these operands owns `t` (its `owner`).
+        ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Write });
         ops
     }
 

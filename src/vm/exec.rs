@@ -67,7 +67,7 @@ pub(crate) fn execute(ins: &mut Instruction, env: &ExecEnv) {
             let (inputs, outputs) = ins.operands.split_at(n_inputs as usize);
             op_call(kernel, attrs, inputs, outputs, ins.program, env);
         }
-        InstrKind::Release => {
+        InstrKind::Release { .. } => {
             for op in &ins.operands {
                 // SAFETY: a Release holds the write access to its operand: every earlier
                 // access has finished (or precedes it on this stream's FIFO).

@@ -10,6 +10,7 @@
 //! built the instruction, and its cache line does not travel to the worker and back. (An
 //! asynchronous stream moves the instruction into the closure its device runs.)
 
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -31,10 +32,65 @@ pub(crate) enum AccessMode {
     Write,
 }
 
+/// A tensor named by an instruction: a plain pointer, with no reference count.
+///
+/// Instructions borrow their tensors instead of owning a count of them: the count's cache
+/// line would otherwise be written twice per operand (when the instruction is built and
+/// when it is dropped). What keeps the tensor alive instead:
+/// - while the instruction is unsubmitted, the builder's keep-alive handle
+///   (`framework::builder`, "Releases");
+/// - after that, the tensor's `Release` instruction, which owns a count
+///   ([`InstrKind::Release`]) and is ordered after every instruction that uses the tensor:
+///   it runs only once they have run (or are ahead of it on its stream's FIFO), and the
+///   scheduler has admitted them all before it admits the `Release`.
+///
+/// So a `TensorPtr` is dereferenced only while its tensor is alive: by the scheduler when
+/// it admits the instruction, and by the instruction's execution. Dropping one does
+/// nothing. Instructions that can no longer run (a dead VM) are kept, not dropped, until
+/// every VM thread has exited (`VmShared::bury`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TensorPtr(NonNull<TensorInner>);
+
+// SAFETY: a TensorPtr is a shared reference in all but lifetime, and TensorInner is Sync
+// (its own SAFETY comment), so it may be sent to and shared between threads.
+unsafe impl Send for TensorPtr {}
+// SAFETY: as for Send.
+unsafe impl Sync for TensorPtr {}
+
+impl TensorPtr {
+    /// A pointer to `t`.
+    ///
+    /// # Safety
+    /// The instruction that holds the pointer must be submitted before the keep-alive
+    /// handle of `t` in its builder is dropped, and `t` must get a `Release` (or
+    /// outlive the VM) after it: see the type's docs. Every caller is in
+    /// `framework::builder` or in trace replay, which keeps each tensor's handle until
+    /// it emits the tensor's `Release`.
+    pub(crate) unsafe fn new(t: &Arc<TensorInner>) -> Self {
+        TensorPtr(NonNull::from(&**t))
+    }
+}
+
+impl std::ops::Deref for TensorPtr {
+    type Target = TensorInner;
+    #[inline]
+    fn deref(&self) -> &TensorInner {
+        // SAFETY: the tensor is alive while any instruction that can still be admitted or
+        // run holds a pointer to it (the type's docs; `new`'s contract).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl std::fmt::Debug for TensorPtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "tensor@{:p}", self.0)
+    }
+}
+
 /// One operand: a tensor and how it is used.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Operand {
-    pub(crate) tensor: Arc<TensorInner>,
+    pub(crate) tensor: TensorPtr,
     pub(crate) mode: AccessMode,
 }
 
@@ -64,8 +120,13 @@ pub(crate) enum InstrKind {
     StreamWaitEvent { id: u64, event: Option<Arc<dyn Event>> },
     /// Run a host callback once everything before it has finished (`vm.sync()`).
     Barrier { callback: Box<dyn FnOnce() + Send> },
-    /// Free the storage of the (single, written) operand after every earlier use.
-    Release,
+    /// Free the storage of the (single, written) operand after every earlier use. `owner`
+    /// keeps the tensor alive until the instruction is dropped (see [`TensorPtr`]); it is
+    /// `None` only in the inert instruction [`Instruction::take`] leaves behind.
+    Release {
+        #[expect(dead_code, reason = "held only to keep the tensor alive until the instruction drops")]
+        owner: Option<Arc<TensorInner>>,
+    },
     /// Read or write a host tensor's bytes from the caller (single operand).
     Access(HostAccess),
 }
@@ -84,7 +145,7 @@ impl InstrKind {
             InstrKind::RecordEvent { .. } => "RecordEvent",
             InstrKind::StreamWaitEvent { .. } => "StreamWaitEvent",
             InstrKind::Barrier { .. } => "Barrier",
-            InstrKind::Release => "Release",
+            InstrKind::Release { .. } => "Release",
             InstrKind::Access(_) => "Access",
         }
     }
@@ -110,7 +171,10 @@ impl Instruction {
 
     /// Move the instruction out, leaving an inert one (no operands, never run) in its place.
     pub(crate) fn take(&mut self) -> Instruction {
-        std::mem::replace(self, Instruction::new(InstrKind::Release, self.stream, Operands::new()))
+        std::mem::replace(
+            self,
+            Instruction::new(InstrKind::Release { owner: None }, self.stream, Operands::new()),
+        )
     }
 }
 

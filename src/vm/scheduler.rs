@@ -585,6 +585,19 @@ impl Scheduler {
     }
 }
 
+impl Drop for Scheduler {
+    /// A scheduler that stops with instructions still parked or undispatched (the VM died,
+    /// or it panicked) hands them to the VM to keep until every thread has exited: a
+    /// worker may still be running an instruction on a tensor one of them owns.
+    fn drop(&mut self) {
+        let mut left: Vec<Instruction> = self.nodes.iter_mut().filter_map(|n| n.body.take()).collect();
+        for out in &mut self.outgoing {
+            left.append(out);
+        }
+        self.vm.bury(left);
+    }
+}
+
 impl EdgeSink for Scheduler {
     #[inline]
     fn connect(&mut self, src: InstrRef, dst: u32) {

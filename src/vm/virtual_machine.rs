@@ -81,6 +81,10 @@ pub struct VmShared {
     /// The attached trace recorder (`crate::trace`); its lock also orders recording and
     /// inbox splicing, so the trace lists batches exactly in the order the VM received them.
     recorder: Mutex<Option<crate::trace::Capture>>,
+    /// Instructions of a dead VM that never ran: kept until this object drops, which is
+    /// after every VM thread has exited, because other instructions may still point to
+    /// the tensors their `Release`s own (`TensorPtr`).
+    graveyard: Mutex<Vec<Vec<Instruction>>>,
 }
 
 impl std::fmt::Debug for VmShared {
@@ -202,8 +206,8 @@ impl VmShared {
             return;
         }
         if self.dead.load(Ordering::Acquire) {
-            // Nothing will run it; dropping it releases the tensors it holds.
-            batch.clear();
+            // Nothing will run it.
+            self.bury(batch);
             return;
         }
         let n = batch.len();
@@ -290,6 +294,14 @@ impl VmShared {
                 b.push(ins);
                 self.submit(b);
             }
+        }
+    }
+
+    /// Keep instructions that will never run until the VM's threads have all exited (see
+    /// the `graveyard` field). Only a dead VM's instructions come here.
+    pub(crate) fn bury(&self, batch: Vec<Instruction>) {
+        if !batch.is_empty() {
+            self.graveyard.lock().push(batch);
         }
     }
 
@@ -478,6 +490,7 @@ impl VirtualMachine {
             bp_cv: Condvar::new(),
             shutdown: AtomicBool::new(false),
             dead: AtomicBool::new(false),
+            graveyard: Mutex::new(Vec::new()),
             next_tensor: AtomicU64::new(0),
             next_event: AtomicU64::new(1),
             next_batch: AtomicU64::new(1),
