@@ -61,7 +61,7 @@ impl fmt::Display for DType {
 pub type Shape = SmallVec<[usize; 4]>;
 
 /// Shape, dtype and device of a tensor.
-#[derive(Debug, Clone, Eq, Hash)]
+#[derive(Debug, Clone, Eq)]
 pub struct TensorMeta {
     /// Dimension sizes.
     pub shape: Shape,
@@ -80,6 +80,15 @@ impl PartialEq for TensorMeta {
             && self.device == other.device
             && self.shape.len() == other.shape.len()
             && self.shape.iter().zip(&other.shape).all(|(a, b)| a == b)
+    }
+}
+
+impl std::hash::Hash for TensorMeta {
+    /// The same fields as `eq` compares.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.shape[..].hash(state);
+        self.dtype.hash(state);
+        self.device.hash(state);
     }
 }
 
