@@ -323,6 +323,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
     }
 
+    /// Emit an `OpCall` (after `check`). The instruction is pushed first and its operands
+    /// written into it where it lies in the batch, so that nothing as large as an operand
+    /// list is built on the stack and copied.
+    #[inline]
     fn emit_call(
         &mut self,
         kernel: &'static dyn OpKernel,
@@ -331,11 +335,40 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) {
-        let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
+        let me = stream.0;
+        let mut foreign = false;
         for t in inputs.iter().chain(outputs) {
             self.keep_alive(t);
+            let last_stream = &t.inner().last_stream;
+            let last = last_stream.load(Ordering::Relaxed);
+            if last != me {
+                foreign |= last != NO_STREAM;
+                if !foreign {
+                    last_stream.store(me, Ordering::Relaxed);
+                }
+            }
         }
-        self.emit(kind, stream, operands(inputs, outputs));
+        if foreign {
+            let ops = operands(inputs, outputs);
+            self.soft_sync(stream, &ops);
+            for o in &ops {
+                o.tensor.last_stream.store(me, Ordering::Relaxed);
+            }
+        }
+        let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
+        self.batch.push(Instruction::new(kind, stream, Operands::new()));
+        let ops = &mut self.batch.last_mut().expect("just pushed").operands;
+        // SAFETY (both loops): each tensor has a keep-alive handle until the batch is
+        // submitted (above), and its Release follows the batch (module docs).
+        for t in inputs {
+            ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Read });
+        }
+        for t in outputs {
+            ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Write });
+        }
+        if self.batch.len() >= self.vm.config.batch_size {
+            self.flush();
+        }
     }
 
     fn emit(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
