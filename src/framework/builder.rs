@@ -41,7 +41,7 @@ use smallvec::SmallVec;
 use crate::ep::DeviceId;
 use crate::error::{Error, Result};
 use crate::framework::infer_cache::InferCache;
-use crate::framework::tensor::{Element, Tensor, TensorInner, TensorMeta, NO_STREAM};
+use crate::framework::tensor::{Element, Tensor, TensorMeta, TensorOwner, NO_STREAM};
 use crate::framework::{Attrs, Op, OpKernel, OutSpecs};
 use crate::vm::instruction::{
     AccessMode, AccessSlot, HostAccess, InstrKind, Instruction, Operand, Operands, TensorPtr,
@@ -51,25 +51,21 @@ use crate::vm::{StreamId, VmShared};
 thread_local! {
     /// Per thread: the VMs with a builder active here (innermost last), each with the
     /// tensors whose `Release` waits for that builder's next flush.
-    static ACTIVE: RefCell<Vec<(usize, Vec<Arc<TensorInner>>)>> = const { RefCell::new(Vec::new()) };
+    static ACTIVE: RefCell<Vec<(usize, Vec<TensorOwner>)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Queue `t`'s release on this thread's active builder for `vm`, if there is one.
 /// Gives `t` back if there is none.
-pub(crate) fn defer_release(vm: &VmShared, t: Arc<TensorInner>) -> Option<Arc<TensorInner>> {
+pub(crate) fn defer_release(vm: &VmShared, t: TensorOwner) -> Option<TensorOwner> {
     let key = vm as *const VmShared as usize;
-    ACTIVE
-        .try_with(|a| {
-            let mut a = a.borrow_mut();
-            match a.iter_mut().rev().find(|(k, _)| *k == key) {
-                Some((_, list)) => {
-                    list.push(t.clone());
-                    None
-                }
-                None => Some(t.clone()),
-            }
-        })
-        .unwrap_or(Some(t))
+    let mut t = Some(t);
+    let _ = ACTIVE.try_with(|a| {
+        let mut a = a.borrow_mut();
+        if let Some((_, list)) = a.iter_mut().rev().find(|(k, _)| *k == key) {
+            list.extend(t.take());
+        }
+    });
+    t
 }
 
 /// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
@@ -260,8 +256,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             return Err(wrong_device(op, kernel, inputs, outputs, device));
         }
         for (i, o) in outputs.iter().enumerate() {
-            let p = Arc::as_ptr(o.inner());
-            if inputs.iter().chain(&outputs[..i]).any(|t| Arc::as_ptr(t.inner()) == p) {
+            if inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner())) {
                 return Err(Error::Aliased { op: op.name().into(), tensor: o.id() });
             }
         }
@@ -501,7 +496,7 @@ fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
 }
 
 /// The `Release` of `t`, on the stream that used it last; none if nothing ever used it.
-pub(crate) fn release_instruction(t: Arc<TensorInner>) -> Option<Instruction> {
+pub(crate) fn release_instruction(t: TensorOwner) -> Option<Instruction> {
     let last = t.last_stream.load(Ordering::Relaxed);
     if last == NO_STREAM {
         return None;

@@ -14,7 +14,8 @@
 
 use std::cell::UnsafeCell;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
@@ -127,21 +128,30 @@ struct Line<T>(T);
 /// The object shared by the user's handles and the instructions that use a tensor.
 ///
 /// Laid out by who touches what: the caller's state (reference count, soft-sync and
-/// keep-alive atomics, metadata) comes first, on the lines the `Arc`'s count already
-/// occupies; the value (the worker's) and the dependence object (the scheduler's) each
-/// start a line of their own, so that the three threads that touch every tensor do not
-/// move each other's lines between cores. The whole object is five lines (320 bytes),
-/// plus the `Arc`'s counts on a line before it.
+/// keep-alive atomics, metadata) fills the first two lines; the value (the worker's) and
+/// the dependence object (the scheduler's) each start a line of their own, so that the
+/// three threads that touch every tensor do not move each other's lines between cores.
+///
+/// # Ownership
+///
+/// `refs` counts the user's handles ([`Tensor`]) plus, once the tensor's `Release` has
+/// been emitted, the one [`TensorOwner`] that instruction holds. Instructions themselves
+/// hold uncounted pointers (`TensorPtr`), which the `Release` (ordered after all of them)
+/// outlives. When the last handle drops and no `Release` has been emitted yet, its count
+/// passes to the new `Release` instead of freeing the object; the object is freed when the
+/// count reaches zero otherwise.
 #[repr(C)]
 pub(crate) struct TensorInner {
-    pub(crate) id: u64,
+    refs: AtomicUsize,
     /// The builder batch that last took a keep-alive handle of this tensor (0: none).
     pub(crate) kept_in: AtomicU64,
+    pub(crate) id: u64,
     /// Index of the VM stream that last used this tensor, `NO_STREAM` if none (soft sync).
     pub(crate) last_stream: AtomicU32,
-    /// Set when the handle's drop has emitted the `Release`.
+    /// Set when the tensor's `Release` has been emitted.
     pub(crate) released: AtomicBool,
     pub(crate) meta: TensorMeta,
+    vm: Weak<VmShared>,
     value: Line<UnsafeCell<TensorValue>>,
     dep: Line<UnsafeCell<DepObject>>,
 }
@@ -159,10 +169,12 @@ unsafe impl Sync for TensorInner {}
 unsafe impl Send for TensorInner {}
 
 impl TensorInner {
-    pub(crate) fn new(id: u64, meta: TensorMeta) -> Self {
+    fn new(id: u64, meta: TensorMeta, vm: Weak<VmShared>) -> Self {
         TensorInner {
+            refs: AtomicUsize::new(1),
             id,
             meta,
+            vm,
             value: Line(UnsafeCell::new(TensorValue::default())),
             dep: Line(UnsafeCell::new(DepObject::default())),
             last_stream: AtomicU32::new(NO_STREAM),
@@ -212,61 +224,172 @@ impl fmt::Debug for TensorInner {
     }
 }
 
-/// The user's handle to a tensor. Cloning is cheap (shared); when the last clone drops,
-/// the tensor's storage is released by a `Release` instruction ordered after every
-/// instruction that used it, so dropping a handle never waits.
-#[derive(Clone)]
-pub struct Tensor(pub(crate) Arc<Handle>);
+/// The user's handle to a tensor. Cloning is cheap (one counter on the tensor's first
+/// cache line); when the last clone drops, the tensor's storage is released by a `Release`
+/// instruction ordered after every instruction that used it, so dropping a handle never
+/// waits.
+pub struct Tensor(NonNull<TensorInner>);
 
-pub(crate) struct Handle {
-    pub(crate) inner: Arc<TensorInner>,
-    pub(crate) vm: Weak<VmShared>,
+// SAFETY: a Tensor is a counted shared reference to a TensorInner, which is Send and Sync
+// (its own SAFETY comments); the count is atomic.
+unsafe impl Send for Tensor {}
+// SAFETY: as for Send.
+unsafe impl Sync for Tensor {}
+
+/// Add a reference to `t`, as `Arc::clone` does (relaxed: the new reference is made from an
+/// existing one, which already orders every access the new one can make).
+#[inline]
+fn add_ref(t: &TensorInner) {
+    if t.refs.fetch_add(1, Ordering::Relaxed) > isize::MAX as usize {
+        // 2^63 live references: only leaked handles get here. Going on would wrap the
+        // count and free a live object.
+        std::process::abort();
+    }
 }
 
-impl Drop for Handle {
+/// Drop a reference to `p`; returns whether it was the last one, in which case every
+/// other reference's accesses happen before the caller's next ones (as in `Arc::drop`).
+///
+/// # Safety
+/// `p` must point to a live tensor object and the caller must own one of its references.
+#[inline]
+unsafe fn drop_ref(p: NonNull<TensorInner>) -> bool {
+    // SAFETY: the caller's reference keeps the object alive for this access.
+    if unsafe { p.as_ref() }.refs.fetch_sub(1, Ordering::Release) != 1 {
+        return false;
+    }
+    std::sync::atomic::fence(Ordering::Acquire);
+    true
+}
+
+impl Clone for Tensor {
+    #[inline]
+    fn clone(&self) -> Self {
+        add_ref(self.inner());
+        Tensor(self.0)
+    }
+}
+
+impl Drop for Tensor {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(vm) = self.vm.upgrade() {
-            vm.release_tensor(&self.inner);
+        // SAFETY: this handle is a reference to a live object.
+        if unsafe { drop_ref(self.0) } {
+            // SAFETY: the count reached zero: this thread holds the only access.
+            unsafe { last_reference_dropped(self.0) }
         }
     }
 }
 
+/// The last handle of a tensor dropped. If the tensor was used and has no `Release` yet,
+/// the handle's reference passes to a new `Release`; otherwise the object is freed.
+///
+/// # Safety
+/// `p`'s count has just reached zero, so no other reference to it exists.
+#[cold]
+unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
+    // SAFETY: the object is alive until freed below, and no other thread can reach it.
+    let t = unsafe { p.as_ref() };
+    if !t.released.swap(true, Ordering::Relaxed) && t.last_stream.load(Ordering::Relaxed) != NO_STREAM {
+        if let Some(vm) = t.vm.upgrade() {
+            t.refs.store(1, Ordering::Relaxed);
+            vm.release_owned(TensorOwner(p));
+            return;
+        }
+    }
+    // SAFETY: no reference is left (count zero), and no instruction points to the object:
+    // it was never used, its Release (which outlives every instruction that used it) has
+    // dropped, or its VM, with all its instructions, is gone.
+    drop(unsafe { Box::from_raw(p.as_ptr()) });
+}
+
+/// The reference a `Release` instruction holds on its tensor ([`TensorInner`]'s docs,
+/// "Ownership"). Dropping the last one frees the object; it never emits
+/// anything.
+pub(crate) struct TensorOwner(NonNull<TensorInner>);
+
+// SAFETY: as for Tensor.
+unsafe impl Send for TensorOwner {}
+// SAFETY: as for Tensor.
+unsafe impl Sync for TensorOwner {}
+
+impl TensorOwner {
+    /// A new counted reference to `t`, for a `Release` emitted while handles are alive.
+    pub(crate) fn counted(t: &TensorInner) -> Self {
+        add_ref(t);
+        TensorOwner(NonNull::from(t))
+    }
+}
+
+impl std::ops::Deref for TensorOwner {
+    type Target = TensorInner;
+    #[inline]
+    fn deref(&self) -> &TensorInner {
+        // SAFETY: this counted reference keeps the object alive.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl Drop for TensorOwner {
+    fn drop(&mut self) {
+        // SAFETY: this is a counted reference to a live object.
+        if unsafe { drop_ref(self.0) } {
+            // SAFETY: no reference is left, and the Release holding this owner was the last
+            // instruction to point to the object.
+            drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+        }
+    }
+}
+
+impl fmt::Debug for TensorOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
 impl Tensor {
+    /// A new tensor object with one handle.
+    pub(crate) fn new(id: u64, meta: TensorMeta, vm: Weak<VmShared>) -> Self {
+        Tensor(NonNull::from(Box::leak(Box::new(TensorInner::new(id, meta, vm)))))
+    }
+
     /// The tensor's id, unique within its VM; errors and traces name tensors by it.
     pub fn id(&self) -> u64 {
-        self.0.inner.id
+        self.inner().id
     }
     /// Shape, dtype and device.
     pub fn meta(&self) -> &TensorMeta {
-        &self.0.inner.meta
+        &self.inner().meta
     }
     /// Dimension sizes.
     pub fn shape(&self) -> &[usize] {
-        &self.0.inner.meta.shape
+        &self.inner().meta.shape
     }
     /// Element type.
     pub fn dtype(&self) -> DType {
-        self.0.inner.meta.dtype
+        self.inner().meta.dtype
     }
     /// Where the storage lives.
     pub fn device(&self) -> DeviceId {
-        self.0.inner.meta.device
+        self.inner().meta.device
     }
     /// Number of elements.
     pub fn numel(&self) -> usize {
-        self.0.inner.meta.numel()
+        self.inner().meta.numel()
     }
 
     pub(crate) fn vm(&self) -> Result<Arc<VmShared>> {
-        self.0.vm.upgrade().ok_or(Error::ShutDown)
+        self.inner().vm.upgrade().ok_or(Error::ShutDown)
     }
 
-    pub(crate) fn inner(&self) -> &Arc<TensorInner> {
-        &self.0.inner
+    #[inline]
+    pub(crate) fn inner(&self) -> &TensorInner {
+        // SAFETY: a handle is a counted reference: the object lives at least as long.
+        unsafe { self.0.as_ref() }
     }
 
     pub(crate) fn check_live(&self) -> Result<()> {
-        if self.0.inner.released.load(Ordering::Relaxed) {
+        if self.inner().released.load(Ordering::Relaxed) {
             return Err(Error::Released { tensor: self.id() });
         }
         Ok(())
@@ -293,7 +416,7 @@ impl Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.inner.fmt(f)
+        self.inner().fmt(f)
     }
 }
 
@@ -341,6 +464,7 @@ mod layout_tests {
         // program that cycles through more tensors than the cache holds.
         assert_eq!(std::mem::align_of::<TensorInner>(), 64);
         assert!(std::mem::size_of::<TensorInner>() <= 320, "{}", std::mem::size_of::<TensorInner>());
+        assert!(std::mem::offset_of!(TensorInner, vm) < 128, "caller state beyond two lines");
         assert!(std::mem::size_of::<DepObject>() <= 64);
     }
 }

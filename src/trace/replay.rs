@@ -27,6 +27,7 @@ use super::validate::{kernel_device, validate, ValidateOptions};
 use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
 use crate::error::Error;
+use crate::framework::tensor::TensorOwner;
 use crate::framework::{Attrs, DType, Tensor};
 use crate::profile::Profile;
 use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Operand, Operands, TensorPtr};
@@ -406,7 +407,7 @@ impl Replayer<'_> {
                 if raw {
                     // Marked released first, so that dropping the handle emits nothing more.
                     t.inner().released.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let owner = Some(t.inner().clone());
+                    let owner = Some(TensorOwner::counted(t.inner()));
                     b.emit_raw(InstrKind::Release { owner }, self.stream(*stream), self.operands_of(&t));
                 }
                 drop(t);

@@ -17,7 +17,7 @@ use smallvec::SmallVec;
 
 use crate::ep::Event;
 use crate::error::Error;
-use crate::framework::tensor::TensorInner;
+use crate::framework::tensor::{TensorInner, TensorOwner};
 use crate::framework::{Attrs, OpKernel};
 use parking_lot::{Condvar, Mutex};
 
@@ -66,8 +66,8 @@ impl TensorPtr {
     /// outlive the VM) after it: see the type's docs. Every caller is in
     /// `framework::builder` or in trace replay, which keeps each tensor's handle until
     /// it emits the tensor's `Release`.
-    pub(crate) unsafe fn new(t: &Arc<TensorInner>) -> Self {
-        TensorPtr(NonNull::from(&**t))
+    pub(crate) unsafe fn new(t: &TensorInner) -> Self {
+        TensorPtr(NonNull::from(t))
     }
 }
 
@@ -125,7 +125,7 @@ pub(crate) enum InstrKind {
     /// `None` only in the inert instruction [`Instruction::take`] leaves behind.
     Release {
         #[expect(dead_code, reason = "held only to keep the tensor alive until the instruction drops")]
-        owner: Option<Arc<TensorInner>>,
+        owner: Option<TensorOwner>,
     },
     /// Read or write a host tensor's bytes from the caller (single operand).
     Access(HostAccess),

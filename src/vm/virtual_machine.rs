@@ -29,7 +29,7 @@ use crate::ep::{DeviceId, Registry, StreamType};
 use crate::error::{Error, Result};
 use crate::framework::builder::{defer_release, release_instruction, InstructionsBuilder};
 use crate::framework::infer_cache::InferCache;
-use crate::framework::tensor::{Handle, Tensor, TensorInner, TensorMeta};
+use crate::framework::tensor::{Tensor, TensorInner, TensorMeta, TensorOwner};
 use crate::framework::{Attrs, DType, Element, Op, OpRegistry};
 use crate::profile::{Profile, ProfileError, Profiler, ThreadRole};
 use crate::sync::notify::Notifier;
@@ -109,7 +109,7 @@ impl VmShared {
 
     pub(crate) fn new_tensor(self: &Arc<Self>, meta: TensorMeta) -> Tensor {
         let id = self.next_tensor.fetch_add(1, Ordering::Relaxed);
-        Tensor(Arc::new(Handle { inner: Arc::new(TensorInner::new(id, meta)), vm: Arc::downgrade(self) }))
+        Tensor::new(id, meta, Arc::downgrade(self))
     }
 
     /// A VM-unique number for a builder's next batch (never 0).
@@ -284,11 +284,19 @@ impl VmShared {
     }
 
     /// The `Release` for a tensor whose last handle dropped (see `framework::builder`).
-    pub(crate) fn release_tensor(&self, t: &Arc<TensorInner>) {
+    /// Emit the `Release` of `t` now (after every use already built on this thread), while
+    /// handles of it may still be alive; later calls on it are refused.
+    pub(crate) fn release_tensor(&self, t: &TensorInner) {
         if t.released.swap(true, Ordering::Relaxed) {
             return;
         }
-        if let Some(t) = defer_release(self, t.clone()) {
+        self.release_owned(TensorOwner::counted(t));
+    }
+
+    /// Emit the `Release` that `t` (marked released) will be owned by: through this thread's
+    /// active builder if there is one, so that it follows that builder's unsubmitted uses.
+    pub(crate) fn release_owned(&self, t: TensorOwner) {
+        if let Some(t) = defer_release(self, t) {
             if let Some(ins) = release_instruction(t) {
                 let mut b = self.take_batch();
                 b.push(ins);
