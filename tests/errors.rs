@@ -99,6 +99,7 @@ fn the_builder_refuses_bad_calls_before_anything_runs() {
     let on_gpu = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::mock(0)).unwrap();
     let out = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
     let wrong_shape = vm.empty(&[3], DType::F32, DeviceId::CPU).unwrap();
+    let sink = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
     vm.run(|b| {
         assert!(matches!(b.call(add, &[&a, &b3], Attrs::default(), cpu), Err(Error::InvalidOperands { .. })));
         assert!(matches!(b.call(add, &[&a, &i], Attrs::default(), cpu), Err(Error::InvalidOperands { .. })));
@@ -115,6 +116,15 @@ fn the_builder_refuses_bad_calls_before_anything_runs() {
         ));
         assert!(matches!(b.write(&on_gpu, &[1.0f32, 2.0]), Err(Error::Access { .. })));
         assert!(matches!(b.write(&a, &[1i64, 2]), Err(Error::DType { .. })));
+        // An OpCall counts its inputs in a byte: more are refused, not truncated.
+        let noop = vm.op("noop").unwrap();
+        let many: Vec<&Tensor> = vec![&a; eagervm::framework::MAX_INPUTS + 1];
+        let r = b.call_into(noop, &many, &[&sink], Attrs::default(), cpu);
+        assert!(
+            matches!(&r, Err(Error::InvalidOperands { detail, .. }) if detail.contains("at most 255")),
+            "{r:?}"
+        );
+        assert!(b.call_into(noop, &many[1..], &[&sink], Attrs::default(), cpu).is_ok());
     });
     // Nothing of the refused calls ran: `out` was never written.
     assert!(matches!(out.to_vec::<f32>(), Err(Error::Uninitialized { .. })));

@@ -71,6 +71,16 @@ fn every_semantic_problem_is_reported_with_line_and_column() {
 }
 
 #[test]
+fn a_call_with_more_inputs_than_an_instruction_holds_is_reported() {
+    let ins = vec!["t0"; 256].join(",");
+    let text = format!("{HEAD}tensor t0 f32[] cpu:0\ntensor t1 f32[] cpu:0\ncall s0 noop in={ins} out=t1\n");
+    assert_problems(&text, &[(9, 9, "at most 255")]);
+    let ins = vec!["t0"; 255].join(",");
+    let text = format!("{HEAD}tensor t0 f32[] cpu:0\ntensor t1 f32[] cpu:0\ncall s0 noop in={ins} out=t1\n");
+    assert!(problems(&text, false).iter().all(|d| !d.message.contains("at most")));
+}
+
+#[test]
 fn cross_stream_uses_need_synchronisation() {
     let text = format!(
         "{HEAD}\

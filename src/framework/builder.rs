@@ -68,6 +68,9 @@ pub(crate) fn defer_release(vm: &VmShared, t: TensorOwner) -> Option<TensorOwner
     t
 }
 
+/// The most inputs one call takes (an `OpCall` counts them in a byte).
+pub const MAX_INPUTS: usize = u8::MAX as usize;
+
 /// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
 pub struct InstructionsBuilder<'vm> {
     vm: &'vm Arc<VmShared>,
@@ -252,6 +255,12 @@ impl<'vm> InstructionsBuilder<'vm> {
             on_device += usize::from(t.device() == device);
         }
         let n = inputs.len() + outputs.len();
+        if inputs.len() > MAX_INPUTS {
+            return Err(Error::InvalidOperands {
+                op: op.name().into(),
+                detail: format!("has {} inputs; a call takes at most {MAX_INPUTS}", inputs.len()),
+            });
+        }
         if on_device < n && !kernel.cross_device() || on_device == 0 && n > 0 {
             return Err(wrong_device(op, kernel, inputs, outputs, device));
         }
@@ -347,7 +356,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             let ops = operands(inputs, outputs);
             self.soft_sync(stream, &ops);
             for o in &ops {
-                o.tensor.last_stream.store(me, Ordering::Relaxed);
+                o.tensor().last_stream.store(me, Ordering::Relaxed);
             }
         }
         let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
@@ -356,10 +365,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         // SAFETY (both loops): each tensor has a keep-alive handle until the batch is
         // submitted (above), and its Release follows the batch (module docs).
         for t in inputs {
-            ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Read });
+            ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
         }
         for t in outputs {
-            ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Write });
+            ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
         }
         if self.batch.len() >= self.vm.config.batch_size {
             self.flush();
@@ -370,18 +379,18 @@ impl<'vm> InstructionsBuilder<'vm> {
         let me = stream.0;
         let mut foreign = false;
         for o in &ops {
-            let last = o.tensor.last_stream.load(Ordering::Relaxed);
+            let last = o.tensor().last_stream.load(Ordering::Relaxed);
             if last != me {
                 foreign |= last != NO_STREAM;
                 if !foreign {
-                    o.tensor.last_stream.store(me, Ordering::Relaxed);
+                    o.tensor().last_stream.store(me, Ordering::Relaxed);
                 }
             }
         }
         if foreign {
             self.soft_sync(stream, &ops);
             for o in &ops {
-                o.tensor.last_stream.store(me, Ordering::Relaxed);
+                o.tensor().last_stream.store(me, Ordering::Relaxed);
             }
         }
         self.batch.push(Instruction::new(kind, stream, ops));
@@ -395,7 +404,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// `RecordEvent`/`StreamWaitEvent` instructions.
     pub(crate) fn emit_raw(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
         for o in &ops {
-            o.tensor.last_stream.store(stream.0, Ordering::Relaxed);
+            o.tensor().last_stream.store(stream.0, Ordering::Relaxed);
         }
         self.batch.push(Instruction::new(kind, stream, ops));
         if self.batch.len() >= self.vm.config.batch_size {
@@ -408,14 +417,14 @@ impl<'vm> InstructionsBuilder<'vm> {
     fn soft_sync(&mut self, me: StreamId, ops: &Operands) {
         let mut groups: SmallVec<[(u32, Operands); 2]> = SmallVec::new();
         for o in ops {
-            let last = o.tensor.last_stream.load(Ordering::Relaxed);
+            let last = o.tensor().last_stream.load(Ordering::Relaxed);
             if last == me.0 || last == NO_STREAM {
                 continue;
             }
-            let read = Operand { tensor: o.tensor, mode: AccessMode::Read };
+            let read = Operand::new(o.ptr(), AccessMode::Read);
             match groups.iter_mut().find(|(s, _)| *s == last) {
                 Some((_, g)) => {
-                    if !g.iter().any(|x| x.tensor == o.tensor) {
+                    if !g.iter().any(|x| x.ptr() == o.ptr()) {
                         g.push(read)
                     }
                 }
@@ -487,10 +496,10 @@ fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
     // SAFETY (both loops): the caller holds a keep-alive handle of each tensor until the
     // batch is submitted, and the tensor's Release follows the batch (module docs).
     for t in inputs {
-        ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Read });
+        ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
     }
     for t in outputs {
-        ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Write });
+        ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
     }
     ops
 }
@@ -502,7 +511,6 @@ pub(crate) fn release_instruction(t: TensorOwner) -> Option<Instruction> {
         return None;
     }
     // SAFETY: the instruction owns `t` (its `owner`), so the pointer lives as long as it.
-    let ops =
-        SmallVec::from_iter([Operand { tensor: unsafe { TensorPtr::new(&t) }, mode: AccessMode::Write }]);
+    let ops = SmallVec::from_iter([Operand::new(unsafe { TensorPtr::new(&t) }, AccessMode::Write)]);
     Some(Instruction::new(InstrKind::Release { owner: Some(t) }, StreamId(last), ops))
 }

@@ -7,4 +7,4 @@ pub use op::{Attrs, KernelCtx, Op, OpKernel, OpRegistry, OutSpec, OutSpecs, Tens
 pub use tensor::{DType, Element, Shape, Tensor, TensorMeta};
 pub mod builder;
 pub(crate) mod infer_cache;
-pub use builder::InstructionsBuilder;
+pub use builder::{InstructionsBuilder, MAX_INPUTS};

@@ -233,7 +233,7 @@ impl Recorder {
                 stream: ins.stream.0,
                 name: ins.kind.name(),
                 link,
-                tensors: ins.operands.iter().map(|o| o.tensor.id).collect(),
+                tensors: ins.operands.iter().map(|o| o.tensor().id).collect(),
                 queued,
                 dispatched: ready(ins.slot, ins.gen).then_some(dispatched),
             });

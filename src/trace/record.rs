@@ -108,14 +108,14 @@ impl Capture {
         let recs = &mut self.pending;
         for ins in batch {
             for o in &ins.operands {
-                let id = o.tensor.id;
+                let id = o.tensor().id;
                 let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
                 if word >= self.seen.len() {
                     self.seen.resize(word + 1 + word / 2, 0);
                 }
                 if self.seen[word] & bit == 0 {
                     self.seen[word] |= bit;
-                    recs.push(Rec::Tensor { id, meta: o.tensor.meta.clone() });
+                    recs.push(Rec::Tensor { id, meta: o.tensor().meta.clone() });
                 }
             }
             let kind = match &ins.kind {
@@ -130,7 +130,7 @@ impl Capture {
                 InstrKind::Access(HostAccess::Wait(_)) => RecKind::AccessWait,
                 InstrKind::Access(HostAccess::Write(bytes)) => RecKind::Write(bytes.clone()),
             };
-            let tensors = ins.operands.iter().map(|o| o.tensor.id).collect();
+            let tensors = ins.operands.iter().map(|o| o.tensor().id).collect();
             recs.push(Rec::Instr { kind, stream: ins.stream.0, tensors });
         }
         if recs.len() >= SEND_AT {

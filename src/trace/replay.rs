@@ -338,7 +338,7 @@ impl Replayer<'_> {
     fn operands(&self, reads: &[Ref], writes: &[Ref]) -> Operands {
         // SAFETY: the replay holds every tensor's handle until it emits the tensor's
         // Release (or the replay ends, which drops the handles after its last batch).
-        let op = |r: &Ref, mode| Operand { tensor: unsafe { TensorPtr::new(self.tensor(*r).inner()) }, mode };
+        let op = |r: &Ref, mode| Operand::new(unsafe { TensorPtr::new(self.tensor(*r).inner()) }, mode);
         let mut ops = Operands::new();
         ops.extend(reads.iter().map(|r| op(r, AccessMode::Read)));
         ops.extend(writes.iter().map(|r| op(r, AccessMode::Write)));
@@ -434,7 +434,7 @@ impl Replayer<'_> {
     fn operands_of(&self, t: &Tensor) -> Operands {
         let mut ops = Operands::new();
         // SAFETY: the Release built with these operands owns `t` (its `owner`).
-        ops.push(Operand { tensor: unsafe { TensorPtr::new(t.inner()) }, mode: AccessMode::Write });
+        ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
         ops
     }
 

@@ -373,6 +373,11 @@ impl Checker<'_> {
             },
         };
         let mut ok = true;
+        if inputs.len() > crate::framework::MAX_INPUTS {
+            let max = crate::framework::MAX_INPUTS;
+            self.err(op_col, format!("`{op}` has {} inputs; a call takes at most {max}", inputs.len()));
+            ok = false;
+        }
         for &r in inputs.iter().chain(outputs) {
             ok &= self.tensor(r);
         }

@@ -71,7 +71,7 @@ pub(crate) fn execute(ins: &mut Instruction, env: &ExecEnv) {
             for op in &ins.operands {
                 // SAFETY: a Release holds the write access to its operand: every earlier
                 // access has finished (or precedes it on this stream's FIFO).
-                let v = unsafe { op.tensor.value_mut() };
+                let v = unsafe { op.tensor().value_mut() };
                 v.storage = None;
                 v.error = None;
             }
@@ -100,7 +100,7 @@ fn op_call(
     // 1. An input carrying an error: skip the kernel and carry the error on.
     for op in inputs {
         // SAFETY: this OpCall holds a read access to each input (dependence rules).
-        if let Some(e) = unsafe { op.tensor.value() }.error.clone() {
+        if let Some(e) = unsafe { op.tensor().value() }.error.clone() {
             set_error(outputs, e);
             return;
         }
@@ -108,8 +108,8 @@ fn op_call(
     // 2. An input nothing has written yet is an error of this instruction.
     for op in inputs {
         // SAFETY: as above.
-        if unsafe { op.tensor.value() }.storage.is_none() {
-            let e = Error::Uninitialized { instr: program, op: kernel.name().into(), tensor: op.tensor.id };
+        if unsafe { op.tensor().value() }.storage.is_none() {
+            let e = Error::Uninitialized { instr: program, op: kernel.name().into(), tensor: op.tensor().id };
             fail(outputs, e, env);
             return;
         }
@@ -118,9 +118,9 @@ fn op_call(
     for op in outputs {
         // SAFETY: this OpCall holds the write access to each output, and outputs are
         // distinct from inputs and from each other (the builder refuses aliases).
-        let v = unsafe { op.tensor.value_mut() };
+        let v = unsafe { op.tensor().value_mut() };
         if v.storage.is_none() {
-            match env.alloc.alloc_for(op.tensor.meta.device, op.tensor.meta.bytes()) {
+            match env.alloc.alloc_for(op.tensor().meta.device, op.tensor().meta.bytes()) {
                 Ok(s) => v.storage = Some(s),
                 Err(source) => {
                     let e = Error::Alloc {
@@ -140,18 +140,18 @@ fn op_call(
         let ins: SmallVec<[TensorView<'_>; 4]> = inputs
             .iter()
             .map(|op| TensorView {
-                meta: &op.tensor.meta,
+                meta: &op.tensor().meta,
                 // SAFETY: read access; storage was checked present above.
-                data: unsafe { op.tensor.value() }.storage.as_ref().expect("checked above"),
+                data: unsafe { op.tensor().value() }.storage.as_ref().expect("checked above"),
             })
             .collect();
         let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = outputs
             .iter()
             .map(|op| TensorViewMut {
-                meta: &op.tensor.meta,
+                meta: &op.tensor().meta,
                 // SAFETY: exclusive write access (see step 3); each output's value is
                 // borrowed once here and not through any other path while `outs` lives.
-                data: unsafe { op.tensor.value_mut() }.storage.as_mut().expect("allocated above"),
+                data: unsafe { op.tensor().value_mut() }.storage.as_mut().expect("allocated above"),
             })
             .collect();
         let mut ctx = KernelCtx { attrs, inputs: &ins, outputs: &mut outs };
@@ -161,7 +161,7 @@ fn op_call(
         Ok(Ok(())) => {
             for op in outputs {
                 // SAFETY: write access, as above; the views are dropped.
-                let v = unsafe { op.tensor.value_mut() };
+                let v = unsafe { op.tensor().value_mut() };
                 if v.error.is_some() {
                     v.error = None;
                 }
@@ -202,12 +202,12 @@ fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
 fn set_error(outputs: &[Operand], e: Arc<Error>) {
     for op in outputs {
         // SAFETY: the caller holds the write access to every output.
-        unsafe { op.tensor.value_mut() }.error = Some(e.clone());
+        unsafe { op.tensor().value_mut() }.error = Some(e.clone());
     }
 }
 
 fn host_access(access: HostAccess, operands: &[Operand], program: u64, env: &ExecEnv) {
-    let t = &operands[0].tensor;
+    let t = operands[0].tensor();
     match access {
         HostAccess::Read(slot) => {
             // SAFETY: a read Access holds the read access to its operand.

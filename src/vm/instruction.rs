@@ -87,11 +87,60 @@ impl std::fmt::Debug for TensorPtr {
     }
 }
 
-/// One operand: a tensor and how it is used.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Operand {
-    pub(crate) tensor: TensorPtr,
-    pub(crate) mode: AccessMode,
+/// One operand: a tensor and how it is used, in one word. Tensor objects are 64-byte
+/// aligned, so the pointer's lowest bit is free to say "written".
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Operand(NonNull<TensorInner>);
+
+// SAFETY: an Operand is a TensorPtr and a flag (TensorPtr's SAFETY comments).
+unsafe impl Send for Operand {}
+// SAFETY: as for Send.
+unsafe impl Sync for Operand {}
+
+const WRITE_BIT: usize = 1;
+const _: () = assert!(std::mem::align_of::<TensorInner>() > WRITE_BIT);
+
+impl Operand {
+    /// `tensor`, used as `mode` says.
+    #[inline]
+    pub(crate) fn new(tensor: TensorPtr, mode: AccessMode) -> Self {
+        let bit = match mode {
+            AccessMode::Read => 0,
+            AccessMode::Write => WRITE_BIT,
+        };
+        Operand(tensor.0.map_addr(|a| a | bit))
+    }
+
+    /// The tensor (see [`TensorPtr`] for why it is alive).
+    #[inline]
+    pub(crate) fn tensor(&self) -> &TensorInner {
+        // SAFETY: the untagged pointer is the TensorPtr this operand was made from, alive
+        // for as long as the instruction holding it can be admitted or run (TensorPtr).
+        unsafe { self.ptr().0.as_ref() }
+    }
+
+    /// The tensor as a pointer.
+    #[inline]
+    pub(crate) fn ptr(&self) -> TensorPtr {
+        // SAFETY: clearing the flag bit gives back the non-null, aligned tensor address.
+        TensorPtr(unsafe { NonNull::new_unchecked(self.0.as_ptr().map_addr(|a| a & !WRITE_BIT)) })
+    }
+
+    /// How the instruction uses the tensor.
+    #[inline]
+    pub(crate) fn mode(&self) -> AccessMode {
+        if self.0.addr().get() & WRITE_BIT != 0 {
+            AccessMode::Write
+        } else {
+            AccessMode::Read
+        }
+    }
+}
+
+impl std::fmt::Debug for Operand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?} {:?}", self.mode(), self.ptr())
+    }
 }
 
 /// Operand list; inputs first (reads), then outputs (writes) for an `OpCall`.
@@ -212,5 +261,20 @@ impl AccessSlot {
             }
             self.cv.wait_for(&mut g, std::time::Duration::from_millis(50));
         }
+    }
+}
+
+#[cfg(test)]
+mod size_probe {
+    #[test]
+    fn probe() {
+        eprintln!(
+            "instr {} kind {} operands {} operand {} access {}",
+            std::mem::size_of::<super::Instruction>(),
+            std::mem::size_of::<super::InstrKind>(),
+            std::mem::size_of::<super::Operands>(),
+            std::mem::size_of::<super::Operand>(),
+            std::mem::size_of::<super::HostAccess>()
+        );
     }
 }

@@ -416,8 +416,8 @@ impl Scheduler {
         for op in &ins.operands {
             // SAFETY: only the scheduler thread (this one) touches dependence objects, and
             // no other reference to this one is held across this call.
-            let dep = unsafe { op.tensor.dep_mut() };
-            match op.mode {
+            let dep = unsafe { op.tensor().dep_mut() };
+            match op.mode() {
                 AccessMode::Read => dep.read(me, self),
                 AccessMode::Write => dep.write(me, self),
             }
