@@ -845,7 +845,7 @@ mod tests {
                     }
                 }
                 a.check_invariants().map_err(TestCaseError::fail)?;
-                prop_assert!(cap.map_or(true, |c| src.used() <= c));
+                prop_assert!(cap.is_none_or(|c| src.used() <= c));
             }
             for b in live.drain(..) {
                 a.free(b, StreamKey::IDLE);

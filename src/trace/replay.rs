@@ -535,7 +535,7 @@ impl Replayer<'_> {
                 self.report.expected_failure = Some(format!("{} in `{op}`: {message}", kind.name()));
                 // Every failure must be the expected one or carried from it.
                 if let Some((line, e)) = self.report.failures.iter().find(|(_, e)| {
-                    failure_of(e).map_or(true, |(a, b, c)| a != kind || b != *op || c != *message)
+                    failure_of(e).is_none_or(|(a, b, c)| a != kind || b != *op || c != *message)
                 }) {
                     let at = Diagnostic {
                         file: self.trace.file.clone(),

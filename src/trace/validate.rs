@@ -240,7 +240,7 @@ impl Checker<'_> {
             Stmt::Tensor { id, dtype, shape, device } => {
                 self.device_declared(*device, col);
                 let bytes = shape.iter().try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
-                if bytes.map_or(true, |b| b > MAX_TENSOR_BYTES) {
+                if bytes.is_none_or(|b| b > MAX_TENSOR_BYTES) {
                     self.err(
                         col,
                         format!(
