@@ -88,7 +88,7 @@ impl Default for Config {
             threads: ThreadTopology::PerStream,
             high_water: 1 << 16,
             low_water: 1 << 14,
-            batch_size: 256,
+            batch_size: 1024,
             synchronous: false,
             spin: DEFAULT_SPIN,
             fault: FaultInjection::default(),

@@ -59,8 +59,8 @@ pub(crate) struct ExecEnv {
 }
 
 /// Run `ins` (any kind except `Barrier`, which the scheduler runs itself), in place: what
-/// it hands on (a host write's bytes, a callback) is taken out of it; its operands stay, so
-/// that the thread that built it can drop them (see `VmShared::recycle_spent`).
+/// it hands on (a host write's bytes, a callback) is taken out of it. A synchronous worker
+/// then empties the batch and hands it back to the pool.
 pub(crate) fn execute(ins: &mut Instruction, env: &ExecEnv) {
     match &mut ins.kind {
         &mut InstrKind::OpCall { kernel, attrs, n_inputs } => {
@@ -83,7 +83,7 @@ pub(crate) fn execute(ins: &mut Instruction, env: &ExecEnv) {
         // On a synchronous stream events are complete when recorded; asynchronous streams
         // handle these two in the worker (`thread_ctx`), which owns the device stream.
         InstrKind::RecordEvent { .. } => {}
-        // Give a pooled event back now, not when the spent batch is emptied.
+        // Give a pooled event back now, not when the batch is emptied.
         InstrKind::StreamWaitEvent { event, .. } => drop(event.take()),
         InstrKind::Barrier { callback } => std::mem::replace(callback, Box::new(|| {}))(),
     }

@@ -113,40 +113,48 @@ struct Edge {
     on: State,
 }
 
-/// The scheduler's record of one instruction.
+/// The scheduler's record of one instruction: one cache line. What only some
+/// instructions need (a parked body, a pooled event, a `RecordEvent` id) lives in side
+/// tables indexed by the same slot, so admitting and retiring an instruction that needs
+/// none of it touches this line alone.
+#[repr(align(64))]
 struct Node {
     gen: u32,
-    state: State,
     stream: u32,
     /// In-edges not yet released.
     pending: u32,
+    state: State,
+    /// Whether `Extra` holds anything for this slot.
+    extra: bool,
     /// Position on its stream (1-based).
     seq: u64,
     /// Barrier epoch it belongs to.
     epoch: u64,
-    /// `RecordEvent` id, 0 if not a `RecordEvent`.
-    record_id: u64,
-    out: SmallVec<[Edge; 4]>,
-    /// The instruction, parked here while it waits for in-edges.
-    body: Option<Instruction>,
-    event: Option<Arc<dyn Event>>,
+    out: SmallVec<[Edge; 2]>,
 }
 
 impl Node {
     fn empty() -> Self {
         Node {
             gen: 0,
-            state: State::Free,
             stream: 0,
             pending: 0,
+            state: State::Free,
+            extra: false,
             seq: 0,
             epoch: 0,
-            record_id: 0,
             out: SmallVec::new(),
-            body: None,
-            event: None,
         }
     }
+}
+
+/// What some instructions keep in the scheduler besides their `Node`.
+#[derive(Default)]
+struct Extra {
+    /// `RecordEvent` id, 0 if not a `RecordEvent`.
+    record_id: u64,
+    /// The instruction's pooled event, held until it retires.
+    event: Option<Arc<dyn Event>>,
 }
 
 /// Per-stream scheduler state.
@@ -176,6 +184,10 @@ struct Epoch {
 pub(crate) struct Scheduler {
     vm: Arc<VmShared>,
     nodes: Vec<Node>,
+    /// Per slot: the instruction, parked here while it waits for in-edges.
+    parked: Vec<Option<Instruction>>,
+    /// Per slot: see `Extra` (valid where the node's `extra` is set).
+    extras: Vec<Extra>,
     free: Vec<u32>,
     streams: Vec<StreamState>,
     covers: Vec<Cover>,
@@ -199,6 +211,8 @@ impl Scheduler {
         let ctxs = vm.ctxs.len();
         Scheduler {
             nodes: Vec::new(),
+            parked: Vec::new(),
+            extras: Vec::new(),
             free: Vec::new(),
             streams: (0..n).map(|_| StreamState::default()).collect(),
             covers: vec![Cover::default(); n * n],
@@ -275,7 +289,7 @@ impl Scheduler {
     fn flush(&mut self) {
         for (i, out) in self.outgoing.iter_mut().enumerate() {
             if !out.is_empty() {
-                let batch = std::mem::replace(out, self.vm.take_clean_batch());
+                let batch = std::mem::replace(out, self.vm.take_batch());
                 self.vm.ctxs[i].push(batch);
             }
         }
@@ -290,6 +304,8 @@ impl Scheduler {
             Some(s) => s,
             None => {
                 self.nodes.push(Node::empty());
+                self.parked.push(None);
+                self.extras.push(Extra::default());
                 (self.nodes.len() - 1) as u32
             }
         }
@@ -328,7 +344,7 @@ impl Scheduler {
         if let (true, Some(ctx)) = (pass, single) {
             // Keep order with what this loop already dispatched to the same worker.
             if !self.outgoing[ctx].is_empty() {
-                let earlier = std::mem::replace(&mut self.outgoing[ctx], self.vm.take_clean_batch());
+                let earlier = std::mem::replace(&mut self.outgoing[ctx], self.vm.take_batch());
                 self.vm.ctxs[ctx].push(earlier);
             }
             self.vm.ctxs[ctx].push(batch);
@@ -338,12 +354,12 @@ impl Scheduler {
             if let InstrKind::Barrier { .. } = ins.kind {
                 continue; // consumed at admission
             }
-            let node = &mut self.nodes[ins.slot as usize];
-            if node.state >= State::Dispatched {
+            let slot = ins.slot as usize;
+            if self.nodes[slot].state >= State::Dispatched {
                 let ctx = self.vm.streams[ins.stream.index()].ctx;
                 self.outgoing[ctx].push(ins);
             } else {
-                node.body = Some(ins);
+                self.parked[slot] = Some(ins);
             }
         }
         self.vm.recycle(batch);
@@ -380,8 +396,7 @@ impl Scheduler {
         node.pending = 0;
         node.seq = seq;
         node.epoch = self.epoch_base + self.epochs.len() as u64 - 1;
-        node.record_id = 0;
-        debug_assert!(node.out.is_empty() && node.event.is_none());
+        debug_assert!(node.out.is_empty() && !node.extra);
         let me = InstrRef { slot, gen: node.gen };
         ins.slot = slot;
         ins.gen = node.gen;
@@ -395,7 +410,8 @@ impl Scheduler {
         }
         match &ins.kind {
             InstrKind::RecordEvent { id } => {
-                self.nodes[slot as usize].record_id = *id;
+                self.nodes[slot as usize].extra = true;
+                self.extras[slot as usize].record_id = *id;
                 self.events.insert(*id, me);
             }
             InstrKind::StreamWaitEvent { id, .. } => {
@@ -462,8 +478,8 @@ impl Scheduler {
         if let InstrKind::StreamWaitEvent { id, event } = &mut ins.kind {
             if let Some(&rec) = self.events.get(id) {
                 let r = &self.nodes[rec.slot as usize];
-                if r.gen == rec.gen && r.state < State::Done {
-                    *event = r.event.clone();
+                if r.gen == rec.gen && r.state < State::Done && r.extra {
+                    *event = self.extras[rec.slot as usize].event.clone();
                 }
             }
         }
@@ -501,7 +517,7 @@ impl Scheduler {
 
     fn drain_ready(&mut self) {
         while let Some(slot) = self.ready.pop() {
-            let ins = self.nodes[slot as usize].body.take().expect("ready node has its body");
+            let ins = self.parked[slot as usize].take().expect("ready node has its body");
             self.dispatch(slot, ins);
         }
     }
@@ -512,7 +528,8 @@ impl Scheduler {
             return;
         }
         if c.event.is_some() {
-            node.event = c.event;
+            node.extra = true;
+            self.extras[c.slot as usize].event = c.event;
         }
         let stream = node.stream;
         match c.report {
@@ -554,11 +571,14 @@ impl Scheduler {
         debug_assert!(node.out.is_empty() && node.pending == 0);
         node.state = State::Free;
         node.gen = node.gen.wrapping_add(1);
-        if let Some(ev) = node.event.take() {
-            self.vm.streams[node.stream as usize].events.give(ev);
-        }
-        if node.record_id != 0 {
-            self.events.remove(&node.record_id);
+        if std::mem::take(&mut node.extra) {
+            let x = std::mem::take(&mut self.extras[slot as usize]);
+            if let Some(ev) = x.event {
+                self.vm.streams[node.stream as usize].events.give(ev);
+            }
+            if x.record_id != 0 {
+                self.events.remove(&x.record_id);
+            }
         }
         let e = (node.epoch - self.epoch_base) as usize;
         self.epochs[e].live -= 1;
@@ -590,7 +610,7 @@ impl Drop for Scheduler {
     /// or it panicked) hands them to the VM to keep until every thread has exited: a
     /// worker may still be running an instruction on a tensor one of them owns.
     fn drop(&mut self) {
-        let mut left: Vec<Instruction> = self.nodes.iter_mut().filter_map(|n| n.body.take()).collect();
+        let mut left: Vec<Instruction> = self.parked.iter_mut().filter_map(Option::take).collect();
         for out in &mut self.outgoing {
             left.append(out);
         }
@@ -633,5 +653,13 @@ impl EdgeSink for Scheduler {
     fn is_live(&self, r: InstrRef) -> bool {
         let n = &self.nodes[r.slot as usize];
         n.gen == r.gen && n.state != State::Free
+    }
+}
+
+#[cfg(test)]
+mod node_size {
+    #[test]
+    fn a_node_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<super::Node>(), 64);
     }
 }

@@ -213,7 +213,8 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
                     r.finish(&vm.profiler);
                 }
             }
-            vm.recycle_spent(batch);
+            batch.clear();
+            vm.recycle(batch);
             // A synchronous stream runs in order: one report covers the batch.
             for s in lanes.touched.drain(..) {
                 let (slot, gen) = std::mem::replace(&mut lanes.last_run[s], (u32::MAX, 0));

@@ -55,8 +55,6 @@ pub struct VmShared {
     pub(crate) completions: SegQueue<Vec<Completion>>,
     pub(crate) sched_notify: Notifier,
     batch_pool: SegQueue<Vec<Instruction>>,
-    /// Batches handed back by workers with their run instructions still in them.
-    spent_pool: SegQueue<Vec<Instruction>>,
     infer_caches: SegQueue<Box<InferCache>>,
     /// Emptied keep-alive lists of finished builders (`framework::builder`).
     keep_lists: SegQueue<Vec<Tensor>>,
@@ -121,27 +119,9 @@ impl VmShared {
         self.next_event.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// An empty batch for a thread that builds instructions. A spent batch (instructions
-    /// run in place by a worker) is preferred and emptied here, so that the operands'
-    /// reference counts are dropped by a building thread, the kind that raised them.
+    /// An empty batch (pooled: workers hand back the batches they have run and emptied).
     pub(crate) fn take_batch(&self) -> Vec<Instruction> {
-        if let Some(mut b) = self.spent_pool.pop() {
-            b.clear();
-            return b;
-        }
-        self.take_clean_batch()
-    }
-
-    /// An empty batch for the scheduler, which moves instructions and builds none.
-    pub(crate) fn take_clean_batch(&self) -> Vec<Instruction> {
         self.batch_pool.pop().unwrap_or_else(|| Vec::with_capacity(self.config.batch_size))
-    }
-
-    /// A batch whose instructions a worker has run in place (see `take_batch`).
-    pub(crate) fn recycle_spent(&self, batch: Vec<Instruction>) {
-        if batch.capacity() > 0 {
-            self.spent_pool.push(batch);
-        }
     }
 
     pub(crate) fn recycle(&self, batch: Vec<Instruction>) {
@@ -488,7 +468,6 @@ impl VirtualMachine {
             completions: SegQueue::new(),
             sched_notify: Notifier::new(),
             batch_pool: SegQueue::new(),
-            spent_pool: SegQueue::new(),
             infer_caches: SegQueue::new(),
             keep_lists: SegQueue::new(),
             completion_pool: SegQueue::new(),
