@@ -274,4 +274,19 @@ mod tests {
         assert_eq!(std::mem::size_of::<Operand>(), 8);
         assert!(std::mem::size_of::<Instruction>() <= 96, "{}", std::mem::size_of::<Instruction>());
     }
+
+    #[test]
+    fn an_operand_gives_back_its_tensor_and_mode() {
+        use crate::ep::DeviceId;
+        use crate::framework::{DType, Tensor, TensorMeta};
+        let t = Tensor::new(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU), std::sync::Weak::new());
+        // SAFETY: `t` outlives every operand made here, and none is put in an instruction.
+        let p = unsafe { TensorPtr::new(t.inner()) };
+        for mode in [AccessMode::Read, AccessMode::Write] {
+            let o = Operand::new(p, mode);
+            assert_eq!((o.mode(), o.ptr()), (mode, p));
+            assert_eq!(o.tensor().id, 7);
+            assert!(std::ptr::eq(o.tensor(), t.inner()));
+        }
+    }
 }
