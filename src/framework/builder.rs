@@ -41,7 +41,7 @@ use smallvec::SmallVec;
 use crate::ep::DeviceId;
 use crate::error::{Error, Result};
 use crate::framework::infer_cache::InferCache;
-use crate::framework::tensor::{Element, Tensor, TensorMeta, TensorOwner, NO_STREAM};
+use crate::framework::tensor::{Element, Tensor, TensorInner, TensorMeta, TensorOwner, NO_STREAM};
 use crate::framework::{Attrs, Op, OpKernel, OutSpecs};
 use crate::vm::instruction::{
     AccessMode, AccessSlot, HostAccess, InstrKind, Instruction, Operand, Operands, TensorPtr,
@@ -339,60 +339,21 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) {
-        let me = stream.0;
-        let mut foreign = false;
         for t in inputs.iter().chain(outputs) {
             self.keep_alive(t);
-            let last_stream = &t.inner().last_stream;
-            let last = last_stream.load(Ordering::Relaxed);
-            if last != me {
-                foreign |= last != NO_STREAM;
-                if !foreign {
-                    last_stream.store(me, Ordering::Relaxed);
-                }
-            }
         }
-        if foreign {
-            let ops = operands(inputs, outputs);
-            self.soft_sync(stream, &ops);
-            for o in &ops {
-                o.tensor().last_stream.store(me, Ordering::Relaxed);
-            }
-        }
+        let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
+        self.sync_operands(stream, tensors, || operands(inputs, outputs));
         let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
         self.batch.push(Instruction::new(kind, stream, Operands::new()));
-        let ops = &mut self.batch.last_mut().expect("just pushed").operands;
-        // SAFETY (both loops): each tensor has a keep-alive handle until the batch is
-        // submitted (above), and its Release follows the batch (module docs).
-        for t in inputs {
-            ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
-        }
-        for t in outputs {
-            ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
-        }
+        push_operands(&mut self.batch.last_mut().expect("just pushed").operands, inputs, outputs);
         if self.batch.len() >= self.vm.config.batch_size {
             self.flush();
         }
     }
 
     fn emit(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
-        let me = stream.0;
-        let mut foreign = false;
-        for o in &ops {
-            let last = o.tensor().last_stream.load(Ordering::Relaxed);
-            if last != me {
-                foreign |= last != NO_STREAM;
-                if !foreign {
-                    o.tensor().last_stream.store(me, Ordering::Relaxed);
-                }
-            }
-        }
-        if foreign {
-            self.soft_sync(stream, &ops);
-            for o in &ops {
-                o.tensor().last_stream.store(me, Ordering::Relaxed);
-            }
-        }
+        self.sync_operands(stream, ops.iter().map(|o| o.tensor()), || ops.clone());
         self.batch.push(Instruction::new(kind, stream, ops));
         if self.batch.len() >= self.vm.config.batch_size {
             self.flush();
@@ -409,6 +370,35 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.batch.push(Instruction::new(kind, stream, ops));
         if self.batch.len() >= self.vm.config.batch_size {
             self.flush();
+        }
+    }
+
+    /// Soft sync before an instruction on `stream` that uses `tensors` (module docs): emit
+    /// the synchronisation for those last used on other streams, and mark them all used on
+    /// `stream`. `ops` gives the instruction's operand list, needed only in the first case.
+    #[inline]
+    fn sync_operands<'t>(
+        &mut self,
+        stream: StreamId,
+        tensors: impl Iterator<Item = &'t TensorInner> + Clone,
+        ops: impl FnOnce() -> Operands,
+    ) {
+        let me = stream.0;
+        let mut foreign = false;
+        for t in tensors.clone() {
+            let last = t.last_stream.load(Ordering::Relaxed);
+            if last != me {
+                foreign |= last != NO_STREAM;
+                if !foreign {
+                    t.last_stream.store(me, Ordering::Relaxed);
+                }
+            }
+        }
+        if foreign {
+            self.soft_sync(stream, &ops());
+            for t in tensors {
+                t.last_stream.store(me, Ordering::Relaxed);
+            }
         }
     }
 
@@ -493,15 +483,22 @@ fn wrong_device(
 /// the instruction is submitted.
 fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
     let mut ops = Operands::new();
-    // SAFETY (both loops): the caller holds a keep-alive handle of each tensor until the
-    // batch is submitted, and the tensor's Release follows the batch (module docs).
+    push_operands(&mut ops, inputs, outputs);
+    ops
+}
+
+/// Append the operands of a call to `ops`: inputs read, then outputs written. Every caller
+/// keeps each tensor alive (`keep_alive`) until the instruction is submitted.
+#[inline]
+fn push_operands(ops: &mut Operands, inputs: &[&Tensor], outputs: &[&Tensor]) {
+    // SAFETY (both loops): each tensor has a keep-alive handle until the batch is
+    // submitted, and its Release follows the batch (module docs, "Releases").
     for t in inputs {
         ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
     }
     for t in outputs {
         ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
     }
-    ops
 }
 
 /// The `Release` of `t`, on the stream that used it last; none if nothing ever used it.

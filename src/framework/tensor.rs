@@ -297,9 +297,11 @@ unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
             return;
         }
     }
-    // SAFETY: no reference is left (count zero), and no instruction points to the object:
-    // it was never used, its Release (which outlives every instruction that used it) has
-    // dropped, or its VM, with all its instructions, is gone.
+    // SAFETY: no reference is left (count zero), and nothing will dereference the object
+    // again: it was never used; or its Release (which outlives every instruction that
+    // used it) has dropped; or its VM is gone, which means that every VM thread has exited
+    // after each device stream ran what was launched on it (`scheduler_main`), and that
+    // the instructions it never ran are only dropped, which reads no tensor.
     drop(unsafe { Box::from_raw(p.as_ptr()) });
 }
 

@@ -680,6 +680,14 @@ fn scheduler_main(vm: Arc<VmShared>) {
     for w in workers {
         let _ = w.join();
     }
+    // Let every device stream run what was launched on it (nothing is left after a clean
+    // shutdown; a dead VM may leave some). Once this thread ends, the VM's last strong
+    // reference can go, and from then on a tensor's last handle frees the tensor at once
+    // (`tensor::last_reference_dropped`): no device thread may still be running an
+    // instruction on it.
+    for s in &vm.streams {
+        let _ = s.ep.synchronize();
+    }
 }
 
 #[cfg(test)]
