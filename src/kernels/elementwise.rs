@@ -89,53 +89,47 @@ impl OpKernel for CopyKernel {
     }
 }
 
-/// `add`: two inputs of one shape and dtype, elementwise sum (wrapping for `i64`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AddKernel;
+/// Defines a kernel over two inputs of one shape and dtype that combines them element by
+/// element: `binary_kernel!(doc, Name, "op", T => |a: T, b: T| -> T)`, where `T` is the
+/// element type (any [`Num`]).
+macro_rules! binary_kernel {
+    ($(#[$doc:meta])* $kernel:ident, $op:literal, $t:ident => $f:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $kernel;
 
-impl OpKernel for AddKernel {
-    fn name(&self) -> &'static str {
-        "add"
-    }
+        impl OpKernel for $kernel {
+            fn name(&self) -> &'static str {
+                $op
+            }
 
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        _given: &[&TensorMeta],
-        _attrs: &Attrs,
-        outputs: &mut OutSpecs,
-    ) -> Result<(), String> {
-        infer_binary(inputs, outputs)
-    }
+            fn infer(
+                &self,
+                inputs: &[&TensorMeta],
+                _given: &[&TensorMeta],
+                _attrs: &Attrs,
+                outputs: &mut OutSpecs,
+            ) -> Result<(), String> {
+                $crate::kernels::elementwise::infer_binary(inputs, outputs)
+            }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => zip::<T>(ctx, T::plus))
-    }
+            fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+                with_num!(input_dtype(ctx, 0)?, $t => $crate::kernels::elementwise::zip::<$t>(ctx, $f))
+            }
+        }
+    };
 }
+pub(crate) use binary_kernel;
 
-/// `mul`: two inputs of one shape and dtype, elementwise product (wrapping for `i64`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct MulKernel;
+binary_kernel!(
+    /// `add`: two inputs of one shape and dtype, elementwise sum (wrapping for `i64`).
+    AddKernel, "add", T => T::plus
+);
 
-impl OpKernel for MulKernel {
-    fn name(&self) -> &'static str {
-        "mul"
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        _given: &[&TensorMeta],
-        _attrs: &Attrs,
-        outputs: &mut OutSpecs,
-    ) -> Result<(), String> {
-        infer_binary(inputs, outputs)
-    }
-
-    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => zip::<T>(ctx, T::times))
-    }
-}
+binary_kernel!(
+    /// `mul`: two inputs of one shape and dtype, elementwise product (wrapping for `i64`).
+    MulKernel, "mul", T => T::times
+);
 
 /// `scale`: one input, output `x * attrs.scalar`. The scalar is cast to the dtype first
 /// (`as`), so an `i64` tensor is multiplied by the scalar truncated toward zero, wrapping.

@@ -4,60 +4,22 @@
 //! They follow the rules of the module docs: one dtype per call, `f32` arithmetic in a fixed
 //! order (so CPU and mock results agree bit for bit), wrapping `i64` arithmetic.
 
-use super::elementwise::{infer_binary, zip};
+use super::elementwise::binary_kernel;
 use super::{common_dtype, expect_inputs, input, input_dtype, output, spec_of, with_num, Num};
 use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
-/// `sub`: two inputs of one shape and dtype, elementwise difference `a - b` (wrapping for
-/// `i64`). No broadcasting.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SubKernel;
+binary_kernel!(
+    /// `sub`: two inputs of one shape and dtype, elementwise difference `a - b` (wrapping
+    /// for `i64`). No broadcasting.
+    SubKernel, "sub", T => T::minus
+);
 
-impl OpKernel for SubKernel {
-    fn name(&self) -> &'static str {
-        "sub"
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        _given: &[&TensorMeta],
-        _attrs: &Attrs,
-        outputs: &mut OutSpecs,
-    ) -> Result<(), String> {
-        infer_binary(inputs, outputs)
-    }
-
-    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => zip::<T>(ctx, T::minus))
-    }
-}
-
-/// `relu_grad`: inputs `dy` (the gradient of `relu(x)`) and `x`, of one shape and dtype;
-/// the output is the gradient with respect to `x`: `dy` where `x > 0`, 0 elsewhere
-/// (at `x == 0`, and where `x` is NaN, the gradient is 0).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReluGradKernel;
-
-impl OpKernel for ReluGradKernel {
-    fn name(&self) -> &'static str {
-        "relu_grad"
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        _given: &[&TensorMeta],
-        _attrs: &Attrs,
-        outputs: &mut OutSpecs,
-    ) -> Result<(), String> {
-        infer_binary(inputs, outputs)
-    }
-
-    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => zip::<T>(ctx, |dy, x| if x > T::ZERO { dy } else { T::ZERO }))
-    }
-}
+binary_kernel!(
+    /// `relu_grad`: inputs `dy` (the gradient of `relu(x)`) and `x`, of one shape and
+    /// dtype; the output is the gradient with respect to `x`: `dy` where `x > 0`, 0
+    /// elsewhere (at `x == 0`, and where `x` is NaN, the gradient is 0).
+    ReluGradKernel, "relu_grad", T => |dy, x| if x > T::ZERO { dy } else { T::ZERO }
+);
 
 /// `add_bias`: inputs `x: [n, k]` and `b: [k]` of one dtype; output `[n, k]` with
 /// `out[i][j] = x[i][j] + b[j]` (the bias is broadcast over the rows).
