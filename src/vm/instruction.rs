@@ -70,16 +70,6 @@ impl TensorPtr {
     }
 }
 
-impl std::ops::Deref for TensorPtr {
-    type Target = TensorInner;
-    #[inline]
-    fn deref(&self) -> &TensorInner {
-        // SAFETY: the tensor is alive while any instruction that can still be admitted or
-        // run holds a pointer to it (the type's docs; `new`'s contract).
-        unsafe { self.0.as_ref() }
-    }
-}
-
 impl std::fmt::Debug for TensorPtr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "tensor@{:p}", self.0)
