@@ -7,6 +7,15 @@
 //! local batch without taking any lock. Every `batch_size` instructions, and when the
 //! closure returns, the batch is spliced into the scheduler's inbox in O(1).
 //!
+//! # The cost of a call
+//!
+//! A call whose signature (kernel, stream, attributes, and each operand's interned meta:
+//! shape, dtype, device) was checked before by this VM's builders passes on a comparison of
+//! a few words ([`InferCache`]); only the checks that depend on the tensors' identity and
+//! state (released, aliased) run on every call. The instruction is written once, into the
+//! batch. Nothing per call is allocated, locked or counted: tensors are not kept alive by
+//! a handle per use (`framework::release` says why none is needed).
+//!
 //! # Soft sync
 //!
 //! Following OneFlow's `SoftSyncStream`, every tensor remembers the stream that last used
@@ -23,16 +32,11 @@
 //!
 //! # Releases
 //!
-//! Dropping the last handle of a tensor inside a `run` closure queues its `Release` on the
-//! builder of that thread, so it lands after the instructions already built that use it.
-//! Outside any `run`, the `Release` is submitted at once.
-//!
-//! A builder holds a handle of each tensor its unsubmitted batch uses, and drops them just
-//! after submitting the batch. So no thread can drop a tensor's last handle while a builder
-//! anywhere still has unsubmitted uses of it: the last handle drops here, after the batch,
-//! and the `Release` follows the batch.
+//! Dropping the last handle of a tensor emits its `Release`; the VM submits it once every
+//! builder batch that was open at that moment (on any thread, this one's included) has been
+//! submitted, so it lands after every instruction built that uses the tensor
+//! (`framework::release`).
 
-use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -41,32 +45,13 @@ use smallvec::SmallVec;
 use crate::ep::DeviceId;
 use crate::error::{Error, Result};
 use crate::framework::infer_cache::InferCache;
-use crate::framework::tensor::{Element, Tensor, TensorInner, TensorMeta, TensorOwner, NO_STREAM};
-use crate::framework::{Attrs, Op, OpKernel, OutSpecs};
+use crate::framework::release::Slot;
+use crate::framework::tensor::{Element, MetaId, Tensor, TensorInner, TensorMeta, TensorOwner, NO_STREAM};
+use crate::framework::{Attrs, KernelRef, Op, OutSpecs};
 use crate::vm::instruction::{
-    AccessMode, AccessSlot, HostAccess, InstrKind, Instruction, Operand, Operands, TensorPtr,
+    AccessMode, AccessSlot, Batch, Body, Instruction, Operand, Operands, TensorPtr,
 };
 use crate::vm::{StreamId, VmShared};
-
-thread_local! {
-    /// Per thread: the VMs with a builder active here (innermost last), each with the
-    /// tensors whose `Release` waits for that builder's next flush.
-    static ACTIVE: RefCell<Vec<(usize, Vec<TensorOwner>)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Queue `t`'s release on this thread's active builder for `vm`, if there is one.
-/// Gives `t` back if there is none.
-pub(crate) fn defer_release(vm: &VmShared, t: TensorOwner) -> Option<TensorOwner> {
-    let key = vm as *const VmShared as usize;
-    let mut t = Some(t);
-    let _ = ACTIVE.try_with(|a| {
-        let mut a = a.borrow_mut();
-        if let Some((_, list)) = a.iter_mut().rev().find(|(k, _)| *k == key) {
-            list.extend(t.take());
-        }
-    });
-    t
-}
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
@@ -74,31 +59,33 @@ pub const MAX_INPUTS: usize = u8::MAX as usize;
 /// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
 pub struct InstructionsBuilder<'vm> {
     vm: &'vm Arc<VmShared>,
-    batch: Vec<Instruction>,
-    key: usize,
+    batch: Batch,
+    batch_size: usize,
+    /// This builder's slot in the VM's release rule (`framework::release`).
+    slot: crate::sync::Arc<Slot>,
     /// Inference results of calls already checked (kept across builders of this VM).
     infer: Box<InferCache>,
-    /// The specs of the last call whose signature was not cached.
-    uncached: OutSpecs,
-    /// A handle to every tensor the unsubmitted instructions use, dropped once they are
-    /// submitted (module docs, "Releases").
-    keep: Vec<Tensor>,
-    /// This VM-unique number of the batch being built (names it in `TensorInner::kept_in`).
-    batch_id: u64,
+    /// The specs and output meta ids of the last call whose signature was not cached.
+    uncached: (OutSpecs, SmallVec<[MetaId; 2]>),
+}
+
+/// What a checked call produces: its kernel, and where its outputs' specs are.
+#[derive(Clone, Copy)]
+struct Checked {
+    kernel: KernelRef,
+    /// The inference cache entry; `None`: `uncached`.
+    entry: Option<usize>,
 }
 
 impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn new(vm: &'vm Arc<VmShared>) -> Self {
-        let key = Arc::as_ptr(vm) as usize;
-        let _ = ACTIVE.try_with(|a| a.borrow_mut().push((key, Vec::new())));
         InstructionsBuilder {
             vm,
             batch: vm.take_batch(),
-            key,
+            batch_size: vm.config.batch_size,
+            slot: vm.releases.register(),
             infer: vm.take_infer_cache(),
-            uncached: OutSpecs::new(),
-            keep: vm.take_keep_list(),
-            batch_id: vm.next_batch_id(),
+            uncached: Default::default(),
         }
     }
 
@@ -111,15 +98,21 @@ impl<'vm> InstructionsBuilder<'vm> {
         stream: StreamId,
     ) -> Result<SmallVec<[Tensor; 2]>> {
         let device = self.vm.stream(stream)?.device;
-        let vm = self.vm;
-        let (kernel, specs) = self.check(op, inputs, &[], &attrs, stream)?;
-        let outs: SmallVec<[Tensor; 2]> = specs
-            .iter()
-            .map(|s| vm.new_tensor(TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }))
-            .collect();
+        let checked = self.check(op, inputs, &[], &attrs, stream)?;
+        let outs: SmallVec<[Tensor; 2]> = {
+            let (specs, ids) = self.outputs_of(checked);
+            specs
+                .iter()
+                .zip(ids)
+                .map(|(s, &id)| {
+                    self.vm
+                        .new_tensor_with_id(TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }, id)
+                })
+                .collect()
+        };
         {
             let refs: SmallVec<[&Tensor; 2]> = outs.iter().collect();
-            self.emit_call(kernel, inputs, &refs, attrs, stream);
+            self.emit_call(checked.kernel, inputs, &refs, attrs, stream);
         }
         Ok(outs)
     }
@@ -127,7 +120,8 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// Call a single-output `op` on `stream`, creating its output.
     pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
         // Refuse before emitting anything: a refused call leaves no instruction behind.
-        let n = self.check(op, inputs, &[], &attrs, stream)?.1.len();
+        let checked = self.check(op, inputs, &[], &attrs, stream)?;
+        let n = self.outputs_of(checked).0.len();
         if n != 1 {
             return Err(Error::InvalidOperands {
                 op: op.name().into(),
@@ -140,6 +134,7 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Call `op` on `stream`, writing into the given `outputs` (which must have the shapes
     /// and dtypes the op produces, and live on the stream's device).
+    #[inline]
     pub fn call_into(
         &mut self,
         op: Op,
@@ -148,7 +143,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
-        let kernel = self.check(op, inputs, outputs, &attrs, stream)?.0;
+        let kernel = self.check(op, inputs, outputs, &attrs, stream)?.kernel;
         self.emit_call(kernel, inputs, outputs, attrs, stream);
         Ok(())
     }
@@ -172,70 +167,44 @@ impl<'vm> InstructionsBuilder<'vm> {
             });
         }
         let ops = operands(&[], &[t]);
-        self.keep_alive(t);
-        self.emit(InstrKind::Access(HostAccess::Write(T::to_bytes(data))), self.vm.host_stream, ops);
+        self.emit(Body::Write(T::to_bytes(data).into_boxed_slice()), self.vm.host_stream, ops);
         Ok(())
     }
 
     /// Emit a host access that reads `t` (a host tensor) into `slot`.
     pub(crate) fn read_into(&mut self, t: &Tensor, slot: Arc<AccessSlot>, wait_only: bool) {
         let ops = operands(&[t], &[]);
-        let access = if wait_only { HostAccess::Wait(slot) } else { HostAccess::Read(slot) };
-        self.keep_alive(t);
-        self.emit(InstrKind::Access(access), self.vm.host_stream, ops);
+        let body = if wait_only { Body::Wait(slot) } else { Body::Read(slot) };
+        self.emit(body, self.vm.host_stream, ops);
     }
 
     /// Hand what has been built so far to the scheduler now.
     pub fn flush(&mut self) {
-        self.take_deferred_releases();
         if self.batch.is_empty() {
             return;
         }
         let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
         self.vm.submit(batch);
-        self.batch_id = self.vm.next_batch_id();
-        // Now that they are submitted, let go of the handles the instructions used. A
-        // handle dropped here may be a tensor's last: its `Release` follows at once.
-        self.keep.clear();
-        self.take_deferred_releases();
-        if !self.batch.is_empty() {
-            let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
-            self.vm.submit(batch);
-        }
+        // Now that the batch is in the inbox, releases waiting for it may follow it.
+        let ready = self.vm.releases.close(&self.slot);
+        self.vm.submit_releases(ready);
     }
 
-    /// Hold a handle of `t` until the batch being built is submitted (once per batch).
+    /// Append `ins` to the batch (opening it first if it is empty), flushing a full batch.
     #[inline]
-    fn keep_alive(&mut self, t: &Tensor) {
-        let kept = &t.inner().kept_in;
-        if kept.load(Ordering::Relaxed) != self.batch_id {
-            kept.store(self.batch_id, Ordering::Relaxed);
-            self.keep.push(t.clone());
+    fn push(&mut self, ins: Instruction) {
+        if self.batch.is_empty() {
+            self.vm.releases.open(&self.slot);
+        }
+        self.batch.ins.push(ins);
+        if self.batch.len() >= self.batch_size {
+            self.flush();
         }
     }
 
-    /// Add the `Release`s of the tensors whose last handle dropped on this thread since the
-    /// last flush.
-    fn take_deferred_releases(&mut self) {
-        let key = self.key;
-        let deferred = ACTIVE
-            .try_with(|a| {
-                let mut a = a.borrow_mut();
-                a.iter_mut().rev().find(|(k, _)| *k == key).map(|(_, l)| std::mem::take(l))
-            })
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        for t in deferred {
-            if let Some(ins) = release_instruction(t) {
-                self.batch.push(ins);
-            }
-        }
-    }
-
-    /// Check a call (module docs); returns its kernel and output specs. The common case, a
-    /// signature already in the inference cache, takes one pass over the operands and no
-    /// allocation.
+    /// Check a call (module docs); returns its kernel and where its output specs are. The
+    /// common case, a signature already in the inference cache, takes one pass over the
+    /// operands and no allocation.
     #[inline]
     fn check(
         &mut self,
@@ -244,54 +213,61 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: &Attrs,
         stream: StreamId,
-    ) -> Result<(&'static dyn OpKernel, &OutSpecs)> {
+    ) -> Result<Checked> {
         let device = self.vm.stream(stream)?.device;
-        let Some(kernel) = op.kernel(device.ty) else {
+        let Some(kernel) = op.kernel_ref(device.ty) else {
             return Err(self.vm.unknown_op(op.name(), device));
         };
-        let mut on_device = 0;
-        for t in inputs.iter().chain(outputs) {
-            t.check_live()?;
-            on_device += usize::from(t.device() == device);
-        }
-        let n = inputs.len() + outputs.len();
         if inputs.len() > MAX_INPUTS {
             return Err(Error::InvalidOperands {
                 op: op.name().into(),
                 detail: format!("has {} inputs; a call takes at most {MAX_INPUTS}", inputs.len()),
             });
         }
-        if on_device < n && !kernel.cross_device() || on_device == 0 && n > 0 {
-            return Err(wrong_device(op, kernel, inputs, outputs, device));
+        for t in inputs.iter().chain(outputs) {
+            t.check_live()?;
         }
         for (i, o) in outputs.iter().enumerate() {
             if inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner())) {
                 return Err(Error::Aliased { op: op.name().into(), tensor: o.id() });
             }
         }
-        // A signature checked before passes again: infer is a function of it alone, and
-        // it passed the output comparison then (only passing calls are cached).
-        let metas = inputs.iter().chain(outputs).map(|t| t.meta());
-        match self.infer.get(kernel, stream.0, attrs, inputs.len(), n, metas) {
-            Some(i) => Ok((kernel, self.infer.specs(i))),
-            None => self.infer_uncached(op, kernel, inputs, outputs, attrs, stream, device),
+        // A signature checked before passes again: the device rule and `infer` are
+        // functions of it alone, and it passed them then (only passing calls are cached).
+        let ids = inputs.iter().chain(outputs).map(|t| t.inner().meta_id);
+        match self.infer.get(kernel, stream.0, attrs, inputs.len(), ids) {
+            Some(entry) => Ok(Checked { kernel, entry: Some(entry) }),
+            None => self.check_uncached(op, kernel, inputs, outputs, attrs, stream, device),
         }
     }
 
-    /// Run the kernel's `infer` for a signature not in the cache, compare the given outputs
-    /// with it, and cache it if it passes.
+    /// The output specs and meta ids of a checked call.
+    fn outputs_of(&self, c: Checked) -> (&OutSpecs, &[MetaId]) {
+        match c.entry {
+            Some(i) => self.infer.outputs(i),
+            None => (&self.uncached.0, &self.uncached.1),
+        }
+    }
+
+    /// Check devices and run the kernel's `infer` for a signature not in the cache, compare
+    /// the given outputs with it, and cache it if it passes.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
-    fn infer_uncached(
+    fn check_uncached(
         &mut self,
         op: Op,
-        kernel: &'static dyn OpKernel,
+        kernel: KernelRef,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
         attrs: &Attrs,
         stream: StreamId,
         device: DeviceId,
-    ) -> Result<(&'static dyn OpKernel, &OutSpecs)> {
+    ) -> Result<Checked> {
+        let n = inputs.len() + outputs.len();
+        let on_device = inputs.iter().chain(outputs).filter(|t| t.device() == device).count();
+        if on_device < n && !kernel.cross_device() || on_device == 0 && n > 0 {
+            return Err(wrong_device(op, kernel, inputs, outputs, device));
+        }
         let name = || op.name().to_string();
         let in_metas: SmallVec<[&TensorMeta; 8]> = inputs.iter().map(|t| t.meta()).collect();
         let given: SmallVec<[&TensorMeta; 2]> = outputs.iter().map(|t| t.meta()).collect();
@@ -318,11 +294,16 @@ impl<'vm> InstructionsBuilder<'vm> {
                 }
             }
         }
-        match self.infer.insert(kernel, stream.0, attrs, &in_metas, &given, specs.clone()) {
-            Some(i) => Ok((kernel, self.infer.specs(i))),
+        let out_ids: SmallVec<[MetaId; 2]> = specs
+            .iter()
+            .map(|s| self.vm.intern(&TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }))
+            .collect();
+        let ids: SmallVec<[MetaId; 4]> = inputs.iter().chain(outputs).map(|t| t.inner().meta_id).collect();
+        match self.infer.insert(kernel, stream.0, attrs, inputs.len(), ids, specs.clone(), out_ids.clone()) {
+            Some(i) => Ok(Checked { kernel, entry: Some(i) }),
             None => {
-                self.uncached = specs;
-                Ok((kernel, &self.uncached))
+                self.uncached = (specs, out_ids);
+                Ok(Checked { kernel, entry: None })
             }
         }
     }
@@ -333,44 +314,41 @@ impl<'vm> InstructionsBuilder<'vm> {
     #[inline]
     fn emit_call(
         &mut self,
-        kernel: &'static dyn OpKernel,
+        kernel: KernelRef,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
         attrs: Attrs,
         stream: StreamId,
     ) {
-        for t in inputs.iter().chain(outputs) {
-            self.keep_alive(t);
-        }
         let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
         self.sync_operands(stream, tensors, || operands(inputs, outputs));
-        let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
-        self.batch.push(Instruction::new(kind, stream, Operands::new()));
-        push_operands(&mut self.batch.last_mut().expect("just pushed").operands, inputs, outputs);
-        if self.batch.len() >= self.vm.config.batch_size {
+        if self.batch.is_empty() {
+            self.vm.releases.open(&self.slot);
+        }
+        let mut ins = Instruction::new(Body::OpCall { kernel, attrs }, stream, Operands::new());
+        ins.n_inputs = inputs.len() as u8;
+        self.batch.ins.push(ins);
+        push_operands(&mut self.batch.ins.last_mut().expect("just pushed").operands, inputs, outputs);
+        if self.batch.len() >= self.batch_size {
             self.flush();
         }
     }
 
-    fn emit(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
+    fn emit(&mut self, body: Body, stream: StreamId, ops: Operands) {
         self.sync_operands(stream, ops.iter().map(|o| o.tensor()), || ops.clone());
-        self.batch.push(Instruction::new(kind, stream, ops));
-        if self.batch.len() >= self.vm.config.batch_size {
-            self.flush();
-        }
+        self.push(Instruction::new(body, stream, ops));
     }
 
     /// Emit an instruction exactly as given: no checks and no soft sync. For trace replay
     /// without `--resync`, where the trace (validated beforehand) carries its own
     /// `RecordEvent`/`StreamWaitEvent` instructions.
-    pub(crate) fn emit_raw(&mut self, kind: InstrKind, stream: StreamId, ops: Operands) {
+    pub(crate) fn emit_raw(&mut self, body: Body, stream: StreamId, ops: Operands, n_inputs: u8) {
         for o in &ops {
             o.tensor().last_stream.store(stream.0, Ordering::Relaxed);
         }
-        self.batch.push(Instruction::new(kind, stream, ops));
-        if self.batch.len() >= self.vm.config.batch_size {
-            self.flush();
-        }
+        let mut ins = Instruction::new(body, stream, ops);
+        ins.n_inputs = n_inputs;
+        self.push(ins);
     }
 
     /// Soft sync before an instruction on `stream` that uses `tensors` (module docs): emit
@@ -425,14 +403,10 @@ impl<'vm> InstructionsBuilder<'vm> {
             let (s, t) = (&self.vm.streams[src as usize], &self.vm.streams[me.index()]);
             let id = self.vm.next_event_id();
             if s.device == t.device && s.device_waits {
-                self.batch.push(Instruction::new(InstrKind::RecordEvent { id }, StreamId(src), reads));
-                self.batch.push(Instruction::new(
-                    InstrKind::StreamWaitEvent { id, event: None },
-                    me,
-                    Operands::new(),
-                ));
+                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src), reads));
+                self.push(Instruction::new(Body::StreamWaitEvent { id }, me, Operands::new()));
             } else if s.policy == crate::vm::PolicyKind::Event {
-                self.batch.push(Instruction::new(InstrKind::RecordEvent { id }, StreamId(src), reads));
+                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src), reads));
             }
         }
     }
@@ -441,17 +415,10 @@ impl<'vm> InstructionsBuilder<'vm> {
 impl Drop for InstructionsBuilder<'_> {
     fn drop(&mut self) {
         self.flush();
-        let key = self.key;
-        let _ = ACTIVE.try_with(|a| {
-            let mut a = a.borrow_mut();
-            if let Some(i) = a.iter().rposition(|(k, _)| *k == key) {
-                a.remove(i);
-            }
-        });
+        self.vm.releases.unregister(&self.slot);
         let empty = std::mem::take(&mut self.batch);
         self.vm.recycle(empty);
         self.vm.recycle_infer_cache(std::mem::take(&mut self.infer));
-        self.vm.recycle_keep_list(std::mem::take(&mut self.keep));
     }
 }
 
@@ -460,7 +427,7 @@ impl Drop for InstructionsBuilder<'_> {
 #[cold]
 fn wrong_device(
     op: Op,
-    kernel: &'static dyn OpKernel,
+    kernel: KernelRef,
     inputs: &[&Tensor],
     outputs: &[&Tensor],
     device: DeviceId,
@@ -479,20 +446,19 @@ fn wrong_device(
     }
 }
 
-/// The operand list of a call. Every caller keeps each tensor alive (`keep_alive`) until
-/// the instruction is submitted.
+/// The operand list of a call. The caller holds a handle of each tensor while it builds
+/// the instruction (`TensorPtr`'s rule).
 fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
     let mut ops = Operands::new();
     push_operands(&mut ops, inputs, outputs);
     ops
 }
 
-/// Append the operands of a call to `ops`: inputs read, then outputs written. Every caller
-/// keeps each tensor alive (`keep_alive`) until the instruction is submitted.
+/// Append the operands of a call to `ops`: inputs read, then outputs written.
 #[inline]
 fn push_operands(ops: &mut Operands, inputs: &[&Tensor], outputs: &[&Tensor]) {
-    // SAFETY (both loops): each tensor has a keep-alive handle until the batch is
-    // submitted, and its Release follows the batch (module docs, "Releases").
+    // SAFETY (both loops): the caller holds a handle of each tensor now, and a Release of
+    // it is submitted only after the batch being built (`framework::release`).
     for t in inputs {
         ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
     }
@@ -509,5 +475,5 @@ pub(crate) fn release_instruction(t: TensorOwner) -> Option<Instruction> {
     }
     // SAFETY: the instruction owns `t` (its `owner`), so the pointer lives as long as it.
     let ops = SmallVec::from_iter([Operand::new(unsafe { TensorPtr::new(&t) }, AccessMode::Write)]);
-    Some(Instruction::new(InstrKind::Release { owner: Some(t) }, StreamId(last), ops))
+    Some(Instruction::new(Body::Release { owner: Some(t) }, StreamId(last), ops))
 }

@@ -121,12 +121,46 @@ fn slot(ty: DeviceType) -> usize {
     }
 }
 
+/// A kernel in one word: a reference to a `&'static dyn OpKernel` that lives for the rest of
+/// the process (an entry of a static kernel table, or one leaked box per registration of a
+/// kernel built at run time). An instruction holds one, so that its body fits in three words.
+#[derive(Clone, Copy)]
+pub(crate) struct KernelRef(&'static &'static dyn OpKernel);
+
+impl KernelRef {
+    /// The kernel.
+    #[inline]
+    pub(crate) fn get(self) -> &'static dyn OpKernel {
+        *self.0
+    }
+
+    /// The address that identifies this reference (compared, never dereferenced, by caches).
+    #[inline]
+    pub(crate) fn addr(self) -> usize {
+        self.0 as *const &'static dyn OpKernel as usize
+    }
+}
+
+impl std::ops::Deref for KernelRef {
+    type Target = dyn OpKernel;
+    #[inline]
+    fn deref(&self) -> &(dyn OpKernel + 'static) {
+        *self.0
+    }
+}
+
+impl fmt::Debug for KernelRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OpKernel({})", self.name())
+    }
+}
+
 /// An op resolved from the registry: its name and its kernel per device type. Copy it and
 /// reuse it; calls through it do no lookup by name.
 #[derive(Clone, Copy)]
 pub struct Op {
     name: &'static str,
-    kernels: [Option<&'static dyn OpKernel>; DEVICE_TYPES],
+    kernels: [Option<KernelRef>; DEVICE_TYPES],
 }
 
 impl Op {
@@ -136,6 +170,11 @@ impl Op {
     }
     /// The kernel for `device`, if the op has one there.
     pub fn kernel(&self, device: DeviceType) -> Option<&'static dyn OpKernel> {
+        self.kernels[slot(device)].map(KernelRef::get)
+    }
+    /// The kernel for `device` as an instruction holds it.
+    #[inline]
+    pub(crate) fn kernel_ref(&self, device: DeviceType) -> Option<KernelRef> {
         self.kernels[slot(device)]
     }
 }
@@ -144,6 +183,24 @@ impl fmt::Debug for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Op({})", self.name)
     }
+}
+
+/// The process-wide one-word reference of `kernel`: made (and kept) on first use, so that
+/// registering the same kernel again, in every new VM's registry, keeps nothing more.
+fn interned(kernel: &'static dyn OpKernel) -> &'static &'static dyn OpKernel {
+    use std::sync::{Mutex, OnceLock};
+    static TABLE: OnceLock<Mutex<Vec<&'static &'static dyn OpKernel>>> = OnceLock::new();
+    // Data and vtable address together (zero-sized kernels may share a data address), and
+    // the name: a kernel whose vtable was duplicated only costs one more box.
+    #[allow(ambiguous_wide_pointer_comparisons)]
+    let same = |k: &&'static &'static dyn OpKernel| std::ptr::eq(**k, kernel) && k.name() == kernel.name();
+    let mut table = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&k) = table.iter().find(|k| same(k)) {
+        return k;
+    }
+    let k: &'static &'static dyn OpKernel = Box::leak(Box::new(kernel));
+    table.push(k);
+    k
 }
 
 /// All registered kernels, by op name and device type.
@@ -172,10 +229,20 @@ impl OpRegistry {
     }
 
     /// Register `kernel` for `device`, replacing an earlier one of the same name there.
+    /// The first registration of a kernel in the process keeps one word-sized box for the
+    /// rest of the process, shared by every later registration of the same kernel (kernels
+    /// in a static table register through [`register_static`](Self::register_static)
+    /// without it).
     pub fn register(&mut self, device: DeviceType, kernel: &'static dyn OpKernel) {
+        self.register_static(device, interned(kernel));
+    }
+
+    /// Register the kernel `kernel` refers to (an entry of a static table) for `device`,
+    /// replacing an earlier one of the same name there.
+    pub fn register_static(&mut self, device: DeviceType, kernel: &'static &'static dyn OpKernel) {
         let name = kernel.name();
         let op = self.ops.entry(name).or_insert(Op { name, kernels: [None; DEVICE_TYPES] });
-        op.kernels[slot(device)] = Some(kernel);
+        op.kernels[slot(device)] = Some(KernelRef(kernel));
     }
 
     /// Register a kernel built at run time (it lives for the rest of the process).

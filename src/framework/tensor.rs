@@ -7,7 +7,7 @@
 //! | [`TensorMeta`] | anyone | immutable after creation |
 //! | value: storage and error | the instruction that the dependence rules let run | the scheduler orders every writer after all earlier accesses, and every reader after the last writer; same-stream order is kept by the stream's FIFO |
 //! | dependence object | the scheduler thread alone | only the scheduler dereferences it |
-//! | soft-sync and keep-alive state (`last_stream`, `released`, `kept_in`) | the caller thread building instructions | atomics (relaxed: program order is the caller's own) |
+//! | soft-sync state (`last_stream`, `released`) | the caller thread building instructions | atomics (relaxed: program order is the caller's own) |
 //!
 //! A tensor's storage is allocated by the first instruction that writes it and freed by a
 //! `Release` instruction that the handle's drop emits after every earlier use.
@@ -15,7 +15,7 @@
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
@@ -127,10 +127,11 @@ struct Line<T>(T);
 
 /// The object shared by the user's handles and the instructions that use a tensor.
 ///
-/// Laid out by who touches what: the caller's state (reference count, soft-sync and
-/// keep-alive atomics, metadata) fills the first two lines; the value (the worker's) and
-/// the dependence object (the scheduler's) each start a line of their own, so that the
-/// three threads that touch every tensor do not move each other's lines between cores.
+/// Laid out by who touches what: the caller's state (reference count, soft-sync state,
+/// what a call's check reads, metadata) fills the first two lines, with everything the
+/// check of a call reads in the first; the value (the worker's) and the dependence object
+/// (the scheduler's) each start a line of their own, so that the three threads that touch
+/// every tensor do not move each other's lines between cores.
 ///
 /// # Ownership
 ///
@@ -143,17 +144,28 @@ struct Line<T>(T);
 #[repr(C)]
 pub(crate) struct TensorInner {
     refs: AtomicUsize,
-    /// The builder batch that last took a keep-alive handle of this tensor (0: none).
-    pub(crate) kept_in: AtomicU64,
-    pub(crate) id: u64,
     /// Index of the VM stream that last used this tensor, `NO_STREAM` if none (soft sync).
     pub(crate) last_stream: AtomicU32,
+    /// The VM's number for `meta` (`MetaId::NONE` if it has none): the builder checks a
+    /// call's signature by comparing these.
+    pub(crate) meta_id: MetaId,
     /// Set when the tensor's `Release` has been emitted.
     pub(crate) released: AtomicBool,
-    pub(crate) meta: TensorMeta,
+    pub(crate) id: u64,
     vm: Weak<VmShared>,
+    pub(crate) meta: TensorMeta,
     value: Line<UnsafeCell<TensorValue>>,
     dep: Line<UnsafeCell<DepObject>>,
+}
+
+/// A VM's number for a [`TensorMeta`] (see `VmShared::intern`): two tensors of one VM have
+/// the same meta exactly when they have the same number, unless it is [`MetaId::NONE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct MetaId(pub(crate) u32);
+
+impl MetaId {
+    /// No number: the meta is compared in full.
+    pub(crate) const NONE: MetaId = MetaId(u32::MAX);
 }
 
 /// `last_stream` value of a tensor no instruction has used yet.
@@ -169,17 +181,17 @@ unsafe impl Sync for TensorInner {}
 unsafe impl Send for TensorInner {}
 
 impl TensorInner {
-    fn new(id: u64, meta: TensorMeta, vm: Weak<VmShared>) -> Self {
+    fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<VmShared>) -> Self {
         TensorInner {
             refs: AtomicUsize::new(1),
+            last_stream: AtomicU32::new(NO_STREAM),
+            meta_id,
+            released: AtomicBool::new(false),
             id,
-            meta,
             vm,
+            meta,
             value: Line(UnsafeCell::new(TensorValue::default())),
             dep: Line(UnsafeCell::new(DepObject::default())),
-            last_stream: AtomicU32::new(NO_STREAM),
-            released: AtomicBool::new(false),
-            kept_in: AtomicU64::new(0),
         }
     }
 
@@ -354,9 +366,15 @@ impl fmt::Debug for TensorOwner {
 }
 
 impl Tensor {
-    /// A new tensor object with one handle.
+    /// A new tensor object with one handle, whose meta has no number.
+    #[cfg(test)]
     pub(crate) fn new(id: u64, meta: TensorMeta, vm: Weak<VmShared>) -> Self {
-        Tensor(NonNull::from(Box::leak(Box::new(TensorInner::new(id, meta, vm)))))
+        Tensor::with_meta_id(id, meta, MetaId::NONE, vm)
+    }
+
+    /// A new tensor object with one handle; `meta_id` is `vm`'s number for `meta`.
+    pub(crate) fn with_meta_id(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<VmShared>) -> Self {
+        Tensor(NonNull::from(Box::leak(Box::new(TensorInner::new(id, meta, meta_id, vm)))))
     }
 
     /// The tensor's id, unique within its VM; errors and traces name tensors by it.
@@ -471,6 +489,8 @@ mod layout_tests {
         assert_eq!(std::mem::align_of::<TensorInner>(), 64);
         assert!(std::mem::size_of::<TensorInner>() <= 320, "{}", std::mem::size_of::<TensorInner>());
         assert!(std::mem::offset_of!(TensorInner, vm) < 128, "caller state beyond two lines");
+        assert!(std::mem::offset_of!(TensorInner, released) < 64, "the call check reads one line");
+        assert!(std::mem::offset_of!(TensorInner, meta_id) < 64, "the call check reads one line");
         assert!(std::mem::size_of::<DepObject>() <= 64);
     }
 }

@@ -75,9 +75,9 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
 
 /// Register every kernel of [`BUILTINS`] for the CPU and for the mock device.
 pub fn register_builtins(r: &mut OpRegistry) {
-    for &kernel in BUILTINS {
+    for kernel in BUILTINS {
         for device in [DeviceType::Cpu, DeviceType::Mock] {
-            r.register(device, kernel);
+            r.register_static(device, kernel);
         }
     }
     #[cfg(feature = "cuda")]

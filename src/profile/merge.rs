@@ -2,14 +2,15 @@
 //!
 //! Records about one instruction come from up to three threads (the scheduler admits and
 //! dispatches it, a worker runs or launches it, a watcher sees it done); they are joined
-//! by program number. Dependence edges name instructions by scheduler slot and
-//! generation, which the admission records map to program numbers.
+//! by program number. Dependence edges name instructions by stream position, which the
+//! admission records map to program numbers.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use super::recorder::{Chunk, Link, Nanos, Rec};
 use super::{CounterSample, Flow, FlowKind, InstrSpan, Profile, ThreadRole, ThreadSlice};
+use crate::vm::dependence::InstrRef;
 use crate::vm::StreamId;
 
 #[derive(Default)]
@@ -32,14 +33,14 @@ pub(crate) fn build(
     allocators: &[String],
 ) -> Profile {
     let mut parts: HashMap<u64, Partial> = HashMap::new();
-    let mut by_slot: HashMap<(u32, u32), u64> = HashMap::new();
+    let mut by_ref: HashMap<InstrRef, u64> = HashMap::new();
     let mut edges = Vec::new();
     let mut p = Profile { streams, threads, ..Profile::default() };
     for chunk in chunks {
         for r in chunk.recs {
             match r {
-                Rec::Admit { program, slot, gen, stream, name, link, tensors, queued, dispatched } => {
-                    by_slot.insert((slot, gen), program);
+                Rec::Admit { program, at, stream, name, link, tensors, queued, dispatched } => {
+                    by_ref.insert(at, program);
                     let e = parts.entry(program).or_default();
                     e.admit = Some((stream, name, link, tensors.into_vec(), queued));
                     if dispatched.is_some() {
@@ -115,7 +116,7 @@ pub(crate) fn build(
         }
     }
     for (src, dst) in edges {
-        if let (Some(&from), Some(&to)) = (by_slot.get(&src), by_slot.get(&dst)) {
+        if let (Some(&from), Some(&to)) = (by_ref.get(&src), by_ref.get(&dst)) {
             if complete(&from) && complete(&to) {
                 flows.push(Flow { kind: FlowKind::Dependency, from, to });
             }

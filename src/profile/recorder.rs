@@ -30,7 +30,8 @@ use crossbeam_queue::SegQueue;
 use smallvec::SmallVec;
 
 use crate::alloc::HostAllocator;
-use crate::vm::instruction::{InstrKind, Instruction};
+use crate::vm::dependence::InstrRef;
+use crate::vm::instruction::{Body, Instruction};
 
 use super::ThreadRole;
 
@@ -51,15 +52,14 @@ pub(crate) enum Link {
 }
 
 /// One record. Instructions are named by program number; dependence edges by the
-/// scheduler's (slot, generation) pair, which the admission records map to programs.
+/// scheduler's stream positions, which the admission records map to programs.
 #[derive(Debug)]
 pub(crate) enum Rec {
     /// The scheduler received the instruction (`queued`) and, if it was ready at once,
     /// dispatched it (`dispatched`).
     Admit {
         program: u64,
-        slot: u32,
-        gen: u32,
+        at: InstrRef,
         stream: u32,
         name: &'static str,
         link: Link,
@@ -77,7 +77,7 @@ pub(crate) enum Rec {
     /// saw it done at `done`.
     Async { program: u64, launched: Nanos, done: Nanos },
     /// A done-edge between two streams: `src` must finish before `dst` is dispatched.
-    Edge { src: (u32, u32), dst: (u32, u32) },
+    Edge { src: InstrRef, dst: InstrRef },
     /// What the recording thread was doing from `start` to `end` (`count` items).
     Slice { name: &'static str, start: Nanos, end: Nanos, count: u32 },
     /// Instructions in flight.
@@ -209,35 +209,31 @@ impl Recorder {
         self.recs.push(Rec::Slice { name, start, end, count: count as u32 });
     }
 
-    /// The scheduler received `batch` at `queued`; instructions `ready` says were
-    /// dispatched at admission got `dispatched` as their dispatch time.
+    /// The scheduler received `ins` (program number `program`, stream position `at`) at
+    /// `queued`, and dispatched it at `dispatched` if it was ready at once.
     pub(crate) fn admitted(
         &mut self,
-        batch: &[Instruction],
+        ins: &Instruction,
+        program: u64,
+        at: InstrRef,
         queued: Nanos,
-        dispatched: Nanos,
-        ready: impl Fn(u32, u32) -> bool,
+        dispatched: Option<Nanos>,
     ) {
-        for ins in batch {
-            let link = match &ins.kind {
-                // Recorded at admission, before its callback may run.
-                InstrKind::Barrier { .. } => continue,
-                InstrKind::RecordEvent { id } => Link::Record(*id),
-                InstrKind::StreamWaitEvent { id, .. } => Link::Wait(*id),
-                _ => Link::None,
-            };
-            self.recs.push(Rec::Admit {
-                program: ins.program,
-                slot: ins.slot,
-                gen: ins.gen,
-                stream: ins.stream.0,
-                name: ins.kind.name(),
-                link,
-                tensors: ins.operands.iter().map(|o| o.tensor().id).collect(),
-                queued,
-                dispatched: ready(ins.slot, ins.gen).then_some(dispatched),
-            });
-        }
+        let link = match &ins.body {
+            Body::RecordEvent { id } => Link::Record(*id),
+            Body::StreamWaitEvent { id } => Link::Wait(*id),
+            _ => Link::None,
+        };
+        self.recs.push(Rec::Admit {
+            program,
+            at,
+            stream: ins.stream.0,
+            name: ins.body.name(),
+            link,
+            tensors: ins.operands.iter().map(|o| o.tensor().id).collect(),
+            queued,
+            dispatched,
+        });
     }
 
     /// Sample the counters if the last sample is old enough, or if `force`.

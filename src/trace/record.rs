@@ -34,7 +34,7 @@ use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT,
 use super::{checksum, TraceError};
 use crate::error::Error;
 use crate::framework::{DType, Tensor, TensorMeta};
-use crate::vm::instruction::{HostAccess, InstrKind, Instruction};
+use crate::vm::instruction::{Body, Instruction};
 use crate::vm::VmShared;
 use crate::VirtualMachine;
 
@@ -118,17 +118,18 @@ impl Capture {
                     recs.push(Rec::Tensor { id, meta: o.tensor().meta.clone() });
                 }
             }
-            let kind = match &ins.kind {
-                InstrKind::OpCall { kernel, attrs, n_inputs } => {
-                    RecKind::Call { op: kernel.name(), scalar: attrs.scalar, n_inputs: *n_inputs }
+            let kind = match &ins.body {
+                Body::OpCall { kernel, attrs } => {
+                    RecKind::Call { op: kernel.name(), scalar: attrs.scalar, n_inputs: ins.n_inputs }
                 }
-                InstrKind::RecordEvent { id } => RecKind::Record { id: *id },
-                InstrKind::StreamWaitEvent { id, .. } => RecKind::Wait { id: *id },
-                InstrKind::Barrier { .. } => RecKind::Barrier,
-                InstrKind::Release { .. } => RecKind::Release,
-                InstrKind::Access(HostAccess::Read(_)) => RecKind::Read,
-                InstrKind::Access(HostAccess::Wait(_)) => RecKind::AccessWait,
-                InstrKind::Access(HostAccess::Write(bytes)) => RecKind::Write(bytes.clone()),
+                Body::RecordEvent { id } => RecKind::Record { id: *id },
+                Body::StreamWaitEvent { id } => RecKind::Wait { id: *id },
+                Body::WaitEvent { .. } => unreachable!("the scheduler makes these, after recording"),
+                Body::Barrier { .. } => RecKind::Barrier,
+                Body::Release { .. } => RecKind::Release,
+                Body::Read(_) => RecKind::Read,
+                Body::Wait(_) => RecKind::AccessWait,
+                Body::Write(bytes) => RecKind::Write(bytes.to_vec()),
             };
             let tensors = ins.operands.iter().map(|o| o.tensor().id).collect();
             recs.push(Rec::Instr { kind, stream: ins.stream.0, tensors });

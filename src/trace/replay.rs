@@ -30,7 +30,7 @@ use crate::error::Error;
 use crate::framework::tensor::TensorOwner;
 use crate::framework::{Attrs, DType, Tensor};
 use crate::profile::Profile;
-use crate::vm::instruction::{AccessMode, AccessSlot, HostAccess, InstrKind, Operand, Operands, TensorPtr};
+use crate::vm::instruction::{AccessMode, AccessSlot, Body, Operand, Operands, TensorPtr};
 use crate::vm::StreamId;
 use crate::{Config, VirtualMachine};
 
@@ -370,11 +370,15 @@ impl Replayer<'_> {
                 let resolved = self.vm.op(op).map_err(|e| self.err(l, *op_col, e))?;
                 if raw {
                     let dev = self.streams[&stream.id].1;
-                    let kernel = resolved.kernel(kernel_device(dev)).ok_or_else(|| {
+                    let kernel = resolved.kernel_ref(kernel_device(dev)).ok_or_else(|| {
                         self.err(l, *op_col, Error::Config(format!("no kernel for `{op}`")))
                     })?;
-                    let kind = InstrKind::OpCall { kernel, attrs, n_inputs: inputs.len() as u8 };
-                    b.emit_raw(kind, s, self.operands(inputs, outputs));
+                    b.emit_raw(
+                        Body::OpCall { kernel, attrs },
+                        s,
+                        self.operands(inputs, outputs),
+                        inputs.len() as u8,
+                    );
                 } else {
                     let ins: SmallVec<[&Tensor; 4]> = inputs.iter().map(|r| self.tensor(*r)).collect();
                     let outs: SmallVec<[&Tensor; 2]> = outputs.iter().map(|r| self.tensor(*r)).collect();
@@ -386,20 +390,17 @@ impl Replayer<'_> {
                     let id = self.vm.shared().next_event_id();
                     self.events.insert(event.id, id);
                     b.emit_raw(
-                        InstrKind::RecordEvent { id },
+                        Body::RecordEvent { id },
                         self.stream(*stream),
                         self.operands(tensors, &[]),
+                        0,
                     );
                 }
             }
             Stmt::Wait { stream, event } => {
                 if raw {
                     let id = self.events[&event.id];
-                    b.emit_raw(
-                        InstrKind::StreamWaitEvent { id, event: None },
-                        self.stream(*stream),
-                        Operands::new(),
-                    );
+                    b.emit_raw(Body::StreamWaitEvent { id }, self.stream(*stream), Operands::new(), 0);
                 }
             }
             Stmt::Release { stream, tensor } => {
@@ -408,7 +409,7 @@ impl Replayer<'_> {
                     // Marked released first, so that dropping the handle emits nothing more.
                     t.inner().released.store(true, std::sync::atomic::Ordering::Relaxed);
                     let owner = Some(TensorOwner::counted(t.inner()));
-                    b.emit_raw(InstrKind::Release { owner }, self.stream(*stream), self.operands_of(&t));
+                    b.emit_raw(Body::Release { owner }, self.stream(*stream), self.operands_of(&t), 0);
                 }
                 drop(t);
             }
@@ -417,7 +418,7 @@ impl Replayer<'_> {
                 let t = self.tensor(*tensor);
                 if raw {
                     let ops = self.operands(&[], &[*tensor]);
-                    b.emit_raw(InstrKind::Access(HostAccess::Write(bytes)), self.stream(*stream), ops);
+                    b.emit_raw(Body::Write(bytes.into_boxed_slice()), self.stream(*stream), ops, 0);
                 } else {
                     let r = match t.dtype() {
                         DType::F32 => b.write(t, &<f32 as crate::framework::Element>::from_bytes(&bytes)),
@@ -456,11 +457,10 @@ impl Replayer<'_> {
                     }
                 } else {
                     let slot = AccessSlot::new();
-                    let access =
-                        if wait { HostAccess::Wait(slot.clone()) } else { HostAccess::Read(slot.clone()) };
+                    let access = if wait { Body::Wait(slot.clone()) } else { Body::Read(slot.clone()) };
                     let ops = self.operands(&[*tensor], &[]);
                     let s = self.stream(*stream);
-                    self.vm.run(|b| b.emit_raw(InstrKind::Access(access), s, ops));
+                    self.vm.run(|b| b.emit_raw(access, s, ops, 0));
                     let shared = self.vm.shared().clone();
                     slot.wait(|| shared.is_dead())
                 };

@@ -20,7 +20,7 @@ use crate::alloc::HostAllocator;
 use crate::error::Error;
 use crate::framework::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
 
-use super::instruction::{HostAccess, InstrKind, Instruction, Operand};
+use super::instruction::{AccessSlot, Body, Instruction, Operand};
 
 /// Failures since the last `sync`, shared by every executor of a VM.
 #[derive(Debug, Default)]
@@ -59,15 +59,16 @@ pub(crate) struct ExecEnv {
 }
 
 /// Run `ins` (any kind except `Barrier`, which the scheduler runs itself), in place: what
-/// it hands on (a host write's bytes, a callback) is taken out of it. A synchronous worker
-/// then empties the batch and hands it back to the pool.
-pub(crate) fn execute(ins: &mut Instruction, env: &ExecEnv) {
-    match &mut ins.kind {
-        &mut InstrKind::OpCall { kernel, attrs, n_inputs } => {
-            let (inputs, outputs) = ins.operands.split_at(n_inputs as usize);
-            op_call(kernel, attrs, inputs, outputs, ins.program, env);
+/// it hands on (a host write's bytes, a callback) is taken out of it. `program` is its
+/// program number, for the errors it may raise. A synchronous worker then empties the batch
+/// and hands it back to the pool.
+pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
+    match &mut ins.body {
+        &mut Body::OpCall { kernel, attrs } => {
+            let (inputs, outputs) = ins.operands.split_at(ins.n_inputs as usize);
+            op_call(kernel.get(), attrs, inputs, outputs, program, env);
         }
-        InstrKind::Release { .. } => {
+        Body::Release { .. } => {
             for op in &ins.operands {
                 // SAFETY: a Release holds the write access to its operand: every earlier
                 // access has finished (or precedes it on this stream's FIFO).
@@ -76,16 +77,15 @@ pub(crate) fn execute(ins: &mut Instruction, env: &ExecEnv) {
                 v.error = None;
             }
         }
-        InstrKind::Access(access) => {
-            let access = std::mem::replace(access, HostAccess::Write(Vec::new()));
-            host_access(access, &ins.operands, ins.program, env)
-        }
+        Body::Read(slot) => read_access(&ins.operands[0], slot, false, program),
+        Body::Wait(slot) => read_access(&ins.operands[0], slot, true, program),
+        Body::Write(bytes) => write_access(&ins.operands[0], bytes, env),
         // On a synchronous stream events are complete when recorded; asynchronous streams
-        // handle these two in the worker (`thread_ctx`), which owns the device stream.
-        InstrKind::RecordEvent { .. } => {}
+        // handle these in the worker (`thread_ctx`), which owns the device stream.
+        Body::RecordEvent { .. } | Body::StreamWaitEvent { .. } => {}
         // Give a pooled event back now, not when the batch is emptied.
-        InstrKind::StreamWaitEvent { event, .. } => drop(event.take()),
-        InstrKind::Barrier { callback } => std::mem::replace(callback, Box::new(|| {}))(),
+        Body::WaitEvent { event } => drop(event.take()),
+        Body::Barrier { callback } => std::mem::replace(callback, Box::new(|| {}))(),
     }
 }
 
@@ -137,23 +137,26 @@ fn op_call(
     }
     // 4. Run the kernel, catching panics.
     let result = {
-        let ins: SmallVec<[TensorView<'_>; 4]> = inputs
-            .iter()
-            .map(|op| TensorView {
+        // Filled in place (not collected and moved): a collected small vector is written
+        // word by word and then copied in wider loads, which the store buffer cannot
+        // forward, and that stall costs more than the rest of a no-op's execution.
+        let mut ins: SmallVec<[TensorView<'_>; 4]> = SmallVec::new();
+        for op in inputs {
+            ins.push(TensorView {
                 meta: &op.tensor().meta,
                 // SAFETY: read access; storage was checked present above.
                 data: unsafe { op.tensor().value() }.storage.as_ref().expect("checked above"),
-            })
-            .collect();
-        let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = outputs
-            .iter()
-            .map(|op| TensorViewMut {
+            });
+        }
+        let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
+        for op in outputs {
+            outs.push(TensorViewMut {
                 meta: &op.tensor().meta,
                 // SAFETY: exclusive write access (see step 3); each output's value is
                 // borrowed once here and not through any other path while `outs` lives.
                 data: unsafe { op.tensor().value_mut() }.storage.as_mut().expect("allocated above"),
-            })
-            .collect();
+            });
+        }
         let mut ctx = KernelCtx { attrs, inputs: &ins, outputs: &mut outs };
         catch_unwind(AssertUnwindSafe(|| kernel.compute(&mut ctx)))
     };
@@ -206,37 +209,28 @@ fn set_error(outputs: &[Operand], e: Arc<Error>) {
     }
 }
 
-fn host_access(access: HostAccess, operands: &[Operand], program: u64, env: &ExecEnv) {
-    let t = operands[0].tensor();
-    match access {
-        HostAccess::Read(slot) => {
-            // SAFETY: a read Access holds the read access to its operand.
-            let v = unsafe { t.value() };
-            let r = match (&v.error, &v.storage) {
-                (Some(e), _) => Err((**e).clone()),
-                (None, Some(s)) => Ok(s.as_bytes().to_vec()),
-                (None, None) => {
-                    Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id })
-                }
-            };
-            slot.fulfil(r);
-        }
-        HostAccess::Wait(slot) => {
-            // SAFETY: as above.
-            let v = unsafe { t.value() };
-            slot.fulfil(match &v.error {
-                Some(e) => Err((**e).clone()),
-                None => Ok(Vec::new()),
-            });
-        }
-        HostAccess::Write(bytes) => {
-            // SAFETY: a write Access holds the write access to its operand.
-            let v = unsafe { t.value_mut() };
-            // Accesses run on the host stream, whose allocator is the host's; the builder
-            // allows them on host tensors only.
-            let storage = v.storage.get_or_insert_with(|| env.alloc.alloc(t.meta.bytes()));
-            storage.as_bytes_mut().copy_from_slice(&bytes);
-            v.error = None;
-        }
-    }
+/// A host read (`wait_only`: only the error state) of `op`'s tensor into `slot`.
+fn read_access(op: &Operand, slot: &AccessSlot, wait_only: bool, program: u64) {
+    let t = op.tensor();
+    // SAFETY: a read Access holds the read access to its operand.
+    let v = unsafe { t.value() };
+    let r = match (&v.error, &v.storage) {
+        (Some(e), _) => Err((**e).clone()),
+        (None, _) if wait_only => Ok(Vec::new()),
+        (None, Some(s)) => Ok(s.as_bytes().to_vec()),
+        (None, None) => Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id }),
+    };
+    slot.fulfil(r);
+}
+
+/// A host write of `bytes` into `op`'s tensor.
+fn write_access(op: &Operand, bytes: &[u8], env: &ExecEnv) {
+    let t = op.tensor();
+    // SAFETY: a write Access holds the write access to its operand.
+    let v = unsafe { t.value_mut() };
+    // Accesses run on the host stream, whose allocator is the host's; the builder allows
+    // them on host tensors only.
+    let storage = v.storage.get_or_insert_with(|| env.alloc.alloc(t.meta.bytes()));
+    storage.as_bytes_mut().copy_from_slice(bytes);
+    v.error = None;
 }

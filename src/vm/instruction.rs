@@ -1,13 +1,18 @@
 //! Instructions: what the builder emits and the scheduler dispatches.
 //!
-//! An [`Instruction`] (96 bytes) is moved by value from the builder's batch through the
-//! scheduler to the worker (a batch that is all ready for one worker is handed over
-//! whole). Its operand list is inline (four one-word operands without a heap allocation),
-//! its kernel a `&'static` reference, and its operands point to their tensors without a
-//! reference count ([`TensorPtr`]): emitting, running and dropping one costs no allocation
-//! and no atomic operation. A synchronous worker runs the instructions of a batch in place,
-//! then empties it and hands it back to the pool; an asynchronous stream moves each
-//! instruction into the closure its device runs.
+//! An [`Instruction`] is one cache line (64 bytes): its [`Body`] (what it does), its operand
+//! list (three one-word operands inline), its stream and its input count. It is written once,
+//! by the builder, and only read after that: neither the scheduler nor a synchronous worker
+//! writes to it (the scheduler keeps its own records, `vm::scheduler`), so the line the
+//! builder fills goes to the other cores and comes back without being written there. Its
+//! kernel is a one-word `&'static` reference, and its operands point to their tensors without
+//! a reference count ([`TensorPtr`]): emitting, running and dropping one costs no allocation
+//! and no atomic operation.
+//!
+//! Instructions travel in [`Batch`]es: the builder's unit of submission, the scheduler's
+//! unit of dispatch, and the worker's unit of work. A batch also carries the program number
+//! of each instruction (errors and timelines name instructions by it), as one number for the
+//! whole batch when its instructions are consecutive in program order.
 
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -17,7 +22,7 @@ use smallvec::SmallVec;
 use crate::ep::Event;
 use crate::error::Error;
 use crate::framework::tensor::{TensorInner, TensorOwner};
-use crate::framework::{Attrs, OpKernel};
+use crate::framework::{Attrs, KernelRef};
 use parking_lot::{Condvar, Mutex};
 
 use super::stream::StreamId;
@@ -36,10 +41,11 @@ pub(crate) enum AccessMode {
 /// Instructions borrow their tensors instead of owning a count of them: the count's cache
 /// line would otherwise be written twice per operand (when the instruction is built and
 /// when it is dropped). What keeps the tensor alive instead:
-/// - while the instruction is unsubmitted, the builder's keep-alive handle
-///   (`framework::builder`, "Releases");
+/// - while the instruction is unsubmitted, the caller's handle, and after that the rule
+///   that a tensor's `Release` is submitted only after every builder batch that was open
+///   when its last handle dropped (`framework::release`);
 /// - after that, the tensor's `Release` instruction, which owns a count
-///   ([`InstrKind::Release`]) and is ordered after every instruction that uses the tensor:
+///   ([`Body::Release`]) and is ordered after every instruction that uses the tensor:
 ///   it runs only once they have run (or are ahead of it on its stream's FIFO), and the
 ///   scheduler has admitted them all before it admits the `Release`.
 ///
@@ -60,11 +66,11 @@ impl TensorPtr {
     /// A pointer to `t`.
     ///
     /// # Safety
-    /// The instruction that holds the pointer must be submitted before the keep-alive
-    /// handle of `t` in its builder is dropped, and `t` must get a `Release` (or
-    /// outlive the VM) after it: see the type's docs. Every caller is in
-    /// `framework::builder` or in trace replay, which keeps each tensor's handle until
-    /// it emits the tensor's `Release`.
+    /// The instruction that holds the pointer must be submitted while `t` is alive, before
+    /// a `Release` of `t` can be submitted (the builder's rule: `framework::release`), and
+    /// `t` must get a `Release` (or outlive the VM) after it: see the type's docs. Every
+    /// caller is in `framework::builder` or in trace replay, which keeps each tensor's
+    /// handle until it emits the tensor's `Release`.
     pub(crate) unsafe fn new(t: &TensorInner) -> Self {
         TensorPtr(NonNull::from(t))
     }
@@ -132,30 +138,24 @@ impl std::fmt::Debug for Operand {
     }
 }
 
-/// Operand list; inputs first (reads), then outputs (writes) for an `OpCall`.
-pub(crate) type Operands = SmallVec<[Operand; 4]>;
+/// Operand list; inputs first (reads), then outputs (writes) for an `OpCall`. Three inline:
+/// with the body, that keeps an instruction on one cache line.
+pub(crate) type Operands = SmallVec<[Operand; 3]>;
 
-/// What a host `Access` does.
-#[derive(Debug)]
-pub(crate) enum HostAccess {
-    /// Copy the tensor's bytes out to the waiting caller.
-    Read(Arc<AccessSlot>),
-    /// Overwrite the tensor with these bytes.
-    Write(Vec<u8>),
-    /// Report the tensor's error state to the waiting caller (`Tensor::wait`).
-    Wait(Arc<AccessSlot>),
-}
-
-/// What an instruction does; the policy of DESIGN.md's instruction table.
-pub(crate) enum InstrKind {
+/// What an instruction does; the policy of DESIGN.md's instruction table. Every payload is
+/// at most two words, so that the body takes three.
+pub(crate) enum Body {
     /// Run a kernel: reads `operands[..n_inputs]`, writes the rest.
-    OpCall { kernel: &'static dyn OpKernel, attrs: Attrs, n_inputs: u8 },
+    OpCall { kernel: KernelRef, attrs: Attrs },
     /// Record an event on the stream after everything before it; `id` names it for the
     /// `StreamWaitEvent`s that wait on it.
     RecordEvent { id: u64 },
-    /// Make the stream wait, on the device, for the event `id`. `event` is filled in by
-    /// the scheduler at dispatch (None if the event is already known to be complete).
-    StreamWaitEvent { id: u64, event: Option<Arc<dyn Event>> },
+    /// Make the stream wait, on the device, for the event `id`. The scheduler turns it into
+    /// [`Body::WaitEvent`] when it dispatches it.
+    StreamWaitEvent { id: u64 },
+    /// A dispatched `StreamWaitEvent`: the event to wait for, `None` if it is already known
+    /// to be complete.
+    WaitEvent { event: Option<Arc<dyn Event>> },
     /// Run a host callback once everything before it has finished (`vm.sync()`).
     Barrier { callback: Box<dyn FnOnce() + Send> },
     /// Free the storage of the (single, written) operand after every earlier use. `owner`
@@ -165,26 +165,30 @@ pub(crate) enum InstrKind {
         #[expect(dead_code, reason = "held only to keep the tensor alive until the instruction drops")]
         owner: Option<TensorOwner>,
     },
-    /// Read or write a host tensor's bytes from the caller (single operand).
-    Access(HostAccess),
+    /// Copy a host tensor's bytes out to the waiting caller (single operand).
+    Read(Arc<AccessSlot>),
+    /// Overwrite a host tensor with these bytes (single operand).
+    Write(Box<[u8]>),
+    /// Report a host tensor's error state to the waiting caller (`Tensor::wait`).
+    Wait(Arc<AccessSlot>),
 }
 
-impl std::fmt::Debug for InstrKind {
+impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
 }
 
-impl InstrKind {
+impl Body {
     /// The instruction's name in messages, timelines and traces.
     pub(crate) fn name(&self) -> &'static str {
         match self {
-            InstrKind::OpCall { kernel, .. } => kernel.name(),
-            InstrKind::RecordEvent { .. } => "RecordEvent",
-            InstrKind::StreamWaitEvent { .. } => "StreamWaitEvent",
-            InstrKind::Barrier { .. } => "Barrier",
-            InstrKind::Release { .. } => "Release",
-            InstrKind::Access(_) => "Access",
+            Body::OpCall { kernel, .. } => kernel.name(),
+            Body::RecordEvent { .. } => "RecordEvent",
+            Body::StreamWaitEvent { .. } | Body::WaitEvent { .. } => "StreamWaitEvent",
+            Body::Barrier { .. } => "Barrier",
+            Body::Release { .. } => "Release",
+            Body::Read(_) | Body::Write(_) | Body::Wait(_) => "Access",
         }
     }
 }
@@ -192,27 +196,91 @@ impl InstrKind {
 /// One instruction.
 #[derive(Debug)]
 pub(crate) struct Instruction {
-    pub(crate) kind: InstrKind,
-    pub(crate) stream: StreamId,
+    pub(crate) body: Body,
     pub(crate) operands: Operands,
-    /// Program-order number, assigned by the scheduler on receipt (errors name it).
-    pub(crate) program: u64,
-    /// Scheduler slot and generation, assigned on receipt; echoed in completion reports.
-    pub(crate) slot: u32,
-    pub(crate) gen: u32,
+    pub(crate) stream: StreamId,
+    /// How many of the operands are inputs (an `OpCall`'s reads); 0 for other kinds.
+    pub(crate) n_inputs: u8,
 }
 
 impl Instruction {
-    pub(crate) fn new(kind: InstrKind, stream: StreamId, operands: Operands) -> Self {
-        Instruction { kind, stream, operands, program: 0, slot: 0, gen: 0 }
+    pub(crate) fn new(body: Body, stream: StreamId, operands: Operands) -> Self {
+        Instruction { body, operands, stream, n_inputs: 0 }
     }
 
     /// Move the instruction out, leaving an inert one (no operands, never run) in its place.
     pub(crate) fn take(&mut self) -> Instruction {
-        std::mem::replace(
-            self,
-            Instruction::new(InstrKind::Release { owner: None }, self.stream, Operands::new()),
-        )
+        std::mem::replace(self, Instruction::new(Body::Release { owner: None }, self.stream, Operands::new()))
+    }
+}
+
+/// Instructions in program order (per stream), and their program numbers.
+///
+/// Program numbers are given by the scheduler when it receives a batch: the builder's batch
+/// gets one number for its first instruction (the others follow it); a batch the scheduler
+/// puts together from instructions that waited carries one number per instruction.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub(crate) ins: Vec<Instruction>,
+    /// The program number of `ins[0]`, when `numbers` is empty.
+    first: u64,
+    /// The program number of each instruction, when they are not consecutive.
+    numbers: Vec<u64>,
+}
+
+impl Batch {
+    /// An empty batch with room for `n` instructions.
+    pub(crate) fn with_capacity(n: usize) -> Self {
+        Batch { ins: Vec::with_capacity(n), first: 0, numbers: Vec::new() }
+    }
+
+    /// Number the instructions consecutively from `first`.
+    #[inline]
+    pub(crate) fn number_from(&mut self, first: u64) {
+        self.first = first;
+        self.numbers.clear();
+    }
+
+    /// Append an instruction with its program number (a batch built this way carries one
+    /// number per instruction).
+    #[inline]
+    pub(crate) fn push_numbered(&mut self, ins: Instruction, program: u64) {
+        if self.numbers.len() < self.ins.len() {
+            // Consecutive so far: spell the numbers out before this one breaks the run.
+            let first = self.first;
+            self.numbers.extend((0..self.ins.len() as u64).map(|i| first + i));
+        }
+        self.ins.push(ins);
+        self.numbers.push(program);
+    }
+
+    /// The program number of instruction `i`.
+    #[inline]
+    pub(crate) fn program(&self, i: usize) -> u64 {
+        if self.numbers.is_empty() {
+            self.first + i as u64
+        } else {
+            self.numbers[i]
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ins.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ins.is_empty()
+    }
+
+    /// Drop the instructions, keeping the memory for reuse.
+    pub(crate) fn clear(&mut self) {
+        self.ins.clear();
+        self.numbers.clear();
+    }
+
+    /// Whether this batch has kept no memory worth pooling.
+    pub(crate) fn has_capacity(&self) -> bool {
+        self.ins.capacity() > 0
     }
 }
 
@@ -258,11 +326,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn instructions_and_operands_stay_small() {
+    fn an_instruction_is_one_cache_line() {
         // Every instruction is written by the builder and read by the scheduler and the
         // worker, each on its own core: its size is memory traffic per instruction.
         assert_eq!(std::mem::size_of::<Operand>(), 8);
-        assert!(std::mem::size_of::<Instruction>() <= 96, "{}", std::mem::size_of::<Instruction>());
+        assert_eq!(std::mem::size_of::<Body>(), 24);
+        assert!(std::mem::size_of::<Instruction>() <= 64, "{}", std::mem::size_of::<Instruction>());
     }
 
     #[test]
@@ -278,5 +347,20 @@ mod tests {
             assert_eq!(o.tensor().id, 7);
             assert!(std::ptr::eq(o.tensor(), t.inner()));
         }
+    }
+
+    #[test]
+    fn batches_number_their_instructions() {
+        let inert = || Instruction::new(Body::RecordEvent { id: 1 }, StreamId(0), Operands::new());
+        let mut b = Batch::with_capacity(4);
+        b.ins.extend([inert(), inert(), inert()]);
+        b.number_from(10);
+        assert_eq!((b.program(0), b.program(2)), (10, 12));
+        b.push_numbered(inert(), 40);
+        assert_eq!((0..4).map(|i| b.program(i)).collect::<Vec<_>>(), [10, 11, 12, 40]);
+        b.clear();
+        b.push_numbered(inert(), 7);
+        b.push_numbered(inert(), 3);
+        assert_eq!((b.program(0), b.program(1)), (7, 3));
     }
 }

@@ -3,56 +3,61 @@
 //! # Lifecycle of one instruction
 //!
 //! ```text
-//! received ──(no in-edges left)──> dispatched ──> launched ──> done ──(stream front)──> retired
+//! received ──(no in-edge left, stream's earlier ones dispatched)──> dispatched ──> launched ──> done = retired
 //! ```
 //!
 //! 1. **Receive.** Batches arrive in the inbox in program order. Each instruction gets a
-//!    slot in the slab (a free list, most recently freed first, so hot slots stay in cache),
-//!    a program number, and a sequence number on its stream. Its operands go through the
-//!    dependence rules (`vm::dependence`), which call `Scheduler::connect` for every
-//!    earlier access it must follow.
-//! 2. **Dispatch.** An instruction with no in-edge left is moved into its worker's outgoing
-//!    batch. Batches are handed to workers once per scheduler loop.
-//! 3. **Launched / done.** Workers report completion; asynchronous streams report `done`
-//!    from their watcher when the instruction's event is reached, and `RecordEvent`s also
-//!    report `launched` (the event is recorded and may be waited on).
-//! 4. **Retire.** Each stream retires its instructions in FIFO order once they are done:
-//!    the slot's generation is bumped (stale references now read as finished), its pooled
-//!    event goes back to the pool, and the in-flight count drops.
+//!    program number and the next position on its stream, which together with the stream
+//!    name it ([`InstrRef`]). Its operands go through the dependence rules
+//!    (`vm::dependence`), which call [`EdgeSink::connect`] for every earlier access on
+//!    another stream it must follow.
+//! 2. **Dispatch.** An instruction with no in-edge left, whose stream has dispatched every
+//!    earlier instruction, goes to its worker's outgoing batch; one that must wait is
+//!    parked in its stream's queue of undispatched instructions (in stream order). A
+//!    received batch whose instructions are all ready for one worker goes to that worker
+//!    whole, without moving an instruction. Outgoing batches are handed over once per loop.
+//! 3. **Launched / done.** Workers and watchers report, per stream, "done through position
+//!    p" (a synchronous stream once per batch; an asynchronous stream's watcher per event,
+//!    in stream order), and a `RecordEvent` on an asynchronous stream also reports
+//!    "launched" (its event is recorded and may be waited on).
+//! 4. **Retire.** A stream completes in order, so "done through p" retires everything up to
+//!    p at once: the stream's done position moves, pooled events go back to their pool, the
+//!    edges waiting on those instructions are released, and the in-flight count drops. The
+//!    scheduler keeps no per-instruction record of an instruction that never waited and
+//!    that nothing waits for.
 //!
 //! # When an edge is released
 //!
 //! | source and target | released when the source is |
 //! | --- | --- |
-//! | same stream | dispatched (the stream keeps order) |
+//! | same stream | never made: the stream dispatches, runs and completes in order |
 //! | `RecordEvent` → the `StreamWaitEvent` that waits on it | launched (event recorded) |
-//! | different streams, target stream has waited on the device for an event recorded on the source stream at or after the source | covered: replaced by a same-stream edge from that `StreamWaitEvent` |
+//! | different streams, target stream has waited on the device for an event recorded on the source stream at or after the source | covered: the `StreamWaitEvent` is earlier on the target's stream, which keeps order |
 //! | different streams otherwise | done |
 //!
-//! Dispatch on a stream is kept in program order by an implicit same-stream edge from the
-//! stream's previous instruction while that one is undispatched; this is what lets a
-//! `StreamWaitEvent` cover *everything* recorded on the source stream before its event.
+//! An edge is a target reference filed under its source's stream, in a min-heap on the
+//! source's position, one heap for each release condition; a stream's progress pops what
+//! it releases.
 //!
 //! # Barriers
 //!
-//! A `Barrier` has no operands and never reaches a worker. It closes an *epoch*: the
-//! scheduler counts live instructions per epoch and runs the barrier's callback on this
-//! thread once every earlier epoch has no live instruction left.
+//! A `Barrier` has no operands and never reaches a worker. On receipt it notes each
+//! stream's last position; its callback runs on this thread once every stream is done
+//! through the position noted for it.
 //!
 //! # Profiling
 //!
 //! Each loop asks the profiler once for a recorder (`None` when no session is open) and
 //! hands the loop's records in at its end; with a recorder, the loop records its intake
-//! and completion slices, each received batch's instructions, later dispatches, the
-//! done-edges between streams and, at most every 50 µs, the counters (`crate::profile`).
-//! It hands them in before running a barrier's callback, so a caller that waited on a
-//! barrier finds every record the scheduler made before it, and asks for a new recorder
-//! after, so that a session opened before the barrier covers everything after it.
+//! and completion slices, each received instruction, later dispatches, the done-edges
+//! between streams and, at most every 50 µs, the counters (`crate::profile`). It hands them
+//! in before running a barrier's callback, so a caller that waited on a barrier finds every
+//! record the scheduler made before it, and asks for a new recorder after, so that a
+//! session opened before the barrier covers everything after it.
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
-
-use smallvec::SmallVec;
 
 use crate::ep::Event;
 use crate::profile::recorder::{Rec, Recorder};
@@ -60,146 +65,104 @@ use crate::profile::ThreadRole;
 use crate::sync::Ordering;
 
 use super::dependence::{EdgeSink, InstrRef};
-use super::instruction::{AccessMode, InstrKind, Instruction};
+use super::instruction::{AccessMode, Batch, Body, Instruction};
+use super::stream::PolicyKind;
 use super::VmShared;
 
-/// How far an instruction has got. Ordered: a later state implies the earlier ones.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-#[repr(u8)]
-enum State {
-    Free = 0,
-    Waiting = 1,
-    Dispatched = 2,
-    Launched = 3,
-    Done = 4,
-}
-
 /// What a completion report says.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Report {
-    /// The instruction's event is recorded (sent for `RecordEvent` on async streams).
-    Launched,
-    /// The instruction has finished.
+    /// The `RecordEvent` at this position has recorded event `id` (asynchronous streams).
+    Launched { id: u64 },
+    /// Every instruction of the stream up to this position has finished.
     Done,
-    /// The instruction has finished, and so has every earlier instruction of its stream
-    /// (a synchronous stream runs its instructions in order: one report per batch).
-    DoneThrough,
 }
 
 /// A completion report from a worker or watcher.
 #[derive(Debug)]
 pub(crate) struct Completion {
-    pub(crate) slot: u32,
-    pub(crate) gen: u32,
+    pub(crate) stream: u32,
+    /// Position on the stream.
+    pub(crate) seq: u64,
     pub(crate) report: Report,
-    /// The instruction's pooled event, to hold until it retires.
+    /// The pooled event recorded after the instruction, if any: for `Launched`, the event
+    /// waiters wait on; for `Done`, an event to give back to its pool.
     pub(crate) event: Option<Arc<dyn Event>>,
 }
 
+/// An undispatched instruction of a stream.
+struct Parked {
+    /// In-edges not yet released.
+    pending: u32,
+    program: u64,
+    ins: Instruction,
+}
+
+/// "Stream `dst` has waited on the device for everything on stream `src` up to this
+/// position" (through a `StreamWaitEvent` earlier on `dst`), per (dst, src).
+type Cover = u64;
+
+/// A live `RecordEvent`: where it is and, once launched, its event.
+struct LiveRecord {
+    at: InstrRef,
+    event: Option<Arc<dyn Event>>,
+}
+
+/// Per-stream scheduler state. Positions: `done <= dispatched <= last`.
+#[derive(Default)]
+struct StreamState {
+    /// The last position given out.
+    last: u64,
+    /// Every instruction up to here has been dispatched.
+    dispatched: u64,
+    /// Every `RecordEvent` up to here has recorded its event.
+    launched: u64,
+    /// Every instruction up to here has finished (and retired).
+    done: u64,
+    /// Undispatched instructions, positions `dispatched + 1 ..= last`.
+    parked: VecDeque<Parked>,
+    /// Edges from this stream released when their source is done: (source position, target).
+    on_done: BinaryHeap<Reverse<(u64, InstrRef)>>,
+    /// Edges released when their source (a `RecordEvent`) is launched.
+    on_launch: BinaryHeap<Reverse<(u64, InstrRef)>>,
+    /// Live `RecordEvent` ids, in stream order.
+    records: VecDeque<(u64, u64)>,
+}
+
+/// A received barrier: the positions each stream must be done through, and its callback.
+struct PendingBarrier {
+    need: Vec<u64>,
+    callback: Box<dyn FnOnce() + Send>,
+}
+
 /// What admitting an instruction decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Admit {
     /// Dispatched: hand it to this worker.
-    Ready(usize),
-    /// Parked until its in-edges are released.
-    Waiting,
+    Ready(u32),
+    /// Moved to its stream's queue of undispatched instructions.
+    Parked,
     /// Taken in by the scheduler itself (a barrier).
     Consumed,
 }
 
-/// An edge out of an instruction: the target slot and the state that releases it.
-#[derive(Debug, Clone, Copy)]
-struct Edge {
-    to: u32,
-    on: State,
-}
-
-/// The scheduler's record of one instruction: one cache line. What only some
-/// instructions need (a parked body, a pooled event, a `RecordEvent` id) lives in side
-/// tables indexed by the same slot, so admitting and retiring an instruction that needs
-/// none of it touches this line alone.
-#[repr(align(64))]
-struct Node {
-    gen: u32,
-    stream: u32,
-    /// In-edges not yet released.
-    pending: u32,
-    state: State,
-    /// Whether `Extra` holds anything for this slot.
-    extra: bool,
-    /// Position on its stream (1-based).
-    seq: u64,
-    /// Barrier epoch it belongs to.
-    epoch: u64,
-    out: SmallVec<[Edge; 2]>,
-}
-
-impl Node {
-    fn empty() -> Self {
-        Node {
-            gen: 0,
-            stream: 0,
-            pending: 0,
-            state: State::Free,
-            extra: false,
-            seq: 0,
-            epoch: 0,
-            out: SmallVec::new(),
-        }
-    }
-}
-
-/// What some instructions keep in the scheduler besides their `Node`.
-#[derive(Default)]
-struct Extra {
-    /// `RecordEvent` id, 0 if not a `RecordEvent`.
-    record_id: u64,
-    /// The instruction's pooled event, held until it retires.
-    event: Option<Arc<dyn Event>>,
-}
-
-/// Per-stream scheduler state.
-#[derive(Default)]
-struct StreamState {
-    /// Live instructions in program order; retired from the front.
-    fifo: VecDeque<u32>,
-    next_seq: u64,
-    /// The last instruction received on this stream.
-    tail: Option<InstrRef>,
-}
-
-/// "Stream `dst` has waited on the device for everything on stream `src` up to `seq`,
-/// through the `StreamWaitEvent` `via` (which is on `dst`)."
-#[derive(Clone, Copy, Default)]
-struct Cover {
-    seq: u64,
-    via: Option<InstrRef>,
-}
-
-/// Live instructions of one barrier epoch, and the callbacks waiting for it to end.
-struct Epoch {
-    live: u64,
-    callbacks: Vec<Box<dyn FnOnce() + Send>>,
-}
-
 pub(crate) struct Scheduler {
     vm: Arc<VmShared>,
-    nodes: Vec<Node>,
-    /// Per slot: the instruction, parked here while it waits for in-edges.
-    parked: Vec<Option<Instruction>>,
-    /// Per slot: see `Extra` (valid where the node's `extra` is set).
-    extras: Vec<Extra>,
-    free: Vec<u32>,
     streams: Vec<StreamState>,
+    /// `covers[dst * n + src]` (see [`Cover`]).
     covers: Vec<Cover>,
     /// Live `RecordEvent`s by event id.
-    events: HashMap<u64, InstrRef>,
-    epochs: VecDeque<Epoch>,
-    epoch_base: u64,
+    events: HashMap<u64, LiveRecord>,
+    barriers: VecDeque<PendingBarrier>,
     program: u64,
-    /// Instructions made ready and not yet dispatched (a work list, not recursion).
-    ready: Vec<u32>,
+    /// In-edges of the instruction being admitted.
+    pending: u32,
+    /// Admission decisions for the batch being received (reused).
+    admitted: Vec<Admit>,
+    /// Streams with parked instructions whose front may have become dispatchable.
+    wake: Vec<u32>,
     /// Per ThreadCtx: the batch being filled this loop.
-    outgoing: Vec<Vec<Instruction>>,
+    outgoing: Vec<Batch>,
     retired_this_loop: usize,
     /// This loop's profile recorder, if a session is open.
     prof: Option<Recorder>,
@@ -210,18 +173,15 @@ impl Scheduler {
         let n = vm.streams.len();
         let ctxs = vm.ctxs.len();
         Scheduler {
-            nodes: Vec::new(),
-            parked: Vec::new(),
-            extras: Vec::new(),
-            free: Vec::new(),
             streams: (0..n).map(|_| StreamState::default()).collect(),
-            covers: vec![Cover::default(); n * n],
+            covers: vec![0; n * n],
             events: HashMap::new(),
-            epochs: VecDeque::from([Epoch { live: 0, callbacks: Vec::new() }]),
-            epoch_base: 0,
+            barriers: VecDeque::new(),
             program: 0,
-            ready: Vec::new(),
-            outgoing: (0..ctxs).map(|_| Vec::new()).collect(),
+            pending: 0,
+            admitted: Vec::new(),
+            wake: Vec::new(),
+            outgoing: (0..ctxs).map(|_| Batch::default()).collect(),
             retired_this_loop: 0,
             prof: None,
             vm,
@@ -242,13 +202,17 @@ impl Scheduler {
                 }
                 vm.completion_pool.push(batch);
             }
+            if n > 0 {
+                self.dispatch_woken();
+                self.run_barriers();
+            }
             let mut busy = n > 0;
             if let (true, Some(r)) = (busy, &mut self.prof) {
                 r.slice("completions", t0, n);
             }
             let t1 = self.prof.as_ref().map_or(0, Recorder::now);
             n = 0;
-            // Bounded per loop so that completions (which free slots) interleave with intake.
+            // Bounded per loop so that completions (which free memory) interleave with intake.
             for _ in 0..4 {
                 let Some(batch) = vm.inbox.pop() else { break };
                 let _span = tracing::trace_span!("receive", n = batch.len()).entered();
@@ -299,131 +263,105 @@ impl Scheduler {
         }
     }
 
-    fn alloc_slot(&mut self) -> u32 {
-        match self.free.pop() {
-            Some(s) => s,
-            None => {
-                self.nodes.push(Node::empty());
-                self.parked.push(None);
-                self.extras.push(Extra::default());
-                (self.nodes.len() - 1) as u32
-            }
-        }
-    }
-
     /// Receive one batch from the inbox, in program order.
     ///
-    /// Admission (slot, dependence rules, dispatch decision) works on the instructions in
-    /// place. When every instruction of the batch is ready at once and all go to one worker
-    /// (a stream that keeps up with its caller), the batch itself is handed to that worker
-    /// without moving a single instruction. Otherwise the ready ones move to their
-    /// workers' outgoing batches and the others park in their nodes.
+    /// Admission (numbering, dependence rules, the dispatch decision) works on the
+    /// instructions in place; an instruction that must wait is moved to its stream's queue
+    /// at once. When every instruction of the batch is ready and all go to one worker (a
+    /// stream that keeps up with its caller), the batch itself is handed to that worker.
+    /// Otherwise the ready ones move to their workers' outgoing batches.
     ///
-    /// Admitting an instruction never releases another one: edges run from earlier to later
-    /// instructions, and a just-admitted instruction has no successor yet. So the order in
-    /// which this function hands instructions over is program order per stream.
-    fn receive_batch(&mut self, mut batch: Vec<Instruction>) {
-        let queued = self.prof.as_ref().map_or(0, Recorder::now);
-        let mut single: Option<usize> = None;
-        let mut pass = true;
-        for ins in batch.iter_mut() {
-            match self.admit(ins) {
-                Admit::Ready(ctx) => pass &= *single.get_or_insert(ctx) == ctx,
-                Admit::Waiting | Admit::Consumed => pass = false,
+    /// Admitting an instruction never releases another one: edges are released by
+    /// completion reports only. So the order in which this function hands instructions over
+    /// is program order per stream.
+    fn receive_batch(&mut self, mut batch: Batch) {
+        let first = self.program + 1;
+        let mut admitted = std::mem::take(&mut self.admitted);
+        admitted.clear();
+        let mut single: Option<u32> = None;
+        let mut whole = true;
+        for ins in batch.ins.iter_mut() {
+            self.program += 1;
+            let a = self.admit(ins, self.program);
+            match a {
+                Admit::Ready(ctx) => whole &= *single.get_or_insert(ctx) == ctx,
+                Admit::Parked | Admit::Consumed => whole = false,
             }
+            admitted.push(a);
         }
-        debug_assert!(self.ready.is_empty(), "admission released an instruction");
-        if let Some(r) = &mut self.prof {
-            let nodes = &self.nodes;
-            let ready = |slot: u32, gen: u32| {
-                let n = &nodes[slot as usize];
-                n.gen == gen && n.state >= State::Dispatched
-            };
-            r.admitted(&batch, queued, r.now(), ready);
-        }
-        if let (true, Some(ctx)) = (pass, single) {
+        if let (true, Some(ctx)) = (whole, single) {
             // Keep order with what this loop already dispatched to the same worker.
+            let ctx = ctx as usize;
             if !self.outgoing[ctx].is_empty() {
                 let earlier = std::mem::replace(&mut self.outgoing[ctx], self.vm.take_batch());
                 self.vm.ctxs[ctx].push(earlier);
             }
+            batch.number_from(first);
             self.vm.ctxs[ctx].push(batch);
-            return;
-        }
-        for ins in batch.drain(..) {
-            if let InstrKind::Barrier { .. } = ins.kind {
-                continue; // consumed at admission
+        } else {
+            for (i, (ins, a)) in batch.ins.drain(..).zip(&admitted).enumerate() {
+                if let Admit::Ready(ctx) = *a {
+                    self.outgoing[ctx as usize].push_numbered(ins, first + i as u64);
+                }
             }
-            let slot = ins.slot as usize;
-            if self.nodes[slot].state >= State::Dispatched {
-                let ctx = self.vm.streams[ins.stream.index()].ctx;
-                self.outgoing[ctx].push(ins);
-            } else {
-                self.parked[slot] = Some(ins);
-            }
+            batch.clear();
+            self.vm.recycle(batch);
         }
-        self.vm.recycle(batch);
+        self.admitted = admitted;
     }
 
-    /// Admit one instruction: number it, give it a slot, apply the dependence rules, and
-    /// mark it dispatched if nothing holds it back. The caller moves it where it belongs.
-    fn admit(&mut self, ins: &mut Instruction) -> Admit {
-        self.program += 1;
-        ins.program = self.program;
-        if let InstrKind::Barrier { callback } = &mut ins.kind {
+    /// Admit one instruction: give it its stream position, apply the dependence rules, and
+    /// dispatch it if nothing holds it back, or park it. The caller moves a ready one where
+    /// it belongs.
+    fn admit(&mut self, ins: &mut Instruction, program: u64) -> Admit {
+        if let Body::Barrier { callback } = &mut ins.body {
             let callback = std::mem::replace(callback, Box::new(|| {}));
             if let Some(r) = &mut self.prof {
-                r.push(Rec::Barrier { program: ins.program, t: r.now() });
+                r.push(Rec::Barrier { program, t: r.now() });
             }
-            // Nothing in flight: the barrier can run now; else it closes the current epoch.
-            let cur = self.epochs.back_mut().expect("there is always a current epoch");
-            cur.callbacks.push(callback);
-            self.epochs.push_back(Epoch { live: 0, callbacks: Vec::new() });
-            self.end_epochs();
+            let need = self.streams.iter().map(|s| s.last).collect();
+            self.barriers.push_back(PendingBarrier { need, callback });
             // A barrier is not an instruction in flight: settle the count the caller added.
             self.retired_this_loop += 1;
+            self.run_barriers();
             return Admit::Consumed;
         }
-        let slot = self.alloc_slot();
         let stream = ins.stream.0;
         let st = &mut self.streams[stream as usize];
-        st.next_seq += 1;
-        let seq = st.next_seq;
-        let prev_tail = st.tail;
-        let node = &mut self.nodes[slot as usize];
-        node.state = State::Waiting;
-        node.stream = stream;
-        node.pending = 0;
-        node.seq = seq;
-        node.epoch = self.epoch_base + self.epochs.len() as u64 - 1;
-        debug_assert!(node.out.is_empty() && !node.extra);
-        let me = InstrRef { slot, gen: node.gen };
-        ins.slot = slot;
-        ins.gen = node.gen;
-        self.epochs.back_mut().expect("current epoch").live += 1;
-        self.streams[stream as usize].tail = Some(me);
-        self.streams[stream as usize].fifo.push_back(slot);
-
-        // Keep dispatch in program order on the stream.
-        if let Some(prev) = prev_tail {
-            self.connect_same_stream(prev, slot);
+        if st.last == InstrRef::MAX_SEQ {
+            self.vm.fail_startup(format!(
+                "stream {} has run {} instructions, the most a stream can",
+                self.vm.streams[stream as usize].name,
+                InstrRef::MAX_SEQ
+            ));
+            let mut dead = self.vm.take_batch();
+            dead.ins.push(ins.take());
+            self.vm.bury(dead);
+            return Admit::Consumed;
         }
-        match &ins.kind {
-            InstrKind::RecordEvent { id } => {
-                self.nodes[slot as usize].extra = true;
-                self.extras[slot as usize].record_id = *id;
-                self.events.insert(*id, me);
+        st.last += 1;
+        let seq = st.last;
+        let me = InstrRef::new(stream, seq);
+        self.pending = 0;
+        match &ins.body {
+            Body::RecordEvent { id } => {
+                self.events.insert(*id, LiveRecord { at: me, event: None });
+                self.streams[stream as usize].records.push_back((seq, *id));
             }
-            InstrKind::StreamWaitEvent { id, .. } => {
-                if let Some(&rec) = self.events.get(id) {
-                    if self.is_live(rec) {
-                        self.connect_on(rec, slot, State::Launched);
-                        let src = self.nodes[rec.slot as usize].stream as usize;
-                        let rseq = self.nodes[rec.slot as usize].seq;
-                        let c = &mut self.covers[stream as usize * self.streams.len() + src];
-                        if rseq > c.seq {
-                            *c = Cover { seq: rseq, via: Some(me) };
-                        }
+            Body::StreamWaitEvent { id } => {
+                if let Some(rec) = self.events.get(id).map(|r| r.at) {
+                    let src = &mut self.streams[rec.stream() as usize];
+                    if src.launched < rec.seq() && src.done < rec.seq() {
+                        src.on_launch.push(Reverse((rec.seq(), me)));
+                        self.pending += 1;
+                    }
+                    // Only a stream that really waits on the device covers the source
+                    // stream (a synchronous stream has nothing to wait with).
+                    let target = &self.vm.streams[stream as usize];
+                    if target.policy == PolicyKind::Event && target.device_waits {
+                        let n = self.streams.len();
+                        let c = &mut self.covers[stream as usize * n + rec.stream() as usize];
+                        *c = (*c).max(rec.seq());
                     }
                 }
             }
@@ -438,159 +376,135 @@ impl Scheduler {
                 AccessMode::Write => dep.write(me, self),
             }
         }
-        if self.nodes[slot as usize].pending == 0 {
-            Admit::Ready(self.mark_dispatched(slot, ins))
-        } else {
-            Admit::Waiting
-        }
-    }
-
-    /// Add an edge `src → dst` released when `src` reaches `on` (unless it already has);
-    /// returns whether an edge was added.
-    fn connect_on(&mut self, src: InstrRef, dst: u32, on: State) -> bool {
-        let n = &mut self.nodes[src.slot as usize];
-        if n.gen != src.gen || n.state >= on || src.slot == dst {
-            return false;
-        }
-        n.out.push(Edge { to: dst, on });
-        self.nodes[dst as usize].pending += 1;
-        true
-    }
-
-    fn connect_same_stream(&mut self, src: InstrRef, dst: u32) {
-        self.connect_on(src, dst, State::Dispatched);
-    }
-
-    /// Dispatch a parked instruction that became ready.
-    fn dispatch(&mut self, slot: u32, mut ins: Instruction) {
+        let pending = self.pending;
+        let st = &mut self.streams[stream as usize];
+        let ready = pending == 0 && st.dispatched + 1 == seq;
         if let Some(r) = &mut self.prof {
-            r.push(Rec::Dispatch { program: ins.program, t: r.now() });
+            let t = r.now();
+            r.admitted(ins, program, me, t, ready.then_some(t));
         }
-        let ctx = self.mark_dispatched(slot, &mut ins);
-        self.outgoing[ctx].push(ins);
+        if ready {
+            st.dispatched = seq;
+            self.prepare(ins);
+            Admit::Ready(self.vm.streams[stream as usize].ctx as u32)
+        } else {
+            st.parked.push_back(Parked { pending, program, ins: ins.take() });
+            Admit::Parked
+        }
     }
 
-    /// Mark `slot` dispatched and release what that satisfies; returns the worker that
-    /// must get the instruction (the caller hands it over, in order).
-    fn mark_dispatched(&mut self, slot: u32, ins: &mut Instruction) -> usize {
-        let node = &mut self.nodes[slot as usize];
-        node.state = State::Dispatched;
-        if let InstrKind::StreamWaitEvent { id, event } = &mut ins.kind {
-            if let Some(&rec) = self.events.get(id) {
-                let r = &self.nodes[rec.slot as usize];
-                if r.gen == rec.gen && r.state < State::Done && r.extra {
-                    *event = self.extras[rec.slot as usize].event.clone();
+    /// Ready a dispatched instruction for its worker: a `StreamWaitEvent` gets the event it
+    /// waits for (none if that is already done).
+    fn prepare(&mut self, ins: &mut Instruction) {
+        if let Body::StreamWaitEvent { id } = ins.body {
+            let event = self.events.get(&id).and_then(|r| {
+                let src = &self.streams[r.at.stream() as usize];
+                if src.done < r.at.seq() {
+                    r.event.clone()
+                } else {
+                    None
                 }
-            }
-        }
-        self.advance(slot, State::Dispatched);
-        self.vm.streams[ins.stream.index()].ctx
-    }
-
-    /// Move `slot` to `state` and release the edges that state satisfies.
-    fn advance(&mut self, slot: u32, state: State) {
-        let node = &mut self.nodes[slot as usize];
-        if node.state < state {
-            node.state = state;
-        }
-        let state = node.state;
-        if node.out.is_empty() {
-            return;
-        }
-        let mut released: SmallVec<[u32; 8]> = SmallVec::new();
-        node.out.retain(|e| {
-            if e.on <= state {
-                released.push(e.to);
-                false
-            } else {
-                true
-            }
-        });
-        for to in released {
-            let t = &mut self.nodes[to as usize];
-            t.pending -= 1;
-            if t.pending == 0 {
-                self.ready.push(to);
-            }
+            });
+            ins.body = Body::WaitEvent { event };
         }
     }
 
-    fn drain_ready(&mut self) {
-        while let Some(slot) = self.ready.pop() {
-            let ins = self.parked[slot as usize].take().expect("ready node has its body");
-            self.dispatch(slot, ins);
+    /// Release one in-edge of `to` (a parked instruction).
+    fn release(&mut self, to: InstrRef) {
+        let st = &mut self.streams[to.stream() as usize];
+        let k = (to.seq() - st.dispatched - 1) as usize;
+        let p = &mut st.parked[k];
+        p.pending -= 1;
+        if k == 0 && p.pending == 0 {
+            self.wake.push(to.stream());
+        }
+    }
+
+    /// Dispatch, in order, the parked instructions at the front of each woken stream that
+    /// have no in-edge left.
+    fn dispatch_woken(&mut self) {
+        while let Some(s) = self.wake.pop() {
+            loop {
+                let st = &mut self.streams[s as usize];
+                match st.parked.front() {
+                    Some(p) if p.pending == 0 => {}
+                    _ => break,
+                }
+                let Parked { program, mut ins, .. } = st.parked.pop_front().expect("front checked");
+                st.dispatched += 1;
+                if let Some(r) = &mut self.prof {
+                    r.push(Rec::Dispatch { program, t: r.now() });
+                }
+                self.prepare(&mut ins);
+                let ctx = self.vm.streams[s as usize].ctx;
+                self.outgoing[ctx].push_numbered(ins, program);
+            }
         }
     }
 
     fn complete(&mut self, c: Completion) {
-        let node = &mut self.nodes[c.slot as usize];
-        if node.gen != c.gen || node.state == State::Free {
-            return;
-        }
-        if c.event.is_some() {
-            node.extra = true;
-            self.extras[c.slot as usize].event = c.event;
-        }
-        let stream = node.stream;
+        let s = c.stream as usize;
         match c.report {
-            Report::Launched => self.advance(c.slot, State::Launched),
-            Report::Done => {
-                self.advance(c.slot, State::Done);
-                self.retire_front(stream);
-            }
-            Report::DoneThrough => {
-                while let Some(&front) = self.streams[stream as usize].fifo.front() {
-                    self.advance(front, State::Done);
-                    if front == c.slot {
+            Report::Launched { id } => {
+                let st = &mut self.streams[s];
+                if c.seq <= st.done {
+                    return; // retired already (its watcher reported first)
+                }
+                st.launched = st.launched.max(c.seq);
+                if let Some(r) = self.events.get_mut(&id) {
+                    r.event = c.event;
+                }
+                while let Some(&Reverse((q, to))) = self.streams[s].on_launch.peek() {
+                    if q > c.seq {
                         break;
                     }
-                    // Each retire frees its slot; the reported slot is still live behind it.
-                    self.streams[stream as usize].fifo.pop_front();
-                    self.retire(front);
+                    self.streams[s].on_launch.pop();
+                    self.release(to);
                 }
-                self.retire_front(stream);
+            }
+            Report::Done => {
+                if let Some(ev) = c.event {
+                    self.vm.streams[s].events.give(ev);
+                }
+                let st = &mut self.streams[s];
+                if c.seq <= st.done {
+                    return;
+                }
+                self.retired_this_loop += (c.seq - st.done) as usize;
+                st.done = c.seq;
+                st.launched = st.launched.max(c.seq);
+                while let Some(&(q, id)) = st.records.front() {
+                    if q > c.seq {
+                        break;
+                    }
+                    st.records.pop_front();
+                    self.events.remove(&id);
+                }
+                for heap in [0, 1] {
+                    loop {
+                        let st = &mut self.streams[s];
+                        let h = if heap == 0 { &mut st.on_done } else { &mut st.on_launch };
+                        match h.peek() {
+                            Some(&Reverse((q, to))) if q <= c.seq => {
+                                h.pop();
+                                self.release(to);
+                            }
+                            _ => break,
+                        }
+                    }
+                }
             }
         }
-        self.drain_ready();
     }
 
-    /// Retire the done instructions at the front of `stream`'s FIFO.
-    fn retire_front(&mut self, stream: u32) {
-        while let Some(&slot) = self.streams[stream as usize].fifo.front() {
-            if self.nodes[slot as usize].state != State::Done {
+    /// Run the callbacks of the barriers whose streams are done through their positions,
+    /// in order.
+    fn run_barriers(&mut self) {
+        while let Some(b) = self.barriers.front() {
+            if !b.need.iter().zip(&self.streams).all(|(&need, s)| s.done >= need) {
                 break;
             }
-            self.streams[stream as usize].fifo.pop_front();
-            self.retire(slot);
-        }
-        self.end_epochs();
-    }
-
-    fn retire(&mut self, slot: u32) {
-        let node = &mut self.nodes[slot as usize];
-        debug_assert!(node.out.is_empty() && node.pending == 0);
-        node.state = State::Free;
-        node.gen = node.gen.wrapping_add(1);
-        if std::mem::take(&mut node.extra) {
-            let x = std::mem::take(&mut self.extras[slot as usize]);
-            if let Some(ev) = x.event {
-                self.vm.streams[node.stream as usize].events.give(ev);
-            }
-            if x.record_id != 0 {
-                self.events.remove(&x.record_id);
-            }
-        }
-        let e = (node.epoch - self.epoch_base) as usize;
-        self.epochs[e].live -= 1;
-        self.free.push(slot);
-        self.retired_this_loop += 1;
-    }
-
-    /// Run the callbacks of barriers whose earlier epochs have drained.
-    fn end_epochs(&mut self) {
-        while self.epochs.len() > 1 && self.epochs[0].live == 0 {
-            let e = self.epochs.pop_front().expect("len > 1");
-            self.epoch_base += 1;
+            let b = self.barriers.pop_front().expect("front checked");
             // Hand the loop's records in first: whoever waits on the barrier (a sync, the
             // end of a profiling session) finds them there. The rest of the loop records
             // afresh if a session is open (one may just have been started).
@@ -598,9 +512,7 @@ impl Scheduler {
                 r.finish(&self.vm.profiler);
             }
             self.prof = self.vm.profiler.begin(ThreadRole::Scheduler);
-            for cb in e.callbacks {
-                cb();
-            }
+            (b.callback)();
         }
     }
 }
@@ -610,9 +522,12 @@ impl Drop for Scheduler {
     /// or it panicked) hands them to the VM to keep until every thread has exited: a
     /// worker may still be running an instruction on a tensor one of them owns.
     fn drop(&mut self) {
-        let mut left: Vec<Instruction> = self.parked.iter_mut().filter_map(Option::take).collect();
+        let mut left = self.vm.take_batch();
+        for st in &mut self.streams {
+            left.ins.extend(st.parked.drain(..).map(|p| p.ins));
+        }
         for out in &mut self.outgoing {
-            left.append(out);
+            left.ins.append(&mut out.ins);
         }
         self.vm.bury(left);
     }
@@ -620,46 +535,30 @@ impl Drop for Scheduler {
 
 impl EdgeSink for Scheduler {
     #[inline]
-    fn connect(&mut self, src: InstrRef, dst: u32) {
-        let n = &self.nodes[src.slot as usize];
-        if n.gen != src.gen {
-            return; // retired
-        }
-        let (ss, ds) = (n.stream, self.nodes[dst as usize].stream);
-        if ss == ds {
-            // Implied by the stream's program-order chain.
+    fn connect(&mut self, src: InstrRef, dst: InstrRef) {
+        let (ss, ds) = (src.stream() as usize, dst.stream() as usize);
+        if self.covers[ds * self.streams.len() + ss] >= src.seq() {
+            // A `StreamWaitEvent` earlier on the target's stream waits, on the device, for
+            // an event recorded after `src`; the target's stream keeps order behind it.
             return;
         }
-        let cover = self.covers[ds as usize * self.streams.len() + ss as usize];
-        if cover.seq >= n.seq {
-            if let Some(via) = cover.via {
-                // `via` is on the target's stream and earlier: the chain orders it.
-                debug_assert!({
-                    let v = &self.nodes[via.slot as usize];
-                    v.gen != via.gen || v.stream == ds
-                });
-                return;
-            }
+        let st = &mut self.streams[ss];
+        if st.done >= src.seq() {
+            return;
         }
-        if self.connect_on(src, dst, State::Done) {
-            if let Some(r) = &mut self.prof {
-                let dst_gen = self.nodes[dst as usize].gen;
-                r.push(Rec::Edge { src: (src.slot, src.gen), dst: (dst, dst_gen) });
-            }
+        st.on_done.push(Reverse((src.seq(), dst)));
+        self.pending += 1;
+        if let Some(r) = &mut self.prof {
+            r.push(Rec::Edge { src, dst });
         }
-    }
-
-    #[inline]
-    fn is_live(&self, r: InstrRef) -> bool {
-        let n = &self.nodes[r.slot as usize];
-        n.gen == r.gen && n.state != State::Free
     }
 }
 
 #[cfg(test)]
-mod node_size {
+mod tests {
     #[test]
-    fn a_node_is_one_cache_line() {
-        assert_eq!(std::mem::size_of::<super::Node>(), 64);
+    fn a_parked_instruction_record_stays_small() {
+        // The one per-instruction record the scheduler keeps, and only while it waits.
+        assert!(std::mem::size_of::<super::Parked>() <= 80);
     }
 }

@@ -49,7 +49,7 @@ use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, Ordering};
 
 use super::exec::{execute, ExecEnv};
-use super::instruction::{InstrKind, Instruction};
+use super::instruction::{Batch, Body, Instruction};
 use super::scheduler::{Completion, Report};
 use super::stream::PolicyKind;
 use super::VmShared;
@@ -57,14 +57,14 @@ use super::VmShared;
 /// The shared half of a worker: its queue, its parking spot, its stop flag.
 #[derive(Debug, Default)]
 pub(crate) struct ThreadCtx {
-    queue: SegQueue<Vec<Instruction>>,
+    queue: SegQueue<Batch>,
     notify: Notifier,
     stop: AtomicBool,
 }
 
 impl ThreadCtx {
     /// Hand a batch to the worker (scheduler thread).
-    pub(crate) fn push(&self, batch: Vec<Instruction>) {
+    pub(crate) fn push(&self, batch: Batch) {
         self.queue.push(batch);
         self.notify.notify();
     }
@@ -76,11 +76,12 @@ impl ThreadCtx {
     }
 }
 
-/// One event the watcher waits for, and whose instruction it reports.
+/// One event the watcher waits for, and the stream position it reports done.
 struct Watch {
-    slot: u32,
-    gen: u32,
-    event: Arc<dyn Event>,
+    seq: u64,
+    /// `None` when the launch or the record failed: nothing to wait for, but the position
+    /// is reported done in its turn, so that reports stay in stream order.
+    event: Option<Arc<dyn Event>>,
     /// When profiling: the instruction's program number and when its launch began.
     prof: Option<(u64, Nanos)>,
 }
@@ -103,14 +104,17 @@ pub(crate) fn spawn_worker(
     std::thread::Builder::new().name(name).spawn(move || worker_main(vm, index, streams))
 }
 
-/// A worker's per-stream state: executor environments, watchers, and the synchronous
-/// streams run in the current batch.
+/// A worker's per-stream state: executor environments, watchers, and positions.
 struct Lanes {
     envs: Vec<Option<Arc<ExecEnv>>>,
     watchers: Vec<Option<Arc<Watcher>>>,
-    /// Per synchronous stream: the last instruction run in this batch (u32::MAX: none).
-    last_run: Vec<(u32, u32)>,
+    /// Per stream: the position of the last instruction run or launched. The scheduler
+    /// dispatches each stream's instructions in order, so counting them gives their
+    /// positions.
+    seq: Vec<u64>,
+    /// Synchronous streams run in the current batch, and a flag per stream for them.
     touched: Vec<usize>,
+    in_batch: Vec<bool>,
 }
 
 impl Lanes {
@@ -121,24 +125,25 @@ impl Lanes {
         &mut self,
         vm: &VmShared,
         ins: &mut Instruction,
+        program: u64,
         done: &mut Vec<Completion>,
         prof: Option<Nanos>,
     ) -> bool {
         let s = ins.stream.index();
         let env = self.envs[s].as_ref().expect("ctx serves the instruction's stream");
+        let seq = &mut self.seq[s];
+        *seq += 1;
         match &self.watchers[s] {
             None => {
-                let (slot, gen) = (ins.slot, ins.gen);
-                execute(ins, env);
-                if self.last_run[s].0 == u32::MAX {
+                execute(ins, program, env);
+                if !std::mem::replace(&mut self.in_batch[s], true) {
                     self.touched.push(s);
                 }
-                self.last_run[s] = (slot, gen);
                 true
             }
             Some(w) => {
-                let prof = prof.map(|t| (ins.program, t));
-                launch_async(vm, s, ins.take(), env, w, done, prof);
+                let prof = prof.map(|t| (program, t));
+                launch_async(vm, s, *seq, ins.take(), program, env, w, done, prof);
                 false
             }
         }
@@ -148,15 +153,15 @@ impl Lanes {
     fn run_profiled(
         &mut self,
         vm: &VmShared,
-        batch: &mut [Instruction],
+        batch: &mut Batch,
         done: &mut Vec<Completion>,
         r: &mut Recorder,
     ) {
         let (start, n) = (r.now(), batch.len());
-        for ins in batch.iter_mut() {
-            let program = ins.program;
+        for i in 0..n {
+            let program = batch.program(i);
             let t = r.now();
-            if self.run(vm, ins, done, Some(t)) {
+            if self.run(vm, &mut batch.ins[i], program, done, Some(t)) {
                 r.push(Rec::Exec { program, start: t, end: r.now() });
             }
         }
@@ -196,15 +201,17 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
     let mut lanes = Lanes {
         envs,
         watchers,
-        last_run: vec![(u32::MAX, 0); n],
+        seq: vec![0; n],
         touched: Vec::with_capacity(streams.len()),
+        in_batch: vec![false; n],
     };
     loop {
         if let Some(mut batch) = ctx.queue.pop() {
             match vm.profiler.begin(ThreadRole::Worker(index as u32)) {
                 None => {
-                    for ins in batch.iter_mut() {
-                        lanes.run(&vm, ins, &mut done, None);
+                    for i in 0..batch.len() {
+                        let program = batch.program(i);
+                        lanes.run(&vm, &mut batch.ins[i], program, &mut done, None);
                     }
                 }
                 Some(mut r) => {
@@ -217,8 +224,13 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
             vm.recycle(batch);
             // A synchronous stream runs in order: one report covers the batch.
             for s in lanes.touched.drain(..) {
-                let (slot, gen) = std::mem::replace(&mut lanes.last_run[s], (u32::MAX, 0));
-                done.push(Completion { slot, gen, report: Report::DoneThrough, event: None });
+                lanes.in_batch[s] = false;
+                done.push(Completion {
+                    stream: s as u32,
+                    seq: lanes.seq[s],
+                    report: Report::Done,
+                    event: None,
+                });
             }
             if !done.is_empty() {
                 vm.report(std::mem::replace(&mut done, vm.take_completions()));
@@ -240,31 +252,33 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
 }
 
 /// The Event policy: launch on the device stream, record an event, hand it to the watcher.
+#[allow(clippy::too_many_arguments)]
 fn launch_async(
     vm: &VmShared,
     s: usize,
+    seq: u64,
     ins: Instruction,
+    program: u64,
     env: &Arc<ExecEnv>,
     watcher: &Watcher,
     done: &mut Vec<Completion>,
     prof: Option<(u64, Nanos)>,
 ) {
     let stream = &vm.streams[s];
-    let (slot, gen) = (ins.slot, ins.gen);
-    let mut report_launch = false;
-    let launched = match &ins.kind {
-        InstrKind::RecordEvent { .. } => {
-            report_launch = true;
+    let mut record_id = None;
+    let launched = match &ins.body {
+        Body::RecordEvent { id } => {
+            record_id = Some(*id);
             Ok(())
         }
-        InstrKind::StreamWaitEvent { event, .. } => match event {
+        Body::WaitEvent { event } => match event {
             Some(ev) if !vm.fault.skip_stream_wait() => stream.ep.wait_event(ev.as_ref()),
             _ => Ok(()),
         },
         _ => {
             let env = env.clone();
             let mut ins = ins;
-            stream.ep.launch(Box::new(move || execute(&mut ins, &env)))
+            stream.ep.launch(Box::new(move || execute(&mut ins, program, &env)))
         }
     };
     let recorded = launched.and_then(|()| {
@@ -272,21 +286,24 @@ fn launch_async(
         stream.ep.record(ev.as_ref())?;
         Ok(ev)
     });
-    match recorded {
+    let event = match recorded {
         Ok(ev) => {
-            if report_launch {
-                done.push(Completion { slot, gen, report: Report::Launched, event: Some(ev.clone()) });
+            if let Some(id) = record_id {
+                let report = Report::Launched { id };
+                done.push(Completion { stream: s as u32, seq, report, event: Some(ev.clone()) });
             }
-            watcher.queue.push(Watch { slot, gen, event: ev, prof });
-            watcher.notify.notify();
+            Some(ev)
         }
         Err(e) => {
             // The device refused the launch or the record: the instruction is over (its
-            // work did not run). Record the failure and complete it so nothing hangs.
+            // work did not run). Record the failure; its watcher reports it done in turn,
+            // so that nothing waits for it forever.
             vm.device_failure(e.into());
-            done.push(Completion { slot, gen, report: Report::Done, event: None });
+            None
         }
-    }
+    };
+    watcher.queue.push(Watch { seq, event, prof });
+    watcher.notify.notify();
 }
 
 /// A watcher's records since its last report: the recorder and the slice's start.
@@ -306,31 +323,28 @@ fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>, stream: u32) {
     loop {
         match w.queue.pop() {
             Some(watch) => {
-                // Report what is already complete without blocking; block only on the
-                // oldest incomplete event, after handing over what we have.
-                if !watch.event.query() && !done.is_empty() {
-                    finish_watch(&vm, &mut rec);
-                    vm.report(std::mem::replace(&mut done, vm.take_completions()));
-                }
-                let start = watch.prof.map(|_| vm.profiler.now());
-                if let Err(e) = watch.event.wait() {
-                    vm.device_failure(e.into());
-                }
-                if let (Some((program, launched)), Some(start)) = (watch.prof, start) {
-                    if rec.is_none() {
-                        rec = vm.profiler.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
+                if let Some(event) = &watch.event {
+                    // Report what is already complete without blocking; block only on the
+                    // oldest incomplete event, after handing over what we have.
+                    if !event.query() && !done.is_empty() {
+                        finish_watch(&vm, &mut rec);
+                        vm.report(std::mem::replace(&mut done, vm.take_completions()));
                     }
-                    if let Some((r, _, n)) = &mut rec {
-                        r.push(Rec::Async { program, launched, done: r.now() });
-                        *n += 1;
+                    let start = watch.prof.map(|_| vm.profiler.now());
+                    if let Err(e) = event.wait() {
+                        vm.device_failure(e.into());
+                    }
+                    if let (Some((program, launched)), Some(start)) = (watch.prof, start) {
+                        if rec.is_none() {
+                            rec = vm.profiler.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
+                        }
+                        if let Some((r, _, n)) = &mut rec {
+                            r.push(Rec::Async { program, launched, done: r.now() });
+                            *n += 1;
+                        }
                     }
                 }
-                done.push(Completion {
-                    slot: watch.slot,
-                    gen: watch.gen,
-                    report: Report::Done,
-                    event: Some(watch.event),
-                });
+                done.push(Completion { stream, seq: watch.seq, report: Report::Done, event: watch.event });
                 if w.queue.is_empty() {
                     finish_watch(&vm, &mut rec);
                     vm.report(std::mem::replace(&mut done, vm.take_completions()));

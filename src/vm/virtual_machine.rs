@@ -27,17 +27,19 @@ use crossbeam_queue::SegQueue;
 use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, Registry, StreamType};
 use crate::error::{Error, Result};
-use crate::framework::builder::{defer_release, release_instruction, InstructionsBuilder};
+use crate::framework::builder::{release_instruction, InstructionsBuilder};
 use crate::framework::infer_cache::InferCache;
-use crate::framework::tensor::{Tensor, TensorInner, TensorMeta, TensorOwner};
+use crate::framework::release::Releases;
+use crate::framework::tensor::{MetaId, Tensor, TensorInner, TensorMeta, TensorOwner};
 use crate::framework::{Attrs, DType, Element, Op, OpRegistry};
 use crate::profile::{Profile, ProfileError, Profiler, ThreadRole};
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 
 use super::config::{Config, ThreadTopology};
+use super::dependence::InstrRef;
 use super::exec::{execute, ExecEnv, FailureLog};
-use super::instruction::{AccessSlot, InstrKind, Instruction};
+use super::instruction::{AccessSlot, Batch, Body, Instruction};
 use super::scheduler::{Completion, Scheduler};
 use super::stream::{PolicyKind, StreamId, VmStream};
 use super::thread_ctx::{spawn_worker, ThreadCtx};
@@ -51,13 +53,15 @@ pub struct VmShared {
     pub(crate) host_stream: StreamId,
     pub(crate) ops: OpRegistry,
     registry: Registry,
-    pub(crate) inbox: SegQueue<Vec<Instruction>>,
+    pub(crate) inbox: SegQueue<Batch>,
     pub(crate) completions: SegQueue<Vec<Completion>>,
     pub(crate) sched_notify: Notifier,
-    batch_pool: SegQueue<Vec<Instruction>>,
+    batch_pool: SegQueue<Batch>,
     infer_caches: SegQueue<Box<InferCache>>,
-    /// Emptied keep-alive lists of finished builders (`framework::builder`).
-    keep_lists: SegQueue<Vec<Tensor>>,
+    /// When a tensor's `Release` may be submitted (`framework::release`).
+    pub(crate) releases: Releases<TensorOwner>,
+    /// The number of each distinct tensor meta seen (`intern`).
+    metas: Mutex<std::collections::HashMap<TensorMeta, MetaId>>,
     pub(crate) completion_pool: SegQueue<Vec<Completion>>,
     pub(crate) in_flight: AtomicUsize,
     bp_waiting: AtomicUsize,
@@ -67,7 +71,8 @@ pub struct VmShared {
     dead: AtomicBool,
     next_tensor: AtomicU64,
     next_event: AtomicU64,
-    next_batch: AtomicU64,
+    /// Program numbers of instructions run in synchronous mode.
+    next_inline: AtomicU64,
     pub(crate) failures: Arc<FailureLog>,
     pub(crate) fault: super::config::FaultInjection,
     /// In synchronous mode: the executor environment of each stream.
@@ -82,8 +87,13 @@ pub struct VmShared {
     /// Instructions of a dead VM that never ran: kept until this object drops, which is
     /// after every VM thread has exited, because other instructions may still point to
     /// the tensors their `Release`s own (`TensorPtr`).
-    graveyard: Mutex<Vec<Vec<Instruction>>>,
+    graveyard: Mutex<Vec<Batch>>,
 }
+
+/// Distinct metas a VM numbers; metas beyond this get [`MetaId::NONE`] (their calls are
+/// checked in full every time), which bounds the table in programs whose shapes never
+/// repeat.
+const MAX_METAS: usize = 1 << 20;
 
 impl std::fmt::Debug for VmShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -106,13 +116,29 @@ impl VmShared {
     }
 
     pub(crate) fn new_tensor(self: &Arc<Self>, meta: TensorMeta) -> Tensor {
-        let id = self.next_tensor.fetch_add(1, Ordering::Relaxed);
-        Tensor::new(id, meta, Arc::downgrade(self))
+        let id = self.intern(&meta);
+        self.new_tensor_with_id(meta, id)
     }
 
-    /// A VM-unique number for a builder's next batch (never 0).
-    pub(crate) fn next_batch_id(&self) -> u64 {
-        self.next_batch.fetch_add(1, Ordering::Relaxed)
+    /// A new tensor whose meta this VM numbers `meta_id`.
+    pub(crate) fn new_tensor_with_id(self: &Arc<Self>, meta: TensorMeta, meta_id: MetaId) -> Tensor {
+        let id = self.next_tensor.fetch_add(1, Ordering::Relaxed);
+        Tensor::with_meta_id(id, meta, meta_id, Arc::downgrade(self))
+    }
+
+    /// This VM's number for `meta`: equal metas get equal numbers, so the builder compares
+    /// call signatures by number ([`MetaId::NONE`] once [`MAX_METAS`] are numbered).
+    pub(crate) fn intern(&self, meta: &TensorMeta) -> MetaId {
+        let mut metas = self.metas.lock();
+        if let Some(&id) = metas.get(meta) {
+            return id;
+        }
+        if metas.len() >= MAX_METAS {
+            return MetaId::NONE;
+        }
+        let id = MetaId(metas.len() as u32);
+        metas.insert(meta.clone(), id);
+        id
     }
 
     pub(crate) fn next_event_id(&self) -> u64 {
@@ -120,13 +146,13 @@ impl VmShared {
     }
 
     /// An empty batch (pooled: workers hand back the batches they have run and emptied).
-    pub(crate) fn take_batch(&self) -> Vec<Instruction> {
-        self.batch_pool.pop().unwrap_or_else(|| Vec::with_capacity(self.config.batch_size))
+    pub(crate) fn take_batch(&self) -> Batch {
+        self.batch_pool.pop().unwrap_or_else(|| Batch::with_capacity(self.config.batch_size))
     }
 
-    pub(crate) fn recycle(&self, batch: Vec<Instruction>) {
+    pub(crate) fn recycle(&self, batch: Batch) {
         debug_assert!(batch.is_empty());
-        if batch.capacity() > 0 {
+        if batch.has_capacity() {
             self.batch_pool.push(batch);
         }
     }
@@ -134,19 +160,6 @@ impl VmShared {
     /// A shape-inference cache for a new builder (warm if an earlier builder left one).
     pub(crate) fn take_infer_cache(&self) -> Box<InferCache> {
         self.infer_caches.pop().unwrap_or_default()
-    }
-
-    /// An empty keep-alive list for a new builder (with the capacity an earlier one grew).
-    pub(crate) fn take_keep_list(&self) -> Vec<Tensor> {
-        self.keep_lists.pop().unwrap_or_default()
-    }
-
-    /// Keep a builder's emptied keep-alive list for the next builder.
-    pub(crate) fn recycle_keep_list(&self, list: Vec<Tensor>) {
-        debug_assert!(list.is_empty());
-        if list.capacity() > 0 {
-            self.keep_lists.push(list);
-        }
     }
 
     /// Keep a builder's inference cache for the next builder.
@@ -176,28 +189,50 @@ impl VmShared {
 
     /// Splice a batch into the inbox (or run it, in synchronous mode); block while too
     /// much is in flight.
-    pub(crate) fn submit(&self, mut batch: Vec<Instruction>) {
-        let recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch) } else { None };
+    pub(crate) fn submit(&self, batch: Batch) {
+        if self.enqueue(batch) > self.config.high_water {
+            self.wait_low_water();
+        }
+    }
+
+    /// Submit the `Release`s of `owners` (`framework::release`), without waiting for
+    /// back-pressure: a release only frees memory, and the thread that drops a handle
+    /// should not block on other threads' work.
+    pub(crate) fn submit_releases(&self, owners: impl IntoIterator<Item = TensorOwner>) {
+        let mut b: Option<Batch> = None;
+        for t in owners {
+            if let Some(ins) = release_instruction(t) {
+                b.get_or_insert_with(|| self.take_batch()).ins.push(ins);
+            }
+        }
+        if let Some(b) = b {
+            self.enqueue(b);
+        }
+    }
+
+    /// Splice a batch into the inbox (or run it, in synchronous mode); returns how many
+    /// instructions are in flight now.
+    fn enqueue(&self, mut batch: Batch) -> usize {
+        let recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch.ins) } else { None };
         if self.config.synchronous {
-            for ins in batch.drain(..) {
-                self.run_inline(ins);
+            for ins in batch.ins.drain(..) {
+                let program = self.next_inline.fetch_add(1, Ordering::Relaxed);
+                self.run_inline(ins, program);
             }
             self.recycle(batch);
-            return;
+            return 0;
         }
         if self.dead.load(Ordering::Acquire) {
             // Nothing will run it.
             self.bury(batch);
-            return;
+            return 0;
         }
         let n = batch.len();
         let now = self.in_flight.fetch_add(n, Ordering::SeqCst) + n;
         self.inbox.push(batch);
         drop(recording);
         self.sched_notify.notify();
-        if now > self.config.high_water {
-            self.wait_low_water();
-        }
+        now
     }
 
     /// Hand `batch` to the attached recorder; the returned guard keeps other submitters out
@@ -244,17 +279,17 @@ impl VmShared {
         }
     }
 
-    fn run_inline(&self, mut ins: Instruction) {
+    fn run_inline(&self, mut ins: Instruction, program: u64) {
         let s = ins.stream.index();
         let st = &self.streams[s];
-        match (&ins.kind, st.policy) {
-            (InstrKind::RecordEvent { .. } | InstrKind::StreamWaitEvent { .. }, _) => {}
-            (_, PolicyKind::Sync) => execute(&mut ins, &self.sync_envs[s]),
+        match (&ins.body, st.policy) {
+            (Body::RecordEvent { .. } | Body::StreamWaitEvent { .. }, _) => {}
+            (_, PolicyKind::Sync) => execute(&mut ins, program, &self.sync_envs[s]),
             (_, PolicyKind::Event) => {
                 let env = Arc::new(self.exec_env(s));
                 let r = st
                     .ep
-                    .launch(Box::new(move || execute(&mut ins, &env)))
+                    .launch(Box::new(move || execute(&mut ins, program, &env)))
                     .and_then(|()| st.ep.synchronize());
                 if let Err(e) = r {
                     self.device_failure(e.into());
@@ -273,21 +308,16 @@ impl VmShared {
         self.release_owned(TensorOwner::counted(t));
     }
 
-    /// Emit the `Release` that `t` (marked released) will be owned by: through this thread's
-    /// active builder if there is one, so that it follows that builder's unsubmitted uses.
+    /// Emit the `Release` that `t` (marked released) will be owned by, once every builder
+    /// batch open now has been submitted (`framework::release`).
     pub(crate) fn release_owned(&self, t: TensorOwner) {
-        if let Some(t) = defer_release(self, t) {
-            if let Some(ins) = release_instruction(t) {
-                let mut b = self.take_batch();
-                b.push(ins);
-                self.submit(b);
-            }
-        }
+        let ready = self.releases.release(t);
+        self.submit_releases(ready);
     }
 
     /// Keep instructions that will never run until the VM's threads have all exited (see
     /// the `graveyard` field). Only a dead VM's instructions come here.
-    pub(crate) fn bury(&self, batch: Vec<Instruction>) {
+    pub(crate) fn bury(&self, batch: Batch) {
         if !batch.is_empty() {
             self.graveyard.lock().push(batch);
         }
@@ -318,9 +348,9 @@ impl VmShared {
     fn barrier_wait(&self) -> Result<()> {
         let slot = AccessSlot::new();
         let s2 = slot.clone();
-        let barrier = InstrKind::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
+        let barrier = Body::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
         let mut b = self.take_batch();
-        b.push(Instruction::new(barrier, self.host_stream, Default::default()));
+        b.ins.push(Instruction::new(barrier, self.host_stream, Default::default()));
         self.submit(b);
         slot.wait(|| self.is_dead()).map(|_| ())
     }
@@ -441,6 +471,13 @@ impl VirtualMachine {
                 });
             }
         }
+        if streams.len() > InstrRef::MAX_STREAMS {
+            return Err(Error::Config(format!(
+                "{} streams asked for; a VM runs at most {}",
+                streams.len(),
+                InstrRef::MAX_STREAMS
+            )));
+        }
         let failures = Arc::new(FailureLog::default());
         // One allocator per device: the counters sample each once.
         let mut allocators: Vec<(String, Arc<HostAllocator>)> = Vec::new();
@@ -469,7 +506,8 @@ impl VirtualMachine {
             sched_notify: Notifier::new(),
             batch_pool: SegQueue::new(),
             infer_caches: SegQueue::new(),
-            keep_lists: SegQueue::new(),
+            releases: Releases::default(),
+            metas: Mutex::new(std::collections::HashMap::new()),
             completion_pool: SegQueue::new(),
             in_flight: AtomicUsize::new(0),
             bp_waiting: AtomicUsize::new(0),
@@ -480,7 +518,7 @@ impl VirtualMachine {
             graveyard: Mutex::new(Vec::new()),
             next_tensor: AtomicU64::new(0),
             next_event: AtomicU64::new(1),
-            next_batch: AtomicU64::new(1),
+            next_inline: AtomicU64::new(1),
             failures,
             fault: config.fault.clone(),
             sync_envs,
@@ -650,6 +688,9 @@ impl VirtualMachine {
 
 impl Drop for VirtualMachine {
     fn drop(&mut self) {
+        // No builder is left (each borrows the VM): nothing can hold a release back.
+        let left = self.shared.releases.take_all();
+        self.shared.submit_releases(left);
         self.shared.shutdown.store(true, Ordering::Release);
         self.shared.sched_notify.notify();
         if let Some(h) = self.scheduler.take() {
