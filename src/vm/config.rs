@@ -100,7 +100,8 @@ impl Default for Config {
 impl Config {
     /// The default configuration with the environment's overrides: `EAGERVM_SYNC=1`
     /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start), `EAGERVM_MOCK_DEVICES=N`,
-    /// and the mock device's timing variables.
+    /// `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`, `EAGERVM_HIGH_WATER`,
+    /// `EAGERVM_LOW_WATER`, and the mock device's timing variables (`docs/tuning.md`).
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
         if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
@@ -120,6 +121,12 @@ impl Config {
         }
         if let Some(n) = std::env::var("EAGERVM_SPIN").ok().and_then(|v| v.parse().ok()) {
             c.spin = n;
+        }
+        if let Some(n) = std::env::var("EAGERVM_HIGH_WATER").ok().and_then(|v| v.parse().ok()) {
+            c.high_water = n;
+        }
+        if let Some(n) = std::env::var("EAGERVM_LOW_WATER").ok().and_then(|v| v.parse().ok()) {
+            c.low_water = n;
         }
         c
     }
