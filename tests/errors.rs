@@ -52,6 +52,39 @@ fn a_failed_kernel_poisons_its_outputs_and_their_readers_every_time() {
     assert_eq!(bad.to_vec::<f32>().unwrap(), vec![2.0, 2.0]);
 }
 
+/// Panics in the middle of one batch: each fails its own instruction only, everything after
+/// it in the batch still runs, and a reader of a panicked output carries that panic on.
+#[test]
+fn panics_inside_a_batch_fail_only_their_own_instructions() {
+    let vm = vm();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let (panic, fill, add) = (vm.op("panic").unwrap(), vm.op("fill").unwrap(), vm.op("add").unwrap());
+    let t = |_| vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let [p1, p2, good, sum, poisoned, last]: [Tensor; 6] = std::array::from_fn(t);
+    vm.run(|b| -> Result<()> {
+        b.call_into(fill, &[], &[&good], Attrs::scalar(1.5), cpu)?;
+        b.call_into(panic, &[], &[&p1], Attrs::scalar(1.0), cpu)?;
+        b.call_into(add, &[&good, &good], &[&sum], Attrs::default(), cpu)?;
+        b.call_into(panic, &[], &[&p2], Attrs::scalar(2.0), cpu)?;
+        b.call_into(add, &[&p2, &good], &[&poisoned], Attrs::default(), cpu)?;
+        b.call_into(add, &[&sum, &good], &[&last], Attrs::default(), cpu)
+    })
+    .unwrap();
+    let panicked_with = |x: &Tensor| match x.to_vec::<f32>() {
+        Err(Error::Panic { message, .. }) => message,
+        other => panic!("expected a panic as an error, got {other:?}"),
+    };
+    assert!(panicked_with(&p1).contains('1'));
+    assert!(panicked_with(&p2).contains('2'));
+    assert!(panicked_with(&poisoned).contains('2'), "a reader carries the panic it read");
+    assert_eq!(sum.to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
+    assert_eq!(last.to_vec::<f32>().unwrap(), vec![4.5, 4.5]);
+    match vm.sync() {
+        Err(Error::Failed { count, .. }) => assert_eq!(count, 2),
+        other => panic!("sync should report both panics, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_panicking_kernel_is_caught_on_cpu_and_on_the_mock_device() {
     let vm = vm();

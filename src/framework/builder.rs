@@ -325,10 +325,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         if self.batch.is_empty() {
             self.vm.releases.open(&self.slot);
         }
-        let mut ins = Instruction::new(Body::OpCall { kernel, attrs }, stream, Operands::new());
-        ins.n_inputs = inputs.len() as u8;
-        self.batch.ins.push(ins);
-        push_operands(&mut self.batch.ins.last_mut().expect("just pushed").operands, inputs, outputs);
+        push_call(&mut self.batch.ins, Body::OpCall { kernel, attrs }, stream, inputs, outputs);
         if self.batch.len() >= self.batch_size {
             self.flush();
         }
@@ -452,6 +449,37 @@ fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
     let mut ops = Operands::new();
     push_operands(&mut ops, inputs, outputs);
     ops
+}
+
+/// Append an `OpCall` to `batch`, writing it field by field where it lies in the batch.
+///
+/// Assembled on the stack and then moved, as `Vec::push` does when it may have to grow
+/// first, an instruction is stored in words and reloaded in wider loads that the store
+/// buffer cannot forward: a stall on every call, longer than the rest of the call's
+/// emission.
+#[inline]
+fn push_call(
+    batch: &mut Vec<Instruction>,
+    body: Body,
+    stream: StreamId,
+    inputs: &[&Tensor],
+    outputs: &[&Tensor],
+) {
+    batch.reserve(1);
+    let len = batch.len();
+    // SAFETY: `reserve(1)` left room for an element at index `len`; every field is written
+    // before `set_len` makes it part of the vector (if `push_operands` unwound, the element
+    // would only be leaked, never read).
+    unsafe {
+        let p = batch.as_mut_ptr().add(len);
+        std::ptr::addr_of_mut!((*p).body).write(body);
+        std::ptr::addr_of_mut!((*p).stream).write(stream);
+        std::ptr::addr_of_mut!((*p).n_inputs).write(inputs.len() as u8);
+        let ops = std::ptr::addr_of_mut!((*p).operands);
+        ops.write(Operands::new());
+        push_operands(&mut *ops, inputs, outputs);
+        batch.set_len(len + 1);
+    }
 }
 
 /// Append the operands of a call to `ops`: inputs read, then outputs written.

@@ -62,6 +62,12 @@ pub(crate) struct ExecEnv {
 /// it hands on (a host write's bytes, a callback) is taken out of it. `program` is its
 /// program number, for the errors it may raise. A synchronous worker then empties the batch
 /// and hands it back to the pool.
+///
+/// A kernel's panic unwinds out of this function: the caller catches it (a worker once per
+/// batch, [`execute_catching`] once per launch on a device's thread) and hands it to
+/// [`panicked`]. Catching once per batch keeps the landing pad, and the indirect call it
+/// takes, off every instruction.
+#[inline]
 pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
     match &mut ins.body {
         &mut Body::OpCall { kernel, attrs } => {
@@ -89,6 +95,32 @@ pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
     }
 }
 
+/// [`execute`], catching a panic (for work launched on a device's own thread).
+pub(crate) fn execute_catching(ins: &mut Instruction, program: u64, env: &ExecEnv) {
+    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| execute(ins, program, env))) {
+        panicked(ins, program, payload, env);
+    }
+}
+
+/// `ins` panicked while it ran (its kernel, as a rule): it failed, and the tensors it
+/// writes carry an [`Error::Panic`] with the panic's message.
+#[cold]
+pub(crate) fn panicked(
+    ins: &Instruction,
+    program: u64,
+    payload: Box<dyn std::any::Any + Send>,
+    env: &ExecEnv,
+) {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into());
+    let e =
+        Error::Panic { instr: program, op: ins.body.name().into(), stream: env.stream_name.clone(), message };
+    fail(&ins.operands[ins.n_inputs as usize..], e, env);
+}
+
 fn op_call(
     kernel: &'static dyn OpKernel,
     attrs: Attrs,
@@ -97,32 +129,46 @@ fn op_call(
     program: u64,
     env: &ExecEnv,
 ) {
-    // 1. An input carrying an error: skip the kernel and carry the error on.
+    // Inputs, in one pass: one carrying an error makes this instruction skip its kernel and
+    // carry the error on (whatever else is wrong); failing that, an input nothing has
+    // written yet is an error of this instruction. Views are made as the inputs are read.
+    // (Views are pushed in place, not collected and moved: a collected small vector is
+    // written word by word and then copied in wider loads that the store buffer cannot
+    // forward, a stall that costs more than the rest of a no-op's execution.)
+    let mut ins: SmallVec<[TensorView<'_>; 4]> = SmallVec::new();
+    let mut uninitialized = None;
     for op in inputs {
         // SAFETY: this OpCall holds a read access to each input (dependence rules).
-        if let Some(e) = unsafe { op.tensor().value() }.error.clone() {
-            set_error(outputs, e);
+        let v = unsafe { op.tensor().value() };
+        if let Some(e) = &v.error {
+            set_error(outputs, e.clone());
             return;
         }
-    }
-    // 2. An input nothing has written yet is an error of this instruction.
-    for op in inputs {
-        // SAFETY: as above.
-        if unsafe { op.tensor().value() }.storage.is_none() {
-            let e = Error::Uninitialized { instr: program, op: kernel.name().into(), tensor: op.tensor().id };
-            fail(outputs, e, env);
-            return;
+        match &v.storage {
+            Some(data) => ins.push(TensorView { meta: &op.tensor().meta, data }),
+            None => uninitialized = uninitialized.or(Some(op.tensor().id)),
         }
     }
-    // 3. Allocate outputs written for the first time.
+    if let Some(tensor) = uninitialized {
+        fail(outputs, Error::Uninitialized { instr: program, op: kernel.name().into(), tensor }, env);
+        return;
+    }
+    // Outputs, in one pass: allocate those written for the first time, note those that
+    // carry an error from an earlier failed write, and make their views.
+    let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
+    let mut clear_errors = false;
     for op in outputs {
         // SAFETY: this OpCall holds the write access to each output, and outputs are
-        // distinct from inputs and from each other (the builder refuses aliases).
+        // distinct from inputs and from each other (the builder refuses aliases); each
+        // output's value is borrowed once here and not through any other path while
+        // `outs` lives.
         let v = unsafe { op.tensor().value_mut() };
+        clear_errors |= v.error.is_some();
         if v.storage.is_none() {
             match env.alloc.alloc_for(op.tensor().meta.device, op.tensor().meta.bytes()) {
                 Ok(s) => v.storage = Some(s),
                 Err(source) => {
+                    drop(outs);
                     let e = Error::Alloc {
                         instr: program,
                         op: kernel.name().into(),
@@ -134,58 +180,22 @@ fn op_call(
                 }
             }
         }
+        let data = v.storage.as_mut().expect("allocated above");
+        outs.push(TensorViewMut { meta: &op.tensor().meta, data });
     }
-    // 4. Run the kernel, catching panics.
-    let result = {
-        // Filled in place (not collected and moved): a collected small vector is written
-        // word by word and then copied in wider loads, which the store buffer cannot
-        // forward, and that stall costs more than the rest of a no-op's execution.
-        let mut ins: SmallVec<[TensorView<'_>; 4]> = SmallVec::new();
-        for op in inputs {
-            ins.push(TensorView {
-                meta: &op.tensor().meta,
-                // SAFETY: read access; storage was checked present above.
-                data: unsafe { op.tensor().value() }.storage.as_ref().expect("checked above"),
-            });
-        }
-        let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
-        for op in outputs {
-            outs.push(TensorViewMut {
-                meta: &op.tensor().meta,
-                // SAFETY: exclusive write access (see step 3); each output's value is
-                // borrowed once here and not through any other path while `outs` lives.
-                data: unsafe { op.tensor().value_mut() }.storage.as_mut().expect("allocated above"),
-            });
-        }
-        let mut ctx = KernelCtx { attrs, inputs: &ins, outputs: &mut outs };
-        catch_unwind(AssertUnwindSafe(|| kernel.compute(&mut ctx)))
-    };
+    let result = kernel.compute(&mut KernelCtx { attrs, inputs: &ins, outputs: &mut outs });
+    drop((ins, outs));
     match result {
-        Ok(Ok(())) => {
-            for op in outputs {
-                // SAFETY: write access, as above; the views are dropped.
-                let v = unsafe { op.tensor().value_mut() };
-                if v.error.is_some() {
-                    v.error = None;
+        Ok(()) => {
+            if clear_errors {
+                for op in outputs {
+                    // SAFETY: write access, as above; the views are dropped.
+                    unsafe { op.tensor().value_mut() }.error = None;
                 }
             }
         }
-        Ok(Err(message)) => {
+        Err(message) => {
             let e = Error::Kernel {
-                instr: program,
-                op: kernel.name().into(),
-                stream: env.stream_name.clone(),
-                message,
-            };
-            fail(outputs, e, env);
-        }
-        Err(payload) => {
-            let message = payload
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".into());
-            let e = Error::Panic {
                 instr: program,
                 op: kernel.name().into(),
                 stream: env.stream_name.clone(),

@@ -37,18 +37,20 @@
 //!    its watchers the same way and joins them.
 //! 3. The VM joins the scheduler, which joined the workers.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_queue::SegQueue;
 
 use crate::ep::Event;
+use crate::error::Error;
 use crate::profile::recorder::{Nanos, Rec, Recorder};
 use crate::profile::ThreadRole;
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, Ordering};
 
-use super::exec::{execute, ExecEnv};
+use super::exec::{execute, execute_catching, panicked, ExecEnv};
 use super::instruction::{Batch, Body, Instruction};
 use super::scheduler::{Completion, Report};
 use super::stream::PolicyKind;
@@ -104,80 +106,129 @@ pub(crate) fn spawn_worker(
     std::thread::Builder::new().name(name).spawn(move || worker_main(vm, index, streams))
 }
 
-/// A worker's per-stream state: executor environments, watchers, and positions.
+/// What a worker keeps for one stream it serves.
+#[derive(Default)]
+struct Lane {
+    env: Option<Arc<ExecEnv>>,
+    /// The stream's watcher, if it is asynchronous.
+    watcher: Option<Arc<Watcher>>,
+    /// The position of the last instruction run or launched. The scheduler dispatches each
+    /// stream's instructions in order, so counting them gives their positions.
+    seq: u64,
+    /// Asynchronous stream: the last position handed to the watcher.
+    watched: u64,
+    /// Synchronous stream: whether the current batch ran any of its instructions.
+    touched: bool,
+}
+
+/// A worker's lanes, one per stream of the VM (only those it serves are set up).
 struct Lanes {
-    envs: Vec<Option<Arc<ExecEnv>>>,
-    watchers: Vec<Option<Arc<Watcher>>>,
-    /// Per stream: the position of the last instruction run or launched. The scheduler
-    /// dispatches each stream's instructions in order, so counting them gives their
-    /// positions.
-    seq: Vec<u64>,
-    /// Synchronous streams run in the current batch, and a flag per stream for them.
+    lanes: Vec<Lane>,
+    /// Synchronous streams run in the current batch.
     touched: Vec<usize>,
-    in_batch: Vec<bool>,
 }
 
 impl Lanes {
-    /// Run (synchronous stream) or launch (asynchronous stream) one instruction; `prof`
-    /// is the start of its launch when profiling. Returns whether it ran here.
-    #[inline]
-    fn run(
-        &mut self,
-        vm: &VmShared,
-        ins: &mut Instruction,
-        program: u64,
-        done: &mut Vec<Completion>,
-        prof: Option<Nanos>,
-    ) -> bool {
-        let s = ins.stream.index();
-        let env = self.envs[s].as_ref().expect("ctx serves the instruction's stream");
-        let seq = &mut self.seq[s];
-        *seq += 1;
-        match &self.watchers[s] {
-            None => {
-                execute(ins, program, env);
-                if !std::mem::replace(&mut self.in_batch[s], true) {
-                    self.touched.push(s);
-                }
-                true
-            }
-            Some(w) => {
-                let prof = prof.map(|t| (program, t));
-                launch_async(vm, s, *seq, ins.take(), program, env, w, done, prof);
-                false
-            }
-        }
-    }
-
-    /// Run a batch while profiling: time each instruction, and the batch.
-    fn run_profiled(
+    /// Run a batch: each instruction on a synchronous stream runs here, each on an
+    /// asynchronous stream is launched. A kernel that panics fails its instruction and the
+    /// batch goes on with the next one; the landing pad is set once per batch (and again
+    /// after each panic), not once per instruction. With `prof`, each instruction is timed.
+    fn run_batch(
         &mut self,
         vm: &VmShared,
         batch: &mut Batch,
         done: &mut Vec<Completion>,
-        r: &mut Recorder,
+        mut prof: Option<&mut Recorder>,
     ) {
-        let (start, n) = (r.now(), batch.len());
-        for i in 0..n {
-            let program = batch.program(i);
-            let t = r.now();
-            if self.run(vm, &mut batch.ins[i], program, done, Some(t)) {
-                r.push(Rec::Exec { program, start: t, end: r.now() });
+        let n = batch.len();
+        let mut i = 0;
+        while i < n {
+            let ran = catch_unwind(AssertUnwindSafe(|| {
+                while i < n {
+                    self.run(vm, batch, i, done, prof.as_deref_mut());
+                    i += 1;
+                }
+            }));
+            if let Err(payload) = ran {
+                self.unwound(vm, batch, i, payload);
+                i += 1;
             }
         }
-        r.slice("execute", start, n);
+    }
+
+    /// Run (synchronous stream) or launch (asynchronous stream) instruction `i` of `batch`.
+    #[inline]
+    fn run(
+        &mut self,
+        vm: &VmShared,
+        batch: &mut Batch,
+        i: usize,
+        done: &mut Vec<Completion>,
+        prof: Option<&mut Recorder>,
+    ) {
+        let program = batch.program(i);
+        let ins = &mut batch.ins[i];
+        let s = ins.stream.index();
+        let lane = &mut self.lanes[s];
+        let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
+        lane.seq += 1;
+        match &lane.watcher {
+            None => {
+                if !lane.touched {
+                    lane.touched = true;
+                    self.touched.push(s);
+                }
+                match prof {
+                    None => execute(ins, program, env),
+                    Some(r) => {
+                        let t = r.now();
+                        execute(ins, program, env);
+                        r.push(Rec::Exec { program, start: t, end: r.now() });
+                    }
+                }
+            }
+            Some(w) => {
+                let prof = prof.map(|r| (program, r.now()));
+                launch_async(vm, s, lane.seq, ins.take(), program, env, w, done, prof);
+                lane.watched = lane.seq;
+            }
+        }
+    }
+
+    /// Instruction `i` of `batch` unwound out of `run`: on a synchronous stream its kernel
+    /// panicked, and it fails; on an asynchronous stream the device panicked while taking
+    /// the launch, which is a device failure, and its position is still reported, in turn.
+    #[cold]
+    fn unwound(&mut self, vm: &VmShared, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
+        let ins = &batch.ins[i];
+        let lane = &mut self.lanes[ins.stream.index()];
+        let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
+        match &lane.watcher {
+            None => panicked(ins, batch.program(i), payload, env),
+            Some(w) => {
+                vm.device_failure(Error::Device(crate::ep::EpError::Device {
+                    device: vm.streams[ins.stream.index()].device,
+                    what: format!("launching on {} panicked", env.stream_name),
+                }));
+                if lane.watched < lane.seq {
+                    lane.watched = lane.seq;
+                    w.queue.push(Watch { seq: lane.seq, event: None, prof: None });
+                    w.notify.notify();
+                }
+            }
+        }
     }
 }
 
 fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
     let ctx = &vm.ctxs[index];
     let n = vm.streams.len();
-    // Per stream served: its executor environment and, if asynchronous, its watcher.
-    let mut envs: Vec<Option<Arc<ExecEnv>>> = vec![None; n];
-    let mut watchers: Vec<Option<Arc<Watcher>>> = (0..n).map(|_| None).collect();
+    let mut lanes =
+        Lanes { lanes: (0..n).map(|_| Lane::default()).collect(), touched: Vec::with_capacity(n) };
     let mut joins = Vec::new();
     for &s in &streams {
-        envs[s] = Some(Arc::new(vm.exec_env(s)));
+        let lane = &mut lanes.lanes[s];
+        lane.env = Some(Arc::new(vm.exec_env(s)));
         if vm.streams[s].policy == PolicyKind::Event {
             let w = Arc::new(Watcher::default());
             let (vm2, w2) = (vm.clone(), w.clone());
@@ -194,28 +245,18 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
                     vm.fail_startup(format!("cannot start the watcher of {}: {e}", vm.streams[s].name));
                 }
             }
-            watchers[s] = Some(w);
+            lane.watcher = Some(w);
         }
     }
     let mut done = vm.take_completions();
-    let mut lanes = Lanes {
-        envs,
-        watchers,
-        seq: vec![0; n],
-        touched: Vec::with_capacity(streams.len()),
-        in_batch: vec![false; n],
-    };
     loop {
         if let Some(mut batch) = ctx.queue.pop() {
             match vm.profiler.begin(ThreadRole::Worker(index as u32)) {
-                None => {
-                    for i in 0..batch.len() {
-                        let program = batch.program(i);
-                        lanes.run(&vm, &mut batch.ins[i], program, &mut done, None);
-                    }
-                }
+                None => lanes.run_batch(&vm, &mut batch, &mut done, None),
                 Some(mut r) => {
-                    lanes.run_profiled(&vm, &mut batch, &mut done, &mut r);
+                    let start = r.now();
+                    lanes.run_batch(&vm, &mut batch, &mut done, Some(&mut r));
+                    r.slice("execute", start, batch.len());
                     // Before the reports: see the module docs of `crate::profile::recorder`.
                     r.finish(&vm.profiler);
                 }
@@ -224,13 +265,9 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
             vm.recycle(batch);
             // A synchronous stream runs in order: one report covers the batch.
             for s in lanes.touched.drain(..) {
-                lanes.in_batch[s] = false;
-                done.push(Completion {
-                    stream: s as u32,
-                    seq: lanes.seq[s],
-                    report: Report::Done,
-                    event: None,
-                });
+                let lane = &mut lanes.lanes[s];
+                lane.touched = false;
+                done.push(Completion { stream: s as u32, seq: lane.seq, report: Report::Done, event: None });
             }
             if !done.is_empty() {
                 vm.report(std::mem::replace(&mut done, vm.take_completions()));
@@ -242,7 +279,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
         }
         ctx.notify.wait(vm.config.spin, || !ctx.queue.is_empty() || ctx.stop.load(Ordering::Acquire));
     }
-    for w in lanes.watchers.iter().flatten() {
+    for w in lanes.lanes.iter().filter_map(|l| l.watcher.as_ref()) {
         w.stop.store(true, Ordering::Release);
         w.notify.notify();
     }
@@ -278,7 +315,7 @@ fn launch_async(
         _ => {
             let env = env.clone();
             let mut ins = ins;
-            stream.ep.launch(Box::new(move || execute(&mut ins, program, &env)))
+            stream.ep.launch(Box::new(move || execute_catching(&mut ins, program, &env)))
         }
     };
     let recorded = launched.and_then(|()| {

@@ -38,7 +38,7 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 
 use super::config::{Config, ThreadTopology};
 use super::dependence::InstrRef;
-use super::exec::{execute, ExecEnv, FailureLog};
+use super::exec::{execute_catching, ExecEnv, FailureLog};
 use super::instruction::{AccessSlot, Batch, Body, Instruction};
 use super::scheduler::{Completion, Scheduler};
 use super::stream::{PolicyKind, StreamId, VmStream};
@@ -284,12 +284,12 @@ impl VmShared {
         let st = &self.streams[s];
         match (&ins.body, st.policy) {
             (Body::RecordEvent { .. } | Body::StreamWaitEvent { .. }, _) => {}
-            (_, PolicyKind::Sync) => execute(&mut ins, program, &self.sync_envs[s]),
+            (_, PolicyKind::Sync) => execute_catching(&mut ins, program, &self.sync_envs[s]),
             (_, PolicyKind::Event) => {
                 let env = Arc::new(self.exec_env(s));
                 let r = st
                     .ep
-                    .launch(Box::new(move || execute(&mut ins, program, &env)))
+                    .launch(Box::new(move || execute_catching(&mut ins, program, &env)))
                     .and_then(|()| st.ep.synchronize());
                 if let Err(e) = r {
                     self.device_failure(e.into());
