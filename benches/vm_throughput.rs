@@ -39,7 +39,8 @@ fn vm_noops(c: &mut Criterion) {
         })
     });
     let cfg = vm.config().clone();
-    g.bench_function("baseline_pipeline", |bch| bch.iter(|| baseline::run(N, cfg.batch_size, cfg.spin)));
+    let pipeline = baseline::Pipeline::new(cfg.batch_size, cfg.spin, cfg.high_water, cfg.low_water);
+    g.bench_function("baseline_pipeline", |bch| bch.iter(|| pipeline.run(N)));
     g.finish();
 }
 

@@ -17,6 +17,7 @@
 //! fraction of it, which stays meaningful on a shared, noisy machine.
 
 pub mod baseline;
+pub mod cpu;
 pub mod cuda;
 
 use std::time::{Duration, Instant};
@@ -104,6 +105,13 @@ pub struct WorkloadResult {
     pub target_ratio: f64,
     /// Whether `ratio` meets its target and push-side cost is at most 100 ns.
     pub meets_target: bool,
+    /// The slowest and fastest repetition of the VM (instructions per second).
+    pub e2e_range: [f64; 2],
+    /// The slowest and fastest repetition of the baseline (items per second).
+    pub baseline_range: [f64; 2],
+    /// CPU time per instruction of each stage (median over the repetitions), where the
+    /// system tells it (Linux); `None` elsewhere.
+    pub cpu_ns_per_instr: Option<cpu::StageCpu>,
 }
 
 /// Operands of one workload, generated before timing so generation is not measured.
@@ -209,15 +217,30 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
     vm.run(|b| tensors.iter().try_for_each(|t| b.call_into(fill, &[], &[t], Attrs::scalar(1.0), cpu)))?;
     let warm = program(w, (n / 10).max(1000));
     run_once(&vm, &tensors, &warm)?;
-    baseline::run(n / 10, config.batch_size, config.spin);
+    let pipeline =
+        baseline::Pipeline::new(config.batch_size, config.spin, config.high_water, config.low_water);
+    pipeline.run((n / 10).max(1000));
     let (mut push, mut e2e, mut base) = (Vec::new(), Vec::new(), Vec::new());
+    let mut stages: Vec<cpu::StageCpu> = Vec::new();
     for _ in 0..reps.max(1) {
+        let before = cpu::sample();
         let (p, e) = run_once(&vm, &tensors, &prog)?;
+        if let (Some(b), Some(a)) = (before, cpu::sample()) {
+            stages.push(b.stages_until(&a, n));
+        }
         push.push(p.as_secs_f64() * 1e9 / n as f64);
         e2e.push(n as f64 / e.as_secs_f64());
-        let b = baseline::run(n, config.batch_size, config.spin);
+        let b = pipeline.run(n);
         base.push(n as f64 / b.as_secs_f64());
     }
+    let range =
+        |v: &[f64]| [v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max)];
+    let (e2e_range, baseline_range) = (range(&e2e), range(&base));
+    let cpu_ns_per_instr = (stages.len() == reps.max(1) as usize).then(|| cpu::StageCpu {
+        caller: median(&mut stages.iter().map(|s| s.caller).collect::<Vec<_>>()),
+        scheduler: median(&mut stages.iter().map(|s| s.scheduler).collect::<Vec<_>>()),
+        workers: median(&mut stages.iter().map(|s| s.workers).collect::<Vec<_>>()),
+    });
     let (push, e2e, base) = (median(&mut push), median(&mut e2e), median(&mut base));
     let ratio = e2e / base;
     Ok(WorkloadResult {
@@ -230,5 +253,8 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
         ratio,
         target_ratio: w.target_ratio(),
         meets_target: ratio >= w.target_ratio() && push <= 100.0,
+        e2e_range,
+        baseline_range,
+        cpu_ns_per_instr,
     })
 }

@@ -360,14 +360,16 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
     if !json {
         say!("eagervm bench: {n} no-op instructions per workload on cpu:0, median of {reps}");
         say!(
-            "{:<4} {:<15} {:>10} {:>14} {:>14} {:>7} {:>7}  result",
+            "{:<4} {:<15} {:>10} {:>14} {:>14} {:>7} {:>7}  {:<7} {}",
             "",
             "workload",
             "push ns/i",
             "e2e instr/s",
             "baseline /s",
             "ratio",
-            "target"
+            "target",
+            "result",
+            "cpu ns/i: caller sched workers"
         );
     }
     let mut all_ok = true;
@@ -377,8 +379,11 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
         if json {
             say!("{}", serde_json::to_string(&r).expect("plain struct serialises"));
         } else {
+            let cpu = r.cpu_ns_per_instr.map_or(String::new(), |c| {
+                format!("{:>6.1} {:>6.1} {:>6.1}", c.caller, c.scheduler, c.workers)
+            });
             say!(
-                "{:<4} {:<15} {:>10.1} {:>14.0} {:>14.0} {:>7.2} {:>7.2}  {}",
+                "{:<4} {:<15} {:>10.1} {:>14.0} {:>14.0} {:>7.2} {:>7.2}  {:<7} {}",
                 r.workload,
                 w.describe(),
                 r.push_ns_per_instr,
@@ -386,7 +391,8 @@ fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::
                 r.baseline_instr_per_s,
                 r.ratio,
                 r.target_ratio,
-                if r.meets_target { "met" } else { "MISSED" }
+                if r.meets_target { "met" } else { "MISSED" },
+                cpu
             );
         }
     }

@@ -1,0 +1,87 @@
+//! CPU time per VM thread, for the benchmark's "where the time goes" columns.
+//!
+//! On Linux each thread's run time (nanoseconds on a CPU) is in
+//! `/proc/self/task/<tid>/schedstat`, and its name in `comm`; the VM names its threads
+//! (`eagervm-scheduler`, `eagervm-worker-<i>`), so a sample before and after a run gives
+//! the CPU time each stage spent on it, whatever the machine's other load. Where `/proc`
+//! is missing the sample is `None` and the benchmark leaves these columns out.
+
+use std::collections::HashMap;
+
+/// CPU nanoseconds per thread id, with the thread's name.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    threads: HashMap<u64, (String, u64)>,
+    /// The calling thread's id.
+    me: u64,
+}
+
+/// CPU time per instruction of each stage of one run, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct StageCpu {
+    /// The thread that built and submitted the instructions.
+    pub caller: f64,
+    /// The scheduler thread.
+    pub scheduler: f64,
+    /// All worker threads together.
+    pub workers: f64,
+}
+
+fn schedstat_ns(task: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(task.join("schedstat")).ok()?.split_whitespace().next()?.parse().ok()
+}
+
+/// Sample every thread of this process now, or `None` where `/proc` does not tell.
+pub fn sample() -> Option<Sample> {
+    let me: u64 = std::fs::read_link("/proc/thread-self").ok()?.file_name()?.to_str()?.parse().ok()?;
+    let mut threads = HashMap::new();
+    for entry in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = entry.ok()?.path();
+        let Some(tid) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        // A thread may exit between the listing and the reads: skip it.
+        let (Ok(name), Some(ns)) = (std::fs::read_to_string(path.join("comm")), schedstat_ns(&path)) else {
+            continue;
+        };
+        threads.insert(tid, (name.trim().to_string(), ns));
+    }
+    Some(Sample { threads, me })
+}
+
+impl Sample {
+    /// CPU time per instruction each stage spent between `self` and `later`, over `n`
+    /// instructions. Threads that started in between count from zero.
+    pub fn stages_until(&self, later: &Sample, n: usize) -> StageCpu {
+        let mut out = StageCpu::default();
+        for (tid, (name, ns)) in &later.threads {
+            let before = self.threads.get(tid).map_or(0, |t| t.1);
+            let d = ns.saturating_sub(before) as f64 / n.max(1) as f64;
+            if *tid == later.me {
+                out.caller += d;
+            } else if name.starts_with("eagervm-sched") {
+                out.scheduler += d;
+            } else if name.starts_with("eagervm-worker") {
+                out.workers += d;
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_calling_threads_work_is_counted_as_the_callers() {
+        let Some(before) = super::sample() else { return }; // no /proc here
+        let mut x = 0u64;
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_millis(20) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let after = super::sample().expect("sampled once already");
+        let s = before.stages_until(&after, 1);
+        assert!(s.caller >= 5e6, "20 ms of spinning counted as {} ns", s.caller);
+        assert_eq!((s.scheduler, s.workers), (0.0, 0.0));
+    }
+}
