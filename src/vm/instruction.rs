@@ -161,10 +161,7 @@ pub(crate) enum Body {
     /// Free the storage of the (single, written) operand after every earlier use. `owner`
     /// keeps the tensor alive until the instruction is dropped (see [`TensorPtr`]); it is
     /// `None` only in the inert instruction [`Instruction::take`] leaves behind.
-    Release {
-        #[expect(dead_code, reason = "held only to keep the tensor alive until the instruction drops")]
-        owner: Option<TensorOwner>,
-    },
+    Release { owner: Option<TensorOwner> },
     /// Copy a host tensor's bytes out to the waiting caller (single operand).
     Read(Arc<AccessSlot>),
     /// Overwrite a host tensor with these bytes (single operand).

@@ -111,6 +111,8 @@ struct LiveRecord {
 /// Per-stream scheduler state. Positions: `done <= dispatched <= last`.
 #[derive(Default)]
 struct StreamState {
+    /// The worker (`ThreadCtx`) that runs this stream.
+    ctx: u32,
     /// The last position given out.
     last: u64,
     /// Every instruction up to here has been dispatched.
@@ -157,8 +159,6 @@ pub(crate) struct Scheduler {
     program: u64,
     /// In-edges of the instruction being admitted.
     pending: u32,
-    /// Admission decisions for the batch being received (reused).
-    admitted: Vec<Admit>,
     /// Streams with parked instructions whose front may have become dispatchable.
     wake: Vec<u32>,
     /// Per ThreadCtx: the batch being filled this loop.
@@ -173,13 +173,16 @@ impl Scheduler {
         let n = vm.streams.len();
         let ctxs = vm.ctxs.len();
         Scheduler {
-            streams: (0..n).map(|_| StreamState::default()).collect(),
+            streams: vm
+                .streams
+                .iter()
+                .map(|s| StreamState { ctx: s.ctx as u32, ..StreamState::default() })
+                .collect(),
             covers: vec![0; n * n],
             events: HashMap::new(),
             barriers: VecDeque::new(),
             program: 0,
             pending: 0,
-            admitted: Vec::new(),
             wake: Vec::new(),
             outgoing: (0..ctxs).map(|_| Batch::default()).collect(),
             retired_this_loop: 0,
@@ -276,18 +279,14 @@ impl Scheduler {
     /// is program order per stream.
     fn receive_batch(&mut self, mut batch: Batch) {
         let first = self.program + 1;
-        let mut admitted = std::mem::take(&mut self.admitted);
-        admitted.clear();
         let mut single: Option<u32> = None;
         let mut whole = true;
         for ins in batch.ins.iter_mut() {
             self.program += 1;
-            let a = self.admit(ins, self.program);
-            match a {
+            match self.admit(ins, self.program) {
                 Admit::Ready(ctx) => whole &= *single.get_or_insert(ctx) == ctx,
                 Admit::Parked | Admit::Consumed => whole = false,
             }
-            admitted.push(a);
         }
         if let (true, Some(ctx)) = (whole, single) {
             // Keep order with what this loop already dispatched to the same worker.
@@ -299,15 +298,20 @@ impl Scheduler {
             batch.number_from(first);
             self.vm.ctxs[ctx].push(batch);
         } else {
-            for (i, (ins, a)) in batch.ins.drain(..).zip(&admitted).enumerate() {
-                if let Admit::Ready(ctx) = *a {
-                    self.outgoing[ctx as usize].push_numbered(ins, first + i as u64);
+            // What admission left in the batch: the ready instructions, the inert husks of
+            // those it parked (moved out), and the consumed barriers.
+            for (i, ins) in batch.ins.drain(..).enumerate() {
+                match ins.body {
+                    Body::Barrier { .. } | Body::Release { owner: None } => {}
+                    _ => {
+                        let ctx = self.streams[ins.stream.index()].ctx as usize;
+                        self.outgoing[ctx].push_numbered(ins, first + i as u64);
+                    }
                 }
             }
             batch.clear();
             self.vm.recycle(batch);
         }
-        self.admitted = admitted;
     }
 
     /// Admit one instruction: give it its stream position, apply the dependence rules, and
@@ -329,20 +333,62 @@ impl Scheduler {
         let stream = ins.stream.0;
         let st = &mut self.streams[stream as usize];
         if st.last == InstrRef::MAX_SEQ {
-            self.vm.fail_startup(format!(
-                "stream {} has run {} instructions, the most a stream can",
-                self.vm.streams[stream as usize].name,
-                InstrRef::MAX_SEQ
-            ));
-            let mut dead = self.vm.take_batch();
-            dead.ins.push(ins.take());
-            self.vm.bury(dead);
-            return Admit::Consumed;
+            return self.exhausted(ins);
         }
         st.last += 1;
         let seq = st.last;
         let me = InstrRef::new(stream, seq);
         self.pending = 0;
+        if !matches!(ins.body, Body::OpCall { .. }) {
+            self.admit_event(ins, me);
+        }
+        for op in &ins.operands {
+            // SAFETY: only the scheduler thread (this one) touches dependence objects, and
+            // no other reference to this one is held across this call.
+            let dep = unsafe { op.tensor().dep_mut() };
+            match op.mode() {
+                AccessMode::Read => dep.read(me, self),
+                AccessMode::Write => dep.write(me, self),
+            }
+        }
+        let pending = self.pending;
+        let st = &mut self.streams[stream as usize];
+        let ready = pending == 0 && st.dispatched + 1 == seq;
+        if let Some(r) = &mut self.prof {
+            let t = r.now();
+            r.admitted(ins, program, me, t, ready.then_some(t));
+        }
+        if ready {
+            st.dispatched = seq;
+            let ctx = st.ctx;
+            if matches!(ins.body, Body::StreamWaitEvent { .. }) {
+                self.prepare(ins);
+            }
+            Admit::Ready(ctx)
+        } else {
+            st.parked.push_back(Parked { pending, program, ins: ins.take() });
+            Admit::Parked
+        }
+    }
+
+    /// A stream has given out every position it has: the VM cannot go on.
+    #[cold]
+    fn exhausted(&mut self, ins: &mut Instruction) -> Admit {
+        let name = &self.vm.streams[ins.stream.index()].name;
+        self.vm.fail_startup(format!(
+            "stream {name} has run {} instructions, the most a stream can",
+            InstrRef::MAX_SEQ
+        ));
+        let mut dead = self.vm.take_batch();
+        dead.ins.push(ins.take());
+        self.vm.bury(dead);
+        Admit::Consumed
+    }
+
+    /// The event side of admitting `ins` (`me`): a `RecordEvent` is filed under its id; a
+    /// `StreamWaitEvent` gets its edge from the `RecordEvent` it waits for, and the cover.
+    fn admit_event(&mut self, ins: &Instruction, me: InstrRef) {
+        let (stream, seq) = (me.stream(), me.seq());
         match &ins.body {
             Body::RecordEvent { id } => {
                 self.events.insert(*id, LiveRecord { at: me, event: None });
@@ -366,30 +412,6 @@ impl Scheduler {
                 }
             }
             _ => {}
-        }
-        for op in &ins.operands {
-            // SAFETY: only the scheduler thread (this one) touches dependence objects, and
-            // no other reference to this one is held across this call.
-            let dep = unsafe { op.tensor().dep_mut() };
-            match op.mode() {
-                AccessMode::Read => dep.read(me, self),
-                AccessMode::Write => dep.write(me, self),
-            }
-        }
-        let pending = self.pending;
-        let st = &mut self.streams[stream as usize];
-        let ready = pending == 0 && st.dispatched + 1 == seq;
-        if let Some(r) = &mut self.prof {
-            let t = r.now();
-            r.admitted(ins, program, me, t, ready.then_some(t));
-        }
-        if ready {
-            st.dispatched = seq;
-            self.prepare(ins);
-            Admit::Ready(self.vm.streams[stream as usize].ctx as u32)
-        } else {
-            st.parked.push_back(Parked { pending, program, ins: ins.take() });
-            Admit::Parked
         }
     }
 
