@@ -14,10 +14,11 @@
 //!   `StreamWaitEvent` (same device: the device waits) or `RecordEvent` (the host waits), as
 //!   OneFlow's `SoftSyncStream` does. Batches go to the scheduler without a lock.
 //! - **Scheduler.** One thread owns all dependence state. A write waits for the last write
-//!   and every read since; a read waits for the last write (MXNet's rule). Edges between
-//!   instructions on one stream are released at dispatch (the stream keeps order); from a
-//!   `RecordEvent` to its `StreamWaitEvent` at launch; across streams at completion, unless
-//!   a device-side wait already covers them. See [`vm::scheduler`].
+//!   and every read since; a read waits for the last write (MXNet's rule). Instructions
+//!   are named by their stream and position on it: two on one stream need no edge (a stream
+//!   dispatches, runs and completes in order); an edge from a `RecordEvent` to its
+//!   `StreamWaitEvent` is released at launch; one across streams at completion, unless a
+//!   device-side wait already covers it. See [`vm::scheduler`].
 //! - **Workers.** One [`ThreadCtx`](vm::thread_ctx) per stream runs instructions: CPU kernels
 //!   inline; device work launched on an [`ep::Stream`] with a pooled [`ep::Event`] recorded
 //!   after it, whose completion a watcher thread reports. Idle threads sleep under the

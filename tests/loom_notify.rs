@@ -17,30 +17,20 @@
 #[allow(dead_code, unreachable_pub, unused_imports)]
 mod sync;
 
+mod loom_common;
+
 use std::collections::VecDeque;
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
+use loom_common::{check, failure_of};
 use sync::notify::Notifier;
 
 /// Spin iterations before sleeping: small, to keep the state space small, but non-zero so
 /// that the spin path is explored too.
 const SPIN: u32 = 1;
-
-/// Explore `f` with a preemption bound that keeps each model to seconds: 3 by default (all
-/// models together take about half a second), or `LOOM_MAX_PREEMPTIONS` where it is set
-/// (5 takes about ten seconds).
-fn check(f: impl Fn() + Sync + Send + 'static) {
-    let bound = match std::env::var("LOOM_MAX_PREEMPTIONS") {
-        Ok(v) => v.parse().expect("LOOM_MAX_PREEMPTIONS must be a whole number"),
-        Err(_) => 3,
-    };
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(bound);
-    builder.check(f);
-}
 
 /// A work queue with its notifier, as the VM's idle loops use them.
 #[derive(Default)]
@@ -218,7 +208,7 @@ impl BrokenNotifier {
 /// reports it as a deadlock), which shows that the models above would catch one too.
 #[test]
 fn planted_lost_wakeup_is_caught() {
-    let result = std::panic::catch_unwind(|| {
+    let message = failure_of(|| {
         check(|| {
             let notifier = Arc::new(BrokenNotifier::default());
             let published = Arc::new(AtomicBool::new(false));
@@ -233,11 +223,5 @@ fn planted_lost_wakeup_is_caught() {
             producer.join().unwrap();
         });
     });
-    let payload = result.expect_err("loom did not find the planted lost wake-up");
-    let message = payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or_default();
     assert!(message.contains("deadlock"), "the model failed, but not by a lost wake-up: {message}");
 }

@@ -23,22 +23,14 @@ mod sync;
 #[allow(dead_code)]
 mod release;
 
+mod loom_common;
+
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
+use loom_common::{check, failure_of};
 use release::Releases;
-
-/// As in `loom_notify.rs`: a preemption bound of 3, or `LOOM_MAX_PREEMPTIONS`.
-fn check(f: impl Fn() + Sync + Send + 'static) {
-    let bound = match std::env::var("LOOM_MAX_PREEMPTIONS") {
-        Ok(v) => v.parse().expect("LOOM_MAX_PREEMPTIONS must be a whole number"),
-        Err(_) => 3,
-    };
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(bound);
-    builder.check(f);
-}
 
 /// One VM's release state, its inbox, and tensor T's handle count.
 struct World {
@@ -101,18 +93,23 @@ impl World {
 }
 
 /// One builder and one other thread hold handles of T; either drop may be the last.
-#[test]
-fn a_release_follows_the_batch_that_uses_the_tensor() {
-    check(|| {
+/// `close_first` plants the bug of [`World::builder`].
+fn one_builder(close_first: bool) {
+    check(move || {
         let w = World::new(2);
         let b = {
             let w = w.clone();
-            thread::spawn(move || w.builder("batch A", false))
+            thread::spawn(move || w.builder("batch A", close_first))
         };
         w.drop_handle();
         b.join().unwrap();
         w.assert_ordered(&["batch A"]);
     });
+}
+
+#[test]
+fn a_release_follows_the_batch_that_uses_the_tensor() {
+    one_builder(false);
 }
 
 /// Two builders on two threads use T; the release follows both batches, whichever thread
@@ -159,23 +156,6 @@ fn an_unrelated_batch_never_strands_a_release() {
 /// above would catch such a bug in the rule itself.
 #[test]
 fn planted_early_close_is_caught() {
-    let result = std::panic::catch_unwind(|| {
-        check(|| {
-            let w = World::new(2);
-            let b = {
-                let w = w.clone();
-                thread::spawn(move || w.builder("batch A", true))
-            };
-            w.drop_handle();
-            b.join().unwrap();
-            w.assert_ordered(&["batch A"]);
-        });
-    });
-    let payload = result.expect_err("loom did not find the planted ordering bug");
-    let message = payload
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| payload.downcast_ref::<&str>().copied())
-        .unwrap_or_default();
+    let message = failure_of(|| one_builder(true));
     assert!(message.contains("overtook"), "the model failed, but not by the planted bug: {message}");
 }

@@ -211,7 +211,7 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
     let n = prog.ops.len();
     let tensors: Vec<Tensor> =
         (0..prog.tensors).map(|_| vm.empty(&[], DType::F32, DeviceId::CPU)).collect::<Result<_>>()?;
-    // Initialise every tensor, then warm up (pools, slab, threads) with a tenth of the run.
+    // Initialise every tensor, then warm up (pools, threads) with a tenth of the run.
     let fill = vm.op("fill")?;
     let cpu = vm.compute_stream(DeviceId::CPU)?;
     vm.run(|b| tensors.iter().try_for_each(|t| b.call_into(fill, &[], &[t], Attrs::scalar(1.0), cpu)))?;

@@ -3,14 +3,13 @@
 //!
 //! # Why calls are queued, not built into an open builder
 //!
-//! An [`InstructionsBuilder`] defers the `Release` of every handle dropped on its thread
-//! while it is open, and the VM's builders on one thread must close in the reverse order of
-//! opening. A context that kept a builder open between calls would break that order as
-//! soon as two contexts (or a context and a plain `vm.run`) interleave. So a context keeps
-//! its own queue of checked calls, each holding handles to its operands, and replays the
-//! queue inside one short `vm.run` at a flush: the operands stay alive until their
-//! instructions are built, and every handle dropped while they are built gets its
-//! `Release` after them.
+//! A tensor's `Release` is submitted only after every builder batch that was open when its
+//! last handle dropped has been submitted (`framework::release`), so a builder kept open
+//! between calls would hold back the `Release` of every tensor dropped meanwhile, on any
+//! thread, until its next submission. So a context keeps its own queue of checked calls,
+//! each holding handles to its operands, and replays the queue inside one short `vm.run`
+//! at a flush: the operands stay alive until their instructions are built, and a handle
+//! dropped while they are built gets its `Release` after them.
 //!
 //! # Flush points
 //!
@@ -21,7 +20,6 @@
 //! reads), and when it is dropped.
 
 use std::cell::{Cell, RefCell};
-use std::marker::PhantomData;
 
 use smallvec::SmallVec;
 
@@ -122,9 +120,6 @@ pub struct Context<'vm> {
     flushes: Cell<u64>,
     /// The error of a flush made when the queue filled up, returned by the next flush.
     deferred: RefCell<Option<Error>>,
-    /// Not `Send`: handles dropped on this thread must be released after this thread's
-    /// queued calls (module docs).
-    _thread: PhantomData<*const ()>,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -167,7 +162,6 @@ impl<'vm> Context<'vm> {
             calls: Cell::new(0),
             flushes: Cell::new(0),
             deferred: RefCell::new(None),
-            _thread: PhantomData,
         }
     }
 

@@ -11,7 +11,7 @@
 //!
 //! A call whose signature (kernel, stream, attributes, and each operand's interned meta:
 //! shape, dtype, device) was checked before by this VM's builders passes on a comparison of
-//! a few words ([`InferCache`]); only the checks that depend on the tensors' identity and
+//! a few words (`InferCache`); only the checks that depend on the tensors' identity and
 //! state (released, aliased) run on every call. The instruction is written once, into the
 //! batch. Nothing per call is allocated, locked or counted: tensors are not kept alive by
 //! a handle per use (`framework::release` says why none is needed).
@@ -193,10 +193,22 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// Append `ins` to the batch (opening it first if it is empty), flushing a full batch.
     #[inline]
     fn push(&mut self, ins: Instruction) {
+        self.open_if_empty();
+        self.batch.ins.push(ins);
+        self.flush_if_full();
+    }
+
+    /// Before the first instruction of a batch: tell the release rule a batch is open.
+    #[inline]
+    fn open_if_empty(&mut self) {
         if self.batch.is_empty() {
             self.vm.releases.open(&self.slot);
         }
-        self.batch.ins.push(ins);
+    }
+
+    /// After an instruction: submit the batch once it is full.
+    #[inline]
+    fn flush_if_full(&mut self) {
         if self.batch.len() >= self.batch_size {
             self.flush();
         }
@@ -322,13 +334,9 @@ impl<'vm> InstructionsBuilder<'vm> {
     ) {
         let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
         self.sync_operands(stream, tensors, || operands(inputs, outputs));
-        if self.batch.is_empty() {
-            self.vm.releases.open(&self.slot);
-        }
-        push_call(&mut self.batch.ins, Body::OpCall { kernel, attrs }, stream, inputs, outputs);
-        if self.batch.len() >= self.batch_size {
-            self.flush();
-        }
+        self.open_if_empty();
+        push_call(&mut self.batch.ins, kernel, attrs, stream, inputs, outputs);
+        self.flush_if_full();
     }
 
     fn emit(&mut self, body: Body, stream: StreamId, ops: Operands) {
@@ -456,15 +464,18 @@ fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
 /// Assembled on the stack and then moved, as `Vec::push` does when it may have to grow
 /// first, an instruction is stored in words and reloaded in wider loads that the store
 /// buffer cannot forward: a stall on every call, longer than the rest of the call's
-/// emission.
-#[inline]
+/// emission. For the same reason this is always inlined and takes the body's words, not a
+/// `Body`: a body passed by value would go through the stack.
+#[inline(always)]
 fn push_call(
     batch: &mut Vec<Instruction>,
-    body: Body,
+    kernel: KernelRef,
+    attrs: Attrs,
     stream: StreamId,
     inputs: &[&Tensor],
     outputs: &[&Tensor],
 ) {
+    let body = Body::OpCall { kernel, attrs };
     batch.reserve(1);
     let len = batch.len();
     // SAFETY: `reserve(1)` left room for an element at index `len`; every field is written

@@ -73,8 +73,9 @@ pub struct TensorMeta {
 }
 
 impl PartialEq for TensorMeta {
-    /// Field by field, dimensions in a plain loop: shapes are short, and the builder
-    /// compares metas on every call (its inference cache).
+    /// Field by field, dimensions in a plain loop: shapes are short, and metas are compared
+    /// whenever the VM numbers one (`VmShared::intern`) and on every call the builder
+    /// checks in full.
     #[inline]
     fn eq(&self, other: &Self) -> bool {
         self.dtype == other.dtype

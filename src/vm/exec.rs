@@ -1,8 +1,9 @@
 //! Instruction policies: what running each kind of instruction does to its tensors.
 //!
 //! [`execute`] runs on whichever thread executes the stream's work: the `ThreadCtx`
-//! worker for synchronous (CPU) streams, the device's own thread for the mock device (the
-//! worker launches a closure that calls it), or the caller in synchronous mode. The
+//! worker for synchronous (CPU) streams and for CUDA launches (which enqueue the kernels on
+//! the device stream), the device's own thread for the mock device (the worker launches a
+//! closure that calls it), or the caller in synchronous mode. The
 //! dependence rules guarantee that while it runs, no other instruction writes the tensors
 //! it reads or touches the tensors it writes.
 //!
@@ -58,15 +59,15 @@ pub(crate) struct ExecEnv {
     pub(crate) failures: Arc<FailureLog>,
 }
 
-/// Run `ins` (any kind except `Barrier`, which the scheduler runs itself), in place: what
-/// it hands on (a host write's bytes, a callback) is taken out of it. `program` is its
-/// program number, for the errors it may raise. A synchronous worker then empties the batch
-/// and hands it back to the pool.
+/// Run `ins` in place. `program` is its program number, for the errors it may raise. A
+/// `Barrier` reaches here only in synchronous mode (the scheduler runs barriers itself
+/// otherwise); its callback is taken out and called. A synchronous worker then empties the
+/// batch, dropping what the instructions still hold, and hands it back to the pool.
 ///
 /// A kernel's panic unwinds out of this function: the caller catches it (a worker once per
-/// batch, [`execute_catching`] once per launch on a device's thread) and hands it to
-/// [`panicked`]. Catching once per batch keeps the landing pad, and the indirect call it
-/// takes, off every instruction.
+/// batch; [`execute_catching`] once per instruction, for work launched on an asynchronous
+/// stream and in synchronous mode) and hands it to [`panicked`]. Catching once per batch
+/// keeps the landing pad, and the indirect call it takes, off every instruction.
 #[inline]
 pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
     match &mut ins.body {
@@ -95,7 +96,8 @@ pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
     }
 }
 
-/// [`execute`], catching a panic (for work launched on a device's own thread).
+/// [`execute`], catching a panic: for work launched on an asynchronous stream (run on the
+/// mock device's thread, or on the worker by a CUDA launch) and in synchronous mode.
 pub(crate) fn execute_catching(ins: &mut Instruction, program: u64, env: &ExecEnv) {
     if let Err(payload) = catch_unwind(AssertUnwindSafe(|| execute(ins, program, env))) {
         panicked(ins, program, payload, env);

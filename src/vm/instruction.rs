@@ -1,10 +1,13 @@
 //! Instructions: what the builder emits and the scheduler dispatches.
 //!
-//! An [`Instruction`] is one cache line (64 bytes): its [`Body`] (what it does), its operand
-//! list (three one-word operands inline), its stream and its input count. It is written once,
-//! by the builder, and only read after that: neither the scheduler nor a synchronous worker
-//! writes to it (the scheduler keeps its own records, `vm::scheduler`), so the line the
-//! builder fills goes to the other cores and comes back without being written there. Its
+//! An [`Instruction`] is one cache line (64 bytes, aligned to it): its [`Body`] (what it
+//! does), its operand list (three one-word operands inline), its stream and its input
+//! count. An `OpCall` is written once, by the builder, and only read after that: neither the
+//! scheduler nor a synchronous worker writes to it (the scheduler keeps its own records,
+//! `vm::scheduler`), so the line the builder fills goes to the other cores and comes back
+//! without being written there. (The scheduler writes to an instruction only to turn a
+//! `StreamWaitEvent` into a `WaitEvent`, to take a barrier's callback, and to move out one
+//! that must wait; a worker takes a `WaitEvent`'s event as it runs.) Its
 //! kernel is a one-word `&'static` reference, and its operands point to their tensors without
 //! a reference count ([`TensorPtr`]): emitting, running and dropping one costs no allocation
 //! and no atomic operation.
@@ -190,8 +193,10 @@ impl Body {
     }
 }
 
-/// One instruction.
+/// One instruction: one cache line, aligned to it, so that writing or reading one touches
+/// one line and no other instruction's.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct Instruction {
     pub(crate) body: Body,
     pub(crate) operands: Operands,
@@ -328,7 +333,8 @@ mod tests {
         // worker, each on its own core: its size is memory traffic per instruction.
         assert_eq!(std::mem::size_of::<Operand>(), 8);
         assert_eq!(std::mem::size_of::<Body>(), 24);
-        assert!(std::mem::size_of::<Instruction>() <= 64, "{}", std::mem::size_of::<Instruction>());
+        assert_eq!(std::mem::size_of::<Instruction>(), 64);
+        assert_eq!(std::mem::align_of::<Instruction>(), 64);
     }
 
     #[test]

@@ -298,9 +298,9 @@ impl VmShared {
         }
     }
 
-    /// The `Release` for a tensor whose last handle dropped (see `framework::builder`).
-    /// Emit the `Release` of `t` now (after every use already built on this thread), while
-    /// handles of it may still be alive; later calls on it are refused.
+    /// Release `t` while handles of it may still be alive (`Array::release`): its `Release`
+    /// follows every use already built, on any thread (`framework::release`), and later
+    /// calls on it are refused.
     pub(crate) fn release_tensor(&self, t: &TensorInner) {
         if t.released.swap(true, Ordering::Relaxed) {
             return;
