@@ -52,6 +52,48 @@ fn a_failed_kernel_poisons_its_outputs_and_their_readers_every_time() {
     assert_eq!(bad.to_vec::<f32>().unwrap(), vec![2.0, 2.0]);
 }
 
+/// Calls with more operands than an instruction keeps inline (three): their operands lie in
+/// the batch's arena, move with the instruction when it waits (here for fills on another
+/// stream of the device, with jitter) and when it is launched on a device. Exactly one of
+/// eight inputs carries an error, so the output carries that error only if every operand
+/// was read from the right place.
+#[test]
+fn wide_calls_read_every_operand_wherever_it_lies() {
+    let vm = vm();
+    let (fill, fail, noop) = (vm.op("fill").unwrap(), vm.op("fail").unwrap(), vm.op("noop").unwrap());
+    for device in [DeviceId::CPU, DeviceId::mock(0)] {
+        let compute = vm.compute_stream(device).unwrap();
+        let side = vm.stream(device, StreamType::H2D).unwrap();
+        for bad in [0usize, 5, 7] {
+            let ins: Vec<Tensor> = (0..8).map(|_| vm.empty(&[2], DType::F32, device).unwrap()).collect();
+            let (out, clean) =
+                (vm.empty(&[2], DType::F32, device).unwrap(), vm.empty(&[2], DType::F32, device).unwrap());
+            vm.run(|b| -> Result<()> {
+                for (k, t) in ins.iter().enumerate() {
+                    let (op, s) = if k == bad { (fail, side) } else { (fill, side) };
+                    b.call_into(op, &[], &[t], Attrs::scalar(k as f64), s)?;
+                }
+                let refs: Vec<&Tensor> = ins.iter().collect();
+                b.call_into(noop, &refs, &[&out], Attrs::default(), compute)?;
+                let good: Vec<&Tensor> =
+                    refs.iter().copied().enumerate().filter(|(k, _)| *k != bad).map(|(_, t)| t).collect();
+                b.call_into(noop, &good, &[&clean], Attrs::default(), compute)
+            })
+            .unwrap();
+            match out.wait() {
+                Err(Error::Kernel { message, .. }) => {
+                    assert_eq!(message, format!("fail op: {bad}"), "on {device}")
+                }
+                other => panic!("on {device}: expected input {bad}'s failure, got {other:?}"),
+            }
+            clean
+                .wait()
+                .unwrap_or_else(|e| panic!("on {device}: a call without the failed input failed: {e}"));
+        }
+        assert!(vm.sync().is_err());
+    }
+}
+
 /// Panics in the middle of one batch: each fails its own instruction only, everything after
 /// it in the batch still runs, and a reader of a panicked output carries that panic on.
 #[test]

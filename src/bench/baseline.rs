@@ -4,8 +4,8 @@
 //! idle threads parked with the VM's own [`Notifier`] protocol and spin length. Each item is
 //! as large as an instruction of the VM (64 bytes, one cache line; a test keeps the two
 //! sizes equal), so the pipeline moves the same bytes per item as the VM moves per
-//! instruction, and the worker calls a function through a pointer for every item, as the VM
-//! calls a kernel. Like the VM, it keeps its emptied batches for reuse (a [`Pipeline`] keeps
+//! instruction of up to three operands, and the worker calls a function through a pointer
+//! for every item, as the VM calls a kernel. Like the VM, it keeps its emptied batches for reuse (a [`Pipeline`] keeps
 //! them across runs) and holds its caller back above the same high-water mark of items in
 //! flight until they fall to the low-water mark, so that its memory stays bounded and a run
 //! never waits on the system for fresh pages. Nothing else: no checks, no dependence
@@ -19,7 +19,8 @@ use crossbeam_queue::SegQueue;
 
 use crate::sync::notify::Notifier;
 
-/// One pipeline item: a function and its argument, padded to an instruction's size.
+/// One pipeline item: a function and its argument, padded to an instruction's size and
+/// alignment (one cache line).
 #[derive(Clone, Copy)]
 #[repr(align(64))]
 struct Item {
@@ -144,6 +145,8 @@ mod tests {
 
     #[test]
     fn an_item_is_as_large_as_an_instruction() {
-        assert_eq!(std::mem::size_of::<Item>(), std::mem::size_of::<crate::vm::instruction::Instruction>());
+        use crate::vm::instruction::Instruction;
+        assert_eq!(std::mem::size_of::<Item>(), std::mem::size_of::<Instruction>());
+        assert_eq!(std::mem::align_of::<Item>(), std::mem::align_of::<Instruction>());
     }
 }

@@ -190,11 +190,12 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.vm.submit_releases(ready);
     }
 
-    /// Append `ins` to the batch (opening it first if it is empty), flushing a full batch.
+    /// Append `ins` with the operands `ops` to the batch (opening it first if it is empty),
+    /// flushing a full batch.
     #[inline]
-    fn push(&mut self, ins: Instruction) {
+    fn push(&mut self, ins: Instruction, ops: &[Operand]) {
         self.open_if_empty();
-        self.batch.ins.push(ins);
+        self.batch.push(ins, ops);
         self.flush_if_full();
     }
 
@@ -335,13 +336,21 @@ impl<'vm> InstructionsBuilder<'vm> {
         let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
         self.sync_operands(stream, tensors, || operands(inputs, outputs));
         self.open_if_empty();
-        push_call(&mut self.batch.ins, kernel, attrs, stream, inputs, outputs);
+        // SAFETY (both maps): the caller holds a handle of each tensor now, and a Release
+        // of it is submitted only after the batch being built (`framework::release`).
+        let reads =
+            inputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
+        let writes =
+            outputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
+        let body = Body::OpCall { kernel, attrs };
+        let n = inputs.len() + outputs.len();
+        self.batch.push_in_place(body, stream, inputs.len() as u8, n, reads.chain(writes));
         self.flush_if_full();
     }
 
     fn emit(&mut self, body: Body, stream: StreamId, ops: Operands) {
         self.sync_operands(stream, ops.iter().map(|o| o.tensor()), || ops.clone());
-        self.push(Instruction::new(body, stream, ops));
+        self.push(Instruction::new(body, stream), &ops);
     }
 
     /// Emit an instruction exactly as given: no checks and no soft sync. For trace replay
@@ -351,9 +360,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         for o in &ops {
             o.tensor().last_stream.store(stream.0, Ordering::Relaxed);
         }
-        let mut ins = Instruction::new(body, stream, ops);
+        let mut ins = Instruction::new(body, stream);
         ins.n_inputs = n_inputs;
-        self.push(ins);
+        self.push(ins, &ops);
     }
 
     /// Soft sync before an instruction on `stream` that uses `tensors` (module docs): emit
@@ -408,10 +417,10 @@ impl<'vm> InstructionsBuilder<'vm> {
             let (s, t) = (&self.vm.streams[src as usize], &self.vm.streams[me.index()]);
             let id = self.vm.next_event_id();
             if s.device == t.device && s.device_waits {
-                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src), reads));
-                self.push(Instruction::new(Body::StreamWaitEvent { id }, me, Operands::new()));
+                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src)), &reads);
+                self.push(Instruction::new(Body::StreamWaitEvent { id }, me), &[]);
             } else if s.policy == crate::vm::PolicyKind::Event {
-                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src), reads));
+                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src)), &reads);
             }
         }
     }
@@ -459,40 +468,6 @@ fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
     ops
 }
 
-/// Append an `OpCall` to `batch`, writing it field by field where it lies in the batch.
-///
-/// Assembled on the stack and then moved, as `Vec::push` does when it may have to grow
-/// first, an instruction is stored in words and reloaded in wider loads that the store
-/// buffer cannot forward: a stall on every call, longer than the rest of the call's
-/// emission. For the same reason this is always inlined and takes the body's words, not a
-/// `Body`: a body passed by value would go through the stack.
-#[inline(always)]
-fn push_call(
-    batch: &mut Vec<Instruction>,
-    kernel: KernelRef,
-    attrs: Attrs,
-    stream: StreamId,
-    inputs: &[&Tensor],
-    outputs: &[&Tensor],
-) {
-    let body = Body::OpCall { kernel, attrs };
-    batch.reserve(1);
-    let len = batch.len();
-    // SAFETY: `reserve(1)` left room for an element at index `len`; every field is written
-    // before `set_len` makes it part of the vector (if `push_operands` unwound, the element
-    // would only be leaked, never read).
-    unsafe {
-        let p = batch.as_mut_ptr().add(len);
-        std::ptr::addr_of_mut!((*p).body).write(body);
-        std::ptr::addr_of_mut!((*p).stream).write(stream);
-        std::ptr::addr_of_mut!((*p).n_inputs).write(inputs.len() as u8);
-        let ops = std::ptr::addr_of_mut!((*p).operands);
-        ops.write(Operands::new());
-        push_operands(&mut *ops, inputs, outputs);
-        batch.set_len(len + 1);
-    }
-}
-
 /// Append the operands of a call to `ops`: inputs read, then outputs written.
 #[inline]
 fn push_operands(ops: &mut Operands, inputs: &[&Tensor], outputs: &[&Tensor]) {
@@ -506,13 +481,14 @@ fn push_operands(ops: &mut Operands, inputs: &[&Tensor], outputs: &[&Tensor]) {
     }
 }
 
-/// The `Release` of `t`, on the stream that used it last; none if nothing ever used it.
-pub(crate) fn release_instruction(t: TensorOwner) -> Option<Instruction> {
+/// Append the `Release` of `t` to `batch`, on the stream that used it last; nothing (and `t`
+/// is dropped) if nothing ever used it.
+pub(crate) fn push_release(batch: &mut Batch, t: TensorOwner) {
     let last = t.last_stream.load(Ordering::Relaxed);
     if last == NO_STREAM {
-        return None;
+        return;
     }
     // SAFETY: the instruction owns `t` (its `owner`), so the pointer lives as long as it.
-    let ops = SmallVec::from_iter([Operand::new(unsafe { TensorPtr::new(&t) }, AccessMode::Write)]);
-    Some(Instruction::new(Body::Release { owner: Some(t) }, StreamId(last), ops))
+    let op = Operand::new(unsafe { TensorPtr::new(&t) }, AccessMode::Write);
+    batch.push(Instruction::new(Body::Release { owner: Some(t) }, StreamId(last)), &[op]);
 }

@@ -31,7 +31,8 @@ use smallvec::SmallVec;
 
 use crate::alloc::HostAllocator;
 use crate::vm::dependence::InstrRef;
-use crate::vm::instruction::{Body, Instruction};
+use crate::vm::instruction::{Body, Operand};
+use crate::vm::StreamId;
 
 use super::ThreadRole;
 
@@ -209,17 +210,21 @@ impl Recorder {
         self.recs.push(Rec::Slice { name, start, end, count: count as u32 });
     }
 
-    /// The scheduler received `ins` (program number `program`, stream position `at`) at
-    /// `queued`, and dispatched it at `dispatched` if it was ready at once.
+    /// The scheduler received an instruction (`body` on `stream`, with `ops`; program number
+    /// `program`, stream position `at`) at `queued`, and dispatched it at `dispatched` if it
+    /// was ready at once.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn admitted(
         &mut self,
-        ins: &Instruction,
+        body: &Body,
+        stream: StreamId,
+        ops: &[Operand],
         program: u64,
         at: InstrRef,
         queued: Nanos,
         dispatched: Option<Nanos>,
     ) {
-        let link = match &ins.body {
+        let link = match body {
             Body::RecordEvent { id } => Link::Record(*id),
             Body::StreamWaitEvent { id } => Link::Wait(*id),
             _ => Link::None,
@@ -227,10 +232,10 @@ impl Recorder {
         self.recs.push(Rec::Admit {
             program,
             at,
-            stream: ins.stream.0,
-            name: ins.body.name(),
+            stream: stream.0,
+            name: body.name(),
             link,
-            tensors: ins.operands.iter().map(|o| o.tensor().id).collect(),
+            tensors: ops.iter().map(|o| o.tensor().id).collect(),
             queued,
             dispatched,
         });

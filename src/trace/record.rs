@@ -34,7 +34,7 @@ use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT,
 use super::{checksum, TraceError};
 use crate::error::Error;
 use crate::framework::{DType, Tensor, TensorMeta};
-use crate::vm::instruction::{Body, Instruction};
+use crate::vm::instruction::{Batch, Body};
 use crate::vm::VmShared;
 use crate::VirtualMachine;
 
@@ -104,10 +104,11 @@ impl std::fmt::Debug for Capture {
 
 impl Capture {
     /// Copy the description of `batch` and hand it to the writer thread.
-    pub(crate) fn capture(&mut self, batch: &[Instruction]) {
+    pub(crate) fn capture(&mut self, batch: &Batch) {
         let recs = &mut self.pending;
-        for ins in batch {
-            for o in &ins.operands {
+        for ins in &batch.ins {
+            let ops = batch.operands(ins);
+            for o in ops.iter() {
                 let id = o.tensor().id;
                 let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
                 if word >= self.seen.len() {
@@ -131,7 +132,7 @@ impl Capture {
                 Body::Wait(_) => RecKind::AccessWait,
                 Body::Write(bytes) => RecKind::Write(bytes.to_vec()),
             };
-            let tensors = ins.operands.iter().map(|o| o.tensor().id).collect();
+            let tensors = ops.iter().map(|o| o.tensor().id).collect();
             recs.push(Rec::Instr { kind, stream: ins.stream.0, tensors });
         }
         if recs.len() >= SEND_AT {

@@ -69,14 +69,14 @@ pub(crate) struct ExecEnv {
 /// stream and in synchronous mode) and hands it to [`panicked`]. Catching once per batch
 /// keeps the landing pad, and the indirect call it takes, off every instruction.
 #[inline]
-pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
-    match &mut ins.body {
+pub(crate) fn execute(body: &mut Body, n_inputs: u8, ops: &[Operand], program: u64, env: &ExecEnv) {
+    match body {
         &mut Body::OpCall { kernel, attrs } => {
-            let (inputs, outputs) = ins.operands.split_at(ins.n_inputs as usize);
+            let (inputs, outputs) = ops.split_at(n_inputs as usize);
             op_call(kernel.get(), attrs, inputs, outputs, program, env);
         }
         Body::Release { .. } => {
-            for op in &ins.operands {
+            for op in ops {
                 // SAFETY: a Release holds the write access to its operand: every earlier
                 // access has finished (or precedes it on this stream's FIFO).
                 let v = unsafe { op.tensor().value_mut() };
@@ -84,9 +84,9 @@ pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
                 v.error = None;
             }
         }
-        Body::Read(slot) => read_access(&ins.operands[0], slot, false, program),
-        Body::Wait(slot) => read_access(&ins.operands[0], slot, true, program),
-        Body::Write(bytes) => write_access(&ins.operands[0], bytes, env),
+        Body::Read(slot) => read_access(&ops[0], slot, false, program),
+        Body::Wait(slot) => read_access(&ops[0], slot, true, program),
+        Body::Write(bytes) => write_access(&ops[0], bytes, env),
         // On a synchronous stream events are complete when recorded; asynchronous streams
         // handle these in the worker (`thread_ctx`), which owns the device stream.
         Body::RecordEvent { .. } | Body::StreamWaitEvent { .. } => {}
@@ -98,9 +98,11 @@ pub(crate) fn execute(ins: &mut Instruction, program: u64, env: &ExecEnv) {
 
 /// [`execute`], catching a panic: for work launched on an asynchronous stream (run on the
 /// mock device's thread, or on the worker by a CUDA launch) and in synchronous mode.
-pub(crate) fn execute_catching(ins: &mut Instruction, program: u64, env: &ExecEnv) {
-    if let Err(payload) = catch_unwind(AssertUnwindSafe(|| execute(ins, program, env))) {
-        panicked(ins, program, payload, env);
+pub(crate) fn execute_catching(ins: &mut Instruction, ops: &[Operand], program: u64, env: &ExecEnv) {
+    if let Err(payload) =
+        catch_unwind(AssertUnwindSafe(|| execute(&mut ins.body, ins.n_inputs, ops, program, env)))
+    {
+        panicked(ins, ops, program, payload, env);
     }
 }
 
@@ -109,6 +111,7 @@ pub(crate) fn execute_catching(ins: &mut Instruction, program: u64, env: &ExecEn
 #[cold]
 pub(crate) fn panicked(
     ins: &Instruction,
+    ops: &[Operand],
     program: u64,
     payload: Box<dyn std::any::Any + Send>,
     env: &ExecEnv,
@@ -120,7 +123,7 @@ pub(crate) fn panicked(
         .unwrap_or_else(|| "non-string panic payload".into());
     let e =
         Error::Panic { instr: program, op: ins.body.name().into(), stream: env.stream_name.clone(), message };
-    fail(&ins.operands[ins.n_inputs as usize..], e, env);
+    fail(&ops[ins.n_inputs as usize..], e, env);
 }
 
 fn op_call(

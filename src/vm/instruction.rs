@@ -1,22 +1,29 @@
 //! Instructions: what the builder emits and the scheduler dispatches.
 //!
 //! An [`Instruction`] is one cache line (64 bytes, aligned to it): its [`Body`] (what it
-//! does), its operand list (three one-word operands inline), its stream and its input
-//! count. An `OpCall` is written once, by the builder, and only read after that: neither the
+//! does), its operands, its stream and its input count. An operand is one word (a tensor
+//! and how it is used); up to three lie in the instruction itself, and the operands of an
+//! instruction with more lie in its [`Batch`]'s operand arena, so that no instruction, with
+//! any number of operands, costs an allocation.
+//!
+//! An `OpCall` is written once, by the builder, and only read after that: neither the
 //! scheduler nor a synchronous worker writes to it (the scheduler keeps its own records,
 //! `vm::scheduler`), so the line the builder fills goes to the other cores and comes back
 //! without being written there. (The scheduler writes to an instruction only to turn a
 //! `StreamWaitEvent` into a `WaitEvent`, to take a barrier's callback, and to move out one
-//! that must wait; a worker takes a `WaitEvent`'s event as it runs.) Its
-//! kernel is a one-word `&'static` reference, and its operands point to their tensors without
-//! a reference count ([`TensorPtr`]): emitting, running and dropping one costs no allocation
+//! that must wait; a worker takes a `WaitEvent`'s event as it runs.) Its kernel is a
+//! one-word `&'static` reference, and its operands point to their tensors without a
+//! reference count ([`TensorPtr`]): emitting, running and dropping one costs no allocation
 //! and no atomic operation.
 //!
-//! Instructions travel in [`Batch`]es: the builder's unit of submission, the scheduler's
-//! unit of dispatch, and the worker's unit of work. A batch also carries the program number
-//! of each instruction (errors and timelines name instructions by it), as one number for the
-//! whole batch when its instructions are consecutive in program order.
+//! Instructions travel in batches: the builder's unit of submission, the scheduler's unit
+//! of dispatch, and the worker's unit of work. A batch also carries the program number of
+//! each instruction (errors and timelines name instructions by it), as one number for the
+//! whole batch when its instructions are consecutive in program order. An instruction moved
+//! from one batch to another (by the scheduler, into a worker's outgoing batch) takes the
+//! operands it keeps in the arena with it.
 
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -96,6 +103,7 @@ unsafe impl Send for Operand {}
 unsafe impl Sync for Operand {}
 
 const WRITE_BIT: usize = 1;
+
 const _: () = assert!(std::mem::align_of::<TensorInner>() > WRITE_BIT);
 
 impl Operand {
@@ -141,9 +149,9 @@ impl std::fmt::Debug for Operand {
     }
 }
 
-/// Operand list; inputs first (reads), then outputs (writes) for an `OpCall`. Three inline:
-/// with the body, that keeps an instruction on one cache line.
-pub(crate) type Operands = SmallVec<[Operand; 3]>;
+/// An operand list being put together (by soft sync, trace replay, the host accesses) before
+/// it goes into a batch: inputs first (reads), then outputs (writes).
+pub(crate) type Operands = SmallVec<[Operand; 4]>;
 
 /// What an instruction does; the policy of DESIGN.md's instruction table. Every payload is
 /// at most two words, so that the body takes three.
@@ -193,30 +201,93 @@ impl Body {
     }
 }
 
+/// Operands an instruction keeps in itself.
+pub(crate) const INLINE_OPS: usize = 3;
+
+/// An instruction's operands: up to [`INLINE_OPS`] in the instruction (`inline`), more in
+/// its batch's operand arena (at `at`). Invariant: when `len <= INLINE_OPS`, the first `len`
+/// slots of `inline` are initialised; the others are never read as operands.
+#[derive(Clone, Copy)]
+pub(crate) struct OpList {
+    len: u32,
+    at: u32,
+    inline: [MaybeUninit<Operand>; INLINE_OPS],
+}
+
+impl OpList {
+    /// No operands.
+    pub(crate) const EMPTY: OpList = OpList { len: 0, at: 0, inline: [MaybeUninit::uninit(); INLINE_OPS] };
+
+    /// Whether the operands are in the batch's arena.
+    #[inline]
+    fn in_arena(&self) -> bool {
+        self.len as usize > INLINE_OPS
+    }
+
+    #[inline]
+    fn arena_range(&self) -> std::ops::Range<usize> {
+        self.at as usize..self.at as usize + self.len as usize
+    }
+}
+
+impl std::fmt::Debug for OpList {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.in_arena() {
+            write!(f, "{} operands at {} in the arena", self.len, self.at)
+        } else {
+            f.debug_list().entries(OpsRef::Inline(*self).iter()).finish()
+        }
+    }
+}
+
+/// An instruction's operands as a reader sees them: a copy of the inline ones, or the
+/// arena's slice. Dereferences to `[Operand]`.
+pub(crate) enum OpsRef<'a> {
+    Inline(OpList),
+    Arena(&'a [Operand]),
+}
+
+impl std::ops::Deref for OpsRef<'_> {
+    type Target = [Operand];
+    #[inline]
+    fn deref(&self) -> &[Operand] {
+        match self {
+            OpsRef::Inline(l) => {
+                // SAFETY: an inline list's first `len` slots are initialised (`OpList`'s
+                // invariant), and `MaybeUninit<Operand>` has `Operand`'s layout.
+                unsafe { std::slice::from_raw_parts(l.inline.as_ptr().cast::<Operand>(), l.len as usize) }
+            }
+            OpsRef::Arena(s) => s,
+        }
+    }
+}
+
 /// One instruction: one cache line, aligned to it, so that writing or reading one touches
-/// one line and no other instruction's.
+/// one line and no other instruction's. Its operands: [`Batch::operands`].
 #[derive(Debug)]
 #[repr(align(64))]
 pub(crate) struct Instruction {
     pub(crate) body: Body,
-    pub(crate) operands: Operands,
+    pub(crate) ops: OpList,
     pub(crate) stream: StreamId,
     /// How many of the operands are inputs (an `OpCall`'s reads); 0 for other kinds.
     pub(crate) n_inputs: u8,
 }
 
 impl Instruction {
-    pub(crate) fn new(body: Body, stream: StreamId, operands: Operands) -> Self {
-        Instruction { body, operands, stream, n_inputs: 0 }
+    /// An instruction with no operands yet (a batch's `push` places them).
+    pub(crate) fn new(body: Body, stream: StreamId) -> Self {
+        Instruction { body, ops: OpList::EMPTY, stream, n_inputs: 0 }
     }
 
     /// Move the instruction out, leaving an inert one (no operands, never run) in its place.
     pub(crate) fn take(&mut self) -> Instruction {
-        std::mem::replace(self, Instruction::new(Body::Release { owner: None }, self.stream, Operands::new()))
+        std::mem::replace(self, Instruction::new(Body::Release { owner: None }, self.stream))
     }
 }
 
-/// Instructions in program order (per stream), and their program numbers.
+/// Instructions in program order (per stream), the operands that do not fit in them, and
+/// their program numbers.
 ///
 /// Program numbers are given by the scheduler when it receives a batch: the builder's batch
 /// gets one number for its first instruction (the others follow it); a batch the scheduler
@@ -224,6 +295,8 @@ impl Instruction {
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
     pub(crate) ins: Vec<Instruction>,
+    /// The operands of the instructions that have more than [`INLINE_OPS`].
+    ops: Vec<Operand>,
     /// The program number of `ins[0]`, when `numbers` is empty.
     first: u64,
     /// The program number of each instruction, when they are not consecutive.
@@ -233,7 +306,123 @@ pub(crate) struct Batch {
 impl Batch {
     /// An empty batch with room for `n` instructions.
     pub(crate) fn with_capacity(n: usize) -> Self {
-        Batch { ins: Vec::with_capacity(n), first: 0, numbers: Vec::new() }
+        Batch { ins: Vec::with_capacity(n), ops: Vec::new(), first: 0, numbers: Vec::new() }
+    }
+
+    /// Instruction `i`'s body, stream, input count and operands, to admit or run it in
+    /// place: the operands are borrowed where they lie (in the instruction or the arena),
+    /// beside the body.
+    #[inline]
+    pub(crate) fn parts(&mut self, i: usize) -> (&mut Body, StreamId, u8, &[Operand]) {
+        let Instruction { body, ops, stream, n_inputs } = &mut self.ins[i];
+        let ops: &OpList = ops;
+        let slice = if ops.in_arena() {
+            &self.ops[ops.arena_range()]
+        } else {
+            // SAFETY: an inline list's first `len` slots are initialised (`OpList`'s
+            // invariant), and `MaybeUninit<Operand>` has `Operand`'s layout.
+            unsafe { std::slice::from_raw_parts(ops.inline.as_ptr().cast::<Operand>(), ops.len as usize) }
+        };
+        (body, *stream, *n_inputs, slice)
+    }
+
+    /// The operands of `ins`, an instruction of this batch.
+    #[inline]
+    pub(crate) fn operands(&self, ins: &Instruction) -> OpsRef<'_> {
+        self.view(&ins.ops)
+    }
+
+    #[inline]
+    fn view(&self, l: &OpList) -> OpsRef<'_> {
+        if l.in_arena() {
+            OpsRef::Arena(&self.ops[l.arena_range()])
+        } else {
+            OpsRef::Inline(*l)
+        }
+    }
+
+    /// Instruction `i`, to run in place, and its operands.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, i: usize) -> (&mut Instruction, OpsRef<'_>) {
+        let ins = &mut self.ins[i];
+        let ops = if ins.ops.in_arena() {
+            OpsRef::Arena(&self.ops[ins.ops.arena_range()])
+        } else {
+            OpsRef::Inline(ins.ops)
+        };
+        (ins, ops)
+    }
+
+    /// Append `ins` with the operands `ops` (it takes them; whatever it held is replaced).
+    #[inline]
+    pub(crate) fn push(&mut self, mut ins: Instruction, ops: &[Operand]) {
+        ins.ops = self.place(ops.len(), ops.iter().copied());
+        self.ins.push(ins);
+    }
+
+    /// Append an instruction made of these fields, with the operands `ops`, writing it field
+    /// by field where it lies in the batch.
+    ///
+    /// Assembled on the stack and then moved, as `Vec::push` does when it may have to grow
+    /// first, an instruction is stored in words and reloaded in wider loads that the store
+    /// buffer cannot forward: a stall on every call, longer than the rest of the call's
+    /// emission. For the same reason this is always inlined.
+    #[inline(always)]
+    pub(crate) fn push_in_place(
+        &mut self,
+        body: Body,
+        stream: StreamId,
+        n_inputs: u8,
+        n_ops: usize,
+        ops: impl Iterator<Item = Operand>,
+    ) {
+        let mut ops = ops;
+        let at = if n_ops > INLINE_OPS { self.append_to_arena(n_ops, ops.by_ref()) } else { 0 };
+        self.ins.reserve(1);
+        let len = self.ins.len();
+        // SAFETY: `reserve(1)` left room for an element at index `len`; every field is
+        // written before `set_len` makes it part of the vector. An inline list gets its
+        // first `n_ops` slots written (the rest stay uninitialised, which `OpList` allows).
+        unsafe {
+            let p = self.ins.as_mut_ptr().add(len);
+            std::ptr::addr_of_mut!((*p).body).write(body);
+            let l = std::ptr::addr_of_mut!((*p).ops);
+            std::ptr::addr_of_mut!((*l).len).write(n_ops as u32);
+            std::ptr::addr_of_mut!((*l).at).write(at);
+            if n_ops <= INLINE_OPS {
+                let slots = std::ptr::addr_of_mut!((*l).inline).cast::<MaybeUninit<Operand>>();
+                for (k, op) in ops.take(INLINE_OPS).enumerate() {
+                    slots.add(k).write(MaybeUninit::new(op));
+                }
+            }
+            std::ptr::addr_of_mut!((*p).stream).write(stream);
+            std::ptr::addr_of_mut!((*p).n_inputs).write(n_inputs);
+            self.ins.set_len(len + 1);
+        }
+    }
+
+    /// Put the `n` operands `ops` at the end of the arena; returns where they start.
+    #[inline]
+    fn append_to_arena(&mut self, n: usize, ops: impl Iterator<Item = Operand>) -> u32 {
+        let at = self.ops.len();
+        self.ops.extend(ops);
+        debug_assert_eq!(self.ops.len() - at, n);
+        u32::try_from(at).expect("a batch holds fewer than 2^32 operands")
+    }
+
+    /// Where the `n` operands `ops` go for an instruction of this batch: in the instruction
+    /// if they fit, else at the end of the arena.
+    #[inline]
+    pub(crate) fn place(&mut self, n: usize, ops: impl Iterator<Item = Operand>) -> OpList {
+        let mut l = OpList { len: n as u32, ..OpList::EMPTY };
+        if n <= INLINE_OPS {
+            for (slot, op) in l.inline.iter_mut().zip(ops) {
+                *slot = MaybeUninit::new(op);
+            }
+        } else {
+            l.at = self.append_to_arena(n, ops);
+        }
+        l
     }
 
     /// Number the instructions consecutively from `first`.
@@ -243,10 +432,19 @@ impl Batch {
         self.numbers.clear();
     }
 
-    /// Append an instruction with its program number (a batch built this way carries one
-    /// number per instruction).
+    /// Append an instruction with its operands and its program number (a batch built this
+    /// way carries one number per instruction).
     #[inline]
-    pub(crate) fn push_numbered(&mut self, ins: Instruction, program: u64) {
+    pub(crate) fn push_numbered(&mut self, mut ins: Instruction, ops: &[Operand], program: u64) {
+        ins.ops = self.place(ops.len(), ops.iter().copied());
+        self.push_placed(ins, program);
+    }
+
+    /// Append `ins`, whose operands were already placed in this batch's arena
+    /// ([`place`](Self::place)), with its program number (a batch built this way carries
+    /// one number per instruction).
+    #[inline]
+    pub(crate) fn push_placed(&mut self, ins: Instruction, program: u64) {
         if self.numbers.len() < self.ins.len() {
             // Consecutive so far: spell the numbers out before this one breaks the run.
             let first = self.first;
@@ -277,7 +475,25 @@ impl Batch {
     /// Drop the instructions, keeping the memory for reuse.
     pub(crate) fn clear(&mut self) {
         self.ins.clear();
+        self.ops.clear();
         self.numbers.clear();
+    }
+
+    /// Move every instruction out, each with its operands and program number, leaving the
+    /// batch empty (its memory kept).
+    pub(crate) fn drain_each(&mut self, mut f: impl FnMut(Instruction, &[Operand], u64)) {
+        let arena = std::mem::take(&mut self.ops);
+        for (i, ins) in self.ins.drain(..).enumerate() {
+            let program = if self.numbers.is_empty() { self.first + i as u64 } else { self.numbers[i] };
+            let ops = if ins.ops.in_arena() {
+                OpsRef::Arena(&arena[ins.ops.arena_range()])
+            } else {
+                OpsRef::Inline(ins.ops)
+            };
+            f(ins, &ops, program);
+        }
+        self.ops = arena;
+        self.clear();
     }
 
     /// Whether this batch has kept no memory worth pooling.
@@ -333,6 +549,7 @@ mod tests {
         // worker, each on its own core: its size is memory traffic per instruction.
         assert_eq!(std::mem::size_of::<Operand>(), 8);
         assert_eq!(std::mem::size_of::<Body>(), 24);
+        assert_eq!(std::mem::size_of::<OpList>(), 32);
         assert_eq!(std::mem::size_of::<Instruction>(), 64);
         assert_eq!(std::mem::align_of::<Instruction>(), 64);
     }
@@ -353,17 +570,38 @@ mod tests {
     }
 
     #[test]
-    fn batches_number_their_instructions() {
-        let inert = || Instruction::new(Body::RecordEvent { id: 1 }, StreamId(0), Operands::new());
+    fn batches_number_their_instructions_and_keep_their_operands() {
+        use crate::ep::DeviceId;
+        use crate::framework::{DType, Tensor, TensorMeta};
+        let t = Tensor::new(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU), std::sync::Weak::new());
+        // SAFETY: `t` outlives every operand made here, and no instruction here ever runs.
+        let op = |mode| Operand::new(unsafe { TensorPtr::new(t.inner()) }, mode);
+        let (r, w) = (op(AccessMode::Read), op(AccessMode::Write));
+        let inert = || Instruction::new(Body::RecordEvent { id: 1 }, StreamId(0));
         let mut b = Batch::with_capacity(4);
-        b.ins.extend([inert(), inert(), inert()]);
+        b.push(inert(), &[r, r, w]);
+        b.push(inert(), &[]);
+        b.push(inert(), &[w]);
         b.number_from(10);
         assert_eq!((b.program(0), b.program(2)), (10, 12));
-        b.push_numbered(inert(), 40);
+        assert_eq!(*b.operands(&b.ins[0]), [r, r, w]);
+        assert!(b.operands(&b.ins[1]).is_empty());
+        assert_eq!(*b.get_mut(2).1, [w]);
+        b.push_numbered(inert(), &[r; 9], 40);
+        assert!(b.ins[3].ops.in_arena(), "more than fit inline");
         assert_eq!((0..4).map(|i| b.program(i)).collect::<Vec<_>>(), [10, 11, 12, 40]);
-        b.clear();
-        b.push_numbered(inert(), 7);
-        b.push_numbered(inert(), 3);
-        assert_eq!((b.program(0), b.program(1)), (7, 3));
+        assert_eq!(*b.operands(&b.ins[3]), [r; 9]);
+        b.push_numbered(inert(), &[w, r, r, w], 41);
+        let mut moved = Batch::default();
+        b.drain_each(|ins, ops, program| moved.push_numbered(ins, ops, program));
+        assert!(b.is_empty() && b.ops.is_empty());
+        assert_eq!(*moved.operands(&moved.ins[0]), [r, r, w]);
+        assert_eq!(*moved.operands(&moved.ins[3]), [r; 9]);
+        assert_eq!(*moved.operands(&moved.ins[4]), [w, r, r, w]);
+        assert_eq!(moved.program(3), 40);
+        moved.clear();
+        moved.push_numbered(inert(), &[], 7);
+        moved.push_numbered(inert(), &[], 3);
+        assert_eq!((moved.program(0), moved.program(1)), (7, 3));
     }
 }

@@ -65,8 +65,9 @@ use crate::profile::ThreadRole;
 use crate::sync::Ordering;
 
 use super::dependence::{EdgeSink, InstrRef};
-use super::instruction::{AccessMode, Batch, Body, Instruction};
+use super::instruction::{AccessMode, Batch, Body, Instruction, Operand};
 use super::stream::PolicyKind;
+use super::stream::StreamId;
 use super::VmShared;
 
 /// What a completion report says.
@@ -90,10 +91,13 @@ pub(crate) struct Completion {
     pub(crate) event: Option<Arc<dyn Event>>,
 }
 
-/// An undispatched instruction of a stream.
+/// An undispatched instruction of a stream (its operands wait in the stream's
+/// `parked_ops`, in the same order).
 struct Parked {
     /// In-edges not yet released.
     pending: u32,
+    /// How many operands it has.
+    n_ops: u32,
     program: u64,
     ins: Instruction,
 }
@@ -123,6 +127,8 @@ struct StreamState {
     done: u64,
     /// Undispatched instructions, positions `dispatched + 1 ..= last`.
     parked: VecDeque<Parked>,
+    /// Their operands, one after another: they leave in the order they came.
+    parked_ops: VecDeque<Operand>,
     /// Edges from this stream released when their source is done: (source position, target).
     on_done: BinaryHeap<Reverse<(u64, InstrRef)>>,
     /// Edges released when their source (a `RecordEvent`) is launched.
@@ -142,10 +148,13 @@ struct PendingBarrier {
 enum Admit {
     /// Dispatched: hand it to this worker.
     Ready(u32),
-    /// Moved to its stream's queue of undispatched instructions.
-    Parked,
+    /// It must wait for this many in-edges (or for earlier instructions of its stream):
+    /// park it.
+    Park(u32),
     /// Taken in by the scheduler itself (a barrier).
     Consumed,
+    /// Its stream has no position left: the VM stops.
+    Exhausted,
 }
 
 pub(crate) struct Scheduler {
@@ -281,11 +290,21 @@ impl Scheduler {
         let first = self.program + 1;
         let mut single: Option<u32> = None;
         let mut whole = true;
-        for ins in batch.ins.iter_mut() {
+        for i in 0..batch.len() {
             self.program += 1;
-            match self.admit(ins, self.program) {
+            let program = self.program;
+            let (body, stream, _, ops) = batch.parts(i);
+            match self.admit(body, stream, ops, program) {
                 Admit::Ready(ctx) => whole &= *single.get_or_insert(ctx) == ctx,
-                Admit::Parked | Admit::Consumed => whole = false,
+                Admit::Park(pending) => {
+                    whole = false;
+                    self.park(&mut batch, i, pending, program);
+                }
+                Admit::Consumed => whole = false,
+                Admit::Exhausted => {
+                    whole = false;
+                    self.exhausted(&mut batch, i);
+                }
             }
         }
         if let (true, Some(ctx)) = (whole, single) {
@@ -300,25 +319,23 @@ impl Scheduler {
         } else {
             // What admission left in the batch: the ready instructions, the inert husks of
             // those it parked (moved out), and the consumed barriers.
-            for (i, ins) in batch.ins.drain(..).enumerate() {
-                match ins.body {
-                    Body::Barrier { .. } | Body::Release { owner: None } => {}
-                    _ => {
-                        let ctx = self.streams[ins.stream.index()].ctx as usize;
-                        self.outgoing[ctx].push_numbered(ins, first + i as u64);
-                    }
+            batch.number_from(first);
+            batch.drain_each(|ins, ops, program| match ins.body {
+                Body::Barrier { .. } | Body::Release { owner: None } => {}
+                _ => {
+                    let ctx = self.streams[ins.stream.index()].ctx as usize;
+                    self.outgoing[ctx].push_numbered(ins, ops, program);
                 }
-            }
-            batch.clear();
+            });
             self.vm.recycle(batch);
         }
     }
 
-    /// Admit one instruction: give it its stream position, apply the dependence rules, and
-    /// dispatch it if nothing holds it back, or park it. The caller moves a ready one where
-    /// it belongs.
-    fn admit(&mut self, ins: &mut Instruction, program: u64) -> Admit {
-        if let Body::Barrier { callback } = &mut ins.body {
+    /// Admit one instruction (its body, stream and operands): give it its stream position,
+    /// apply the dependence rules, and dispatch it if nothing holds it back. The caller
+    /// moves a ready one where it belongs, or parks it.
+    fn admit(&mut self, body: &mut Body, stream: StreamId, ops: &[Operand], program: u64) -> Admit {
+        if let Body::Barrier { callback } = body {
             let callback = std::mem::replace(callback, Box::new(|| {}));
             if let Some(r) = &mut self.prof {
                 r.push(Rec::Barrier { program, t: r.now() });
@@ -330,19 +347,19 @@ impl Scheduler {
             self.run_barriers();
             return Admit::Consumed;
         }
-        let stream = ins.stream.0;
+        let stream = stream.0;
         let st = &mut self.streams[stream as usize];
         if st.last == InstrRef::MAX_SEQ {
-            return self.exhausted(ins);
+            return Admit::Exhausted;
         }
         st.last += 1;
         let seq = st.last;
         let me = InstrRef::new(stream, seq);
         self.pending = 0;
-        if !matches!(ins.body, Body::OpCall { .. }) {
-            self.admit_event(ins, me);
+        if !matches!(body, Body::OpCall { .. }) {
+            self.admit_event(body, me);
         }
-        for op in &ins.operands {
+        for op in ops {
             // SAFETY: only the scheduler thread (this one) touches dependence objects, and
             // no other reference to this one is held across this call.
             let dep = unsafe { op.tensor().dep_mut() };
@@ -356,40 +373,51 @@ impl Scheduler {
         let ready = pending == 0 && st.dispatched + 1 == seq;
         if let Some(r) = &mut self.prof {
             let t = r.now();
-            r.admitted(ins, program, me, t, ready.then_some(t));
+            r.admitted(body, StreamId(stream), ops, program, me, t, ready.then_some(t));
         }
         if ready {
             st.dispatched = seq;
             let ctx = st.ctx;
-            if matches!(ins.body, Body::StreamWaitEvent { .. }) {
-                self.prepare(ins);
+            if matches!(body, Body::StreamWaitEvent { .. }) {
+                self.prepare(body);
             }
             Admit::Ready(ctx)
         } else {
-            st.parked.push_back(Parked { pending, program, ins: ins.take() });
-            Admit::Parked
+            Admit::Park(pending)
         }
     }
 
-    /// A stream has given out every position it has: the VM cannot go on.
+    /// Move instruction `i` of `batch` (admitted, with `pending` in-edges) to the back of
+    /// its stream's queue of undispatched instructions, its operands to the stream's
+    /// operand queue.
+    fn park(&mut self, batch: &mut Batch, i: usize, pending: u32, program: u64) {
+        let ins = batch.ins[i].take();
+        let ops = batch.operands(&ins);
+        let st = &mut self.streams[ins.stream.index()];
+        st.parked_ops.extend(ops.iter());
+        st.parked.push_back(Parked { pending, n_ops: ops.len() as u32, program, ins });
+    }
+
+    /// Instruction `i` of `batch` needs a position its stream does not have: the VM cannot
+    /// go on.
     #[cold]
-    fn exhausted(&mut self, ins: &mut Instruction) -> Admit {
+    fn exhausted(&mut self, batch: &mut Batch, i: usize) {
+        let ins = batch.ins[i].take();
         let name = &self.vm.streams[ins.stream.index()].name;
         self.vm.fail_startup(format!(
             "stream {name} has run {} instructions, the most a stream can",
             InstrRef::MAX_SEQ
         ));
         let mut dead = self.vm.take_batch();
-        dead.ins.push(ins.take());
+        dead.ins.push(ins);
         self.vm.bury(dead);
-        Admit::Consumed
     }
 
     /// The event side of admitting `ins` (`me`): a `RecordEvent` is filed under its id; a
     /// `StreamWaitEvent` gets its edge from the `RecordEvent` it waits for, and the cover.
-    fn admit_event(&mut self, ins: &Instruction, me: InstrRef) {
+    fn admit_event(&mut self, body: &Body, me: InstrRef) {
         let (stream, seq) = (me.stream(), me.seq());
-        match &ins.body {
+        match body {
             Body::RecordEvent { id } => {
                 self.events.insert(*id, LiveRecord { at: me, event: None });
                 self.streams[stream as usize].records.push_back((seq, *id));
@@ -417,8 +445,8 @@ impl Scheduler {
 
     /// Ready a dispatched instruction for its worker: a `StreamWaitEvent` gets the event it
     /// waits for (none if that is already done).
-    fn prepare(&mut self, ins: &mut Instruction) {
-        if let Body::StreamWaitEvent { id } = ins.body {
+    fn prepare(&mut self, body: &mut Body) {
+        if let Body::StreamWaitEvent { id } = *body {
             let event = self.events.get(&id).and_then(|r| {
                 let src = &self.streams[r.at.stream() as usize];
                 if src.done < r.at.seq() {
@@ -427,7 +455,7 @@ impl Scheduler {
                     None
                 }
             });
-            ins.body = Body::WaitEvent { event };
+            *body = Body::WaitEvent { event };
         }
     }
 
@@ -452,14 +480,18 @@ impl Scheduler {
                     Some(p) if p.pending == 0 => {}
                     _ => break,
                 }
-                let Parked { program, mut ins, .. } = st.parked.pop_front().expect("front checked");
+                let Parked { program, n_ops, mut ins, .. } = st.parked.pop_front().expect("front checked");
                 st.dispatched += 1;
+                let ctx = st.ctx as usize;
+                let ops = st.parked_ops.drain(..n_ops as usize);
+                let out = &mut self.outgoing[ctx];
+                let range = out.place(n_ops as usize, ops);
                 if let Some(r) = &mut self.prof {
                     r.push(Rec::Dispatch { program, t: r.now() });
                 }
-                self.prepare(&mut ins);
-                let ctx = self.vm.streams[s as usize].ctx;
-                self.outgoing[ctx].push_numbered(ins, program);
+                self.prepare(&mut ins.body);
+                ins.ops = range;
+                self.outgoing[ctx].push_placed(ins, program);
             }
         }
     }
@@ -544,14 +576,17 @@ impl Drop for Scheduler {
     /// or it panicked) hands them to the VM to keep until every thread has exited: a
     /// worker may still be running an instruction on a tensor one of them owns.
     fn drop(&mut self) {
+        // Buried instructions never run: their operands are not kept.
         let mut left = self.vm.take_batch();
         for st in &mut self.streams {
-            left.ins.extend(st.parked.drain(..).map(|p| p.ins));
-        }
-        for out in &mut self.outgoing {
-            left.ins.append(&mut out.ins);
+            for p in st.parked.drain(..) {
+                left.push(p.ins, &[]);
+            }
         }
         self.vm.bury(left);
+        for out in &mut self.outgoing {
+            self.vm.bury(std::mem::take(out));
+        }
     }
 }
 

@@ -51,7 +51,7 @@ use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, Ordering};
 
 use super::exec::{execute, execute_catching, panicked, ExecEnv};
-use super::instruction::{Batch, Body, Instruction};
+use super::instruction::{Batch, Body, Instruction, Operands};
 use super::scheduler::{Completion, Report};
 use super::stream::PolicyKind;
 use super::VmShared;
@@ -182,7 +182,8 @@ impl Lanes {
             loop {
                 lane.seq += 1;
                 let program = batch.program(*i);
-                execute(&mut batch.ins[*i], program, env);
+                let (body, _, n_inputs, ops) = batch.parts(*i);
+                execute(body, n_inputs, ops, program, env);
                 *i += 1;
                 if *i == n || batch.ins[*i].stream.index() != s {
                     break;
@@ -202,7 +203,7 @@ impl Lanes {
         prof: Option<&mut Recorder>,
     ) {
         let program = batch.program(i);
-        let ins = &mut batch.ins[i];
+        let (ins, ops) = batch.get_mut(i);
         let s = ins.stream.index();
         let lane = &mut self.lanes[s];
         let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
@@ -214,17 +215,18 @@ impl Lanes {
                     self.touched.push(s);
                 }
                 match prof {
-                    None => execute(ins, program, env),
+                    None => execute(&mut ins.body, ins.n_inputs, &ops, program, env),
                     Some(r) => {
                         let t = r.now();
-                        execute(ins, program, env);
+                        execute(&mut ins.body, ins.n_inputs, &ops, program, env);
                         r.push(Rec::Exec { program, start: t, end: r.now() });
                     }
                 }
             }
             Some(w) => {
                 let prof = prof.map(|r| (program, r.now()));
-                launch_async(vm, s, lane.seq, ins.take(), program, env, w, done, prof);
+                let ops = Operands::from_slice(&ops);
+                launch_async(vm, s, lane.seq, ins.take(), ops, program, env, w, done, prof);
                 lane.watched = lane.seq;
             }
         }
@@ -236,10 +238,11 @@ impl Lanes {
     #[cold]
     fn unwound(&mut self, vm: &VmShared, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
         let ins = &batch.ins[i];
+        let ops = batch.operands(ins);
         let lane = &mut self.lanes[ins.stream.index()];
         let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
         match &lane.watcher {
-            None => panicked(ins, batch.program(i), payload, env),
+            None => panicked(ins, &ops, batch.program(i), payload, env),
             Some(w) => {
                 vm.device_failure(Error::Device(crate::ep::EpError::Device {
                     device: vm.streams[ins.stream.index()].device,
@@ -330,6 +333,7 @@ fn launch_async(
     s: usize,
     seq: u64,
     ins: Instruction,
+    ops: Operands,
     program: u64,
     env: &Arc<ExecEnv>,
     watcher: &Watcher,
@@ -350,7 +354,7 @@ fn launch_async(
         _ => {
             let env = env.clone();
             let mut ins = ins;
-            stream.ep.launch(Box::new(move || execute_catching(&mut ins, program, &env)))
+            stream.ep.launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
         }
     };
     let recorded = launched.and_then(|()| {
@@ -428,52 +432,6 @@ fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>, stream: u32) {
                 }
                 w.notify.wait(vm.config.spin, || !w.queue.is_empty() || w.stop.load(Ordering::Acquire));
             }
-        }
-    }
-}
-#[cfg(test)]
-mod probe {
-    use super::*;
-    #[test]
-    fn worker_loop_cost() {
-        use crate::framework::{DType, TensorMeta};
-        use crate::vm::instruction::{AccessMode, Operand, Operands, TensorPtr};
-        let vm = crate::vm::VirtualMachine::new(crate::vm::Config::default()).unwrap();
-        let sh = vm.shared().clone();
-        let noop = sh.ops.get("noop").unwrap().kernel_ref(crate::ep::DeviceType::Cpu).unwrap();
-        let ts: Vec<_> = (0..1024)
-            .map(|_| sh.new_tensor(TensorMeta::new(&[], DType::F32, crate::ep::DeviceId::CPU)))
-            .collect();
-        let mut lanes =
-            Lanes { lanes: (0..sh.streams.len()).map(|_| Lane::default()).collect(), touched: Vec::new() };
-        lanes.lanes[0].env = Some(Arc::new(sh.exec_env(0)));
-        let mut done = Vec::new();
-        let mut batch = Batch::with_capacity(1024);
-        for r in 0..4 {
-            let mut total = std::time::Duration::ZERO;
-            for _ in 0..1000 {
-                for t in &ts {
-                    let ops: Operands =
-                        [Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write)]
-                            .into_iter()
-                            .collect();
-                    batch.ins.push(Instruction {
-                        body: Body::OpCall { kernel: noop, attrs: Default::default() },
-                        operands: ops,
-                        stream: crate::vm::StreamId(0),
-                        n_inputs: 0,
-                    });
-                }
-                batch.number_from(1);
-                let t0 = std::time::Instant::now();
-                lanes.run_batch(&sh, &mut batch, &mut done, None);
-                batch.clear();
-                total += t0.elapsed();
-            }
-            eprintln!("rep {r}: run_batch+clear {:.1} ns/instr", total.as_nanos() as f64 / 1024e3);
-        }
-        for t in &ts {
-            unsafe { t.inner().value_mut() }.storage = None;
         }
     }
 }

@@ -27,7 +27,7 @@ use crossbeam_queue::SegQueue;
 use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, Registry, StreamType};
 use crate::error::{Error, Result};
-use crate::framework::builder::{release_instruction, InstructionsBuilder};
+use crate::framework::builder::{push_release, InstructionsBuilder};
 use crate::framework::infer_cache::InferCache;
 use crate::framework::release::Releases;
 use crate::framework::tensor::{MetaId, Tensor, TensorInner, TensorMeta, TensorOwner};
@@ -39,7 +39,7 @@ use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 use super::config::{Config, ThreadTopology};
 use super::dependence::InstrRef;
 use super::exec::{execute_catching, ExecEnv, FailureLog};
-use super::instruction::{AccessSlot, Batch, Body, Instruction};
+use super::instruction::{AccessSlot, Batch, Body, Instruction, Operand, Operands};
 use super::scheduler::{Completion, Scheduler};
 use super::stream::{PolicyKind, StreamId, VmStream};
 use super::thread_ctx::{spawn_worker, ThreadCtx};
@@ -201,11 +201,9 @@ impl VmShared {
     pub(crate) fn submit_releases(&self, owners: impl IntoIterator<Item = TensorOwner>) {
         let mut b: Option<Batch> = None;
         for t in owners {
-            if let Some(ins) = release_instruction(t) {
-                b.get_or_insert_with(|| self.take_batch()).ins.push(ins);
-            }
+            push_release(b.get_or_insert_with(|| self.take_batch()), t);
         }
-        if let Some(b) = b {
+        if let Some(b) = b.filter(|b| !b.is_empty()) {
             self.enqueue(b);
         }
     }
@@ -213,12 +211,12 @@ impl VmShared {
     /// Splice a batch into the inbox (or run it, in synchronous mode); returns how many
     /// instructions are in flight now.
     fn enqueue(&self, mut batch: Batch) -> usize {
-        let recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch.ins) } else { None };
+        let recording = if self.recording.load(Ordering::Relaxed) { self.record(&batch) } else { None };
         if self.config.synchronous {
-            for ins in batch.ins.drain(..) {
+            batch.drain_each(|ins, ops, _| {
                 let program = self.next_inline.fetch_add(1, Ordering::Relaxed);
-                self.run_inline(ins, program);
-            }
+                self.run_inline(ins, ops, program);
+            });
             self.recycle(batch);
             return 0;
         }
@@ -238,10 +236,7 @@ impl VmShared {
     /// Hand `batch` to the attached recorder; the returned guard keeps other submitters out
     /// until the batch is in the inbox.
     #[cold]
-    fn record(
-        &self,
-        batch: &[Instruction],
-    ) -> Option<crate::sync::MutexGuard<'_, Option<crate::trace::Capture>>> {
+    fn record(&self, batch: &Batch) -> Option<crate::sync::MutexGuard<'_, Option<crate::trace::Capture>>> {
         let mut g = self.recorder.lock();
         g.as_mut()?.capture(batch);
         Some(g)
@@ -279,17 +274,18 @@ impl VmShared {
         }
     }
 
-    fn run_inline(&self, mut ins: Instruction, program: u64) {
+    fn run_inline(&self, mut ins: Instruction, ops: &[Operand], program: u64) {
         let s = ins.stream.index();
         let st = &self.streams[s];
         match (&ins.body, st.policy) {
             (Body::RecordEvent { .. } | Body::StreamWaitEvent { .. }, _) => {}
-            (_, PolicyKind::Sync) => execute_catching(&mut ins, program, &self.sync_envs[s]),
+            (_, PolicyKind::Sync) => execute_catching(&mut ins, ops, program, &self.sync_envs[s]),
             (_, PolicyKind::Event) => {
                 let env = Arc::new(self.exec_env(s));
+                let ops = Operands::from_slice(ops);
                 let r = st
                     .ep
-                    .launch(Box::new(move || execute_catching(&mut ins, program, &env)))
+                    .launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
                     .and_then(|()| st.ep.synchronize());
                 if let Err(e) = r {
                     self.device_failure(e.into());
@@ -350,7 +346,7 @@ impl VmShared {
         let s2 = slot.clone();
         let barrier = Body::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
         let mut b = self.take_batch();
-        b.ins.push(Instruction::new(barrier, self.host_stream, Default::default()));
+        b.push(Instruction::new(barrier, self.host_stream), &[]);
         self.submit(b);
         slot.wait(|| self.is_dead()).map(|_| ())
     }
