@@ -321,9 +321,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
     }
 
-    /// Emit an `OpCall` (after `check`). The instruction is pushed first and its operands
-    /// written into it where it lies in the batch, so that nothing as large as an operand
-    /// list is built on the stack and copied.
+    /// Emit an `OpCall` (after `check`), written where it lies in the batch
+    /// (`Batch::push_in_place`): nothing as large as an instruction or an operand list is
+    /// built on the stack and copied.
     #[inline]
     fn emit_call(
         &mut self,
@@ -336,15 +336,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
         self.sync_operands(stream, tensors, || operands(inputs, outputs));
         self.open_if_empty();
-        // SAFETY (both maps): the caller holds a handle of each tensor now, and a Release
-        // of it is submitted only after the batch being built (`framework::release`).
-        let reads =
-            inputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
-        let writes =
-            outputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
-        let body = Body::OpCall { kernel, attrs };
-        let n = inputs.len() + outputs.len();
-        self.batch.push_in_place(body, stream, inputs.len() as u8, n, reads.chain(writes));
+        let (body, n) = (Body::OpCall { kernel, attrs }, inputs.len() + outputs.len());
+        self.batch.push_in_place(body, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
         self.flush_if_full();
     }
 
@@ -460,25 +453,21 @@ fn wrong_device(
     }
 }
 
-/// The operand list of a call. The caller holds a handle of each tensor while it builds
-/// the instruction (`TensorPtr`'s rule).
+/// The operand list of a call.
 fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
-    let mut ops = Operands::new();
-    push_operands(&mut ops, inputs, outputs);
-    ops
+    call_operands(inputs, outputs).collect()
 }
 
-/// Append the operands of a call to `ops`: inputs read, then outputs written.
+/// The operands of a call: inputs read, then outputs written. The caller holds a handle of
+/// each tensor while it builds the instruction, and a `Release` of a tensor is submitted
+/// only after the batch being built (`framework::release`), which is `TensorPtr`'s rule.
 #[inline]
-fn push_operands(ops: &mut Operands, inputs: &[&Tensor], outputs: &[&Tensor]) {
-    // SAFETY (both loops): the caller holds a handle of each tensor now, and a Release of
-    // it is submitted only after the batch being built (`framework::release`).
-    for t in inputs {
-        ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
-    }
-    for t in outputs {
-        ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
-    }
+fn call_operands<'t>(inputs: &'t [&Tensor], outputs: &'t [&Tensor]) -> impl Iterator<Item = Operand> + 't {
+    // SAFETY (both maps): `TensorPtr`'s rule holds, as above.
+    let reads = inputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
+    let writes =
+        outputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
+    reads.chain(writes)
 }
 
 /// Append the `Release` of `t` to `batch`, on the stream that used it last; nothing (and `t`

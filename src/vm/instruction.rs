@@ -228,6 +228,36 @@ impl OpList {
     fn arena_range(&self) -> std::ops::Range<usize> {
         self.at as usize..self.at as usize + self.len as usize
     }
+
+    /// The operands kept in the instruction (call only when not [`in_arena`](Self::in_arena)).
+    #[inline]
+    fn inline_slice(&self) -> &[Operand] {
+        debug_assert!(!self.in_arena());
+        // SAFETY: an inline list's first `len` slots are initialised (the type's invariant),
+        // and `MaybeUninit<Operand>` has `Operand`'s layout.
+        unsafe { std::slice::from_raw_parts(self.inline.as_ptr().cast::<Operand>(), self.len as usize) }
+    }
+
+    /// The operands, borrowed where they lie: in the list itself or in `arena`, the arena of
+    /// the batch the instruction belongs to.
+    #[inline]
+    fn slice<'a>(&'a self, arena: &'a [Operand]) -> &'a [Operand] {
+        if self.in_arena() {
+            &arena[self.arena_range()]
+        } else {
+            self.inline_slice()
+        }
+    }
+
+    /// The operands as a reader that keeps no borrow of the instruction sees them.
+    #[inline]
+    fn view<'a>(&self, arena: &'a [Operand]) -> OpsRef<'a> {
+        if self.in_arena() {
+            OpsRef::Arena(&arena[self.arena_range()])
+        } else {
+            OpsRef::Inline(*self)
+        }
+    }
 }
 
 impl std::fmt::Debug for OpList {
@@ -235,7 +265,7 @@ impl std::fmt::Debug for OpList {
         if self.in_arena() {
             write!(f, "{} operands at {} in the arena", self.len, self.at)
         } else {
-            f.debug_list().entries(OpsRef::Inline(*self).iter()).finish()
+            f.debug_list().entries(self.inline_slice()).finish()
         }
     }
 }
@@ -252,11 +282,7 @@ impl std::ops::Deref for OpsRef<'_> {
     #[inline]
     fn deref(&self) -> &[Operand] {
         match self {
-            OpsRef::Inline(l) => {
-                // SAFETY: an inline list's first `len` slots are initialised (`OpList`'s
-                // invariant), and `MaybeUninit<Operand>` has `Operand`'s layout.
-                unsafe { std::slice::from_raw_parts(l.inline.as_ptr().cast::<Operand>(), l.len as usize) }
-            }
+            OpsRef::Inline(l) => l.inline_slice(),
             OpsRef::Arena(s) => s,
         }
     }
@@ -315,42 +341,13 @@ impl Batch {
     #[inline]
     pub(crate) fn parts(&mut self, i: usize) -> (&mut Body, StreamId, u8, &[Operand]) {
         let Instruction { body, ops, stream, n_inputs } = &mut self.ins[i];
-        let ops: &OpList = ops;
-        let slice = if ops.in_arena() {
-            &self.ops[ops.arena_range()]
-        } else {
-            // SAFETY: an inline list's first `len` slots are initialised (`OpList`'s
-            // invariant), and `MaybeUninit<Operand>` has `Operand`'s layout.
-            unsafe { std::slice::from_raw_parts(ops.inline.as_ptr().cast::<Operand>(), ops.len as usize) }
-        };
-        (body, *stream, *n_inputs, slice)
+        (body, *stream, *n_inputs, ops.slice(&self.ops))
     }
 
     /// The operands of `ins`, an instruction of this batch.
     #[inline]
     pub(crate) fn operands(&self, ins: &Instruction) -> OpsRef<'_> {
-        self.view(&ins.ops)
-    }
-
-    #[inline]
-    fn view(&self, l: &OpList) -> OpsRef<'_> {
-        if l.in_arena() {
-            OpsRef::Arena(&self.ops[l.arena_range()])
-        } else {
-            OpsRef::Inline(*l)
-        }
-    }
-
-    /// Instruction `i`, to run in place, and its operands.
-    #[inline]
-    pub(crate) fn get_mut(&mut self, i: usize) -> (&mut Instruction, OpsRef<'_>) {
-        let ins = &mut self.ins[i];
-        let ops = if ins.ops.in_arena() {
-            OpsRef::Arena(&self.ops[ins.ops.arena_range()])
-        } else {
-            OpsRef::Inline(ins.ops)
-        };
-        (ins, ops)
+        ins.ops.view(&self.ops)
     }
 
     /// Append `ins` with the operands `ops` (it takes them; whatever it held is replaced).
@@ -485,11 +482,7 @@ impl Batch {
         let arena = std::mem::take(&mut self.ops);
         for (i, ins) in self.ins.drain(..).enumerate() {
             let program = if self.numbers.is_empty() { self.first + i as u64 } else { self.numbers[i] };
-            let ops = if ins.ops.in_arena() {
-                OpsRef::Arena(&arena[ins.ops.arena_range()])
-            } else {
-                OpsRef::Inline(ins.ops)
-            };
+            let ops = ins.ops.view(&arena);
             f(ins, &ops, program);
         }
         self.ops = arena;
@@ -586,7 +579,7 @@ mod tests {
         assert_eq!((b.program(0), b.program(2)), (10, 12));
         assert_eq!(*b.operands(&b.ins[0]), [r, r, w]);
         assert!(b.operands(&b.ins[1]).is_empty());
-        assert_eq!(*b.get_mut(2).1, [w]);
+        assert_eq!(b.parts(2).3, [w]);
         b.push_numbered(inert(), &[r; 9], 40);
         assert!(b.ins[3].ops.in_arena(), "more than fit inline");
         assert_eq!((0..4).map(|i| b.program(i)).collect::<Vec<_>>(), [10, 11, 12, 40]);

@@ -203,8 +203,7 @@ impl Lanes {
         prof: Option<&mut Recorder>,
     ) {
         let program = batch.program(i);
-        let (ins, ops) = batch.get_mut(i);
-        let s = ins.stream.index();
+        let s = batch.ins[i].stream.index();
         let lane = &mut self.lanes[s];
         let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
         lane.seq += 1;
@@ -214,19 +213,20 @@ impl Lanes {
                     lane.touched = true;
                     self.touched.push(s);
                 }
+                let (body, _, n_inputs, ops) = batch.parts(i);
                 match prof {
-                    None => execute(&mut ins.body, ins.n_inputs, &ops, program, env),
+                    None => execute(body, n_inputs, ops, program, env),
                     Some(r) => {
                         let t = r.now();
-                        execute(&mut ins.body, ins.n_inputs, &ops, program, env);
+                        execute(body, n_inputs, ops, program, env);
                         r.push(Rec::Exec { program, start: t, end: r.now() });
                     }
                 }
             }
             Some(w) => {
                 let prof = prof.map(|r| (program, r.now()));
-                let ops = Operands::from_slice(&ops);
-                launch_async(vm, s, lane.seq, ins.take(), ops, program, env, w, done, prof);
+                let ops = Operands::from_slice(&batch.operands(&batch.ins[i]));
+                launch_async(vm, s, lane.seq, batch.ins[i].take(), ops, program, env, w, done, prof);
                 lane.watched = lane.seq;
             }
         }
