@@ -236,6 +236,54 @@ fn a_checked_signature_does_not_let_a_different_call_through() {
     vm.sync().unwrap();
 }
 
+/// The checks that depend on a tensor's state run on every call, cached signature or not:
+/// a released operand, and one last used on another stream (which needs soft sync first).
+#[test]
+fn a_checked_signature_still_checks_each_operands_state() {
+    let vm = vm();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let (scale, copy) = (vm.op("scale").unwrap(), vm.op("copy").unwrap());
+    let cx = eagervm::eager::Context::new(&vm);
+    let a = cx.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    let t = a.tensor().unwrap().clone();
+    let out = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    vm.run(|b| {
+        for _ in 0..3 {
+            b.call_into(scale, &[&t], &[&out], Attrs::scalar(2.0), cpu).unwrap();
+        }
+    });
+    a.release().unwrap();
+    vm.run(|b| {
+        let r = b.call_into(scale, &[&t], &[&out], Attrs::scalar(2.0), cpu);
+        assert!(matches!(r, Err(Error::Released { tensor }) if tensor == t.id()), "{r:?}");
+    });
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+
+    // `x` is written on a mock device's device-to-host stream, then read on the CPU with a
+    // signature the builder checked before: the call must still see that `x` was last used
+    // on another stream and emit the `RecordEvent` the CPU waits on, and wait for it.
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let d2h = vm.stream(DeviceId::mock(0), StreamType::D2H).unwrap();
+    let m = vm.from_slice(&[3.0f32, 4.0], &[2], DeviceId::mock(0)).unwrap();
+    let x = vm.from_slice(&[0.0f32, 0.0], &[2], DeviceId::CPU).unwrap();
+    let y = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    vm.run(|b| b.call_into(scale, &[&x], &[&y], Attrs::scalar(1.0), cpu)).unwrap();
+    vm.sync().unwrap();
+    vm.start_profiling().unwrap();
+    vm.run(|b| -> Result<()> {
+        b.call_into(copy, &[&m], &[&x], Attrs::default(), d2h)?;
+        b.call_into(scale, &[&x], &[&y], Attrs::scalar(1.0), cpu)
+    })
+    .unwrap();
+    vm.sync().unwrap();
+    let p = vm.stop_profiling().unwrap();
+    let names: Vec<(&str, StreamId)> = p.instructions().iter().map(|i| (i.name, i.stream)).collect();
+    // (Before the copy: the synchronisation with the stream that wrote `m`.)
+    assert!(names.ends_with(&[("copy", d2h), ("RecordEvent", d2h), ("scale", cpu)]), "{names:?}");
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+    vm.sync().unwrap();
+}
+
 #[test]
 fn reading_a_tensor_nothing_wrote_is_an_error_of_that_instruction() {
     let vm = vm();

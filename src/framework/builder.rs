@@ -44,14 +44,14 @@ use smallvec::SmallVec;
 
 use crate::ep::DeviceId;
 use crate::error::{Error, Result};
-use crate::framework::infer_cache::InferCache;
+use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
 use crate::framework::release::Slot;
 use crate::framework::tensor::{Element, MetaId, Tensor, TensorInner, TensorMeta, TensorOwner, NO_STREAM};
 use crate::framework::{Attrs, KernelRef, Op, OutSpecs};
 use crate::vm::instruction::{
     AccessMode, AccessSlot, Batch, Body, Instruction, Operand, Operands, TensorPtr,
 };
-use crate::vm::{StreamId, VmShared};
+use crate::vm::{StreamId, VmShared, VmStream};
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
@@ -59,6 +59,8 @@ pub const MAX_INPUTS: usize = u8::MAX as usize;
 /// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
 pub struct InstructionsBuilder<'vm> {
     vm: &'vm Arc<VmShared>,
+    /// The VM's streams (`vm.streams`, one load nearer).
+    streams: &'vm [VmStream],
     batch: Batch,
     batch_size: usize,
     /// This builder's slot in the VM's release rule (`framework::release`).
@@ -81,6 +83,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn new(vm: &'vm Arc<VmShared>) -> Self {
         InstructionsBuilder {
             vm,
+            streams: &vm.streams,
             batch: vm.take_batch(),
             batch_size: vm.config.batch_size,
             slot: vm.releases.register(),
@@ -143,9 +146,75 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
+        if self.fast_call(&op, inputs, outputs, attrs, stream) {
+            return Ok(());
+        }
+        self.call_into_checked(op, inputs, outputs, attrs, stream)
+    }
+
+    /// `call_into` by the full path: every check, soft sync, any number of operands. Kept
+    /// out of line so that the fast path's frame stays small.
+    #[inline(never)]
+    fn call_into_checked(
+        &mut self,
+        op: Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> Result<()> {
         let kernel = self.check(op, inputs, outputs, &attrs, stream)?.kernel;
         self.emit_call(kernel, inputs, outputs, attrs, stream);
         Ok(())
+    }
+
+    /// The common `call_into`, checked and emitted with one pass over its operands: at most
+    /// [`KEY_OPS`] operands, none released or aliased or last used on another stream, and
+    /// a signature in the inference cache. Each operand's identity, state and meta id lie
+    /// in one line of its tensor, read once. Returns false, having changed nothing, for any
+    /// other call, which the full path then checks (and refuses, if it must) and emits.
+    #[inline(always)]
+    fn fast_call(
+        &mut self,
+        op: &Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> bool {
+        let (n_in, n) = (inputs.len(), inputs.len() + outputs.len());
+        if n > KEY_OPS {
+            return false;
+        }
+        let Some(s) = self.streams.get(stream.index()) else { return false };
+        let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
+        let me = stream.0;
+        let mut ids = [MetaId(0); KEY_OPS];
+        // Released, or last used on another stream (soft sync needed).
+        let mut other = false;
+        let mut first_use = false;
+        for (id, t) in ids.iter_mut().zip(inputs.iter().chain(outputs)) {
+            let t = t.inner();
+            *id = t.meta_id;
+            let last = t.last_stream.load(Ordering::Relaxed);
+            other |= t.released.load(Ordering::Relaxed) | (last != me && last != NO_STREAM);
+            first_use |= last == NO_STREAM;
+        }
+        for (i, o) in outputs.iter().enumerate() {
+            other |= inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner()));
+        }
+        if other || self.infer.find(&Key::new(kernel, me, &attrs, n_in, n, &ids)).is_none() {
+            return false;
+        }
+        if first_use {
+            for t in inputs.iter().chain(outputs) {
+                t.inner().last_stream.store(me, Ordering::Relaxed);
+            }
+        }
+        self.open_if_empty();
+        self.batch.push_call(kernel, attrs, stream, n_in as u8, n, call_operands(inputs, outputs));
+        self.flush_if_full();
+        true
     }
 
     /// Overwrite a host tensor with `data` (a host `Access`).
@@ -247,8 +316,18 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
         // A signature checked before passes again: the device rule and `infer` are
         // functions of it alone, and it passed them then (only passing calls are cached).
-        let ids = inputs.iter().chain(outputs).map(|t| t.inner().meta_id);
-        match self.infer.get(kernel, stream.0, attrs, inputs.len(), ids) {
+        let n = inputs.len() + outputs.len();
+        let found = if n <= KEY_OPS {
+            let mut ids = [MetaId(0); KEY_OPS];
+            for (id, t) in ids.iter_mut().zip(inputs.iter().chain(outputs)) {
+                *id = t.inner().meta_id;
+            }
+            self.infer.find(&Key::new(kernel, stream.0, attrs, inputs.len(), n, &ids))
+        } else {
+            let ids = inputs.iter().chain(outputs).map(|t| t.inner().meta_id);
+            self.infer.get(kernel, stream.0, attrs, inputs.len(), ids)
+        };
+        match found {
             Some(entry) => Ok(Checked { kernel, entry: Some(entry) }),
             None => self.check_uncached(op, kernel, inputs, outputs, attrs, stream, device),
         }
@@ -322,7 +401,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     }
 
     /// Emit an `OpCall` (after `check`), written where it lies in the batch
-    /// (`Batch::push_in_place`): nothing as large as an instruction or an operand list is
+    /// (`Batch::push_call`): nothing as large as an instruction or an operand list is
     /// built on the stack and copied.
     #[inline]
     fn emit_call(
@@ -336,8 +415,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
         self.sync_operands(stream, tensors, || operands(inputs, outputs));
         self.open_if_empty();
-        let (body, n) = (Body::OpCall { kernel, attrs }, inputs.len() + outputs.len());
-        self.batch.push_in_place(body, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
+        let n = inputs.len() + outputs.len();
+        self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
         self.flush_if_full();
     }
 

@@ -357,17 +357,20 @@ impl Batch {
         self.ins.push(ins);
     }
 
-    /// Append an instruction made of these fields, with the operands `ops`, writing it field
-    /// by field where it lies in the batch.
+    /// Append an `OpCall` of `kernel` with `attrs` on `stream`, with the operands `ops`,
+    /// writing it field by field where it lies in the batch.
     ///
     /// Assembled on the stack and then moved, as `Vec::push` does when it may have to grow
-    /// first, an instruction is stored in words and reloaded in wider loads that the store
+    /// first, an instruction (or just its body, made before the room for it and kept
+    /// across that call) is stored in words and reloaded in wider loads that the store
     /// buffer cannot forward: a stall on every call, longer than the rest of the call's
-    /// emission. For the same reason this is always inlined.
+    /// emission. So the body is made here, after the room, from values in registers, and
+    /// this is always inlined.
     #[inline(always)]
-    pub(crate) fn push_in_place(
+    pub(crate) fn push_call(
         &mut self,
-        body: Body,
+        kernel: KernelRef,
+        attrs: Attrs,
         stream: StreamId,
         n_inputs: u8,
         n_ops: usize,
@@ -382,7 +385,7 @@ impl Batch {
         // first `n_ops` slots written (the rest stay uninitialised, which `OpList` allows).
         unsafe {
             let p = self.ins.as_mut_ptr().add(len);
-            std::ptr::addr_of_mut!((*p).body).write(body);
+            std::ptr::addr_of_mut!((*p).body).write(Body::OpCall { kernel, attrs });
             let l = std::ptr::addr_of_mut!((*p).ops);
             std::ptr::addr_of_mut!((*l).len).write(n_ops as u32);
             std::ptr::addr_of_mut!((*l).at).write(at);

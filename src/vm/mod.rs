@@ -14,7 +14,7 @@ pub mod thread_ctx;
 pub mod virtual_machine;
 
 pub use config::{Config, FaultInjection, ThreadTopology};
-pub(crate) use stream::PolicyKind;
 pub use stream::StreamId;
+pub(crate) use stream::{PolicyKind, VmStream};
 pub use virtual_machine::VirtualMachine;
 pub(crate) use virtual_machine::VmShared;
