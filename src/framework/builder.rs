@@ -12,9 +12,12 @@
 //! A call whose signature (kernel, stream, attributes, and each operand's interned meta:
 //! shape, dtype, device) was checked before by this VM's builders passes on a comparison of
 //! a few words (`InferCache`); only the checks that depend on the tensors' identity and
-//! state (released, aliased) run on every call. The instruction is written once, into the
-//! batch. Nothing per call is allocated, locked or counted: tensors are not kept alive by
-//! a handle per use (`framework::release` says why none is needed).
+//! state (released, aliased) run on every call. The common `call_into` (at most four
+//! operands, a cached signature, no soft sync) does all of it in one pass over its
+//! operands (`fast_call`); every other call takes the full path, which gives a refused
+//! call its typed error. The instruction is written once, into the batch. Nothing per call
+//! is allocated, locked or counted: tensors are not kept alive by a handle per use
+//! (`framework::release` says why none is needed).
 //!
 //! # Soft sync
 //!
