@@ -31,6 +31,13 @@ fn assert_problems(text: &str, want: &[(u32, u32, &str)]) {
 
 const HEAD: &str = "eagervm-trace 1\ndevice cpu:0\ndevice mock:0\nstream s0 cpu:0 compute\nstream s1 mock:0 compute\nstream s2 mock:0 h2d\n";
 
+/// A copy with no operands once made the validator index an empty list (found by the
+/// mutation test below); it is an operand error like any other.
+#[test]
+fn a_copy_without_operands_is_an_operand_error() {
+    assert_problems(&format!("{HEAD}call s0 copy\n"), &[(7, 9, "copy")]);
+}
+
 #[test]
 fn the_shipped_demo_trace_is_valid() {
     assert!(problems(VALID, false).is_empty());

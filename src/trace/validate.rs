@@ -385,7 +385,10 @@ impl Checker<'_> {
         let all: Vec<Ref> = inputs.iter().chain(outputs).copied().collect();
         let dev_of = |r: &Ref| self.tensors[&r.id].device;
         let wrong: Vec<Ref> = all.iter().filter(|r| dev_of(r) != device).copied().collect();
-        let device_ok = if kernel.cross_device() { wrong.len() < all.len() } else { wrong.is_empty() };
+        // The builder's device rule: a copy needs one operand on the stream's device (if it
+        // has any operands; `infer` then refuses a copy with none).
+        let device_ok =
+            if kernel.cross_device() { all.is_empty() || wrong.len() < all.len() } else { wrong.is_empty() };
         if !device_ok {
             let r = wrong[0];
             let m = format!("tensor t{} is on {}, but s{} is on {device}", r.id, dev_of(&r), stream.id);
