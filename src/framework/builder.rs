@@ -319,16 +319,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
         // A signature checked before passes again: the device rule and `infer` are
         // functions of it alone, and it passed them then (only passing calls are cached).
-        let n = inputs.len() + outputs.len();
-        let found = if n <= KEY_OPS {
-            let mut ids = [MetaId(0); KEY_OPS];
-            for (id, t) in ids.iter_mut().zip(inputs.iter().chain(outputs)) {
-                *id = t.inner().meta_id;
-            }
-            self.infer.find(&Key::new(kernel, stream.0, attrs, inputs.len(), n, &ids))
-        } else {
-            let ids = inputs.iter().chain(outputs).map(|t| t.inner().meta_id);
-            self.infer.get(kernel, stream.0, attrs, inputs.len(), ids)
+        let ids = inputs.iter().chain(outputs).map(|t| t.inner().meta_id);
+        let found = match Key::of(kernel, stream.0, attrs, inputs.len(), ids.clone()) {
+            Some(key) => self.infer.find(&key),
+            None => self.infer.get(kernel, stream.0, attrs, inputs.len(), ids),
         };
         match found {
             Some(entry) => Ok(Checked { kernel, entry: Some(entry) }),

@@ -70,12 +70,23 @@ impl Key {
         ])
     }
 
-    /// The key of a signature given by its parts; `None` if it has more than [`KEY_OPS`]
-    /// operands.
-    fn of(kernel: KernelRef, stream: u32, attrs: &Attrs, n_inputs: usize, ids: &[MetaId]) -> Option<Key> {
+    /// The key of a signature whose operands have the meta ids `ids` (inputs first);
+    /// `None` if it has more than [`KEY_OPS`] operands.
+    #[inline]
+    pub(crate) fn of(
+        kernel: KernelRef,
+        stream: u32,
+        attrs: &Attrs,
+        n_inputs: usize,
+        ids: impl IntoIterator<Item = MetaId>,
+    ) -> Option<Key> {
         let mut packed = [MetaId(0); KEY_OPS];
-        packed.get_mut(..ids.len())?.copy_from_slice(ids);
-        Some(Key::new(kernel, stream, attrs, n_inputs, ids.len(), &packed))
+        let mut n = 0;
+        for id in ids {
+            *packed.get_mut(n)? = id;
+            n += 1;
+        }
+        Some(Key::new(kernel, stream, attrs, n_inputs, n, &packed))
     }
 }
 
@@ -162,7 +173,7 @@ impl InferCache {
         if ids.iter().chain(&out_ids).any(|&id| id == MetaId::NONE) {
             return None;
         }
-        let key = Key::of(kernel, stream, attrs, n_inputs as usize, &ids).unwrap_or_default();
+        let key = Key::of(kernel, stream, attrs, n_inputs as usize, ids.iter().copied()).unwrap_or_default();
         let e = Entry {
             kernel: kernel.addr(),
             stream,
@@ -232,9 +243,7 @@ mod tests {
         let add = reg.get("add").unwrap().kernel_ref(crate::ep::DeviceType::Cpu).unwrap();
         let mul = reg.get("mul").unwrap().kernel_ref(crate::ep::DeviceType::Cpu).unwrap();
         let key = |k, stream, attrs: &Attrs, n_in, ids: &[MetaId]| {
-            let mut packed = [MetaId(0); KEY_OPS];
-            packed[..ids.len()].copy_from_slice(ids);
-            Key::new(k, stream, attrs, n_in, ids.len(), &packed)
+            Key::of(k, stream, attrs, n_in, ids.iter().copied()).expect("at most KEY_OPS operands")
         };
         let none = SmallVec::new;
         let mut c = InferCache::default();
