@@ -128,6 +128,11 @@ fn slot(ty: DeviceType) -> usize {
 pub(crate) struct KernelRef(&'static &'static dyn OpKernel);
 
 impl KernelRef {
+    /// A reference to `kernel`.
+    pub(crate) const fn new(kernel: &'static &'static dyn OpKernel) -> Self {
+        KernelRef(kernel)
+    }
+
     /// The kernel.
     #[inline]
     pub(crate) fn get(self) -> &'static dyn OpKernel {
@@ -242,7 +247,7 @@ impl OpRegistry {
     pub fn register_static(&mut self, device: DeviceType, kernel: &'static &'static dyn OpKernel) {
         let name = kernel.name();
         let op = self.ops.entry(name).or_insert(Op { name, kernels: [None; DEVICE_TYPES] });
-        op.kernels[slot(device)] = Some(KernelRef(kernel));
+        op.kernels[slot(device)] = Some(KernelRef::new(kernel));
     }
 
     /// Register a kernel built at run time (it lives for the rest of the process).

@@ -327,12 +327,22 @@ pub(crate) struct Batch {
     first: u64,
     /// The program number of each instruction, when they are not consecutive.
     numbers: Vec<u64>,
+    /// Whether an instruction other than an `OpCall` may be in `ins`: only those have
+    /// anything to drop, so a batch of calls is emptied without visiting them.
+    drops: bool,
 }
+
+// An `OpCall`'s payload has no drop glue: forgetting one leaks nothing (`Batch::clear`).
+const _: () = {
+    const fn copy<T: Copy>() {}
+    copy::<KernelRef>();
+    copy::<Attrs>();
+};
 
 impl Batch {
     /// An empty batch with room for `n` instructions.
     pub(crate) fn with_capacity(n: usize) -> Self {
-        Batch { ins: Vec::with_capacity(n), ops: Vec::new(), first: 0, numbers: Vec::new() }
+        Batch { ins: Vec::with_capacity(n), ops: Vec::new(), first: 0, numbers: Vec::new(), drops: false }
     }
 
     /// Instruction `i`'s body, stream, input count and operands, to admit or run it in
@@ -354,6 +364,7 @@ impl Batch {
     #[inline]
     pub(crate) fn push(&mut self, mut ins: Instruction, ops: &[Operand]) {
         ins.ops = self.place(ops.len(), ops.iter().copied());
+        self.drops |= !matches!(ins.body, Body::OpCall { .. });
         self.ins.push(ins);
     }
 
@@ -450,6 +461,7 @@ impl Batch {
             let first = self.first;
             self.numbers.extend((0..self.ins.len() as u64).map(|i| first + i));
         }
+        self.drops |= !matches!(ins.body, Body::OpCall { .. });
         self.ins.push(ins);
         self.numbers.push(program);
     }
@@ -472,9 +484,23 @@ impl Batch {
         self.ins.is_empty()
     }
 
-    /// Drop the instructions, keeping the memory for reuse.
+    /// Drop the instructions, keeping the memory for reuse. A batch of `OpCall`s only is
+    /// emptied without visiting them: they have nothing to drop.
     pub(crate) fn clear(&mut self) {
-        self.ins.clear();
+        if self.drops {
+            self.ins.clear();
+            self.drops = false;
+        } else {
+            debug_assert!(self
+                .ins
+                .iter()
+                .all(|i| matches!(i.body, Body::OpCall { .. } | Body::Release { owner: None })));
+            // SAFETY: only `push` and `push_placed` add instructions other than `OpCall`s,
+            // and both set `drops`; an `OpCall`'s fields have no drop glue (the assertion
+            // after `Batch`), nor has the inert instruction `Instruction::take` leaves in
+            // its place, so forgetting them is what dropping them would do.
+            unsafe { self.ins.set_len(0) };
+        }
         self.ops.clear();
         self.numbers.clear();
     }
@@ -599,5 +625,29 @@ mod tests {
         moved.push_numbered(inert(), &[], 7);
         moved.push_numbered(inert(), &[], 3);
         assert_eq!((moved.program(0), moved.program(1)), (7, 3));
+    }
+
+    #[test]
+    fn emptying_a_batch_drops_what_its_instructions_hold() {
+        use crate::framework::{Attrs, KernelRef};
+        let slot = AccessSlot::new();
+        static NOOP: &dyn crate::framework::OpKernel = &crate::kernels::NoopKernel;
+        let kernel = KernelRef::new(&NOOP);
+        let mut b = Batch::with_capacity(4);
+        for _ in 0..3 {
+            b.push_call(kernel, Attrs::default(), StreamId(0), 0, 0, std::iter::empty());
+        }
+        b.clear();
+        assert!(b.is_empty(), "a batch of calls is emptied without visiting them");
+        b.push_call(kernel, Attrs::default(), StreamId(0), 0, 0, std::iter::empty());
+        b.push(Instruction::new(Body::Read(slot.clone()), StreamId(0)), &[]);
+        b.push_numbered(Instruction::new(Body::Wait(slot.clone()), StreamId(0)), &[], 9);
+        assert_eq!(Arc::strong_count(&slot), 3);
+        b.clear();
+        assert_eq!(Arc::strong_count(&slot), 1, "the accesses' slots are dropped");
+        // The batch forgets that it held them: calls alone are emptied the quick way again.
+        b.push(Instruction::new(Body::Read(slot.clone()), StreamId(0)), &[]);
+        b.clear();
+        assert_eq!(Arc::strong_count(&slot), 1);
     }
 }

@@ -10,7 +10,8 @@
 //!    program number and the next position on its stream, which together with the stream
 //!    name it (`InstrRef`). Its operands go through the dependence rules
 //!    (`vm::dependence`), which call `EdgeSink::connect` for every earlier access on
-//!    another stream it must follow.
+//!    another stream it must follow. A run of `OpCall`s on one stream with nothing parked
+//!    is admitted in one loop over the stream's state (`admit_run`).
 //! 2. **Dispatch.** An instruction with no in-edge left, whose stream has dispatched every
 //!    earlier instruction, goes to its worker's outgoing batch; one that must wait is
 //!    parked in its stream's queue of undispatched instructions (in stream order). A
@@ -290,7 +291,16 @@ impl Scheduler {
         let first = self.program + 1;
         let mut single: Option<u32> = None;
         let mut whole = true;
-        for i in 0..batch.len() {
+        let mut i = 0;
+        while i < batch.len() {
+            if self.prof.is_none() {
+                let (run, ctx, parked) = self.admit_run(&mut batch, i);
+                if run > 0 {
+                    whole &= !parked && *single.get_or_insert(ctx) == ctx;
+                    i += run;
+                    continue;
+                }
+            }
             self.program += 1;
             let program = self.program;
             let (body, stream, _, ops) = batch.parts(i);
@@ -306,6 +316,7 @@ impl Scheduler {
                     self.exhausted(&mut batch, i);
                 }
             }
+            i += 1;
         }
         if let (true, Some(ctx)) = (whole, single) {
             // Keep order with what this loop already dispatched to the same worker.
@@ -329,6 +340,61 @@ impl Scheduler {
             });
             self.vm.recycle(batch);
         }
+    }
+
+    /// Admit, from instruction `from` of `batch` on, the run of `OpCall`s on `from`'s stream,
+    /// the common case, with the stream's state looked up once: what [`admit`](Self::admit)
+    /// does to each, without its checks for other kinds of instruction and for profiling.
+    /// Returns how many it admitted (0 if the run cannot start here: the stream has
+    /// undispatched instructions, no position left, or `from` is not an `OpCall`), the
+    /// worker that runs them, and whether it parked the last of them. The run stops after an instruction that must wait, which it
+    /// parks (the batch is then not handed over whole), or before the first instruction of
+    /// another kind or stream. Called only without a profiling session.
+    #[inline]
+    fn admit_run(&mut self, batch: &mut Batch, from: usize) -> (usize, u32, bool) {
+        let ins = &batch.ins[from];
+        let s = ins.stream.0;
+        let st = &self.streams[s as usize];
+        if !matches!(ins.body, Body::OpCall { .. }) || st.dispatched != st.last {
+            return (0, 0, false);
+        }
+        let (last, ctx) = (st.last, st.ctx);
+        let room = usize::try_from(InstrRef::MAX_SEQ - last).unwrap_or(usize::MAX);
+        let end = batch.len().min(from.saturating_add(room));
+        let mut seq = last;
+        let mut i = from;
+        let mut parked = None;
+        while i < end {
+            let (body, stream, _, ops) = batch.parts(i);
+            if stream.0 != s || !matches!(body, Body::OpCall { .. }) {
+                break;
+            }
+            seq += 1;
+            i += 1;
+            let me = InstrRef::new(s, seq);
+            self.pending = 0;
+            for op in ops {
+                // SAFETY: as in `admit`: only this thread touches dependence objects, and no
+                // other reference to this one is held across the call.
+                let dep = unsafe { op.tensor().dep_mut() };
+                match op.mode() {
+                    AccessMode::Read => dep.read(me, self),
+                    AccessMode::Write => dep.write(me, self),
+                }
+            }
+            if self.pending > 0 {
+                parked = Some(self.pending);
+                break;
+            }
+        }
+        let st = &mut self.streams[s as usize];
+        st.last = seq;
+        st.dispatched = if parked.is_some() { seq - 1 } else { seq };
+        self.program += (i - from) as u64;
+        if let Some(pending) = parked {
+            self.park(batch, i - 1, pending, self.program);
+        }
+        (i - from, ctx, parked.is_some())
     }
 
     /// Admit one instruction (its body, stream and operands): give it its stream position,
@@ -409,7 +475,7 @@ impl Scheduler {
             InstrRef::MAX_SEQ
         ));
         let mut dead = self.vm.take_batch();
-        dead.ins.push(ins);
+        dead.push(ins, &[]);
         self.vm.bury(dead);
     }
 
