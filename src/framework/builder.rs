@@ -140,7 +140,7 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Call `op` on `stream`, writing into the given `outputs` (which must have the shapes
     /// and dtypes the op produces, and live on the stream's device).
-    #[inline]
+    #[inline(always)]
     pub fn call_into(
         &mut self,
         op: Op,

@@ -100,7 +100,7 @@ pub(crate) struct DepObject {
 
 impl DepObject {
     /// Apply the read rule for instruction `me`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn read(&mut self, me: InstrRef, sink: &mut impl EdgeSink) {
         if let Some(w) = self.last_write {
             if !w.same_stream(me) {
@@ -132,7 +132,7 @@ impl DepObject {
     }
 
     /// Apply the write rule for instruction `me`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write(&mut self, me: InstrRef, sink: &mut impl EdgeSink) {
         if let Some(w) = self.last_write {
             if !w.same_stream(me) {

@@ -126,11 +126,100 @@ pub(crate) fn panicked(
     fail(&ops[ins.n_inputs as usize..], e, env);
 }
 
+/// Views of a call's operands, made in place as the operands are read: a buffer that
+/// takes them one by one and lends them out as a slice.
+trait Views<T> {
+    fn new() -> Self;
+    fn push(&mut self, v: T);
+    fn as_mut_slice(&mut self) -> &mut [T];
+}
+
+impl<T, const N: usize> Views<T> for SmallVec<[T; N]> {
+    #[inline(always)]
+    fn new() -> Self {
+        SmallVec::new()
+    }
+    #[inline(always)]
+    fn push(&mut self, v: T) {
+        SmallVec::push(self, v)
+    }
+    #[inline(always)]
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        self
+    }
+}
+
+/// At most `N` views, kept in the frame without a length-dependent layout: the common call
+/// (few operands) pays no small-vector bookkeeping per view.
+struct Fixed<T, const N: usize> {
+    len: usize,
+    buf: [std::mem::MaybeUninit<T>; N],
+}
+
+impl<T, const N: usize> Views<T> for Fixed<T, N> {
+    #[inline(always)]
+    fn new() -> Self {
+        Fixed { len: 0, buf: [const { std::mem::MaybeUninit::uninit() }; N] }
+    }
+    #[inline(always)]
+    fn push(&mut self, v: T) {
+        // A caller never pushes more than `N` (`op_call` picks the buffer by operand count);
+        // the index check keeps it sound if one did.
+        self.buf[self.len].write(v);
+        self.len += 1;
+    }
+    #[inline(always)]
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: the first `len` slots were written by `push` and never moved out.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<T>(), self.len) }
+    }
+}
+
+// Views are references only: forgetting them (`Fixed` has no `Drop`) leaks nothing.
+const _: () = assert!(!std::mem::needs_drop::<TensorView<'static>>());
+const _: () = assert!(!std::mem::needs_drop::<TensorViewMut<'static>>());
+
+/// Inputs and outputs a call may have for its views to live in fixed buffers.
+const FIXED_INPUTS: usize = 4;
+const FIXED_OUTPUTS: usize = 2;
+
+#[inline(always)]
 fn op_call(
     kernel: &'static dyn OpKernel,
     attrs: Attrs,
     inputs: &[Operand],
     outputs: &[Operand],
+    program: u64,
+    env: &ExecEnv,
+) {
+    if inputs.len() <= FIXED_INPUTS && outputs.len() <= FIXED_OUTPUTS {
+        op_call_with::<Fixed<_, FIXED_INPUTS>, Fixed<_, FIXED_OUTPUTS>>(
+            kernel, attrs, inputs, outputs, program, env,
+        )
+    } else {
+        op_call_many(kernel, attrs, inputs, outputs, program, env)
+    }
+}
+
+/// A call with more operands than the fixed buffers take.
+#[inline(never)]
+fn op_call_many(
+    kernel: &'static dyn OpKernel,
+    attrs: Attrs,
+    inputs: &[Operand],
+    outputs: &[Operand],
+    program: u64,
+    env: &ExecEnv,
+) {
+    op_call_with::<SmallVec<[_; 8]>, SmallVec<[_; 2]>>(kernel, attrs, inputs, outputs, program, env)
+}
+
+#[inline(always)]
+fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
+    kernel: &'static dyn OpKernel,
+    attrs: Attrs,
+    inputs: &'t [Operand],
+    outputs: &'t [Operand],
     program: u64,
     env: &ExecEnv,
 ) {
@@ -140,7 +229,7 @@ fn op_call(
     // (Views are pushed in place, not collected and moved: a collected small vector is
     // written word by word and then copied in wider loads that the store buffer cannot
     // forward, a stall that costs more than the rest of a no-op's execution.)
-    let mut ins: SmallVec<[TensorView<'_>; 4]> = SmallVec::new();
+    let mut ins = I::new();
     let mut uninitialized = None;
     for op in inputs {
         // SAFETY: this OpCall holds a read access to each input (dependence rules).
@@ -160,7 +249,7 @@ fn op_call(
     }
     // Outputs, in one pass: allocate those written for the first time, note those that
     // carry an error from an earlier failed write, and make their views.
-    let mut outs: SmallVec<[TensorViewMut<'_>; 2]> = SmallVec::new();
+    let mut outs = O::new();
     let mut clear_errors = false;
     for op in outputs {
         // SAFETY: this OpCall holds the write access to each output, and outputs are
@@ -188,7 +277,8 @@ fn op_call(
         let data = v.storage.as_mut().expect("allocated above");
         outs.push(TensorViewMut { meta: &op.tensor().meta, data });
     }
-    let result = kernel.compute(&mut KernelCtx { attrs, inputs: &ins, outputs: &mut outs });
+    let result =
+        kernel.compute(&mut KernelCtx { attrs, inputs: ins.as_mut_slice(), outputs: outs.as_mut_slice() });
     drop((ins, outs));
     match result {
         Ok(()) => {
@@ -248,4 +338,83 @@ fn write_access(op: &Operand, bytes: &[u8], env: &ExecEnv) {
     let storage = v.storage.get_or_insert_with(|| env.alloc.alloc(t.meta.bytes()));
     storage.as_bytes_mut().copy_from_slice(bytes);
     v.error = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ep::DeviceId;
+    use crate::framework::{DType, OutSpecs, Tensor, TensorMeta};
+    use crate::vm::instruction::{AccessMode, TensorPtr};
+
+    fn first(b: &[u8]) -> f32 {
+        f32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
+    }
+
+    /// Writes, into output `k`, the sum over inputs `j` of `(j + 1) * x_j` plus `k + 1`,
+    /// where `x_j` is input `j`'s first element (so a view of the wrong tensor, or in the
+    /// wrong place, changes the result); fails unless it got as many views as the
+    /// attributes say.
+    struct Probe;
+
+    impl OpKernel for Probe {
+        fn name(&self) -> &'static str {
+            "probe"
+        }
+        fn infer(
+            &self,
+            _: &[&TensorMeta],
+            _: &[&TensorMeta],
+            _: &Attrs,
+            _: &mut OutSpecs,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+        fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+            if ctx.inputs.len() + ctx.outputs.len() != ctx.attrs.scalar as usize {
+                return Err(format!("{} + {} views", ctx.inputs.len(), ctx.outputs.len()));
+            }
+            let sum: f32 =
+                ctx.inputs.iter().enumerate().map(|(j, v)| (j + 1) as f32 * first(v.data.as_bytes())).sum();
+            for (k, o) in ctx.outputs.iter_mut().enumerate() {
+                o.data.as_bytes_mut()[..4].copy_from_slice(&(sum + k as f32 + 1.0).to_le_bytes());
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn calls_with_few_and_many_operands_see_each_operand_in_place() {
+        let env = ExecEnv {
+            stream_name: "cpu:0/compute".into(),
+            alloc: HostAllocator::new("test"),
+            failures: Arc::new(FailureLog::default()),
+        };
+        let meta = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
+        let tensors: Vec<Tensor> =
+            (0..12).map(|i| Tensor::new(i, meta.clone(), std::sync::Weak::new())).collect();
+        // Inputs: tensor j holds j + 1.
+        for (j, t) in tensors.iter().enumerate().take(9) {
+            let mut s = env.alloc.alloc(4);
+            s.as_bytes_mut().copy_from_slice(&(j as f32 + 1.0).to_le_bytes());
+            // SAFETY: nothing else touches these tensors.
+            unsafe { t.inner().value_mut() }.storage = Some(s);
+        }
+        // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
+        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].inner()) }, mode);
+        // Fewer than, as many as, and more than the fixed buffers take; outputs 11, 10, 9.
+        for (n_in, n_out) in [(0, 1), (1, 2), (4, 2), (0, 3), (5, 1), (4, 3), (8, 2), (8, 3)] {
+            let ins: Vec<_> = (0..n_in).map(|j| op(j, AccessMode::Read)).collect();
+            let outs: Vec<_> = (0..n_out).map(|k| op(11 - k, AccessMode::Write)).collect();
+            op_call(&Probe, Attrs::scalar((n_in + n_out) as f64), &ins, &outs, 7, &env);
+            assert!(env.failures.take().is_none(), "{n_in} inputs, {n_out} outputs");
+            let sum: f32 = (0..n_in).map(|j| ((j + 1) * (j + 1)) as f32).sum();
+            for k in 0..n_out {
+                // SAFETY: nothing else touches these tensors.
+                let v = unsafe { tensors[11 - k].inner().value() };
+                let got = first(v.storage.as_ref().expect("written").as_bytes());
+                assert_eq!(got, sum + k as f32 + 1.0, "output {k} of {n_in} + {n_out}");
+            }
+        }
+    }
 }
