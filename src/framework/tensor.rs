@@ -484,11 +484,12 @@ mod layout_tests {
 
     #[test]
     fn tensor_object_stays_small() {
-        // Caller state and metadata on two lines, the value on two and the dependence
+        // Caller state and metadata on two lines, the value on one and the dependence
         // object on one (the type's docs). Each added line costs every instruction on a
         // program that cycles through more tensors than the cache holds.
         assert_eq!(std::mem::align_of::<TensorInner>(), 64);
-        assert!(std::mem::size_of::<TensorInner>() <= 320, "{}", std::mem::size_of::<TensorInner>());
+        assert!(std::mem::size_of::<TensorInner>() <= 256, "{}", std::mem::size_of::<TensorInner>());
+        assert!(std::mem::size_of::<TensorValue>() <= 64, "the worker reads one line per operand");
         assert!(std::mem::offset_of!(TensorInner, vm) < 128, "caller state beyond two lines");
         assert!(std::mem::offset_of!(TensorInner, released) < 64, "the call check reads one line");
         assert!(std::mem::offset_of!(TensorInner, meta_id) < 64, "the call check reads one line");

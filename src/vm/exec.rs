@@ -68,13 +68,24 @@ pub(crate) struct ExecEnv {
 /// batch; [`execute_catching`] once per instruction, for work launched on an asynchronous
 /// stream and in synchronous mode) and hands it to [`panicked`]. Catching once per batch
 /// keeps the landing pad, and the indirect call it takes, off every instruction.
-#[inline]
+///
+/// A call, the common case, is run here, inlined into the worker's loop; every other kind
+/// goes to [`execute_other`], kept out of line.
+#[inline(always)]
 pub(crate) fn execute(body: &mut Body, n_inputs: u8, ops: &[Operand], program: u64, env: &ExecEnv) {
+    if let &mut Body::OpCall { kernel, attrs } = body {
+        let (inputs, outputs) = ops.split_at(n_inputs as usize);
+        op_call(kernel.get(), attrs, inputs, outputs, program, env);
+    } else {
+        execute_other(body, ops, program, env);
+    }
+}
+
+/// [`execute`] for everything but a call.
+#[inline(never)]
+fn execute_other(body: &mut Body, ops: &[Operand], program: u64, env: &ExecEnv) {
     match body {
-        &mut Body::OpCall { kernel, attrs } => {
-            let (inputs, outputs) = ops.split_at(n_inputs as usize);
-            op_call(kernel.get(), attrs, inputs, outputs, program, env);
-        }
+        Body::OpCall { .. } => unreachable!("calls are run by `execute`"),
         Body::Release { .. } => {
             for op in ops {
                 // SAFETY: a Release holds the write access to its operand: every earlier
