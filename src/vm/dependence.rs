@@ -139,18 +139,27 @@ impl DepObject {
                 sink.connect(w, me);
             }
         }
-        if self.readers[0].is_some() {
-            for &r in self.readers.iter().flatten() {
-                if !r.same_stream(me) {
-                    sink.connect(r, me);
-                }
-            }
-            self.readers = [None; INLINE_READERS];
-            if !self.more.is_empty() {
-                self.write_more(me, sink);
-            }
+        match self.readers {
+            [None, ..] => {}
+            // One reader, on this stream: the common case.
+            [Some(r), None, _] if r.same_stream(me) => self.readers[0] = None,
+            _ => self.write_readers(me, sink),
         }
         self.last_write = Some(me);
+    }
+
+    /// The write rule for readers on other streams, or on more than one stream.
+    #[cold]
+    fn write_readers(&mut self, me: InstrRef, sink: &mut impl EdgeSink) {
+        for &r in self.readers.iter().flatten() {
+            if !r.same_stream(me) {
+                sink.connect(r, me);
+            }
+        }
+        self.readers = [None; INLINE_READERS];
+        if !self.more.is_empty() {
+            self.write_more(me, sink);
+        }
     }
 
     /// The write rule for the spilled readers.
