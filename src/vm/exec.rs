@@ -194,6 +194,7 @@ const _: () = assert!(!std::mem::needs_drop::<TensorViewMut<'static>>());
 const FIXED_INPUTS: usize = 4;
 const FIXED_OUTPUTS: usize = 2;
 
+/// Run a call's kernel on its operands (the module docs say what happens on errors).
 #[inline(always)]
 fn op_call(
     kernel: &'static dyn OpKernel,
@@ -225,6 +226,7 @@ fn op_call_many(
     op_call_with::<SmallVec<[_; 8]>, SmallVec<[_; 2]>>(kernel, attrs, inputs, outputs, program, env)
 }
 
+/// [`op_call`], its views made in buffers of types `I` (inputs) and `O` (outputs).
 #[inline(always)]
 fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     kernel: &'static dyn OpKernel,

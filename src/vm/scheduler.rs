@@ -347,9 +347,10 @@ impl Scheduler {
     /// does to each, without its checks for other kinds of instruction and for profiling.
     /// Returns how many it admitted (0 if the run cannot start here: the stream has
     /// undispatched instructions, no position left, or `from` is not an `OpCall`), the
-    /// worker that runs them, and whether it parked the last of them. The run stops after an instruction that must wait, which it
-    /// parks (the batch is then not handed over whole), or before the first instruction of
-    /// another kind or stream. Called only without a profiling session.
+    /// worker that runs them, and whether it parked the last of them. The run stops after
+    /// an instruction that must wait, which it parks (the batch is then not handed over
+    /// whole), or before the first instruction of another kind or stream. Called only
+    /// without a profiling session.
     #[inline]
     fn admit_run(&mut self, batch: &mut Batch, from: usize) -> (usize, u32, bool) {
         let ins = &batch.ins[from];
