@@ -23,7 +23,7 @@ pub mod cuda;
 use std::time::{Duration, Instant};
 
 use crate::ep::DeviceId;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::framework::{Attrs, DType, InstructionsBuilder, Op, Tensor};
 use crate::vm::{Config, StreamId, VirtualMachine};
 
@@ -257,8 +257,9 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
     vm.run(|b| tensors.iter().try_for_each(|t| b.call_into(fill, &[], &[t], Attrs::scalar(1.0), cpu)))?;
     let warm = Program::new(w, (n / 10).max(1000));
     run_once(&vm, &tensors, &warm)?;
-    let pipeline =
-        baseline::Pipeline::new(config.batch_size, config.spin, config.high_water, config.low_water);
+    let mut pipeline =
+        baseline::Pipeline::new(config.batch_size, config.spin, config.high_water, config.low_water)
+            .map_err(|e| Error::Config(format!("cannot start the baseline pipeline's threads: {e}")))?;
     pipeline.run((n / 10).max(1000));
     let (mut push, mut e2e, mut base) = (Vec::new(), Vec::new(), Vec::new());
     let mut stages: Vec<cpu::StageCpu> = Vec::new();
