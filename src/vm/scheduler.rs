@@ -374,15 +374,7 @@ impl Scheduler {
             i += 1;
             let me = InstrRef::new(s, seq);
             self.pending = 0;
-            for op in ops {
-                // SAFETY: as in `admit`: only this thread touches dependence objects, and no
-                // other reference to this one is held across the call.
-                let dep = unsafe { op.tensor().dep_mut() };
-                match op.mode() {
-                    AccessMode::Read => dep.read(me, self),
-                    AccessMode::Write => dep.write(me, self),
-                }
-            }
+            self.apply_rules(me, ops);
             if self.pending > 0 {
                 parked = Some(self.pending);
                 break;
@@ -426,15 +418,7 @@ impl Scheduler {
         if !matches!(body, Body::OpCall { .. }) {
             self.admit_event(body, me);
         }
-        for op in ops {
-            // SAFETY: only the scheduler thread (this one) touches dependence objects, and
-            // no other reference to this one is held across this call.
-            let dep = unsafe { op.tensor().dep_mut() };
-            match op.mode() {
-                AccessMode::Read => dep.read(me, self),
-                AccessMode::Write => dep.write(me, self),
-            }
-        }
+        self.apply_rules(me, ops);
         let pending = self.pending;
         let st = &mut self.streams[stream as usize];
         let ready = pending == 0 && st.dispatched + 1 == seq;
@@ -451,6 +435,21 @@ impl Scheduler {
             Admit::Ready(ctx)
         } else {
             Admit::Park(pending)
+        }
+    }
+
+    /// Apply the dependence rules to each operand of instruction `me`, in order; the edges
+    /// they ask for are counted in `self.pending`.
+    #[inline(always)]
+    fn apply_rules(&mut self, me: InstrRef, ops: &[Operand]) {
+        for op in ops {
+            // SAFETY: only the scheduler thread (this one) touches dependence objects, and
+            // no other reference to this one is held across this call.
+            let dep = unsafe { op.tensor().dep_mut() };
+            match op.mode() {
+                AccessMode::Read => dep.read(me, self),
+                AccessMode::Write => dep.write(me, self),
+            }
         }
     }
 
