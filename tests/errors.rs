@@ -284,6 +284,60 @@ fn a_checked_signature_still_checks_each_operands_state() {
     vm.sync().unwrap();
 }
 
+/// The same for a call of more operands than a packed signature key holds (eight inputs),
+/// whose cached signature is found operand by operand: an aliased output, a released
+/// operand and one last used on another stream are each still seen on a call whose
+/// signature passed before.
+#[test]
+fn a_checked_wide_signature_still_checks_each_operands_state() {
+    let vm = vm();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let (noop, copy) = (vm.op("noop").unwrap(), vm.op("copy").unwrap());
+    let cx = eagervm::eager::Context::new(&vm);
+    let a = cx.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    let t = a.tensor().unwrap().clone();
+    let ins: Vec<Tensor> =
+        (0..7).map(|_| vm.from_slice(&[0.0f32, 0.0], &[2], DeviceId::CPU).unwrap()).collect();
+    let out = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let mut refs: Vec<&Tensor> = ins.iter().collect();
+    refs.push(&t);
+    vm.run(|b| {
+        for _ in 0..3 {
+            b.call_into(noop, &refs, &[&out], Attrs::default(), cpu).unwrap();
+        }
+        let r = b.call_into(noop, &refs, &[&ins[3]], Attrs::default(), cpu);
+        assert!(matches!(r, Err(Error::Aliased { tensor, .. }) if tensor == ins[3].id()), "{r:?}");
+    });
+    vm.sync().unwrap();
+    a.release().unwrap();
+    vm.run(|b| {
+        let r = b.call_into(noop, &refs, &[&out], Attrs::default(), cpu);
+        assert!(matches!(r, Err(Error::Released { tensor }) if tensor == t.id()), "{r:?}");
+    });
+    refs.pop();
+    refs.push(&out);
+    let wide_out = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    vm.run(|b| b.call_into(noop, &refs, &[&wide_out], Attrs::default(), cpu)).unwrap();
+    vm.sync().unwrap();
+
+    // Input 2 is written on a mock device's device-to-host stream just before the wide call.
+    let d2h = vm.stream(DeviceId::mock(0), StreamType::D2H).unwrap();
+    let m = vm.from_slice(&[3.0f32, 4.0], &[2], DeviceId::mock(0)).unwrap();
+    vm.sync().unwrap();
+    vm.start_profiling().unwrap();
+    vm.run(|b| -> Result<()> {
+        b.call_into(copy, &[&m], &[&ins[2]], Attrs::default(), d2h)?;
+        b.call_into(noop, &refs, &[&wide_out], Attrs::default(), cpu)
+    })
+    .unwrap();
+    vm.sync().unwrap();
+    let p = vm.stop_profiling().unwrap();
+    let names: Vec<(&str, StreamId)> = p.instructions().iter().map(|i| (i.name, i.stream)).collect();
+    assert!(names.ends_with(&[("copy", d2h), ("RecordEvent", d2h), ("noop", cpu)]), "{names:?}");
+    assert_eq!(ins[2].to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+    vm.sync().unwrap();
+}
+
 #[test]
 fn reading_a_tensor_nothing_wrote_is_an_error_of_that_instruction() {
     let vm = vm();

@@ -12,7 +12,7 @@
 //! A call whose signature (kernel, stream, attributes, and each operand's interned meta:
 //! shape, dtype, device) was checked before by this VM's builders passes on a comparison of
 //! a few words (`InferCache`); only the checks that depend on the tensors' identity and
-//! state (released, aliased) run on every call. The common `call_into` (at most four
+//! state (released, aliased) run on every call. The common `call_into` (at most sixteen
 //! operands, a cached signature, no soft sync) does all of it in one pass over its
 //! operands (`fast_call`); every other call takes the full path, which gives a refused
 //! call its typed error. The instruction is written once, into the batch. Nothing per call
@@ -58,6 +58,9 @@ use crate::vm::{StreamId, VmShared, VmStream};
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
+
+/// The most operands a call may have to take the fast path (`fast_call`).
+const WIDE_OPS: usize = 16;
 
 /// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
 pub struct InstructionsBuilder<'vm> {
@@ -172,10 +175,12 @@ impl<'vm> InstructionsBuilder<'vm> {
     }
 
     /// The common `call_into`, checked and emitted with one pass over its operands: at most
-    /// [`KEY_OPS`] operands, none released or aliased or last used on another stream, and
+    /// [`WIDE_OPS`] operands, none released or aliased or last used on another stream, and
     /// a signature in the inference cache. Each operand's identity, state and meta id lie
     /// in one line of its tensor, read once. Returns false, having changed nothing, for any
     /// other call, which the full path then checks (and refuses, if it must) and emits.
+    /// A signature of at most [`KEY_OPS`] operands is found by its packed key; a wider one
+    /// ([`fast_call_wide`](Self::fast_call_wide), out of line) operand by operand.
     #[inline(always)]
     fn fast_call(
         &mut self,
@@ -187,37 +192,66 @@ impl<'vm> InstructionsBuilder<'vm> {
     ) -> bool {
         let (n_in, n) = (inputs.len(), inputs.len() + outputs.len());
         if n > KEY_OPS {
+            return self.fast_call_wide(op, inputs, outputs, attrs, stream);
+        }
+        let Some(s) = self.streams.get(stream.index()) else { return false };
+        let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
+        let mut ids = [MetaId(0); KEY_OPS];
+        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0) else { return false };
+        if self.infer.find(&Key::new(kernel, stream.0, &attrs, n_in, n, &ids)).is_none() {
+            return false;
+        }
+        self.emit_scanned(kernel, inputs, outputs, attrs, stream, first_use);
+        true
+    }
+
+    /// [`fast_call`](Self::fast_call) for a call of more than [`KEY_OPS`] operands.
+    #[inline(never)]
+    fn fast_call_wide(
+        &mut self,
+        op: &Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> bool {
+        let n = inputs.len() + outputs.len();
+        if n > WIDE_OPS {
             return false;
         }
         let Some(s) = self.streams.get(stream.index()) else { return false };
         let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
-        let me = stream.0;
-        let mut ids = [MetaId(0); KEY_OPS];
-        // Released, or last used on another stream (soft sync needed).
-        let mut other = false;
-        let mut first_use = false;
-        for (id, t) in ids.iter_mut().zip(inputs.iter().chain(outputs)) {
-            let t = t.inner();
-            *id = t.meta_id;
-            let last = t.last_stream.load(Ordering::Relaxed);
-            other |= t.released.load(Ordering::Relaxed) | (last != me && last != NO_STREAM);
-            first_use |= last == NO_STREAM;
-        }
-        for (i, o) in outputs.iter().enumerate() {
-            other |= inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner()));
-        }
-        if other || self.infer.find(&Key::new(kernel, me, &attrs, n_in, n, &ids)).is_none() {
+        let mut ids = [MetaId(0); WIDE_OPS];
+        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0) else { return false };
+        if self.infer.get(kernel, stream.0, &attrs, inputs.len(), ids[..n].iter().copied()).is_none() {
             return false;
         }
+        self.emit_scanned(kernel, inputs, outputs, attrs, stream, first_use);
+        true
+    }
+
+    /// Emit a call that [`scan_operands`] passed, with a cached signature: mark its
+    /// operands used on `stream` if any was never used (`first_use`; every other one was
+    /// last used there), and write the instruction into the batch.
+    #[inline(always)]
+    fn emit_scanned(
+        &mut self,
+        kernel: KernelRef,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+        first_use: bool,
+    ) {
         if first_use {
             for t in inputs.iter().chain(outputs) {
-                t.inner().last_stream.store(me, Ordering::Relaxed);
+                t.inner().last_stream.store(stream.0, Ordering::Relaxed);
             }
         }
         self.open_if_empty();
-        self.batch.push_call(kernel, attrs, stream, n_in as u8, n, call_operands(inputs, outputs));
+        let n = inputs.len() + outputs.len();
+        self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
         self.flush_if_full();
-        true
     }
 
     /// Overwrite a host tensor with `data` (a host `Access`).
@@ -532,6 +566,28 @@ fn wrong_device(
 /// The operand list of a call.
 fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
     call_operands(inputs, outputs).collect()
+}
+
+/// One pass over a call's operands for the fast path: their meta ids into `ids` (inputs,
+/// then outputs; `ids` has room for them all), and whether the call can take the fast path
+/// on stream `me`: `None` if an operand is released, was last used on another stream (soft
+/// sync needed), or an output aliases another operand; otherwise whether any operand is
+/// used for the first time.
+#[inline(always)]
+fn scan_operands(ids: &mut [MetaId], inputs: &[&Tensor], outputs: &[&Tensor], me: u32) -> Option<bool> {
+    let mut other = false;
+    let mut first_use = false;
+    for (id, t) in ids.iter_mut().zip(inputs.iter().chain(outputs)) {
+        let t = t.inner();
+        *id = t.meta_id;
+        let last = t.last_stream.load(Ordering::Relaxed);
+        other |= t.released.load(Ordering::Relaxed) | (last != me && last != NO_STREAM);
+        first_use |= last == NO_STREAM;
+    }
+    for (i, o) in outputs.iter().enumerate() {
+        other |= inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner()));
+    }
+    (!other).then_some(first_use)
 }
 
 /// The operands of a call: inputs read, then outputs written. The caller holds a handle of
