@@ -104,7 +104,7 @@ fn both(
 fn kernels_equal_the_cpu_kernels() {
     let _g = lock();
     let Some(vm) = gpu_vm() else { return };
-    let n = 10_007;
+    let n = 10_003;
     let (a, b) = (data(n, 1), data(n, 2));
     // Elementwise ops: bit-for-bit.
     for (op, ins, attrs) in [
@@ -116,7 +116,7 @@ fn kernels_equal_the_cpu_kernels() {
         ("sub", vec![(a.clone(), vec![n]), (b.clone(), vec![n])], Attrs::default()),
         // dy = a, x = b: zeros, -0.0 and negatives in x select 0.
         ("relu_grad", vec![(a.clone(), vec![n]), (b.clone(), vec![n])], Attrs::default()),
-        // [n / 7, 7]: 10_007 = 1429 * 7.
+        // [n / 7, 7]: 10_003 = 1429 * 7.
         ("add_bias", vec![(a.clone(), vec![1429, 7]), (b[..7].to_vec(), vec![7])], Attrs::default()),
         // Column sums in increasing row order, as on the CPU: bit-for-bit too.
         ("sum_rows", vec![(a.clone(), vec![1429, 7])], Attrs::default()),
@@ -299,7 +299,7 @@ fn benchmarks_report_or_skip() {
         println!("skipped: {why}");
         assert!(eagervm::ep::cuda::available(0).is_err());
     } else {
-        for ratio in [r.overhead, r.overlap, r.mlp] {
+        for ratio in [r.overhead, r.eager_chain, r.overlap, r.mlp] {
             assert!(ratio.is_some_and(|x| x.ratio.is_finite() && x.ratio > 0.0));
         }
     }
