@@ -355,3 +355,29 @@ fn reading_with_the_wrong_element_type_is_refused() {
     assert!(matches!(t.to_vec::<i64>(), Err(Error::DType { expected: DType::F32, found: DType::I64 })));
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
 }
+
+#[test]
+fn a_copy_called_onto_a_device_makes_its_output_there() {
+    let vm = VirtualMachine::new(Config::default().with_mock_devices(2, MockConfig::jittery())).unwrap();
+    let h2d = vm.stream(DeviceId::mock(0), StreamType::H2D).unwrap();
+    let d2h = vm.stream(DeviceId::mock(0), StreamType::D2H).unwrap();
+    let copy = vm.op("copy").unwrap();
+    let host = vm.from_slice(&[1.5f32, -2.0, 3.0], &[3], DeviceId::CPU).unwrap();
+    let other = vm.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::mock(1)).unwrap();
+    let sink = vm.empty(&[3], DType::F32, DeviceId::CPU).unwrap();
+    let (up, back) = vm
+        .run(|b| -> Result<(Tensor, Tensor)> {
+            // No operand on mock:0 yet: the output `call` makes lands on the stream's device.
+            let up = b.call(copy, &[&host], Attrs::default(), h2d)?;
+            let back = b.call(copy, &[&up], Attrs::default(), d2h)?;
+            // With every given operand off the stream's device, a copy is still refused.
+            let r = b.call_into(copy, &[&other], &[&sink], Attrs::default(), h2d);
+            assert!(matches!(r, Err(Error::WrongDevice { .. })), "{r:?}");
+            Ok((up, back))
+        })
+        .unwrap();
+    assert_eq!(up.device(), DeviceId::mock(0));
+    assert_eq!(back.device(), DeviceId::mock(0));
+    assert_eq!(up.to_vec::<f32>().unwrap(), vec![1.5, -2.0, 3.0]);
+    vm.sync().unwrap();
+}

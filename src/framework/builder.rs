@@ -390,7 +390,9 @@ impl<'vm> InstructionsBuilder<'vm> {
     ) -> Result<Checked> {
         let n = inputs.len() + outputs.len();
         let on_device = inputs.iter().chain(outputs).filter(|t| t.device() == device).count();
-        if on_device < n && !kernel.cross_device() || on_device == 0 && n > 0 {
+        // A copy needs one end on the stream's device: a given output there, or, with no
+        // outputs given (`call`), the output the call makes there.
+        if on_device < n && !kernel.cross_device() || on_device == 0 && !outputs.is_empty() {
             return Err(wrong_device(op, kernel, inputs, outputs, device));
         }
         let name = || op.name().to_string();
