@@ -20,6 +20,9 @@ pub(crate) struct DeviceShared {
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) alloc: CachingAllocator<CudaMemory>,
     pub(crate) pinned: Arc<PinnedPool>,
+    /// Host storages (by address) that a copy from this device will still write from a
+    /// host function, with how many such copies are pending (see `kernels::cuda::CudaCopy`).
+    pub(crate) host_writes: Arc<parking_lot::Mutex<std::collections::HashMap<usize, u32>>>,
     next_key: AtomicU32,
     /// The device's compiled kernels (`kernels::cuda`), loaded on first use.
     pub(crate) kernels: OnceLock<Result<Arc<dyn Any + Send + Sync>, String>>,
@@ -95,6 +98,7 @@ impl CudaDevice {
             id,
             alloc: CachingAllocator::new(&id.to_string(), CudaMemory { ctx: ctx.clone() }),
             pinned: PinnedPool::new(ctx.clone()),
+            host_writes: Arc::default(),
             ctx,
             next_key: AtomicU32::new(0),
             kernels: OnceLock::new(),

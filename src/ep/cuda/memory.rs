@@ -51,10 +51,17 @@ impl RawMemory for CudaMemory {
 pub(crate) struct PinnedBuf {
     pub(crate) ptr: *mut u8,
     pub(crate) size: usize,
+    /// Recorded behind the last work that read the buffer when it was given back with
+    /// [`PinnedPool::give_after`]; created on first such use, kept with the buffer.
+    event: Option<sys::CUevent>,
+    /// Whether `event` was recorded when the buffer was last given back (the buffer may be
+    /// reused only once it has been reached).
+    pending: bool,
 }
 
-// SAFETY: a `PinnedBuf` is the sole owner of its page-locked allocation (it is only ever in
-// the pool or held by one copy in flight); moving it between threads moves owned memory.
+// SAFETY: a `PinnedBuf` is the sole owner of its page-locked allocation and of its event (it
+// is only ever in the pool or held by one copy in flight); moving it between threads moves
+// owned memory and a driver handle, which any thread of the process may use.
 unsafe impl Send for PinnedBuf {}
 
 /// Pinned staging buffers of one device, by power-of-two size (at least 4 KiB), reused.
@@ -69,23 +76,67 @@ impl PinnedPool {
         Arc::new(PinnedPool { ctx, free: Mutex::new(BTreeMap::new()) })
     }
 
-    /// A buffer of at least `bytes` bytes: a pooled one of its size class, or a new one.
+    /// A buffer of at least `bytes` bytes: a pooled one of its size class that no device work
+    /// still reads, or a new one.
     pub(crate) fn take(&self, bytes: usize) -> Result<PinnedBuf, DriverError> {
         let size = bytes.max(4096).next_power_of_two();
-        if let Some(b) = self.free.lock().get_mut(&size).and_then(Vec::pop) {
-            return Ok(b);
+        {
+            let mut free = self.free.lock();
+            if let Some(bufs) = free.get_mut(&size) {
+                // The oldest given back first: the likeliest to be reached.
+                let ready = bufs.iter().position(|b| {
+                    !b.pending
+                        || b.event.is_some_and(|e| {
+                            // SAFETY: `e` is a live event of this pool's context.
+                            let r = unsafe { sys::cuEventQuery(e) };
+                            r == sys::CUresult::CUDA_SUCCESS
+                        })
+                });
+                if let Some(i) = ready {
+                    let mut b = bufs.remove(i);
+                    b.pending = false;
+                    return Ok(b);
+                }
+            }
         }
         self.ctx.bind_to_thread()?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer; flags 0: pinned, neither portable, mapped nor
         // write-combined.
         unsafe { sys::cuMemHostAlloc(&mut p, size, 0) }.result()?;
-        Ok(PinnedBuf { ptr: p.cast(), size })
+        Ok(PinnedBuf { ptr: p.cast(), size, event: None, pending: false })
     }
 
-    /// Return a buffer for reuse.
+    /// Return a buffer nothing reads or writes any more.
     pub(crate) fn give(&self, b: PinnedBuf) {
         self.free.lock().entry(b.size).or_default().push(b);
+    }
+
+    /// Return a buffer that work enqueued on `stream` (of this pool's context, current on
+    /// this thread) still reads: it is handed out again only once the stream has got past
+    /// that work, which an event recorded now tells, so that no host function is needed.
+    pub(crate) fn give_after(
+        &self,
+        mut b: PinnedBuf,
+        stream: sys::CUstream,
+    ) -> Result<(), (PinnedBuf, DriverError)> {
+        if b.event.is_none() {
+            let mut e: sys::CUevent = std::ptr::null_mut();
+            let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+            // SAFETY: `e` is a valid out-pointer; the context is current on this thread.
+            if let Err(err) = unsafe { sys::cuEventCreate(&mut e, flags) }.result() {
+                return Err((b, err));
+            }
+            b.event = Some(e);
+        }
+        let e = b.event.expect("created above");
+        // SAFETY: `e` and `stream` are live handles of this context.
+        if let Err(err) = unsafe { sys::cuEventRecord(e, stream) }.result() {
+            return Err((b, err));
+        }
+        b.pending = true;
+        self.give(b);
+        Ok(())
     }
 }
 
@@ -94,8 +145,19 @@ impl Drop for PinnedPool {
         let _ = self.ctx.bind_to_thread();
         for (_, bufs) in std::mem::take(&mut *self.free.lock()) {
             for b in bufs {
+                if let Some(e) = b.event {
+                    // SAFETY: the event is this buffer's alone; waiting for it first lets
+                    // the device finish reading the buffer before it is freed below.
+                    let r = unsafe { sys::cuEventSynchronize(e) }.result();
+                    // SAFETY: as above; destroyed once.
+                    let r = r.and_then(|()| unsafe { sys::cuEventDestroy_v2(e) }.result());
+                    if let Err(e) = r {
+                        tracing::error!(error = %e, "waiting for a staging buffer's event failed");
+                    }
+                }
                 // SAFETY: each pooled buffer came from `cuMemHostAlloc` and is freed once;
-                // buffers in flight hold an `Arc` to the pool, so none is in use now.
+                // buffers in flight hold an `Arc` to the pool, and pooled ones have been
+                // reached by the device (above), so none is in use now.
                 if let Err(e) = unsafe { sys::cuMemFreeHost(b.ptr.cast()) }.result() {
                     tracing::error!(error = %e, "cuMemFreeHost failed");
                 }

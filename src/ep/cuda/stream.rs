@@ -78,6 +78,11 @@ impl CudaEpStream {
         launch_host_fn(self.cu_stream(), f).map_err(|e| self.err("cuLaunchHostFunc", e))
     }
 
+    /// Host storages with a write from a host function of this device still pending.
+    pub(crate) fn host_writes(&self) -> &Arc<parking_lot::Mutex<std::collections::HashMap<usize, u32>>> {
+        &self.shared.host_writes
+    }
+
     pub(crate) fn pinned(&self) -> &Arc<super::memory::PinnedPool> {
         &self.shared.pinned
     }

@@ -231,7 +231,7 @@ impl OpKernel for Elementwise {
             if t.meta.numel() != n {
                 return Err(format!("input {i} has {} elements, output 0 has {n}", t.meta.numel()));
             }
-            src[i] = device_f32(&format!("input {i}"), t.meta, t.data)?;
+            src[i] = device_f32(["input 0", "input 1"][i], t.meta, t.data)?;
         }
         if n == 0 {
             return Ok(());
@@ -520,10 +520,17 @@ pub struct CudaCopy;
 
 /// A host address that a host function writes after the stream gets there.
 struct HostDst(*mut u8);
-// SAFETY: the destination storage is written only by this copy's host function; the VM
-// keeps it alive and untouched by anything else until the copy's instruction retires, which
-// is after the event recorded behind the host function.
+// SAFETY: the destination (host storage, or a pinned staging buffer) is written only by this
+// copy's host function; the VM keeps it alive and untouched by anything else until the
+// copy's instruction retires, which is after the event recorded behind the host function.
 unsafe impl Send for HostDst {}
+
+/// A host address that a host function reads after the stream gets there.
+struct HostSrc(*const u8);
+// SAFETY: the source storage is an input of the copy's instruction: the VM keeps it alive,
+// and lets nothing write it, until that instruction retires, which is after the event
+// recorded behind the host function that reads it.
+unsafe impl Send for HostSrc {}
 
 impl OpKernel for CudaCopy {
     fn name(&self) -> &'static str {
@@ -581,15 +588,42 @@ impl OpKernel for CudaCopy {
                     let host = src.data.as_bytes().get(..bytes).ok_or("input 0 has too few host bytes")?;
                     let pinned = s.pinned().clone();
                     let staging = pinned.take(bytes).map_err(|e| format!("pinned staging buffer: {e}"))?;
-                    // SAFETY: the staging buffer holds at least `bytes` bytes and is ours until
-                    // the host function below gives it back.
-                    unsafe { std::ptr::copy_nonoverlapping(host.as_ptr(), staging.ptr, bytes) };
+                    // The source's bytes are final here unless a copy from this device that
+                    // writes them is still pending: that copy may be earlier on another stream
+                    // of this device, ordered before this one only by a device-side wait, and
+                    // it writes from a host function. Then the source is read by a host
+                    // function too, in stream order, after that wait.
+                    let pending = s.host_writes().lock().contains_key(&(host.as_ptr() as usize));
+                    let (from, into) = (HostSrc(host.as_ptr()), HostDst(staging.ptr));
+                    if pending {
+                        s.then(Box::new(move || {
+                            let (from, into) = (from, into);
+                            // SAFETY: `from.0` holds `bytes` bytes (checked above) that nothing
+                            // writes until this instruction retires (see `HostSrc`), and the
+                            // pending write to them ran earlier in stream order; the staging
+                            // buffer holds at least `bytes` bytes and is this copy's alone.
+                            unsafe { std::ptr::copy_nonoverlapping(from.0, into.0, bytes) };
+                        }))
+                        .map_err(|e| e.to_string())?;
+                    } else {
+                        // SAFETY: as above; no write to the source is pending.
+                        unsafe { std::ptr::copy_nonoverlapping(from.0, into.0, bytes) };
+                    }
                     // SAFETY: `to` holds `bytes` bytes on this device; the staging buffer stays
-                    // alive until the host function behind this copy returns it.
+                    // alive until the host function behind this copy returns it, and the
+                    // stream runs the copy after the staging buffer is filled.
                     unsafe { sys::cuMemcpyHtoDAsync_v2(to, staging.ptr.cast(), bytes, s.cu_stream()) }
                         .result()
                         .map_err(|e| format!("cuMemcpyHtoDAsync: {e}"))?;
-                    s.then(Box::new(move || pinned.give(staging))).map_err(|e| e.to_string())
+                    // Reused once an event behind the copy is reached; no host function,
+                    // which would queue behind other streams' host functions (the copies
+                    // from the device) on the driver's one thread for them.
+                    match pinned.give_after(staging, s.cu_stream()) {
+                        Ok(()) => Ok(()),
+                        Err((staging, _)) => {
+                            s.then(Box::new(move || pinned.give(staging))).map_err(|e| e.to_string())
+                        }
+                    }
                 }
                 (Some(_), None) => {
                     let from = device_addr("input 0", src.meta, src.data)?;
@@ -598,6 +632,7 @@ impl OpKernel for CudaCopy {
                         return Err("output 0 has too few host bytes".into());
                     }
                     let out = HostDst(host.as_mut_ptr());
+                    let key = host.as_mut_ptr() as usize;
                     let pinned = s.pinned().clone();
                     let staging = pinned.take(bytes).map_err(|e| format!("pinned staging buffer: {e}"))?;
                     // SAFETY: `from` holds `bytes` bytes; the staging buffer is ours until the
@@ -605,6 +640,19 @@ impl OpKernel for CudaCopy {
                     unsafe { sys::cuMemcpyDtoHAsync_v2(staging.ptr.cast(), from, bytes, s.cu_stream()) }
                         .result()
                         .map_err(|e| format!("cuMemcpyDtoHAsync: {e}"))?;
+                    let writes = s.host_writes().clone();
+                    *writes.lock().entry(key).or_insert(0) += 1;
+                    let done_writing =
+                        move |writes: &parking_lot::Mutex<std::collections::HashMap<usize, u32>>| {
+                            let mut w = writes.lock();
+                            if let Some(n) = w.get_mut(&key) {
+                                *n -= 1;
+                                if *n == 0 {
+                                    w.remove(&key);
+                                }
+                            }
+                        };
+                    let writes2 = writes.clone();
                     s.then(Box::new(move || {
                         let out = out;
                         // SAFETY: the copy into `staging` has finished (stream order); `out.0`
@@ -612,8 +660,13 @@ impl OpKernel for CudaCopy {
                         // this instruction retires (see `HostDst`).
                         unsafe { std::ptr::copy_nonoverlapping(staging.ptr, out.0, bytes) };
                         pinned.give(staging);
+                        done_writing(&writes2);
                     }))
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| {
+                        // No host function will write: nothing is pending.
+                        done_writing(&writes);
+                        e.to_string()
+                    })
                 }
                 (None, None) => {
                     let from = src.data.as_bytes().get(..bytes).ok_or("input 0 has too few host bytes")?;
