@@ -72,6 +72,12 @@ pub struct Config {
     pub synchronous: bool,
     /// Spin iterations before an idle thread sleeps.
     pub spin: u32,
+    /// On an asynchronous stream (mock, CUDA), record an event at least every this many
+    /// launches; the launches in between are retired by the next event, at the latest the
+    /// one recorded behind the last launch of each batch a worker receives. Default 32.
+    /// `1` records one per instruction: an asynchronous device fault is then attributed to
+    /// the exact instruction, at the cost of an event and a watcher wake-up per launch.
+    pub event_interval: u32,
     /// Deliberate faults, for testing the tests.
     pub fault: FaultInjection,
     /// Open a profiling session when the VM starts (see [`crate::profile`]); take the
@@ -91,6 +97,7 @@ impl Default for Config {
             batch_size: 1024,
             synchronous: false,
             spin: DEFAULT_SPIN,
+            event_interval: 32,
             fault: FaultInjection::default(),
             profile: false,
         }
@@ -100,7 +107,7 @@ impl Default for Config {
 impl Config {
     /// The default configuration with the environment's overrides: `EAGERVM_SYNC=1`
     /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start), `EAGERVM_MOCK_DEVICES=N`,
-    /// `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`, `EAGERVM_HIGH_WATER`,
+    /// `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`,
     /// `EAGERVM_LOW_WATER`, and the mock device's timing variables (`docs/tuning.md`).
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
@@ -121,6 +128,9 @@ impl Config {
         }
         if let Some(n) = std::env::var("EAGERVM_SPIN").ok().and_then(|v| v.parse().ok()) {
             c.spin = n;
+        }
+        if let Some(n) = std::env::var("EAGERVM_EVENT_INTERVAL").ok().and_then(|v| v.parse::<u32>().ok()) {
+            c.event_interval = n.max(1);
         }
         if let Some(n) = std::env::var("EAGERVM_HIGH_WATER").ok().and_then(|v| v.parse().ok()) {
             c.high_water = n;

@@ -115,9 +115,13 @@ struct Lane {
     /// The position of the last instruction run or launched. The scheduler dispatches each
     /// stream's instructions in order, so counting them gives their positions.
     seq: u64,
-    /// Asynchronous stream: the last position handed to the watcher.
+    /// Asynchronous stream: the last position handed to the watcher. A launch gets an event
+    /// of its own only when it is a `RecordEvent`, when profiling, or when
+    /// `Config::event_interval` launches are waiting for one; the others are covered by the
+    /// next event on the stream, at the latest the one recorded when the batch ends (the
+    /// watcher's report "done through p" retires them all, as the stream runs in order).
     watched: u64,
-    /// Synchronous stream: whether the current batch ran any of its instructions.
+    /// Whether the current batch ran or launched any of its instructions.
     touched: bool,
 }
 
@@ -225,10 +229,20 @@ impl Lanes {
                 }
             }
             Some(w) => {
+                if !lane.touched {
+                    lane.touched = true;
+                    self.touched.push(s);
+                }
                 let prof = prof.map(|r| (program, r.now()));
                 let ops = Operands::from_slice(&batch.operands(&batch.ins[i]));
-                launch_async(vm, s, lane.seq, batch.ins[i].take(), ops, program, env, w, done, prof);
-                lane.watched = lane.seq;
+                let ins = batch.ins[i].take();
+                // An event behind this launch now, or later behind a later one (see `Lane`).
+                let record = matches!(ins.body, Body::RecordEvent { .. })
+                    || prof.is_some()
+                    || lane.seq - lane.watched >= u64::from(vm.config.event_interval);
+                let seq = lane.seq;
+                lane.watched =
+                    launch_async(vm, s, seq, lane.watched, record, ins, ops, program, env, w, done, prof);
             }
         }
     }
@@ -250,6 +264,8 @@ impl Lanes {
                     what: format!("launching on {} panicked", env.stream_name),
                 }));
                 if lane.watched < lane.seq {
+                    // The launches before this one are covered by an event of their own.
+                    lane.watched = watch_through(vm, ins.stream.index(), lane.seq - 1, lane.watched, w);
                     lane.watched = lane.seq;
                     w.queue.push(Watch { seq: lane.seq, event: None, prof: None });
                     w.notify.notify();
@@ -323,11 +339,20 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
             }
             batch.clear();
             vm.recycle(batch);
-            // A synchronous stream runs in order: one report covers the batch.
+            // A synchronous stream runs in order: one report covers the batch. An
+            // asynchronous stream's launches since its last event get one event behind them.
             for s in lanes.touched.drain(..) {
                 let lane = &mut lanes.lanes[s];
                 lane.touched = false;
-                done.push(Completion { stream: s as u32, seq: lane.seq, report: Report::Done, event: None });
+                match &lane.watcher {
+                    None => done.push(Completion {
+                        stream: s as u32,
+                        seq: lane.seq,
+                        report: Report::Done,
+                        event: None,
+                    }),
+                    Some(w) => lane.watched = watch_through(&vm, s, lane.seq, lane.watched, w),
+                }
             }
             if !done.is_empty() {
                 vm.report(std::mem::replace(&mut done, vm.take_completions()));
@@ -348,12 +373,17 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
     }
 }
 
-/// The Event policy: launch on the device stream, record an event, hand it to the watcher.
+/// The Event policy: launch on the device stream; with `record`, record an event behind the
+/// launch and hand it to the watcher, which reports the stream done through `seq` when the
+/// event is reached. Without it the launch waits for a later event (see `Lane`). Returns the
+/// stream position now covered by watches (`watched` or `seq`).
 #[allow(clippy::too_many_arguments)]
 fn launch_async(
     vm: &VmShared,
     s: usize,
     seq: u64,
+    watched: u64,
+    record: bool,
     ins: Instruction,
     ops: Operands,
     program: u64,
@@ -361,7 +391,7 @@ fn launch_async(
     watcher: &Watcher,
     done: &mut Vec<Completion>,
     prof: Option<(u64, Nanos)>,
-) {
+) -> u64 {
     let stream = &vm.streams[s];
     let mut record_id = None;
     let launched = match &ins.body {
@@ -379,12 +409,20 @@ fn launch_async(
             stream.ep.launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
         }
     };
-    let recorded = launched.and_then(|()| {
-        let ev = stream.events.take()?;
-        stream.ep.record(ev.as_ref())?;
-        Ok(ev)
-    });
-    let event = match recorded {
+    if let Err(e) = launched {
+        // The device refused the launch: the instruction is over (its work did not run).
+        // Record the failure; the launches before it get their event, and its watcher
+        // reports this one done in turn after them, so that nothing waits for it forever.
+        vm.device_failure(e.into());
+        watch_through(vm, s, seq - 1, watched, watcher);
+        watcher.queue.push(Watch { seq, event: None, prof });
+        watcher.notify.notify();
+        return seq;
+    }
+    if !record {
+        return watched;
+    }
+    let event = match record_event(stream) {
         Ok(ev) => {
             if let Some(id) = record_id {
                 let report = Report::Launched { id };
@@ -393,15 +431,33 @@ fn launch_async(
             Some(ev)
         }
         Err(e) => {
-            // The device refused the launch or the record: the instruction is over (its
-            // work did not run). Record the failure; its watcher reports it done in turn,
-            // so that nothing waits for it forever.
-            vm.device_failure(e.into());
+            // Its watcher reports it done in turn (see above).
+            vm.device_failure(e);
             None
         }
     };
     watcher.queue.push(Watch { seq, event, prof });
     watcher.notify.notify();
+    seq
+}
+
+/// Take a pooled event and record it on `stream`'s device stream.
+fn record_event(stream: &super::stream::VmStream) -> Result<Arc<dyn Event>, Error> {
+    let ev = stream.events.take()?;
+    stream.ep.record(ev.as_ref())?;
+    Ok(ev)
+}
+
+/// Cover stream `s`'s launches after `watched` through `seq` with one event, handed to its
+/// watcher; returns the new covered position (`seq`, or `watched` if nothing was left).
+fn watch_through(vm: &VmShared, s: usize, seq: u64, watched: u64, watcher: &Watcher) -> u64 {
+    if watched >= seq {
+        return watched;
+    }
+    let event = record_event(&vm.streams[s]).map_err(|e| vm.device_failure(e)).ok();
+    watcher.queue.push(Watch { seq, event, prof: None });
+    watcher.notify.notify();
+    seq
 }
 
 /// A watcher's records since its last report: the recorder and the slice's start.
