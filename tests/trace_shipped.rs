@@ -41,3 +41,54 @@ fn every_shipped_trace_replays_with_its_checksums() {
         }
     }
 }
+
+/// Relative tolerance of the replays below against a replay on cpu:0 (see
+/// `ReplayOptions::tolerance`): cuBLAS products and the CUDA `sum` differ from the CPU's by
+/// about 1e-6 of a tensor's largest magnitude on these small traces.
+const TOLERANCE: f64 = 1e-4;
+
+#[test]
+fn every_shipped_trace_replays_within_tolerance_on_mock() {
+    for path in shipped() {
+        let t = trace::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let opts = ReplayOptions {
+            resync: true,
+            device: DeviceMap::Mock,
+            tolerance: Some(TOLERANCE),
+            ..Default::default()
+        };
+        let r = trace::replay(&t, &opts).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(r.checked > 0, "{}: nothing compared", path.display());
+    }
+}
+
+/// On a machine with a GPU: every shipped trace with devices besides the host replays with
+/// them on CUDA (all on cuda:0 when there is one GPU), each expected tensor within
+/// [`TOLERANCE`] of the CPU's. Without one, prints why it is skipped.
+#[test]
+fn every_shipped_trace_replays_on_cuda_within_tolerance() {
+    if let Err(e) = eagervm::ep::cuda::available(0) {
+        println!("skipped: {e}");
+        return;
+    }
+    let mut on_gpu = 0;
+    for path in shipped() {
+        let t = trace::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let opts = ReplayOptions {
+            resync: true,
+            device: DeviceMap::Cuda,
+            tolerance: Some(TOLERANCE),
+            ..Default::default()
+        };
+        let r = trace::replay(&t, &opts).unwrap_or_else(|e| panic!("{} on cuda: {e}", path.display()));
+        assert!(r.checked > 0, "{}: nothing compared", path.display());
+        let cuda_streams = r.per_stream.iter().filter(|(name, _)| name.starts_with("cuda:")).count();
+        println!(
+            "{}: {} expected tensors within {TOLERANCE}; {cuda_streams} cuda streams used",
+            path.display(),
+            r.checked
+        );
+        on_gpu += usize::from(cuda_streams > 0);
+    }
+    assert!(on_gpu >= 3, "at least the demo, branches and pipeline traces run on the GPU");
+}

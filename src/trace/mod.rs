@@ -95,6 +95,23 @@ pub enum TraceError {
         /// The checksum of the replayed bytes.
         found: u64,
     },
+    /// A tensor after replay is off the reference replay by more than the tolerance
+    /// ([`ReplayOptions::tolerance`](crate::trace::ReplayOptions::tolerance)).
+    #[error("{}:{}:{}: tensor t{tensor}: element {index} is {found}, the reference replay on cpu:0 gives {expected} (beyond the relative tolerance {rel} of the tensor's largest magnitude)", at.file, at.line, at.col)]
+    OutOfTolerance {
+        /// The `expect` statement.
+        at: Diagnostic,
+        /// The tensor.
+        tensor: u32,
+        /// The first element off.
+        index: usize,
+        /// Its value in this replay.
+        found: f64,
+        /// Its value in the reference replay.
+        expected: f64,
+        /// The relative tolerance.
+        rel: f64,
+    },
     /// The trace states an error that the replay did not produce.
     #[error("{at}: the trace expects this failure, but the replay did not fail that way{}", seen(observed))]
     MissingFailure {

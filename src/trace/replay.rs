@@ -46,8 +46,9 @@ pub enum DeviceMap {
     /// Every non-host device on the mock device of the same index (needs `resync` unless
     /// the trace already uses only `cpu` and `mock`).
     Mock,
-    /// Every non-host device on the CUDA device of the same index (needs `resync` unless
-    /// the trace already uses only `cpu` and `cuda`).
+    /// Every non-host device on the CUDA device of the same index, modulo the number of
+    /// GPUs the machine has (needs `resync` unless the trace already uses only `cpu` and
+    /// `cuda` on as many GPUs).
     Cuda,
 }
 
@@ -88,6 +89,13 @@ pub struct ReplayOptions {
     /// Take a timeline of the replay ([`ReplayReport::profile`]): per-stream busy time, and
     /// a Chrome/Perfetto trace if written out. Ignored in synchronous mode.
     pub profile: bool,
+    /// Check each `expect`ed tensor against a reference replay of the same trace on `cpu:0`
+    /// (which must match the trace's checksums itself) within this relative tolerance,
+    /// instead of against the checksums: for replays on devices whose kernels are not
+    /// bit-exact with the CPU's (cuBLAS products and reductions on CUDA). A float tensor
+    /// passes when every element is within `tolerance × max|reference|` of the reference's
+    /// (NaN matching NaN); an integer tensor must be equal.
+    pub tolerance: Option<f64>,
 }
 
 /// The result of one `access ... read` of the trace.
@@ -133,6 +141,39 @@ pub fn replay_with(
     trace: &Trace,
     opts: &ReplayOptions,
     progress: &mut dyn FnMut(u64, u64),
+) -> Result<ReplayReport, TraceError> {
+    let Some(rel) = opts.tolerance else {
+        return replay_inner(trace, opts, progress, Expected::Checksums);
+    };
+    validate(trace, &ValidateOptions { resync: opts.resync })?;
+    // The reference: the same trace on cpu:0, checked against the trace's checksums.
+    let on_cpu = ReplayOptions {
+        resync: true,
+        device: DeviceMap::Cpu,
+        config: Config { profile: false, ..opts.config.clone() },
+        profile: false,
+        tolerance: None,
+    };
+    let mut reference = Vec::new();
+    replay_inner(trace, &on_cpu, &mut |_, _| {}, Expected::Collect(&mut reference))?;
+    replay_inner(trace, opts, progress, Expected::Within { rel, reference: &reference })
+}
+
+/// What `expect` statements are checked against.
+enum Expected<'r> {
+    /// The trace's checksums.
+    Checksums,
+    /// The trace's checksums, keeping each expected tensor's bytes (in statement order).
+    Collect(&'r mut Vec<Vec<u8>>),
+    /// A reference replay's bytes (in statement order), within a relative tolerance.
+    Within { rel: f64, reference: &'r [Vec<u8>] },
+}
+
+fn replay_inner(
+    trace: &Trace,
+    opts: &ReplayOptions,
+    progress: &mut dyn FnMut(u64, u64),
+    mut expected: Expected<'_>,
 ) -> Result<ReplayReport, TraceError> {
     validate(trace, &ValidateOptions { resync: opts.resync })?;
     let map = Mapping::new(trace, opts)?;
@@ -182,7 +223,7 @@ pub fn replay_with(
     if profile {
         r.report.profile = Some(vm.stop_profiling().map_err(|e| TraceError::Profile(e.to_string()))?);
     }
-    r.check_expectations()?;
+    r.check_expectations(&mut expected)?;
     let streams = vm.streams();
     r.report.per_stream = (r.per_stream.iter().enumerate())
         .filter(|(_, &n)| n > 0)
@@ -215,12 +256,20 @@ impl Mapping {
     fn new(trace: &Trace, opts: &ReplayOptions) -> Result<Mapping, TraceError> {
         let mut devices = HashMap::new();
         let mut changed = None;
+        // Mapped onto CUDA, device i runs on cuda:(i mod the GPUs there are), so a trace of
+        // two devices replays on one GPU; where none is found, on cuda:i, which fails with
+        // the reason when the VM opens it.
+        let gpus = match opts.device {
+            DeviceMap::Cuda => crate::ep::cuda::device_count().ok().filter(|&n| n > 0),
+            _ => None,
+        };
         for l in &trace.lines {
             let Stmt::Device(d) = &l.stmt else { continue };
             let target = match (opts.device, d.kind) {
                 (DeviceMap::Cpu, _) | (_, DeviceKind::Cpu) => DeviceId::CPU,
                 (DeviceMap::Mock, _) | (DeviceMap::AsRecorded, DeviceKind::Mock) => DeviceId::mock(d.index),
-                (DeviceMap::Cuda, _) | (DeviceMap::AsRecorded, DeviceKind::Cuda) => DeviceId::cuda(d.index),
+                (DeviceMap::Cuda, _) => DeviceId::cuda(gpus.map_or(d.index, |n| d.index % n)),
+                (DeviceMap::AsRecorded, DeviceKind::Cuda) => DeviceId::cuda(d.index),
             };
             if TraceDevice::of(target) != *d && changed.is_none() {
                 changed = Some(l);
@@ -500,18 +549,46 @@ impl Replayer<'_> {
         }
     }
 
-    fn check_expectations(&mut self) -> Result<(), TraceError> {
+    fn check_expectations(&mut self, against: &mut Expected<'_>) -> Result<(), TraceError> {
         let mut expected = None;
+        let mut k = 0;
         for l in &self.trace.lines {
             match &l.stmt {
                 Stmt::Expect { tensor, checksum: want } => {
                     let t = self.tensor(*tensor).clone();
                     let bytes = self.vm.shared().read_bytes(&t).map_err(|e| self.err(l, tensor.col, e))?;
-                    let found = checksum(&bytes);
-                    if found != *want {
-                        let at = diag(self.trace, Some(l), tensor.col);
-                        return Err(TraceError::Mismatch { at, tensor: tensor.id, expected: *want, found });
+                    if let Expected::Within { rel, reference } = against {
+                        let Some(want) = reference.get(k) else {
+                            unreachable!("the reference replay ran the same trace")
+                        };
+                        if let Err((index, found, expected)) = within(&bytes, want, t.dtype(), *rel) {
+                            let at = diag(self.trace, Some(l), tensor.col);
+                            let rel = *rel;
+                            return Err(TraceError::OutOfTolerance {
+                                at,
+                                tensor: tensor.id,
+                                index,
+                                found,
+                                expected,
+                                rel,
+                            });
+                        }
+                    } else {
+                        let found = checksum(&bytes);
+                        if found != *want {
+                            let at = diag(self.trace, Some(l), tensor.col);
+                            return Err(TraceError::Mismatch {
+                                at,
+                                tensor: tensor.id,
+                                expected: *want,
+                                found,
+                            });
+                        }
                     }
+                    if let Expected::Collect(keep) = against {
+                        keep.push(bytes);
+                    }
+                    k += 1;
                     self.report.checked += 1;
                 }
                 Stmt::ExpectError { kind, op, message } => expected = Some((l, *kind, op, message)),
@@ -560,5 +637,70 @@ impl Replayer<'_> {
                 None => Ok(()),
             },
         }
+    }
+}
+
+/// Whether `found` is within `rel` of `want` (see [`ReplayOptions::tolerance`]); else the
+/// first element off, with both values.
+fn within(found: &[u8], want: &[u8], dtype: DType, rel: f64) -> Result<(), (usize, f64, f64)> {
+    match dtype {
+        DType::F32 => {
+            let vals = |b: &[u8]| -> Vec<f64> {
+                b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()
+            };
+            let (f, w) = (vals(found), vals(want));
+            let scale = w.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
+            let bound = rel * scale;
+            for (i, (&a, &b)) in f.iter().zip(&w).enumerate() {
+                let ok = a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= bound;
+                if !ok {
+                    return Err((i, a, b));
+                }
+            }
+            if f.len() != w.len() {
+                return Err((f.len().min(w.len()), f64::NAN, f64::NAN));
+            }
+            Ok(())
+        }
+        DType::I64 => {
+            let vals = |b: &[u8]| -> Vec<i64> {
+                b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+            };
+            let (f, w) = (vals(found), vals(want));
+            match f.iter().zip(&w).position(|(a, b)| a != b) {
+                Some(i) => Err((i, f[i] as f64, w[i] as f64)),
+                None if f.len() != w.len() => Err((f.len().min(w.len()), f64::NAN, f64::NAN)),
+                None => Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tolerance_tests {
+    use super::*;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn floats_pass_within_the_tensor_relative_bound_only() {
+        let want = f32s(&[100.0, -1.0, 0.0, f32::NAN]);
+        // 100 * 1e-4 = 0.01: each element may be off by up to 0.01.
+        assert_eq!(within(&f32s(&[100.005, -1.009, 0.0099, f32::NAN]), &want, DType::F32, 1e-4), Ok(()));
+        let (i, found, expected) =
+            within(&f32s(&[100.0, -1.02, 0.0, f32::NAN]), &want, DType::F32, 1e-4).unwrap_err();
+        assert_eq!(i, 1);
+        assert!((found - -1.02).abs() < 1e-6 && expected == -1.0);
+        // NaN only matches NaN.
+        assert!(within(&f32s(&[100.0, -1.0, 0.0, 1.0]), &want, DType::F32, 1e-4).is_err());
+    }
+
+    #[test]
+    fn integers_must_be_equal() {
+        let b = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        assert_eq!(within(&b(&[1, 2]), &b(&[1, 2]), DType::I64, 0.5), Ok(()));
+        assert_eq!(within(&b(&[1, 3]), &b(&[1, 2]), DType::I64, 0.5), Err((1, 3.0, 2.0)));
     }
 }

@@ -157,6 +157,25 @@ pub fn open(index: u16) -> Result<std::sync::Arc<dyn super::Device>, EpError> {
     }
 }
 
+/// How many CUDA devices the driver sees (after the same probe as [`open`]); a typed error
+/// where there is no driver, or the `cuda` feature is off.
+pub fn device_count() -> Result<u16, EpError> {
+    let unavailable = |reason| EpError::CudaUnavailable { device: DeviceId::cuda(0), reason };
+    probe().map_err(unavailable)?;
+    #[cfg(not(feature = "cuda"))]
+    {
+        unreachable!("probe fails without the cuda feature")
+    }
+    #[cfg(feature = "cuda")]
+    {
+        match std::panic::catch_unwind(cudarc::driver::CudaContext::device_count) {
+            Ok(Ok(n)) => Ok(u16::try_from(n.max(0)).unwrap_or(u16::MAX)),
+            Ok(Err(e)) => Err(unavailable(CudaUnavailable::Driver(e.to_string()))),
+            Err(_) => Err(unavailable(CudaUnavailable::Panicked("asking for the device count".into()))),
+        }
+    }
+}
+
 /// Whether `cuda:index` can be opened now, with the reason when not (for tests and
 /// benchmarks that skip without a GPU).
 pub fn available(index: u16) -> Result<(), EpError> {
