@@ -27,6 +27,22 @@ pub struct StageCpu {
     pub workers: f64,
 }
 
+/// CPU time this process has used so far, all its threads together (those that have
+/// exited too), or `None` where the system does not tell.
+pub fn process_cpu() -> Option<std::time::Duration> {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+        (rc == 0).then(|| std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}
+
 fn schedstat_ns(task: &std::path::Path) -> Option<u64> {
     std::fs::read_to_string(task.join("schedstat")).ok()?.split_whitespace().next()?.parse().ok()
 }
@@ -49,7 +65,44 @@ pub fn sample() -> Option<Sample> {
     Some(Sample { threads, me })
 }
 
+/// CPU time of each kind of thread between two samples, in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RoleCpu {
+    /// The thread that took the samples.
+    pub caller: u64,
+    /// `eagervm-sched*` threads.
+    pub scheduler: u64,
+    /// `eagervm-worker*` threads.
+    pub workers: u64,
+    /// `eagervm-watch*` threads (asynchronous streams' event watchers).
+    pub watchers: u64,
+    /// Every other thread of the process (device threads, the driver's own).
+    pub other: u64,
+}
+
 impl Sample {
+    /// CPU time each kind of thread spent between `self` and `later`. Threads that started
+    /// in between count from zero; those that exited in between are not seen.
+    pub fn roles_until(&self, later: &Sample) -> RoleCpu {
+        let mut out = RoleCpu::default();
+        for (tid, (name, ns)) in &later.threads {
+            let d = ns.saturating_sub(self.threads.get(tid).map_or(0, |t| t.1));
+            let slot = if *tid == later.me {
+                &mut out.caller
+            } else if name.starts_with("eagervm-sched") {
+                &mut out.scheduler
+            } else if name.starts_with("eagervm-worker") {
+                &mut out.workers
+            } else if name.starts_with("eagervm-watch") {
+                &mut out.watchers
+            } else {
+                &mut out.other
+            };
+            *slot += d;
+        }
+        out
+    }
+
     /// CPU time per instruction each stage spent between `self` and `later`, over `n`
     /// instructions. Threads that started in between count from zero.
     pub fn stages_until(&self, later: &Sample, n: usize) -> StageCpu {
@@ -86,6 +139,25 @@ mod tests {
         // this test's to check (the attribution by name is checked below).
         let s = before.stages_until(&after, 1);
         assert!(s.caller >= 5e6, "20 ms of spinning counted as {} ns", s.caller);
+    }
+
+    #[test]
+    fn process_cpu_time_counts_every_thread() {
+        let Some(before) = process_cpu() else { return };
+        let spin = || {
+            let mut x = 0u64;
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < std::time::Duration::from_millis(20) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        };
+        // Two threads that have exited by the second reading still count.
+        std::thread::scope(|s| {
+            s.spawn(spin);
+            s.spawn(spin);
+        });
+        let used = process_cpu().expect("read once already") - before;
+        assert!(used >= std::time::Duration::from_millis(30), "two 20 ms spins counted as {used:?}");
     }
 
     #[test]

@@ -2,8 +2,15 @@
 //! overlaps copies with compute.
 //!
 //! - **(a) overhead**: a chain of `n` tiny `scale` kernels (one element) through the VM,
-//!   against the same kernels launched in a plain loop on one stream; reported as the ratio
-//!   of host time per kernel (target ≤ 1.10).
+//!   against the same kernels launched in a plain loop on one stream. Both alternate between
+//!   two buffers: through the VM, `call_into` two tensors in turn. Reported as the ratio of
+//!   the process's CPU time (all threads: caller, scheduler, workers, watchers, the
+//!   driver's) per kernel (target ≤ 1.10), and of wall time, which is above 1 when the GPU
+//!   waits for the VM.
+//! - **(a′) eager chain**: the same chain written as an eager program does, `x = f(x)`: each
+//!   call makes a new tensor, whose storage comes from the caching allocator when the kernel
+//!   runs, and the previous one is released (a `Release` instruction). Against the same
+//!   plain loop: what the tensor lifecycle adds on top of (a).
 //! - **(b) overlap**: `chunks` chunks, each copied in on the H2D stream, scaled `rounds`
 //!   times on the compute stream and copied out on the D2H stream, all through the VM;
 //!   reported as ideal / measured, where ideal is the time of the busiest of the three
@@ -23,15 +30,15 @@ use crate::vm::{Config, VirtualMachine};
 /// Sizes of the three benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CudaBenchOptions {
-    /// Kernels in the overhead chain (a).
+    /// Kernels in the overhead chain (a); 0 skips (a) and (a′).
     pub chain: usize,
-    /// Chunks in the overlap pipeline (b).
+    /// Chunks in the overlap pipeline (b); 0 skips it.
     pub chunks: usize,
     /// `f32` elements per chunk.
     pub chunk_elems: usize,
     /// Compute kernels per chunk.
     pub rounds: usize,
-    /// MLP steps (c).
+    /// MLP steps (c); 0 skips it.
     pub steps: usize,
     /// MLP width (batch = width).
     pub width: usize,
@@ -53,12 +60,35 @@ impl Default for CudaBenchOptions {
 /// One measured comparison.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Ratio {
-    /// Time through the VM.
+    /// Wall time through the VM.
     pub vm: Duration,
-    /// Time of the reference (plain loop, or ideal overlap).
+    /// Wall time of the reference (plain loop, or ideal overlap).
     pub reference: Duration,
     /// The reported ratio (see the module docs for each benchmark's direction).
     pub ratio: f64,
+    /// CPU time of the whole process through the VM and in the reference, where the
+    /// system tells (overhead and MLP benchmarks).
+    pub cpu: Option<(Duration, Duration)>,
+    /// The VM run's CPU time by kind of thread, where the system tells.
+    pub roles: Option<super::cpu::RoleCpu>,
+}
+
+impl Ratio {
+    /// VM / reference, in wall time.
+    fn slower(vm: Timing, reference: Timing) -> Ratio {
+        Ratio {
+            vm: vm.wall,
+            reference: reference.wall,
+            ratio: vm.wall.as_secs_f64() / reference.wall.as_secs_f64(),
+            cpu: vm.cpu.zip(reference.cpu),
+            roles: vm.roles,
+        }
+    }
+
+    /// CPU time through the VM / CPU time of the reference.
+    pub fn cpu_ratio(&self) -> Option<f64> {
+        self.cpu.map(|(vm, reference)| vm.as_secs_f64() / reference.as_secs_f64())
+    }
 }
 
 /// The results, or why there are none.
@@ -66,8 +96,12 @@ pub struct Ratio {
 pub struct CudaBenchReport {
     /// Why nothing ran (no GPU, no driver, no `cuda` feature), if so.
     pub skipped: Option<String>,
+    /// Kernels in the overhead chain (a).
+    pub chain: usize,
     /// (a): VM time per kernel / plain time per kernel.
     pub overhead: Option<Ratio>,
+    /// (a′): the eager chain's time per kernel / plain time per kernel.
+    pub eager_chain: Option<Ratio>,
     /// (b): ideal overlapped time / VM time.
     pub overlap: Option<Ratio>,
     /// (c): VM time / plain time.
@@ -79,63 +113,170 @@ impl std::fmt::Display for CudaBenchReport {
         if let Some(why) = &self.skipped {
             return write!(f, "cuda benchmarks skipped: {why}");
         }
-        let line = |f: &mut std::fmt::Formatter<'_>, name: &str, r: &Option<Ratio>, target: &str| match r {
+        let cpu = |r: &Ratio| match (r.cpu, r.cpu_ratio()) {
+            (Some((vm, reference)), Some(x)) => {
+                format!("; cpu vm {vm:.3?} reference {reference:.3?} ratio {x:.3}")
+            }
+            _ => String::new(),
+        };
+        for (name, r, target) in
+            [("overhead", &self.overhead, " (target <= 1.10)"), ("eager", &self.eager_chain, "")]
+        {
+            let Some(r) = r else {
+                writeln!(f, "{name:<10} not run")?;
+                continue;
+            };
+            let per = |d: Duration| d.as_secs_f64() * 1e6 / self.chain.max(1) as f64;
+            let (vm_cpu, ref_cpu) = r.cpu.map_or((f64::NAN, f64::NAN), |(a, b)| (per(a), per(b)));
+            writeln!(
+                f,
+                "{name:<10} cpu us/kernel vm {vm_cpu:.2} plain {ref_cpu:.2}  ratio {:.3}{target}; \
+                 wall us/kernel vm {:.2} plain {:.2}  ratio {:.3} (above 1: the GPU waited for the VM)",
+                r.cpu_ratio().unwrap_or(f64::NAN),
+                per(r.vm),
+                per(r.reference),
+                r.ratio
+            )?;
+            if let Some(c) = r.roles {
+                let per = |ns: u64| ns as f64 / 1e3 / self.chain.max(1) as f64;
+                writeln!(
+                    f,
+                    "           vm cpu us/kernel by thread: caller {:.2} scheduler {:.2} worker {:.2} watcher {:.2} other {:.2}",
+                    per(c.caller),
+                    per(c.scheduler),
+                    per(c.workers),
+                    per(c.watchers),
+                    per(c.other)
+                )?;
+            }
+        }
+        match &self.overlap {
             Some(r) => writeln!(
                 f,
-                "{name:<10} vm {:>10.3?}  reference {:>10.3?}  ratio {:.3} (target {target})",
+                "overlap    vm {:>10.3?}  ideal {:>10.3?}  ratio {:.3} (target >= 0.90)",
                 r.vm, r.reference, r.ratio
+            )?,
+            None => writeln!(f, "overlap    not run")?,
+        }
+        match &self.mlp {
+            Some(r) => writeln!(
+                f,
+                "mlp        vm {:>10.3?}  plain {:>10.3?}  ratio {:.3} (wall){}",
+                r.vm,
+                r.reference,
+                r.ratio,
+                cpu(r)
             ),
-            None => writeln!(f, "{name:<10} not run"),
-        };
-        line(f, "overhead", &self.overhead, "<= 1.10")?;
-        line(f, "overlap", &self.overlap, ">= 0.90")?;
-        line(f, "mlp", &self.mlp, "<= 1.10")
+            None => writeln!(f, "mlp        not run"),
+        }
     }
 }
 
 /// Run the three benchmarks on `cuda:0`, or report why they were skipped.
 pub fn run(opts: &CudaBenchOptions) -> Result<CudaBenchReport> {
-    let skipped =
-        |why: String| CudaBenchReport { skipped: Some(why), overhead: None, overlap: None, mlp: None };
+    let skipped = |why: String| CudaBenchReport {
+        skipped: Some(why),
+        chain: opts.chain,
+        overhead: None,
+        eager_chain: None,
+        overlap: None,
+        mlp: None,
+    };
     if let Err(e) = crate::ep::cuda::available(0) {
         return Ok(skipped(e.to_string()));
     }
     let vm = VirtualMachine::new(Config::default().with_cuda_devices(1))?;
     let gpu = DeviceId::cuda(0);
+    // A size of zero skips that benchmark.
+    let chain = opts.chain > 0;
     Ok(CudaBenchReport {
         skipped: None,
-        overhead: Some(overhead(&vm, gpu, opts.chain)?),
-        overlap: Some(overlap(&vm, gpu, opts)?),
-        mlp: Some(mlp(&vm, gpu, opts.steps, opts.width)?),
+        chain: opts.chain,
+        overhead: chain.then(|| overhead(&vm, gpu, opts.chain, false)).transpose()?,
+        eager_chain: chain.then(|| overhead(&vm, gpu, opts.chain, true)).transpose()?,
+        overlap: (opts.chunks > 0 && opts.rounds > 0).then(|| overlap(&vm, gpu, opts)).transpose()?,
+        mlp: (opts.steps > 0 && opts.width > 0).then(|| mlp(&vm, gpu, opts.steps, opts.width)).transpose()?,
     })
 }
 
-/// Time `f`, after one warm-up call.
-fn timed(mut f: impl FnMut() -> Result<()>) -> Result<Duration> {
-    f()?;
-    let t = Instant::now();
-    f()?;
-    Ok(t.elapsed())
+/// Wall time and process CPU time of one call.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    wall: Duration,
+    cpu: Option<Duration>,
+    roles: Option<super::cpu::RoleCpu>,
 }
 
-fn overhead(vm: &VirtualMachine, gpu: DeviceId, n: usize) -> Result<Ratio> {
+/// Time `f` once.
+fn timed(mut f: impl FnMut() -> Result<()>) -> Result<Timing> {
+    let threads0 = super::cpu::sample();
+    let cpu0 = super::cpu::process_cpu();
+    let t = Instant::now();
+    f()?;
+    let wall = t.elapsed();
+    let cpu = super::cpu::process_cpu().zip(cpu0).map(|(b, a)| b.saturating_sub(a));
+    let roles = threads0.zip(super::cpu::sample()).map(|(a, b)| a.roles_until(&b));
+    Ok(Timing { wall, cpu, roles })
+}
+
+/// Rounds of each side of a comparison, taken in turn (VM, reference, VM, ...) so that a
+/// slow spell of a shared machine falls on both; the median of each side is reported.
+const ROUNDS: usize = 5;
+
+/// Time `vm` and `reference` [`ROUNDS`] times each, in turn, after one warm-up call of each;
+/// the median wall time and the median CPU time (with its run's split by thread) of each.
+fn compare(
+    mut vm: impl FnMut() -> Result<()>,
+    mut reference: impl FnMut() -> Result<()>,
+) -> Result<(Timing, Timing)> {
+    vm()?;
+    reference()?;
+    let (mut a, mut b) = (Vec::with_capacity(ROUNDS), Vec::with_capacity(ROUNDS));
+    for _ in 0..ROUNDS {
+        a.push(timed(&mut vm)?);
+        b.push(timed(&mut reference)?);
+    }
+    Ok((median(a), median(b)))
+}
+
+/// The median wall time, and the median CPU time with its split.
+fn median(mut runs: Vec<Timing>) -> Timing {
+    runs.sort_by_key(|t| t.wall);
+    let wall = runs[runs.len() / 2].wall;
+    runs.sort_by_key(|t| t.cpu);
+    let mid = runs[runs.len() / 2];
+    Timing { wall, ..mid }
+}
+
+fn overhead(vm: &VirtualMachine, gpu: DeviceId, n: usize, eager: bool) -> Result<Ratio> {
     let s = vm.compute_stream(gpu)?;
     let scale = vm.op("scale")?;
     let x0 = vm.from_slice(&[1.0f32], &[1], gpu)?;
+    let x1 = vm.from_slice(&[1.0f32], &[1], gpu)?;
     vm.sync()?;
-    let through_vm = timed(|| {
-        let mut x = x0.clone();
-        vm.run(|b| -> Result<()> {
-            for _ in 0..n {
-                x = b.call(scale, &[&x], Attrs::scalar(1.0), s)?;
-            }
-            Ok(())
-        })?;
-        drop(x);
+    let through_vm = || {
+        if eager {
+            let mut x = x0.clone();
+            vm.run(|b| -> Result<()> {
+                for _ in 0..n {
+                    x = b.call(scale, &[&x], Attrs::scalar(1.0), s)?;
+                }
+                Ok(())
+            })?;
+        } else {
+            vm.run(|b| -> Result<()> {
+                let (mut from, mut to) = (&x0, &x1);
+                for _ in 0..n {
+                    b.call_into(scale, &[from], &[to], Attrs::scalar(1.0), s)?;
+                    std::mem::swap(&mut from, &mut to);
+                }
+                Ok(())
+            })?;
+        }
         vm.sync()
-    })?;
-    let plain = timed(|| plain::chain(gpu, n))?;
-    Ok(Ratio { vm: through_vm, reference: plain, ratio: through_vm.as_secs_f64() / plain.as_secs_f64() })
+    };
+    let (through_vm, plain) = compare(through_vm, || plain::chain(gpu, n))?;
+    Ok(Ratio::slower(through_vm, plain))
 }
 
 fn overlap(vm: &VirtualMachine, gpu: DeviceId, o: &CudaBenchOptions) -> Result<Ratio> {
@@ -152,7 +293,7 @@ fn overlap(vm: &VirtualMachine, gpu: DeviceId, o: &CudaBenchOptions) -> Result<R
         (0..o.chunks).map(|_| vm.empty(&shape, DType::F32, gpu)).collect::<Result<_>>()?;
     vm.sync()?;
     // Each stage alone, every chunk: the stage's total time.
-    let h2d_only = timed(|| {
+    let h2d_only = || {
         vm.run(|b| {
             hosts
                 .iter()
@@ -160,8 +301,8 @@ fn overlap(vm: &VirtualMachine, gpu: DeviceId, o: &CudaBenchOptions) -> Result<R
                 .try_for_each(|(h, d)| b.call_into(copy, &[h], &[d], Attrs::default(), h2d))
         })?;
         vm.sync()
-    })?;
-    let compute_only = timed(|| {
+    };
+    let compute_only = || {
         vm.run(|b| -> Result<()> {
             for d in &devs {
                 let mut x = d.clone();
@@ -172,15 +313,14 @@ fn overlap(vm: &VirtualMachine, gpu: DeviceId, o: &CudaBenchOptions) -> Result<R
             Ok(())
         })?;
         vm.sync()
-    })?;
-    let d2h_only = timed(|| {
+    };
+    let d2h_only = || {
         vm.run(|b| {
             devs.iter().zip(&outs).try_for_each(|(d, h)| b.call_into(copy, &[d], &[h], Attrs::default(), d2h))
         })?;
         vm.sync()
-    })?;
-    let ideal = h2d_only.max(compute_only).max(d2h_only);
-    let pipelined = timed(|| {
+    };
+    let pipelined = || {
         vm.run(|b| -> Result<()> {
             for ((h, d), out) in hosts.iter().zip(&devs).zip(&outs) {
                 b.call_into(copy, &[h], &[d], Attrs::default(), h2d)?;
@@ -193,8 +333,36 @@ fn overlap(vm: &VirtualMachine, gpu: DeviceId, o: &CudaBenchOptions) -> Result<R
             Ok(())
         })?;
         vm.sync()
-    })?;
-    Ok(Ratio { vm: pipelined, reference: ideal, ratio: ideal.as_secs_f64() / pipelined.as_secs_f64() })
+    };
+    type Stage<'a> = (&'a dyn Fn() -> Result<()>, Vec<Duration>);
+    let mut runs: [Stage<'_>; 4] = [
+        (&h2d_only, Vec::new()),
+        (&compute_only, Vec::new()),
+        (&d2h_only, Vec::new()),
+        (&pipelined, Vec::new()),
+    ];
+    for (f, _) in &runs {
+        f()?; // warm-up
+    }
+    for _ in 0..ROUNDS {
+        for (f, times) in &mut runs {
+            times.push(timed(f)?.wall);
+        }
+    }
+    let mut med = runs.map(|(_, mut t)| {
+        t.sort();
+        t[t.len() / 2]
+    });
+    let pipelined = med[3];
+    med[3] = Duration::ZERO;
+    let ideal = med.into_iter().max().unwrap_or_default();
+    Ok(Ratio {
+        vm: pipelined,
+        reference: ideal,
+        ratio: ideal.as_secs_f64() / pipelined.as_secs_f64(),
+        cpu: None,
+        roles: None,
+    })
 }
 
 fn mlp(vm: &VirtualMachine, gpu: DeviceId, steps: usize, w: usize) -> Result<Ratio> {
@@ -205,7 +373,7 @@ fn mlp(vm: &VirtualMachine, gpu: DeviceId, steps: usize, w: usize) -> Result<Rat
     let w1 = vm.from_slice(&init, &[w, w], gpu)?;
     let w2 = vm.from_slice(&init, &[w, w], gpu)?;
     vm.sync()?;
-    let through_vm = timed(|| {
+    let through_vm = || {
         vm.run(|b| -> Result<()> {
             for _ in 0..steps {
                 let h = b.call(matmul, &[&x, &w1], Attrs::default(), s)?;
@@ -216,9 +384,9 @@ fn mlp(vm: &VirtualMachine, gpu: DeviceId, steps: usize, w: usize) -> Result<Rat
             Ok(())
         })?;
         vm.sync()
-    })?;
-    let plain = timed(|| plain::mlp(gpu, steps, w))?;
-    Ok(Ratio { vm: through_vm, reference: plain, ratio: through_vm.as_secs_f64() / plain.as_secs_f64() })
+    };
+    let (through_vm, plain) = compare(through_vm, || plain::mlp(gpu, steps, w))?;
+    Ok(Ratio::slower(through_vm, plain))
 }
 
 /// The reference loops: the same kernels, called directly inside one launch on one stream,
@@ -344,7 +512,9 @@ mod tests {
             }
             Ok(()) => {
                 assert!(r.skipped.is_none());
-                assert!(r.overhead.is_some() && r.overlap.is_some() && r.mlp.is_some());
+                assert!(
+                    r.overhead.is_some() && r.eager_chain.is_some() && r.overlap.is_some() && r.mlp.is_some()
+                );
             }
         }
     }

@@ -48,6 +48,11 @@ struct ReplayArgs {
     /// ui.perfetto.dev or chrome://tracing).
     #[arg(long, value_name = "OUT.json")]
     profile: Option<PathBuf>,
+    /// Check the trace's `expect`ed tensors against a replay of it on cpu:0 within this
+    /// relative tolerance (of each tensor's largest magnitude) instead of bit for bit, for
+    /// devices whose kernels round differently (cuBLAS on cuda), e.g. `1e-4`.
+    #[arg(long, value_name = "REL")]
+    tolerance: Option<f64>,
 }
 
 #[derive(Subcommand)]
@@ -115,6 +120,19 @@ enum Command {
         /// Print one JSON object per workload instead of a table.
         #[arg(long)]
         json: bool,
+        /// Run the GPU benchmarks on cuda:0 instead (VM overhead, copy/compute overlap, MLP
+        /// step, each against a plain loop); without a GPU they report why they skipped.
+        #[arg(long, conflicts_with_all = ["n", "workloads", "json"])]
+        cuda: bool,
+        /// With --cuda: kernels in the overhead chains (0 skips them).
+        #[arg(long, requires = "cuda", default_value_t = 100_000)]
+        chain: usize,
+        /// With --cuda: chunks of 4 MiB in the overlap pipeline (0 skips it).
+        #[arg(long, requires = "cuda", default_value_t = 64)]
+        chunks: usize,
+        /// With --cuda: MLP steps (0 skips them).
+        #[arg(long, requires = "cuda", default_value_t = 200)]
+        steps: usize,
     },
 }
 
@@ -122,7 +140,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r: Result<(), CliError> = match cli.command.unwrap_or(Command::Demo) {
         Command::Demo => demo().map_err(|error| CliError::Program { program: "demo".into(), error }),
-        Command::Bench { n, reps, workloads, json } => run_bench(n, reps, &workloads, json)
+        Command::Bench { cuda: true, reps, chain, chunks, steps, .. } => {
+            let opts = bench::cuda::CudaBenchOptions { chain, chunks, steps, ..Default::default() };
+            run_cuda_bench(&opts, reps)
+                .map_err(|error| CliError::Program { program: "bench --cuda".into(), error })
+        }
+        Command::Bench { n, reps, workloads, json, .. } => run_bench(n, reps, &workloads, json)
             .map_err(|error| CliError::Program { program: "bench".into(), error }),
         Command::Run { target, replay } => run(&target, &replay),
         Command::Record { program, output, overhead } => record(&program, &output, overhead),
@@ -147,9 +170,9 @@ fn main() -> ExitCode {
 
 fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
     if let Some(p) = cli::find_program(target) {
-        if args.resync || args.device != DeviceMap::AsRecorded {
+        if args.resync || args.device != DeviceMap::AsRecorded || args.tolerance.is_some() {
             return Err(CliError::Usage(format!(
-                "--resync and --device apply to trace files; `{target}` is a built-in program"
+                "--resync, --device and --tolerance apply to trace files; `{target}` is a built-in program"
             )));
         }
         let s = cli::run_program(p, Config::from_env())?;
@@ -235,8 +258,13 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
     // per instruction until the replay ends: taken for traces up to BUSY_TIME_LIMIT
     // instructions, or on any trace with `--profile` (which also writes it out).
     let profile = args.profile.is_some() || t.instructions() <= BUSY_TIME_LIMIT;
-    let opts =
-        ReplayOptions { resync: args.resync, device: args.device, config: Config::from_env(), profile };
+    let opts = ReplayOptions {
+        resync: args.resync,
+        device: args.device,
+        config: Config::from_env(),
+        profile,
+        tolerance: args.tolerance,
+    };
     let (pb, t0) = progress_bar();
     let mut shown = false;
     let r = trace::replay_with(&t, &opts, &mut |done, total| {
@@ -295,7 +323,14 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
     for (s, n) in &r.per_stream {
         say!("    {s:<16} {n}");
     }
-    say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked);
+    match args.tolerance {
+        None => say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked),
+        Some(rel) => say!(
+            "  host reads: {}; expected tensors within {rel} of a replay on cpu:0: {}",
+            r.reads.len(),
+            r.checked
+        ),
+    }
     match &r.expected_failure {
         Some(f) => say!("  errors: {} (expected by the trace: {f})", r.failures.len()),
         None => say!("  errors: {}", r.failures.len()),
@@ -348,6 +383,27 @@ fn render_svg(dot_file: &Path, svg: &Path) -> Result<(), CliError> {
         return Err(CliError::Io(format!("graphviz `dot` failed on {}: {}", dot_file.display(), msg.trim())));
     }
     say!("  SVG written to {}", svg.display());
+    Ok(())
+}
+
+fn run_cuda_bench(opts: &bench::cuda::CudaBenchOptions, reps: u32) -> eagervm::Result<()> {
+    say!(
+        "eagervm bench --cuda: (a) {} one-element kernels in a chain, (b) {} chunks of {} floats, \
+         (c) {} MLP steps of width {}; each figure the median of 5 runs taken in turn with its reference; \
+         {reps} report(s)",
+        opts.chain,
+        opts.chunks,
+        opts.chunk_elems,
+        opts.steps,
+        opts.width
+    );
+    for _ in 0..reps.max(1) {
+        let report = bench::cuda::run(opts)?;
+        say!("{report}");
+        if report.skipped.is_some() {
+            break;
+        }
+    }
     Ok(())
 }
 
