@@ -69,6 +69,8 @@
 //! its current batch (at most `batch_size` calls, or its `flush`, or the end of its `run`).
 //! Memory is held that long, never longer.
 
+use std::collections::VecDeque;
+
 use smallvec::SmallVec;
 
 use crate::sync::{fence, Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
@@ -93,7 +95,10 @@ pub(crate) struct Releases<T> {
     /// Every slot ever handed out, and whether a builder holds it now.
     slots: Mutex<Vec<(Arc<Slot>, bool)>>,
     busy: AtomicUsize,
-    pending: Mutex<Vec<(u64, T)>>,
+    /// Held-back releases with their tags, in increasing tag order, so that a drain takes a
+    /// prefix and finds in one comparison that nothing may go (the common case while a
+    /// batch is open: a drain per dropped handle must not scan them all).
+    pending: Mutex<VecDeque<(u64, T)>>,
     pending_len: AtomicUsize,
 }
 
@@ -103,7 +108,7 @@ impl<T> Default for Releases<T> {
             clock: AtomicU64::new(0),
             slots: Mutex::new(Vec::new()),
             busy: AtomicUsize::new(0),
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(VecDeque::new()),
             pending_len: AtomicUsize::new(0),
         }
     }
@@ -162,7 +167,14 @@ impl<T> Releases<T> {
         let tag = self.clock.fetch_add(1, Ordering::Relaxed);
         {
             let mut pending = self.pending.lock();
-            pending.push((tag, t));
+            // Tags come from one counter, so they arrive in order unless two threads
+            // release at once.
+            if pending.back().is_none_or(|&(last, _)| last < tag) {
+                pending.push_back((tag, t));
+            } else {
+                let at = pending.partition_point(|&(other, _)| other < tag);
+                pending.insert(at, (tag, t));
+            }
             self.pending_len.store(pending.len(), Ordering::Relaxed);
         }
         fence(Ordering::SeqCst);
@@ -179,15 +191,12 @@ impl<T> Releases<T> {
             let slots = self.slots.lock();
             slots.iter().map(|(s, _)| s.start.load(Ordering::Acquire)).min().unwrap_or(IDLE)
         };
-        let mut ready = Ready::new();
-        let mut i = 0;
-        while i < pending.len() {
-            if pending[i].0 < oldest_open {
-                ready.push(pending.swap_remove(i).1);
-            } else {
-                i += 1;
-            }
+        // The releases older than every open batch: a prefix, as tags are in order.
+        let k = pending.partition_point(|&(tag, _)| tag < oldest_open);
+        if k == 0 {
+            return Ready::new();
         }
+        let ready: Ready<T> = pending.drain(..k).map(|(_, t)| t).collect();
         self.pending_len.store(pending.len(), Ordering::Relaxed);
         ready
     }

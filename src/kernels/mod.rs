@@ -207,13 +207,16 @@ fn output_dtype(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<DType, String> {
 
 /// Check that an operand's storage is a `T` buffer that holds its shape, and cut the view
 /// to exactly its element count.
-fn fit<T: Num>(what: &str, meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
+/// `what` names the operand, as ("input", 1), in the error only: nothing is formatted on
+/// the way through.
+fn fit<T: Num>(what: (&str, usize), meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
+    let (kind, i) = what;
     if meta.dtype != T::DTYPE {
-        return Err(format!("{what} is {} but the kernel ran for {}", meta.dtype, T::DTYPE));
+        return Err(format!("{kind} {i} is {} but the kernel ran for {}", meta.dtype, T::DTYPE));
     }
     let n = meta.numel();
     if view.len() < n {
-        return Err(format!("{what} ({}) has storage for only {} elements", meta.describe(), view.len()));
+        return Err(format!("{kind} {i} ({}) has storage for only {} elements", meta.describe(), view.len()));
     }
     Ok(n)
 }
@@ -222,7 +225,7 @@ fn fit<T: Num>(what: &str, meta: &TensorMeta, view: &[T]) -> Result<usize, Strin
 fn input<'t, T: Num>(ctx: &KernelCtx<'_, 't>, i: usize) -> Result<&'t [T], String> {
     let t = ctx.inputs.get(i).ok_or_else(|| format!("missing input {i}"))?;
     let view = T::view(t.data);
-    let n = fit(&format!("input {i}"), t.meta, view)?;
+    let n = fit(("input", i), t.meta, view)?;
     Ok(&view[..n])
 }
 
@@ -234,7 +237,7 @@ fn output<'c, T: Num>(
     let t = ctx.outputs.get_mut(i).ok_or_else(|| format!("missing output {i}"))?;
     let meta: &TensorMeta = t.meta;
     let view = T::view_mut(t.data);
-    let n = fit(&format!("output {i}"), meta, view)?;
+    let n = fit(("output", i), meta, view)?;
     Ok((meta, &mut view[..n]))
 }
 
