@@ -154,3 +154,73 @@ fn a_release_from_another_thread_waits_for_unsubmitted_uses() {
     }
     vm.sync().unwrap();
 }
+
+/// On an asynchronous stream most launches have no event of their own (`event_interval`):
+/// they retire with the next event, at the latest the one recorded when a worker's batch
+/// ends. A host wait after fewer launches than the interval still returns, results are
+/// those of one event per launch, and nothing stays in flight.
+#[test]
+fn launches_without_an_event_of_their_own_retire_with_a_later_one() {
+    // Run where a hang (a launch no event ever covers) fails the test instead of stalling it.
+    let (done, finished) = std::sync::mpsc::channel();
+    let body = std::thread::spawn(move || {
+        retire_with_a_later_event();
+        let _ = done.send(());
+    });
+    match finished.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => body.join().unwrap(),
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(body.join().expect_err("it panicked"))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("a host wait never returned: a launch was left without an event")
+        }
+    }
+}
+
+fn retire_with_a_later_event() {
+    for interval in [1u32, 3, 1_000_000] {
+        let mut c = Config::default().with_mock_devices(1, MockConfig::jittery());
+        c.event_interval = interval;
+        c.batch_size = 7;
+        let vm = VirtualMachine::new(c).unwrap();
+        let dev = DeviceId::mock(0);
+        let (s, h2d) = (vm.compute_stream(dev).unwrap(), vm.stream(dev, StreamType::H2D).unwrap());
+        let (scale, copy) = (vm.op("scale").unwrap(), vm.op("copy").unwrap());
+        let a = vm.from_slice(&[1.0f32], &[1], dev).unwrap();
+        let b = vm.empty(&[1], DType::F32, dev).unwrap();
+        // Five launches, fewer than the interval and than a batch: a host wait must return.
+        vm.run(|bld| -> Result<()> {
+            for i in 0..5 {
+                let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+                bld.call_into(scale, &[from], &[to], Attrs::scalar(2.0), s)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(b.to_vec::<f32>().unwrap(), vec![32.0], "interval {interval}");
+        // Many batches, and a cross-stream reader on the device's H2D stream, which waits
+        // for an event recorded on the compute stream in the middle of an interval.
+        let host = vm.from_slice(&[0.5f32], &[1], DeviceId::CPU).unwrap();
+        vm.run(|bld| -> Result<()> {
+            for i in 0..100 {
+                let (from, to) = if i % 2 == 0 { (&b, &a) } else { (&a, &b) };
+                bld.call_into(scale, &[from], &[to], Attrs::scalar(if i % 2 == 0 { 0.5 } else { 2.0 }), s)?;
+                if i % 17 == 0 {
+                    bld.call_into(copy, &[&host], &[to], Attrs::default(), h2d)?;
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+        vm.sync().unwrap();
+        // The last copy (i = 85, into b) set 0.5; fourteen more calls halve then double.
+        assert_eq!(b.to_vec::<f32>().unwrap(), vec![0.5], "interval {interval}");
+        // The count drops once per scheduler loop, just after the waiters are released.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while vm.in_flight() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(vm.in_flight(), 0, "interval {interval}: everything retired");
+    }
+}
