@@ -327,6 +327,8 @@ impl HostAllocator {
             }
             let layout = block_layout(class_size(class));
             for Block(ptr) in list {
+                // A device backend may have page-locked it (`alloc::pin`).
+                super::pin::forget(ptr.as_ptr() as usize);
                 // SAFETY: the block was allocated by `alloc_zeroed` with this class's
                 // layout (a block is only ever put on its own class's list) and nothing
                 // refers to it since it left the free list.
@@ -423,6 +425,13 @@ impl Storage {
     /// Whether the storage holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The host block behind the storage, as (start address, block size), for a storage
+    /// that holds host bytes from the cache (`None` for an empty or a device storage): what
+    /// a device backend locks for direct copies (`alloc::pin`).
+    pub fn host_block(&self) -> Option<(usize, usize)> {
+        self.class.map(|c| (self.ptr.as_ptr() as usize, class_size(c)))
     }
 
     /// The bytes.

@@ -13,6 +13,7 @@
 pub mod defer;
 pub mod device;
 mod host;
+pub mod pin;
 
 pub use device::{DeviceBuffer, DeviceMemory};
 pub use host::{AllocStats, HostAllocator, Storage};

@@ -518,6 +518,40 @@ impl OpKernel for CudaGemm {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CudaCopy;
 
+/// Whether a copy of `bytes` bytes may go straight between the device and `storage`'s host
+/// block: large copies page-lock the block the first time (`alloc::pin`; the host allocator
+/// undoes it when the block goes back to the system), and then need no staging buffer, no
+/// host-side `memcpy` and no host function.
+fn locked(s: &CudaEpStream, storage: &crate::alloc::Storage, bytes: usize) -> bool {
+    use crate::alloc::pin;
+    let Some((addr, len)) = storage.host_block() else { return false };
+    if bytes < pin::lock_min_bytes() {
+        return false;
+    }
+    pin::lock_once(addr, len, || {
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: `[addr, addr + len)` is one live block of the host allocator, locked once
+        // (the registry is checked under its lock) and unlocked before it is freed; the
+        // context is current (this runs inside a launch on `s`).
+        let r = unsafe { sys::cuMemHostRegister_v2(addr as *mut std::ffi::c_void, len, flags) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            tracing::debug!(error = ?r, len, "cannot page-lock a host block; copying through staging");
+            return None;
+        }
+        let ctx = s.context().clone();
+        Some(Box::new(move || {
+            let r = ctx.bind_to_thread().and_then(|()| {
+                // SAFETY: the block was registered above and is unregistered once, before
+                // the host allocator frees it; no copy uses it any more (it was free).
+                unsafe { sys::cuMemHostUnregister(addr as *mut std::ffi::c_void) }.result()
+            });
+            if let Err(e) = r {
+                tracing::error!(error = %e, "cuMemHostUnregister failed");
+            }
+        }))
+    })
+}
+
 /// A host address that a host function writes after the stream gets there.
 struct HostDst(*mut u8);
 // SAFETY: the destination (host storage, or a pinned staging buffer) is written only by this
@@ -586,6 +620,18 @@ impl OpKernel for CudaCopy {
                 (None, Some(_)) => {
                     let to = device_addr("output 0", dst.meta, dst.data)?;
                     let host = src.data.as_bytes().get(..bytes).ok_or("input 0 has too few host bytes")?;
+                    if locked(s, src.data, bytes) {
+                        // SAFETY: `to` holds `bytes` bytes on this device; the source block is
+                        // page-locked and holds at least `bytes` bytes, alive and unwritten
+                        // until this instruction retires, after the event behind this copy.
+                        // The copy engine reads it in stream order, so a write to it ordered
+                        // before this copy by a device-side wait has landed by then.
+                        return unsafe {
+                            sys::cuMemcpyHtoDAsync_v2(to, host.as_ptr().cast(), bytes, s.cu_stream())
+                        }
+                        .result()
+                        .map_err(|e| format!("cuMemcpyHtoDAsync: {e}"));
+                    }
                     let pinned = s.pinned().clone();
                     let staging = pinned.take(bytes).map_err(|e| format!("pinned staging buffer: {e}"))?;
                     // The source's bytes are final here unless a copy from this device that
@@ -627,10 +673,22 @@ impl OpKernel for CudaCopy {
                 }
                 (Some(_), None) => {
                     let from = device_addr("input 0", src.meta, src.data)?;
-                    let host = dst.data.as_bytes_mut();
-                    if host.len() < bytes {
+                    if dst.data.len() < bytes {
                         return Err("output 0 has too few host bytes".into());
                     }
+                    if locked(s, dst.data, bytes) {
+                        let host = dst.data.as_bytes_mut();
+                        // SAFETY: `from` holds `bytes` bytes on this device; the destination
+                        // block is page-locked, holds at least `bytes` bytes (checked above),
+                        // and nothing else touches it until this instruction retires, after
+                        // the event behind this copy.
+                        return unsafe {
+                            sys::cuMemcpyDtoHAsync_v2(host.as_mut_ptr().cast(), from, bytes, s.cu_stream())
+                        }
+                        .result()
+                        .map_err(|e| format!("cuMemcpyDtoHAsync: {e}"));
+                    }
+                    let host = dst.data.as_bytes_mut();
                     let out = HostDst(host.as_mut_ptr());
                     let key = host.as_mut_ptr() as usize;
                     let pinned = s.pinned().clone();
