@@ -6,7 +6,7 @@
 //! [`HostAllocator`](super::HostAllocator) block the first time a large copy uses it
 //! ([`lock_once`]). The lock lasts as long as the block stays with the allocator: freed
 //! blocks are cached and handed out again, so a training loop's buffers are locked once.
-//! The allocator undoes it ([`forget`]) just before it gives a block back to the system. A
+//! The allocator undoes it just before it gives a block back to the system. A
 //! block that could not be locked is remembered too, so that the attempt is not repeated.
 
 use std::collections::HashMap;
