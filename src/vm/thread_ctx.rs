@@ -264,8 +264,8 @@ impl Lanes {
                     what: format!("launching on {} panicked", env.stream_name),
                 }));
                 if lane.watched < lane.seq {
-                    // The launches before this one are covered by an event of their own.
-                    lane.watched = watch_through(vm, ins.stream.index(), lane.seq - 1, lane.watched, w);
+                    // The launches before this one get an event behind them first.
+                    watch_through(vm, ins.stream.index(), lane.seq - 1, lane.watched, w);
                     lane.watched = lane.seq;
                     w.queue.push(Watch { seq: lane.seq, event: None, prof: None });
                     w.notify.notify();
