@@ -387,8 +387,11 @@ impl Batch {
         n_ops: usize,
         ops: impl Iterator<Item = Operand>,
     ) {
-        let mut ops = ops;
-        let at = if n_ops > INLINE_OPS { self.append_to_arena(n_ops, ops.by_ref()) } else { 0 };
+        // The iterator is moved whole into the arena's `extend` (not lent to it), so that a
+        // chain of slice maps keeps its exact length there and is copied without a capacity
+        // check and a length store per operand.
+        let (at, inline) =
+            if n_ops > INLINE_OPS { (self.append_to_arena(n_ops, ops), None) } else { (0, Some(ops)) };
         self.ins.reserve(1);
         let len = self.ins.len();
         // SAFETY: `reserve(1)` left room for an element at index `len`; every field is
@@ -400,7 +403,7 @@ impl Batch {
             let l = std::ptr::addr_of_mut!((*p).ops);
             std::ptr::addr_of_mut!((*l).len).write(n_ops as u32);
             std::ptr::addr_of_mut!((*l).at).write(at);
-            if n_ops <= INLINE_OPS {
+            if let Some(ops) = inline {
                 let slots = std::ptr::addr_of_mut!((*l).inline).cast::<MaybeUninit<Operand>>();
                 for (k, op) in ops.take(INLINE_OPS).enumerate() {
                     slots.add(k).write(MaybeUninit::new(op));
