@@ -233,8 +233,8 @@ fn op_call(
 
 /// [`op_call`] for calls of any shape: views in fixed buffers up to [`FIXED_INPUTS`] inputs
 /// and [`FIXED_OUTPUTS`] outputs, in small vectors beyond. (A small vector keeps its length
-/// in memory and reloads it for every view it takes: an 8-input call spent three times as
-/// long making its views that way as in a fixed buffer.)
+/// in memory and reloads it for every view it takes: an 8-input call spent about twice as
+/// long in this function that way as with a fixed buffer.)
 #[inline(never)]
 fn op_call_general(
     kernel: &'static dyn OpKernel,
