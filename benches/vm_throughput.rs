@@ -39,7 +39,7 @@ fn vm_noops(c: &mut Criterion) {
         })
     });
     let cfg = vm.config().clone();
-    let mut pipeline = baseline::Pipeline::new(cfg.batch_size, cfg.spin, cfg.high_water, cfg.low_water)
+    let mut pipeline = baseline::Pipeline::new(cfg.batch_size, cfg.backoff(), cfg.high_water, cfg.low_water)
         .expect("the baseline pipeline's threads start");
     g.bench_function("baseline_pipeline", |bch| bch.iter(|| pipeline.run(N)));
     g.finish();

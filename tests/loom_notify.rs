@@ -26,11 +26,11 @@ use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
 use loom_common::{check, failure_of};
-use sync::notify::Notifier;
+use sync::notify::{Backoff, Notifier};
 
-/// Spin iterations before sleeping: small, to keep the state space small, but non-zero so
-/// that the spin path is explored too.
-const SPIN: u32 = 1;
+/// Re-checks before sleeping: few, to keep the state space small, but one of each kind so
+/// that the spin and yield paths are explored too.
+const SPIN: Backoff = Backoff { spins: 1, yields: 1 };
 
 /// A work queue with its notifier, as the VM's idle loops use them.
 #[derive(Default)]
@@ -82,7 +82,7 @@ fn one_producer_queue_no_spin() {
             let inbox = inbox.clone();
             thread::spawn(move || inbox.push(7))
         };
-        inbox.notifier.wait(0, || inbox.has_items());
+        inbox.notifier.wait(Backoff::NONE, || inbox.has_items());
         assert_eq!(inbox.pop(), Some(7));
         producer.join().unwrap();
     });

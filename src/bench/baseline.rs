@@ -1,7 +1,7 @@
 //! The bound the VM is measured against: a bare three-thread pipeline.
 //!
 //! caller → forwarder → worker, each hand-off a batch (`Vec`) through a lock-free queue,
-//! idle threads parked with the VM's own [`Notifier`] protocol and spin length. Each item is
+//! idle threads parked with the VM's own [`Notifier`] protocol and [`Backoff`]. Each item is
 //! as large as an instruction of the VM (64 bytes, one cache line; a test keeps the two
 //! sizes equal), so the pipeline moves the same bytes per item as the VM moves per
 //! instruction of up to three operands, and the worker calls a function through a pointer
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 
-use crate::sync::notify::Notifier;
+use crate::sync::notify::{Backoff, Notifier};
 
 /// One pipeline item: a function and its argument, padded to an instruction's size and
 /// alignment (one cache line).
@@ -44,7 +44,7 @@ struct Stage {
 
 /// What the caller and the pipeline's two threads share.
 struct Shared {
-    spin: u32,
+    backoff: Backoff,
     /// Emptied batches, for reuse.
     pool: SegQueue<Vec<Item>>,
     fwd: Stage,
@@ -57,7 +57,7 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// A bare pipeline with the VM's batch size, spin length and water marks. Like the VM, it
+/// A bare pipeline with the VM's batch size, backoff and water marks. Like the VM, it
 /// starts its threads once and keeps them, and keeps its emptied batches for reuse, from
 /// one run to the next; dropping it stops and joins its threads.
 pub struct Pipeline {
@@ -69,13 +69,13 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// A pipeline handing items over in batches of `batch`, spinning `spin` times before a
-    /// thread sleeps, and holding the caller back above `high_water` items in flight until
+    /// A pipeline handing items over in batches of `batch`, its idle threads waiting as
+    /// `backoff` says before they sleep, and holding the caller back above `high_water` items in flight until
     /// they fall to `low_water` (the VM's `Config` fields of the same names). Fails if its
     /// threads cannot be started.
-    pub fn new(batch: usize, spin: u32, high_water: usize, low_water: usize) -> std::io::Result<Self> {
+    pub fn new(batch: usize, backoff: Backoff, high_water: usize, low_water: usize) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
-            spin,
+            backoff,
             pool: SegQueue::new(),
             fwd: Stage::default(),
             work: Stage::default(),
@@ -111,7 +111,7 @@ impl Pipeline {
                 sh.fwd.queue.push(std::mem::replace(&mut b, self.take()));
                 sh.fwd.notify.notify();
                 if sent - done() > self.high_water {
-                    sh.caller.wait(sh.spin, || sent - done() <= self.low_water);
+                    sh.caller.wait(sh.backoff, || sent - done() <= self.low_water);
                 }
             }
         }
@@ -121,7 +121,7 @@ impl Pipeline {
         } else {
             sh.pool.push(b);
         }
-        sh.caller.wait(sh.spin, || done() == n);
+        sh.caller.wait(sh.backoff, || done() == n);
         t0.elapsed()
     }
 }
@@ -148,7 +148,7 @@ fn forwarder(sh: &Shared) {
         if sh.stop.load(Ordering::Acquire) {
             break;
         }
-        sh.fwd.notify.wait(sh.spin, || !sh.fwd.queue.is_empty() || sh.stop.load(Ordering::Acquire));
+        sh.fwd.notify.wait(sh.backoff, || !sh.fwd.queue.is_empty() || sh.stop.load(Ordering::Acquire));
     }
 }
 
@@ -169,7 +169,7 @@ fn worker(sh: &Shared) {
         if sh.stop.load(Ordering::Acquire) {
             break;
         }
-        sh.work.notify.wait(sh.spin, || !sh.work.queue.is_empty() || sh.stop.load(Ordering::Acquire));
+        sh.work.notify.wait(sh.backoff, || !sh.work.queue.is_empty() || sh.stop.load(Ordering::Acquire));
     }
 }
 
@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn every_item_arrives_and_memory_stays_bounded() {
-        let mut p = Pipeline::new(256, 16, 4096, 1024).expect("threads start");
+        let mut p = Pipeline::new(256, Backoff::DEFAULT, 4096, 1024).expect("threads start");
         let mut total = 0;
         for n in [0, 1, 255, 256, 257, 100_000] {
             let t = p.run(n);

@@ -258,7 +258,7 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
     let warm = Program::new(w, (n / 10).max(1000));
     run_once(&vm, &tensors, &warm)?;
     let mut pipeline =
-        baseline::Pipeline::new(config.batch_size, config.spin, config.high_water, config.low_water)
+        baseline::Pipeline::new(config.batch_size, config.backoff(), config.high_water, config.low_water)
             .map_err(|e| Error::Config(format!("cannot start the baseline pipeline's threads: {e}")))?;
     pipeline.run((n / 10).max(1000));
     let (mut push, mut e2e, mut base) = (Vec::new(), Vec::new(), Vec::new());

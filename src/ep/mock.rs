@@ -22,8 +22,9 @@
 //! - [`Stream::synchronize`] is `cudaStreamSynchronize`: the host sleeps until everything
 //!   launched so far has run.
 //!
-//! Nothing here spins: device threads and waiting hosts sleep on [`Notifier`]s and
-//! condition variables from [`crate::sync`]. Simulated work time (launch delay, jitter) is
+//! Nothing here spins for long: device threads wait for work as every idle loop of the VM
+//! does (a few microseconds of [`Backoff::DEFAULT`], then sleep on a [`Notifier`]), and
+//! waiting hosts sleep on condition variables from [`crate::sync`]. Simulated work time (launch delay, jitter) is
 //! spent in `std::thread::sleep`, as a real device would spend it away from the host.
 //!
 //! # Events: counters
@@ -58,7 +59,7 @@ use std::time::Duration;
 use crossbeam_queue::SegQueue;
 
 use super::{Device, DeviceId, EpError, Event, Stream, StreamType};
-use crate::sync::notify::{Notifier, DEFAULT_SPIN};
+use crate::sync::notify::{Backoff, Notifier};
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
 
 /// The environment variable [`MockConfig::from_env`] reads the launch delay from, in
@@ -556,7 +557,7 @@ impl DeviceThread {
         loop {
             let Some(task) = self.queue.tasks.pop() else {
                 let tasks = &self.queue.tasks;
-                self.queue.notifier.wait(DEFAULT_SPIN, || !tasks.is_empty());
+                self.queue.notifier.wait(Backoff::DEFAULT, || !tasks.is_empty());
                 continue;
             };
             match task {

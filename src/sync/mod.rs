@@ -31,6 +31,12 @@ mod imp {
     pub fn spin_hint() {
         std::hint::spin_loop();
     }
+
+    /// Offer the thread's core to another runnable thread (`sched_yield`).
+    #[inline]
+    pub fn yield_now() {
+        std::thread::yield_now();
+    }
 }
 
 #[cfg(loom)]
@@ -104,6 +110,11 @@ mod imp {
 
     /// Under loom a spin is a yield, so that the model can schedule the other thread.
     pub fn spin_hint() {
+        loom::thread::yield_now();
+    }
+
+    /// loom's yield: the model schedules another thread.
+    pub fn yield_now() {
         loom::thread::yield_now();
     }
 }

@@ -12,9 +12,10 @@
 //! 1. Producer: publish the work (push to the queue), then call [`Notifier::notify`].
 //!    `notify` issues a `SeqCst` fence and loads `sleeping`; only if it is set does it take
 //!    the lock, clear the flag and signal the condition variable.
-//! 2. Consumer, finding nothing to do: spin a short while re-checking ([`Notifier::wait`]
-//!    takes the check as a closure), then take the lock, set `sleeping`, issue a `SeqCst`
-//!    fence and check once more. Only if the check still finds nothing does it wait on the
+//! 2. Consumer, finding nothing to do: re-check a short while, spinning and then yielding
+//!    its core between checks ([`Backoff`]; [`Notifier::wait`] takes the check as a
+//!    closure), then take the lock, set `sleeping`, issue a `SeqCst` fence and check once
+//!    more. Only if the check still finds nothing does it wait on the
 //!    condition variable, which releases the lock atomically.
 //!
 //! # Why no wake-up is lost
@@ -41,11 +42,48 @@
 
 use super::{fence, AtomicBool, Condvar, Mutex, Ordering};
 
-/// How long an idle consumer re-checks before it sleeps (iterations of a spin hint).
+/// How many times an idle consumer re-checks with a spin hint before it starts yielding
+/// ([`Backoff::spins`]). About a microsecond on the machines eagervm is measured on: the
+/// next batch of a busy producer often arrives within it.
+pub const DEFAULT_SPIN: u32 = 32;
+
+/// How many times an idle consumer then re-checks after yielding its core to the operating
+/// system ([`Backoff::yields`]). A yield is a system call of about 0.2 µs when no other
+/// thread wants the core, so this phase is a few microseconds on an idle machine.
+pub const DEFAULT_YIELDS: u32 = 16;
+
+/// How an idle consumer waits before it sleeps: first `spins` re-checks separated by a
+/// spin-loop hint, then `yields` re-checks separated by a yield of the thread, then sleep.
 ///
-/// A few microseconds: long enough to catch the next batch of a busy producer without a
-/// futex round trip, short enough not to starve the producer on a 2-core machine.
-pub const DEFAULT_SPIN: u32 = 128;
+/// The yield phase is what makes the wait cheap on a machine with fewer cores than busy
+/// threads (eagervm's caller, scheduler and worker on two cores): a thread that spins holds
+/// a core that the thread it waits for may need, while a thread that yields hands it over
+/// at once when someone else is runnable, and costs a system call per re-check when nobody
+/// is. Sleeping instead costs a futex round trip on both sides (the producer's wake-up and
+/// the consumer's return), and the consumer's latency to come back. This is the shape of
+/// `crossbeam_utils::Backoff` (spin, then yield, then park), with both phases counted in
+/// re-checks so that they can be tuned (`Config::spin`, `Config::yields`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// Re-checks separated by a spin-loop hint (`pause` on x86).
+    pub spins: u32,
+    /// Re-checks separated by a yield of the thread.
+    pub yields: u32,
+}
+
+impl Backoff {
+    /// [`DEFAULT_SPIN`] spins, then [`DEFAULT_YIELDS`] yields.
+    pub const DEFAULT: Backoff = Backoff { spins: DEFAULT_SPIN, yields: DEFAULT_YIELDS };
+
+    /// Sleep at the first empty check.
+    pub const NONE: Backoff = Backoff { spins: 0, yields: 0 };
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::DEFAULT
+    }
+}
 
 /// A one-sleeper parking spot (see the module docs for the protocol).
 #[derive(Debug, Default)]
@@ -83,13 +121,20 @@ impl Notifier {
     /// Block the calling (consumer) thread until `ready()` returns true.
     ///
     /// `ready` must become true only through state that producers publish before they call
-    /// [`notify`](Self::notify). Spins `spin` times first, then sleeps.
-    pub fn wait(&self, spin: u32, mut ready: impl FnMut() -> bool) {
-        for _ in 0..spin {
+    /// [`notify`](Self::notify). Re-checks as `backoff` says (spinning, then yielding), then
+    /// sleeps.
+    pub fn wait(&self, backoff: Backoff, mut ready: impl FnMut() -> bool) {
+        for _ in 0..backoff.spins {
             if ready() {
                 return;
             }
             super::spin_hint();
+        }
+        for _ in 0..backoff.yields {
+            if ready() {
+                return;
+            }
+            super::yield_now();
         }
         let mut g = self.lock.lock();
         loop {

@@ -3,7 +3,7 @@
 
 use crate::ep::mock::MockConfig;
 use crate::error::{Error, Result};
-use crate::sync::notify::DEFAULT_SPIN;
+use crate::sync::notify::{Backoff, DEFAULT_SPIN, DEFAULT_YIELDS};
 use crate::sync::{AtomicU64, Ordering};
 
 /// How streams map to `ThreadCtx` worker threads.
@@ -70,8 +70,12 @@ pub struct Config {
     /// Run every instruction on the caller, one at a time, in program order (like MXNet's
     /// `NaiveEngine`): no scheduler or worker threads. For debugging.
     pub synchronous: bool,
-    /// Spin iterations before an idle thread sleeps.
+    /// Re-checks with a spin-loop hint an idle scheduler or worker makes before it starts
+    /// yielding ([`Backoff::spins`]).
     pub spin: u32,
+    /// Re-checks with a yield of the thread it then makes before it sleeps
+    /// ([`Backoff::yields`]).
+    pub yields: u32,
     /// On an asynchronous stream (mock, CUDA), record an event at least every this many
     /// launches; the launches in between are retired by the next event, at the latest the
     /// one recorded behind the last launch of each batch a worker receives. Default 32.
@@ -97,6 +101,7 @@ impl Default for Config {
             batch_size: 1024,
             synchronous: false,
             spin: DEFAULT_SPIN,
+            yields: DEFAULT_YIELDS,
             event_interval: 32,
             fault: FaultInjection::default(),
             profile: false,
@@ -107,7 +112,7 @@ impl Default for Config {
 impl Config {
     /// The default configuration with the environment's overrides: `EAGERVM_SYNC=1`
     /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start), `EAGERVM_MOCK_DEVICES=N`,
-    /// `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`,
+    /// `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`, `EAGERVM_YIELDS`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`,
     /// `EAGERVM_LOW_WATER`, and the mock device's timing variables (`docs/tuning.md`).
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
@@ -129,6 +134,9 @@ impl Config {
         if let Some(n) = std::env::var("EAGERVM_SPIN").ok().and_then(|v| v.parse().ok()) {
             c.spin = n;
         }
+        if let Some(n) = std::env::var("EAGERVM_YIELDS").ok().and_then(|v| v.parse().ok()) {
+            c.yields = n;
+        }
         if let Some(n) = std::env::var("EAGERVM_EVENT_INTERVAL").ok().and_then(|v| v.parse::<u32>().ok()) {
             c.event_interval = n.max(1);
         }
@@ -139,6 +147,12 @@ impl Config {
             c.low_water = n;
         }
         c
+    }
+
+    /// How an idle scheduler or worker waits for work before it sleeps: `spin` spins, then
+    /// `yields` yields.
+    pub fn backoff(&self) -> Backoff {
+        Backoff { spins: self.spin, yields: self.yields }
     }
 
     /// Builder-style: this many mock devices.

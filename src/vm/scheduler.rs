@@ -253,7 +253,7 @@ impl Scheduler {
                 // A thread the VM needs is missing: what is in flight can never finish.
                 return;
             }
-            vm.sched_notify.wait(vm.config.spin, || {
+            vm.sched_notify.wait(vm.config.backoff(), || {
                 !vm.completions.is_empty()
                     || !vm.inbox.is_empty()
                     || vm.shutdown.load(Ordering::Acquire)

@@ -362,7 +362,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
         if ctx.stop.load(Ordering::Acquire) {
             break;
         }
-        ctx.notify.wait(vm.config.spin, || !ctx.queue.is_empty() || ctx.stop.load(Ordering::Acquire));
+        ctx.notify.wait(vm.config.backoff(), || !ctx.queue.is_empty() || ctx.stop.load(Ordering::Acquire));
     }
     for w in lanes.lanes.iter().filter_map(|l| l.watcher.as_ref()) {
         w.stop.store(true, Ordering::Release);
@@ -508,7 +508,7 @@ fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>, stream: u32) {
                 if w.stop.load(Ordering::Acquire) {
                     break;
                 }
-                w.notify.wait(vm.config.spin, || !w.queue.is_empty() || w.stop.load(Ordering::Acquire));
+                w.notify.wait(vm.config.backoff(), || !w.queue.is_empty() || w.stop.load(Ordering::Acquire));
             }
         }
     }
