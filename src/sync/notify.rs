@@ -149,3 +149,49 @@ impl Notifier {
         }
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool as StdBool;
+
+    /// Waits on `n` with `backoff` until the `k`-th check, and returns, for each check,
+    /// whether the consumer had announced that it sleeps. A thread notifies after a while so
+    /// that a wait that slept too early returns rather than hangs (and the test then fails
+    /// on what it recorded, not on time).
+    fn checks_until(backoff: Backoff, k: usize) -> Vec<bool> {
+        let n = Notifier::new();
+        let done = StdBool::new(false);
+        let mut seen = Vec::new();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    n.notify();
+                }
+            });
+            n.wait(backoff, || {
+                seen.push(n.sleeping.load(Ordering::Relaxed));
+                seen.len() >= k
+            });
+            done.store(true, Ordering::Release);
+        });
+        seen
+    }
+
+    #[test]
+    fn work_found_while_spinning_or_yielding_needs_no_sleep() {
+        // One spin, then four yields: the third check is the second of the yield phase.
+        assert_eq!(checks_until(Backoff { spins: 1, yields: 4 }, 3), [false; 3]);
+        // Only yields.
+        assert_eq!(checks_until(Backoff { spins: 0, yields: 2 }, 2), [false; 2]);
+    }
+
+    #[test]
+    fn after_its_spins_and_yields_the_consumer_announces_its_sleep() {
+        // Two spins and two yields find nothing; the fifth check is made after `sleeping`
+        // is set (the re-check that closes the lost wake-up window).
+        assert_eq!(checks_until(Backoff { spins: 2, yields: 2 }, 5), [false, false, false, false, true]);
+        assert_eq!(checks_until(Backoff::NONE, 1), [true]);
+    }
+}

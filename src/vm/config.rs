@@ -111,9 +111,10 @@ impl Default for Config {
 
 impl Config {
     /// The default configuration with the environment's overrides: `EAGERVM_SYNC=1`
-    /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start), `EAGERVM_MOCK_DEVICES=N`,
-    /// `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`, `EAGERVM_YIELDS`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`,
-    /// `EAGERVM_LOW_WATER`, and the mock device's timing variables (`docs/tuning.md`).
+    /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start),
+    /// `EAGERVM_MOCK_DEVICES=N`, `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`,
+    /// `EAGERVM_YIELDS`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`, `EAGERVM_LOW_WATER`,
+    /// and the mock device's timing variables (`docs/tuning.md`).
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
         if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {

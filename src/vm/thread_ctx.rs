@@ -5,7 +5,8 @@
 //!
 //! A worker owns a queue of instruction batches and a [`Notifier`]. The scheduler pushes a
 //! batch and calls `notify`, which costs a fence and a load unless the worker sleeps. The
-//! worker drains batches; when it finds none it spins briefly, then sleeps under the
+//! worker drains batches; when it finds none it re-checks briefly (spinning, then yielding
+//! its core: [`Backoff`](crate::sync::notify::Backoff)), then sleeps under the
 //! notifier's protocol (`crate::sync::notify`), re-checking the queue and its stop flag
 //! after announcing that it sleeps, so no batch and no stop request is missed.
 //!
