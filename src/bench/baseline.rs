@@ -70,9 +70,9 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// A pipeline handing items over in batches of `batch`, its idle threads waiting as
-    /// `backoff` says before they sleep, and holding the caller back above `high_water` items in flight until
-    /// they fall to `low_water` (the VM's `Config` fields of the same names). Fails if its
-    /// threads cannot be started.
+    /// `backoff` says before they sleep, and holding the caller back above `high_water`
+    /// items in flight until they fall to `low_water` (the VM's `Config` fields of the same
+    /// names). Fails if its threads cannot be started.
     pub fn new(batch: usize, backoff: Backoff, high_water: usize, low_water: usize) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             backoff,

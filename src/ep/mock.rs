@@ -24,8 +24,9 @@
 //!
 //! Nothing here spins for long: device threads wait for work as every idle loop of the VM
 //! does (a few microseconds of [`Backoff::DEFAULT`], then sleep on a [`Notifier`]), and
-//! waiting hosts sleep on condition variables from [`crate::sync`]. Simulated work time (launch delay, jitter) is
-//! spent in `std::thread::sleep`, as a real device would spend it away from the host.
+//! waiting hosts sleep on condition variables from [`crate::sync`]. Simulated work time
+//! (launch delay, jitter) is spent in `std::thread::sleep`, as a real device would spend it
+//! away from the host.
 //!
 //! # Events: counters
 //!

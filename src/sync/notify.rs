@@ -15,8 +15,8 @@
 //! 2. Consumer, finding nothing to do: re-check a short while, spinning and then yielding
 //!    its core between checks ([`Backoff`]; [`Notifier::wait`] takes the check as a
 //!    closure), then take the lock, set `sleeping`, issue a `SeqCst` fence and check once
-//!    more. Only if the check still finds nothing does it wait on the
-//!    condition variable, which releases the lock atomically.
+//!    more. Only if the check still finds nothing does it wait on the condition variable,
+//!    which releases the lock atomically.
 //!
 //! # Why no wake-up is lost
 //!
