@@ -3,9 +3,11 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use eagervm::bench::cuda::{run, CudaBenchOptions};
+use eagervm::vm::Config;
 
 fn cuda(c: &mut Criterion) {
-    let report = match run(&CudaBenchOptions::default()) {
+    let config = Config::from_env();
+    let report = match run(&CudaBenchOptions::default(), &config) {
         Ok(r) => r,
         Err(e) => {
             println!("cuda benchmarks failed: {e}");
@@ -18,7 +20,9 @@ fn cuda(c: &mut Criterion) {
     }
     let small =
         CudaBenchOptions { chain: 10_000, chunks: 8, chunk_elems: 1 << 18, rounds: 4, steps: 20, width: 256 };
-    c.bench_function("cuda/all-three (small)", |b| b.iter(|| run(&small).expect("the benchmarks ran once")));
+    c.bench_function("cuda/all-three (small)", |b| {
+        b.iter(|| run(&small, &config).expect("the benchmarks ran once"))
+    });
 }
 
 criterion_group! {

@@ -293,7 +293,7 @@ fn benchmarks_report_or_skip() {
         steps: 4,
         width: 64,
     };
-    let r = eagervm::bench::cuda::run(&opts).unwrap();
+    let r = eagervm::bench::cuda::run(&opts, &Config::default()).unwrap();
     println!("{r}");
     if let Some(why) = &r.skipped {
         println!("skipped: {why}");

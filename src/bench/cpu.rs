@@ -3,15 +3,25 @@
 //! On Linux each thread's run time (nanoseconds on a CPU) is in
 //! `/proc/self/task/<tid>/schedstat`, and its name in `comm`; the VM names its threads
 //! (`eagervm-scheduler`, `eagervm-worker-<i>`), so a sample before and after a run gives
-//! the CPU time each stage spent on it, whatever the machine's other load. Where `/proc`
-//! is missing the sample is `None` and the benchmark leaves these columns out.
+//! the CPU time each stage spent on it, whatever the machine's other load. The same file's
+//! third field counts the thread's time slices: how many times it was put on a CPU, so
+//! about how many times it woke. Where `/proc` is missing the sample is `None` and the
+//! benchmark leaves these columns out.
 
 use std::collections::HashMap;
 
-/// CPU nanoseconds per thread id, with the thread's name.
+/// One thread's name, CPU nanoseconds and time slices so far.
+#[derive(Debug, Clone, Default)]
+struct ThreadStat {
+    name: String,
+    ns: u64,
+    slices: u64,
+}
+
+/// CPU nanoseconds and time slices per thread id, with the thread's name.
 #[derive(Debug, Clone, Default)]
 pub struct Sample {
-    threads: HashMap<u64, (String, u64)>,
+    threads: HashMap<u64, ThreadStat>,
     /// The calling thread's id.
     me: u64,
 }
@@ -43,8 +53,14 @@ pub fn process_cpu() -> Option<std::time::Duration> {
     }
 }
 
-fn schedstat_ns(task: &std::path::Path) -> Option<u64> {
-    std::fs::read_to_string(task.join("schedstat")).ok()?.split_whitespace().next()?.parse().ok()
+/// A thread's run time in nanoseconds and its number of time slices, from `schedstat`
+/// (`run-ns wait-ns slices`).
+fn schedstat(task: &std::path::Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(task.join("schedstat")).ok()?;
+    let mut fields = text.split_whitespace();
+    let ns = fields.next()?.parse().ok()?;
+    let slices = fields.nth(1)?.parse().ok()?;
+    Some((ns, slices))
 }
 
 /// Sample every thread of this process now, or `None` where `/proc` does not tell.
@@ -57,17 +73,27 @@ pub fn sample() -> Option<Sample> {
             continue;
         };
         // A thread may exit between the listing and the reads: skip it.
-        let (Ok(name), Some(ns)) = (std::fs::read_to_string(path.join("comm")), schedstat_ns(&path)) else {
+        let (Ok(name), Some((ns, slices))) = (std::fs::read_to_string(path.join("comm")), schedstat(&path))
+        else {
             continue;
         };
-        threads.insert(tid, (name.trim().to_string(), ns));
+        threads.insert(tid, ThreadStat { name: name.trim().to_string(), ns, slices });
     }
     Some(Sample { threads, me })
 }
 
-/// CPU time of each kind of thread between two samples, in nanoseconds.
+/// CPU time (nanoseconds) and time slices of each kind of thread between two samples.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct RoleCpu {
+    /// CPU nanoseconds per kind of thread.
+    pub ns: Roles,
+    /// Time slices per kind of thread: about how many times its threads woke.
+    pub slices: Roles,
+}
+
+/// One count per kind of thread of a VM process.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Roles {
     /// The thread that took the samples.
     pub caller: u64,
     /// `eagervm-sched*` threads.
@@ -80,25 +106,33 @@ pub struct RoleCpu {
     pub other: u64,
 }
 
+impl Roles {
+    /// The count of the calling thread (`caller`), or of the kind of thread its name says.
+    fn of(&mut self, caller: bool, name: &str) -> &mut u64 {
+        if caller {
+            &mut self.caller
+        } else if name.starts_with("eagervm-sched") {
+            &mut self.scheduler
+        } else if name.starts_with("eagervm-worker") {
+            &mut self.workers
+        } else if name.starts_with("eagervm-watch") {
+            &mut self.watchers
+        } else {
+            &mut self.other
+        }
+    }
+}
+
 impl Sample {
-    /// CPU time each kind of thread spent between `self` and `later`. Threads that started
-    /// in between count from zero; those that exited in between are not seen.
+    /// CPU time and time slices of each kind of thread between `self` and `later`.
+    /// Threads that started in between count from zero; those that exited in between are
+    /// not seen.
     pub fn roles_until(&self, later: &Sample) -> RoleCpu {
         let mut out = RoleCpu::default();
-        for (tid, (name, ns)) in &later.threads {
-            let d = ns.saturating_sub(self.threads.get(tid).map_or(0, |t| t.1));
-            let slot = if *tid == later.me {
-                &mut out.caller
-            } else if name.starts_with("eagervm-sched") {
-                &mut out.scheduler
-            } else if name.starts_with("eagervm-worker") {
-                &mut out.workers
-            } else if name.starts_with("eagervm-watch") {
-                &mut out.watchers
-            } else {
-                &mut out.other
-            };
-            *slot += d;
+        for (tid, t) in &later.threads {
+            let (ns0, slices0) = self.threads.get(tid).map_or((0, 0), |b| (b.ns, b.slices));
+            *out.ns.of(*tid == later.me, &t.name) += t.ns.saturating_sub(ns0);
+            *out.slices.of(*tid == later.me, &t.name) += t.slices.saturating_sub(slices0);
         }
         out
     }
@@ -107,14 +141,14 @@ impl Sample {
     /// instructions. Threads that started in between count from zero.
     pub fn stages_until(&self, later: &Sample, n: usize) -> StageCpu {
         let mut out = StageCpu::default();
-        for (tid, (name, ns)) in &later.threads {
-            let before = self.threads.get(tid).map_or(0, |t| t.1);
-            let d = ns.saturating_sub(before) as f64 / n.max(1) as f64;
+        for (tid, t) in &later.threads {
+            let before = self.threads.get(tid).map_or(0, |b| b.ns);
+            let d = t.ns.saturating_sub(before) as f64 / n.max(1) as f64;
             if *tid == later.me {
                 out.caller += d;
-            } else if name.starts_with("eagervm-sched") {
+            } else if t.name.starts_with("eagervm-sched") {
                 out.scheduler += d;
-            } else if name.starts_with("eagervm-worker") {
+            } else if t.name.starts_with("eagervm-worker") {
                 out.workers += d;
             }
         }
@@ -163,7 +197,10 @@ mod tests {
     #[test]
     fn stages_are_told_apart_by_thread_name() {
         let at = |me: u64, threads: &[(u64, &str, u64)]| Sample {
-            threads: threads.iter().map(|&(tid, name, ns)| (tid, (name.to_string(), ns))).collect(),
+            threads: threads
+                .iter()
+                .map(|&(tid, name, ns)| (tid, ThreadStat { name: name.to_string(), ns, slices: ns / 10 }))
+                .collect(),
             me,
         };
         let before = at(
@@ -183,5 +220,34 @@ mod tests {
         );
         let s = before.stages_until(&after, 10);
         assert_eq!((s.caller, s.scheduler, s.workers), (20.0, 10.0, 9.0));
+    }
+
+    #[test]
+    fn roles_count_time_and_slices_by_thread_name() {
+        let at = |me: u64, threads: &[(u64, &str, u64, u64)]| Sample {
+            threads: threads
+                .iter()
+                .map(|&(tid, name, ns, slices)| (tid, ThreadStat { name: name.to_string(), ns, slices }))
+                .collect(),
+            me,
+        };
+        let before =
+            at(7, &[(7, "main", 100, 1), (8, "eagervm-watch-3", 10, 2), (9, "cuda-EvtHandlr", 5, 5)]);
+        let after = at(
+            7,
+            &[
+                (7, "main", 150, 4),
+                (8, "eagervm-watch-3", 30, 12),
+                (9, "cuda-EvtHandlr", 9, 6),
+                (10, "eagervm-schedul", 70, 3),
+                (11, "eagervm-worker-", 80, 8),
+            ],
+        );
+        let r = before.roles_until(&after);
+        let ns = (r.ns.caller, r.ns.scheduler, r.ns.workers, r.ns.watchers, r.ns.other);
+        assert_eq!(ns, (50, 70, 80, 20, 4));
+        let slices =
+            (r.slices.caller, r.slices.scheduler, r.slices.workers, r.slices.watchers, r.slices.other);
+        assert_eq!(slices, (3, 3, 8, 10, 1));
     }
 }

@@ -71,6 +71,9 @@ pub struct Ratio {
     pub cpu: Option<(Duration, Duration)>,
     /// The VM run's CPU time by kind of thread, where the system tells.
     pub roles: Option<super::cpu::RoleCpu>,
+    /// The reference run's CPU time by kind of thread (its own threads and the driver's),
+    /// where the system tells and the reference ran in this process.
+    pub reference_roles: Option<super::cpu::RoleCpu>,
 }
 
 impl Ratio {
@@ -82,6 +85,7 @@ impl Ratio {
             ratio: vm.wall.as_secs_f64() / reference.wall.as_secs_f64(),
             cpu: vm.cpu.zip(reference.cpu),
             roles: vm.roles,
+            reference_roles: reference.roles,
         }
     }
 
@@ -140,16 +144,26 @@ impl std::fmt::Display for CudaBenchReport {
                 per(r.reference),
                 r.ratio
             )?;
-            if let Some(c) = r.roles {
-                let per = |ns: u64| ns as f64 / 1e3 / self.chain.max(1) as f64;
+            for (side, roles) in [("vm", r.roles), ("plain", r.reference_roles)] {
+                let Some(c) = roles else { continue };
+                let n = self.chain.max(1) as f64;
+                let us = |ns: u64| ns as f64 / 1e3 / n;
+                let per = |k: u64| k as f64 / n;
+                let (t, w) = (c.ns, c.slices);
                 writeln!(
                     f,
-                    "           vm cpu us/kernel by thread: caller {:.2} scheduler {:.2} worker {:.2} watcher {:.2} other {:.2}",
-                    per(c.caller),
-                    per(c.scheduler),
-                    per(c.workers),
-                    per(c.watchers),
-                    per(c.other)
+                    "           {side} cpu us/kernel by thread: caller {:.2} scheduler {:.2} worker {:.2} \
+                     watcher {:.2} other {:.2}; wake-ups/kernel: {:.3} {:.3} {:.3} {:.3} {:.3}",
+                    us(t.caller),
+                    us(t.scheduler),
+                    us(t.workers),
+                    us(t.watchers),
+                    us(t.other),
+                    per(w.caller),
+                    per(w.scheduler),
+                    per(w.workers),
+                    per(w.watchers),
+                    per(w.other)
                 )?;
             }
         }
@@ -180,8 +194,9 @@ impl std::fmt::Display for CudaBenchReport {
     }
 }
 
-/// Run the three benchmarks on `cuda:0`, or report why they were skipped.
-pub fn run(opts: &CudaBenchOptions) -> Result<CudaBenchReport> {
+/// Run the three benchmarks on `cuda:0`, through a VM started with `config` plus one CUDA
+/// device, or report why they were skipped.
+pub fn run(opts: &CudaBenchOptions, config: &Config) -> Result<CudaBenchReport> {
     let skipped = |why: String| CudaBenchReport {
         skipped: Some(why),
         chain: opts.chain,
@@ -194,7 +209,7 @@ pub fn run(opts: &CudaBenchOptions) -> Result<CudaBenchReport> {
     if let Err(e) = crate::ep::cuda::available(0) {
         return Ok(skipped(e.to_string()));
     }
-    let vm = VirtualMachine::new(Config::default().with_cuda_devices(1))?;
+    let vm = VirtualMachine::new(config.clone().with_cuda_devices(1))?;
     let gpu = DeviceId::cuda(0);
     // A size of zero skips that benchmark.
     let chain = opts.chain > 0;
@@ -390,6 +405,7 @@ fn overlap(vm: &VirtualMachine, gpu: DeviceId, o: &CudaBenchOptions) -> Result<(
         ratio: ideal.as_secs_f64() / pipelined.as_secs_f64(),
         cpu: None,
         roles: None,
+        reference_roles: None,
     };
     Ok((ratio, both_ways))
 }
@@ -531,9 +547,8 @@ mod tests {
 
     #[test]
     fn without_a_gpu_the_report_says_why() {
-        let r =
-            run(&CudaBenchOptions { chain: 10, chunks: 2, chunk_elems: 16, rounds: 1, steps: 1, width: 4 })
-                .unwrap();
+        let opts = CudaBenchOptions { chain: 10, chunks: 2, chunk_elems: 16, rounds: 1, steps: 1, width: 4 };
+        let r = run(&opts, &Config::default()).unwrap();
         match crate::ep::cuda::available(0) {
             Err(e) => {
                 assert_eq!(r.skipped, Some(e.to_string()));

@@ -398,7 +398,7 @@ fn run_cuda_bench(opts: &bench::cuda::CudaBenchOptions, reps: u32) -> eagervm::R
         opts.width
     );
     for _ in 0..reps.max(1) {
-        let report = bench::cuda::run(opts)?;
+        let report = bench::cuda::run(opts, &Config::from_env())?;
         say!("{report}");
         if report.skipped.is_some() {
             break;

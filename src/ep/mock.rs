@@ -23,7 +23,7 @@
 //!   launched so far has run.
 //!
 //! Nothing here spins for long: device threads wait for work as every idle loop of the VM
-//! does (a few microseconds of [`Backoff::DEFAULT`], then sleep on a [`Notifier`]), and
+//! does (a few microseconds of [`Backoff::for_this_machine`], then sleep on a [`Notifier`]), and
 //! waiting hosts sleep on condition variables from [`crate::sync`]. Simulated work time
 //! (launch delay, jitter) is spent in `std::thread::sleep`, as a real device would spend it
 //! away from the host.
@@ -555,10 +555,11 @@ struct DeviceThread {
 
 impl DeviceThread {
     fn run(&mut self) {
+        let backoff = Backoff::for_this_machine();
         loop {
             let Some(task) = self.queue.tasks.pop() else {
                 let tasks = &self.queue.tasks;
-                self.queue.notifier.wait(Backoff::DEFAULT, || !tasks.is_empty());
+                self.queue.notifier.wait(backoff, || !tasks.is_empty());
                 continue;
             };
             match task {

@@ -48,9 +48,31 @@ use super::{fence, AtomicBool, Condvar, Mutex, Ordering};
 pub const DEFAULT_SPIN: u32 = 32;
 
 /// How many times an idle consumer then re-checks after yielding its core to the operating
-/// system ([`Backoff::yields`]). A yield is a system call of about 0.2 µs when no other
-/// thread wants the core, so this phase is a few microseconds on an idle machine.
+/// system ([`Backoff::yields`]), on a machine with few cores ([`FEW_CORES`]; elsewhere the
+/// default is none: see [`default_yields`]). A yield is a system call of 0.2–0.5 µs when no
+/// other thread wants the core, so this phase is a few microseconds on an idle machine.
 pub const DEFAULT_YIELDS: u32 = 16;
+
+/// At most this many CPUs available to the process count as few: eagervm's busy threads
+/// (the caller, the scheduler, a worker, and on a device its watcher) may then outnumber
+/// the cores, and an idle thread's yield hands its core to one of them.
+pub const FEW_CORES: usize = 4;
+
+/// The default number of yields before an idle thread sleeps on this machine:
+/// [`DEFAULT_YIELDS`] where the process may run on at most [`FEW_CORES`] CPUs
+/// (`std::thread::available_parallelism`, which follows the affinity mask and cgroup
+/// quotas), and 0 where it may run on more. With cores to spare a yield finds nobody to hand
+/// the core to and returns at once, so the yield phase is a spin made of system calls: on a
+/// 16-core machine it cost each idle scheduler and watcher about 7 µs of CPU time per wait
+/// (`docs/cuda.md`), against a gain of about 1.2x on two cores (`docs/performance.md`).
+/// Read once per process.
+pub fn default_yields() -> u32 {
+    static YIELDS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *YIELDS.get_or_init(|| match std::thread::available_parallelism() {
+        Ok(n) if n.get() > FEW_CORES => 0,
+        _ => DEFAULT_YIELDS,
+    })
+}
 
 /// How an idle consumer waits before it sleeps: first `spins` re-checks separated by a
 /// spin-loop hint, then `yields` re-checks separated by a yield of the thread, then sleep.
@@ -72,16 +94,24 @@ pub struct Backoff {
 }
 
 impl Backoff {
-    /// [`DEFAULT_SPIN`] spins, then [`DEFAULT_YIELDS`] yields.
+    /// [`DEFAULT_SPIN`] spins, then [`DEFAULT_YIELDS`] yields: the wait on a machine with
+    /// few cores.
     pub const DEFAULT: Backoff = Backoff { spins: DEFAULT_SPIN, yields: DEFAULT_YIELDS };
 
     /// Sleep at the first empty check.
     pub const NONE: Backoff = Backoff { spins: 0, yields: 0 };
+
+    /// [`DEFAULT_SPIN`] spins, then [`default_yields`] yields: [`Backoff::DEFAULT`] on a
+    /// machine with few cores, no yield phase on one with more.
+    pub fn for_this_machine() -> Backoff {
+        Backoff { spins: DEFAULT_SPIN, yields: default_yields() }
+    }
 }
 
 impl Default for Backoff {
+    /// [`Backoff::for_this_machine`].
     fn default() -> Self {
-        Backoff::DEFAULT
+        Backoff::for_this_machine()
     }
 }
 
@@ -193,5 +223,15 @@ mod tests {
         // is set (the re-check that closes the lost wake-up window).
         assert_eq!(checks_until(Backoff { spins: 2, yields: 2 }, 5), [false, false, false, false, true]);
         assert_eq!(checks_until(Backoff::NONE, 1), [true]);
+    }
+
+    #[test]
+    fn yields_are_the_default_only_on_few_cores() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let expected = if cores <= FEW_CORES { DEFAULT_YIELDS } else { 0 };
+        assert_eq!(default_yields(), expected, "{cores} CPUs");
+        assert_eq!(Backoff::default(), Backoff { spins: DEFAULT_SPIN, yields: expected });
+        let config = crate::vm::Config::default();
+        assert_eq!(config.backoff(), Backoff::for_this_machine());
     }
 }

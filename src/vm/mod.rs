@@ -13,7 +13,7 @@ mod stream;
 pub mod thread_ctx;
 pub mod virtual_machine;
 
-pub use config::{Config, FaultInjection, ThreadTopology};
+pub use config::{Config, FaultInjection, ThreadTopology, DEFAULT_EVENT_INTERVAL};
 pub use stream::StreamId;
 pub(crate) use stream::{PolicyKind, VmStream};
 pub use virtual_machine::VirtualMachine;

@@ -298,6 +298,9 @@ pub fn vm_on(
     c.threads = threads;
     c.synchronous = synchronous;
     c.batch_size = 16; // small batches: more interleaving between caller and scheduler
+                       // On the asynchronous streams, launches covered by an event of the interval as well as
+                       // by the one behind each worker batch.
+    c.event_interval = 5;
     VirtualMachine::new(c)
 }
 

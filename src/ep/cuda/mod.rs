@@ -117,16 +117,23 @@ pub fn probe() -> Result<(), CudaUnavailable> {
             Err(_) if cfg!(windows) => vec!["nvcuda.dll".into()],
             Err(_) => vec!["libcuda.so.1".into(), "libcuda.so".into()],
         };
-        for name in &names {
-            // SAFETY: loading the driver library runs its initialisers, which have no
-            // preconditions; the handle is dropped (unloaded) at once, and cudarc loads it
-            // again on its own when the probe succeeds.
-            if unsafe { libloading::Library::new(name) }.is_ok() {
-                return Ok(());
-            }
-        }
-        Err(CudaUnavailable::DriverMissing { tried: names.join(", ") })
+        probe_names(&names)
     }
+}
+
+/// `Ok` when one of the driver libraries `names` loads; `DriverMissing` naming them all
+/// when none does.
+#[cfg(feature = "cuda")]
+fn probe_names(names: &[String]) -> Result<(), CudaUnavailable> {
+    for name in names {
+        // SAFETY: loading the driver library runs its initialisers, which have no
+        // preconditions; the handle is dropped (unloaded) at once, and cudarc loads it again
+        // on its own when the probe succeeds.
+        if unsafe { libloading::Library::new(name) }.is_ok() {
+            return Ok(());
+        }
+    }
+    Err(CudaUnavailable::DriverMissing { tried: names.join(", ") })
 }
 
 /// Open `cuda:index`: probe the libraries, create the context and the allocator. Every
@@ -189,24 +196,27 @@ pub use stream::with_current;
 mod tests {
     use super::*;
 
+    /// The probe of a library name that exists nowhere. (The environment variable that
+    /// names it, and the error through `open` and `VirtualMachine::new`, are tested in
+    /// `tests/cuda.rs`, which changes the environment under a lock; a unit test must not,
+    /// as other unit tests of this process open CUDA devices meanwhile.)
     #[test]
     fn absent_driver_is_a_typed_error() {
-        // A library name that exists nowhere forces the absent-driver path on any machine.
-        // Set for this process only; the other CUDA tests accept either outcome.
-        std::env::set_var(ENV_DRIVER_LIB, "libeagervm-no-such-driver.so");
-        let r = open(3);
-        std::env::remove_var(ENV_DRIVER_LIB);
-        match r {
+        #[cfg(feature = "cuda")]
+        {
+            let names = ["libeagervm-no-such-driver.so".to_string(), "libeagervm-nor-this.so".to_string()];
+            assert_eq!(
+                probe_names(&names),
+                Err(CudaUnavailable::DriverMissing {
+                    tried: "libeagervm-no-such-driver.so, libeagervm-nor-this.so".into()
+                })
+            );
+        }
+        #[cfg(not(feature = "cuda"))]
+        match open(3) {
             Err(EpError::CudaUnavailable { device, reason }) => {
                 assert_eq!(device, DeviceId::cuda(3));
-                if cfg!(feature = "cuda") {
-                    assert_eq!(
-                        reason,
-                        CudaUnavailable::DriverMissing { tried: "libeagervm-no-such-driver.so".into() }
-                    );
-                } else {
-                    assert_eq!(reason, CudaUnavailable::NotBuilt);
-                }
+                assert_eq!(reason, CudaUnavailable::NotBuilt);
             }
             other => panic!("expected CudaUnavailable, got {other:?}"),
         }
