@@ -47,18 +47,20 @@ fn every_shipped_trace_replays_with_its_checksums() {
 /// about 1e-6 of a tensor's largest magnitude on these small traces.
 const TOLERANCE: f64 = 1e-4;
 
+/// Replay the shipped trace at `path` with soft sync re-derived and its devices mapped by
+/// `device`, checking every expected tensor within [`TOLERANCE`] of a replay on cpu:0.
+fn replay_within_tolerance(path: &std::path::Path, device: DeviceMap) -> trace::ReplayReport {
+    let t = trace::load(path).unwrap_or_else(|e| panic!("{e}"));
+    let opts = ReplayOptions { resync: true, device, tolerance: Some(TOLERANCE), ..Default::default() };
+    let r = trace::replay(&t, &opts).unwrap_or_else(|e| panic!("{} on {device:?}: {e}", path.display()));
+    assert!(r.checked > 0, "{}: nothing compared", path.display());
+    r
+}
+
 #[test]
 fn every_shipped_trace_replays_within_tolerance_on_mock() {
     for path in shipped() {
-        let t = trace::load(&path).unwrap_or_else(|e| panic!("{e}"));
-        let opts = ReplayOptions {
-            resync: true,
-            device: DeviceMap::Mock,
-            tolerance: Some(TOLERANCE),
-            ..Default::default()
-        };
-        let r = trace::replay(&t, &opts).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(r.checked > 0, "{}: nothing compared", path.display());
+        replay_within_tolerance(&path, DeviceMap::Mock);
     }
 }
 
@@ -73,15 +75,7 @@ fn every_shipped_trace_replays_on_cuda_within_tolerance() {
     }
     let mut on_gpu = 0;
     for path in shipped() {
-        let t = trace::load(&path).unwrap_or_else(|e| panic!("{e}"));
-        let opts = ReplayOptions {
-            resync: true,
-            device: DeviceMap::Cuda,
-            tolerance: Some(TOLERANCE),
-            ..Default::default()
-        };
-        let r = trace::replay(&t, &opts).unwrap_or_else(|e| panic!("{} on cuda: {e}", path.display()));
-        assert!(r.checked > 0, "{}: nothing compared", path.display());
+        let r = replay_within_tolerance(&path, DeviceMap::Cuda);
         let cuda_streams = r.per_stream.iter().filter(|(name, _)| name.starts_with("cuda:")).count();
         println!(
             "{}: {} expected tensors within {TOLERANCE}; {cuda_streams} cuda streams used",
