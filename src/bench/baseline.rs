@@ -36,19 +36,25 @@ fn noop(x: u64) {
     black_box(x);
 }
 
-#[derive(Default)]
-struct Stage {
-    queue: SegQueue<Vec<Item>>,
+/// One stage's inbox: batches, and the notifier its thread sleeps on.
+struct Stage<T> {
+    queue: SegQueue<Vec<T>>,
     notify: Notifier,
 }
 
+impl<T> Default for Stage<T> {
+    fn default() -> Self {
+        Stage { queue: SegQueue::new(), notify: Notifier::new() }
+    }
+}
+
 /// What the caller and the pipeline's two threads share.
-struct Shared {
+struct Shared<T> {
     backoff: Backoff,
     /// Emptied batches, for reuse.
-    pool: SegQueue<Vec<Item>>,
-    fwd: Stage,
-    work: Stage,
+    pool: SegQueue<Vec<T>>,
+    fwd: Stage<T>,
+    work: Stage<T>,
     /// Items the worker has run since the pipeline started (runs follow one another, so a
     /// run's own count is this less its value when the run began).
     done: AtomicUsize,
@@ -57,23 +63,34 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// A bare pipeline with the VM's batch size, backoff and water marks. Like the VM, it
-/// starts its threads once and keeps them, and keeps its emptied batches for reuse, from
-/// one run to the next; dropping it stops and joins its threads.
-pub struct Pipeline {
+/// The machinery of a three-stage pipeline of items `T`: the caller makes each item, a
+/// forwarder thread sees each batch and hands it on, a worker thread runs each batch, all
+/// with the VM's batch size, backoff and water marks. Threads start once and are kept, and
+/// emptied batches are kept for reuse, from one run to the next; dropping it stops and
+/// joins its threads. [`Pipeline`] passes items through untouched; the floor of
+/// [`super::floor`] does a minimal runtime's work at each stage.
+pub(crate) struct Stages<T: Send + 'static> {
     batch: usize,
     high_water: usize,
     low_water: usize,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<T>>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl Pipeline {
-    /// A pipeline handing items over in batches of `batch`, its idle threads waiting as
-    /// `backoff` says before they sleep, and holding the caller back above `high_water`
-    /// items in flight until they fall to `low_water` (the VM's `Config` fields of the same
-    /// names). Fails if its threads cannot be started.
-    pub fn new(batch: usize, backoff: Backoff, high_water: usize, low_water: usize) -> std::io::Result<Self> {
+impl<T: Send + 'static> Stages<T> {
+    /// Start the two threads, named `<name>-fwd` and `<name>-work`: the forwarder calls
+    /// `forward` on each batch before handing it on, the worker calls `work` on it. The
+    /// arguments after `backoff` are the VM's `Config` fields of the same names. Fails if
+    /// a thread cannot be started.
+    pub(crate) fn start(
+        name: &str,
+        batch: usize,
+        backoff: Backoff,
+        high_water: usize,
+        low_water: usize,
+        forward: impl FnMut(&[T]) + Send + 'static,
+        work: impl FnMut(&[T]) + Send + 'static,
+    ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             backoff,
             pool: SegQueue::new(),
@@ -83,21 +100,25 @@ impl Pipeline {
             caller: Notifier::new(),
             stop: AtomicBool::new(false),
         });
-        let mut p = Pipeline { batch: batch.max(1), high_water, low_water, shared, threads: Vec::new() };
+        let mut p = Stages { batch: batch.max(1), high_water, low_water, shared, threads: Vec::new() };
         let s = p.shared.clone();
-        p.threads.push(std::thread::Builder::new().name("baseline-fwd".into()).spawn(move || forwarder(&s))?);
+        let t =
+            std::thread::Builder::new().name(format!("{name}-fwd")).spawn(move || forwarder(&s, forward))?;
+        p.threads.push(t);
         let s = p.shared.clone();
-        p.threads.push(std::thread::Builder::new().name("baseline-work".into()).spawn(move || worker(&s))?);
+        let t = std::thread::Builder::new().name(format!("{name}-work")).spawn(move || worker(&s, work))?;
+        p.threads.push(t);
         Ok(p)
     }
 
-    fn take(&self) -> Vec<Item> {
+    fn take(&self) -> Vec<T> {
         self.shared.pool.pop().unwrap_or_else(|| Vec::with_capacity(self.batch))
     }
 
-    /// Push `n` no-op items through the pipeline; returns the time from the first push
-    /// until the worker has run the last item.
-    pub fn run(&mut self, n: usize) -> Duration {
+    /// Push `n` items, item `i` made by `make(i)`, through the pipeline; returns the time
+    /// from the first push until the worker has run the last item.
+    #[inline(always)]
+    pub(crate) fn run(&mut self, n: usize, mut make: impl FnMut(usize) -> T) -> Duration {
         let sh = &*self.shared;
         let base = sh.done.load(Ordering::Acquire);
         let done = || sh.done.load(Ordering::Acquire) - base;
@@ -105,7 +126,7 @@ impl Pipeline {
         let mut b = self.take();
         let mut sent = 0;
         for i in 0..n {
-            b.push(Item { f: noop, arg: i as u64 });
+            b.push(make(i));
             if b.len() == self.batch {
                 sent += b.len();
                 sh.fwd.queue.push(std::mem::replace(&mut b, self.take()));
@@ -124,9 +145,21 @@ impl Pipeline {
         sh.caller.wait(sh.backoff, || done() == n);
         t0.elapsed()
     }
+
+    /// Items the worker has run since the pipeline started.
+    #[cfg(test)]
+    pub(crate) fn done(&self) -> usize {
+        self.shared.done.load(Ordering::Acquire)
+    }
+
+    /// Emptied batches kept for reuse.
+    #[cfg(test)]
+    fn pooled(&self) -> usize {
+        self.shared.pool.len()
+    }
 }
 
-impl Drop for Pipeline {
+impl<T: Send + 'static> Drop for Stages<T> {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.fwd.notify.notify();
@@ -137,10 +170,11 @@ impl Drop for Pipeline {
     }
 }
 
-/// The forwarder: hands each batch on, untouched.
-fn forwarder(sh: &Shared) {
+/// The forwarder: calls `forward` on each batch, then hands it on.
+fn forwarder<T>(sh: &Shared<T>, mut forward: impl FnMut(&[T])) {
     loop {
         if let Some(b) = sh.fwd.queue.pop() {
+            forward(&b);
             sh.work.queue.push(b);
             sh.work.notify.notify();
             continue;
@@ -152,13 +186,11 @@ fn forwarder(sh: &Shared) {
     }
 }
 
-/// The worker: calls each item's function, then counts the batch done.
-fn worker(sh: &Shared) {
+/// The worker: calls `work` on each batch, then counts the batch done.
+fn worker<T>(sh: &Shared<T>, mut work: impl FnMut(&[T])) {
     loop {
         if let Some(mut b) = sh.work.queue.pop() {
-            for it in b.iter() {
-                (it.f)(it.arg);
-            }
+            work(&b);
             let k = b.len();
             b.clear();
             sh.pool.push(b);
@@ -170,6 +202,34 @@ fn worker(sh: &Shared) {
             break;
         }
         sh.work.notify.wait(sh.backoff, || !sh.work.queue.is_empty() || sh.stop.load(Ordering::Acquire));
+    }
+}
+
+/// A bare pipeline with the VM's batch size, backoff and water marks: the forwarder hands
+/// each batch on untouched, the worker calls each item's function.
+pub struct Pipeline {
+    stages: Stages<Item>,
+}
+
+impl Pipeline {
+    /// A pipeline handing items over in batches of `batch`, its idle threads waiting as
+    /// `backoff` says before they sleep, and holding the caller back above `high_water`
+    /// items in flight until they fall to `low_water` (the VM's `Config` fields of the same
+    /// names). Fails if its threads cannot be started.
+    pub fn new(batch: usize, backoff: Backoff, high_water: usize, low_water: usize) -> std::io::Result<Self> {
+        let run = |b: &[Item]| {
+            for it in b {
+                (it.f)(it.arg);
+            }
+        };
+        let stages = Stages::start("baseline", batch, backoff, high_water, low_water, |_: &[Item]| {}, run)?;
+        Ok(Pipeline { stages })
+    }
+
+    /// Push `n` no-op items through the pipeline; returns the time from the first push
+    /// until the worker has run the last item.
+    pub fn run(&mut self, n: usize) -> Duration {
+        self.stages.run(n, |i| Item { f: noop, arg: i as u64 })
     }
 }
 
@@ -185,10 +245,10 @@ mod tests {
             let t = p.run(n);
             assert!(t.as_secs() < 10, "{n} items took {t:?}");
             total += n;
-            assert_eq!(p.shared.done.load(Ordering::Acquire), total, "every item ran");
+            assert_eq!(p.stages.done(), total, "every item ran");
         }
         // At most high water in flight, plus the batch being filled and one in each stage.
-        let pooled = p.shared.pool.len();
+        let pooled = p.stages.pooled();
         assert!(pooled <= 4096 / 256 + 4, "{pooled} batches pooled");
     }
 

@@ -31,7 +31,7 @@ pub struct Sample {
 pub struct StageCpu {
     /// The thread that built and submitted the instructions.
     pub caller: f64,
-    /// The scheduler thread.
+    /// The scheduler thread (the floor's forwarder, in the floor's figures).
     pub scheduler: f64,
     /// All worker threads together.
     pub workers: f64,
@@ -140,15 +140,22 @@ impl Sample {
     /// CPU time per instruction each stage spent between `self` and `later`, over `n`
     /// instructions. Threads that started in between count from zero.
     pub fn stages_until(&self, later: &Sample, n: usize) -> StageCpu {
+        self.stages_named(later, n, "eagervm-sched", "eagervm-worker")
+    }
+
+    /// [`stages_until`](Self::stages_until) for a pipeline whose middle stage's threads are
+    /// named `middle*` and whose workers' are named `workers*` (the benchmark's floor:
+    /// `floor-fwd` and `floor-work`).
+    pub fn stages_named(&self, later: &Sample, n: usize, middle: &str, workers: &str) -> StageCpu {
         let mut out = StageCpu::default();
         for (tid, t) in &later.threads {
             let before = self.threads.get(tid).map_or(0, |b| b.ns);
             let d = t.ns.saturating_sub(before) as f64 / n.max(1) as f64;
             if *tid == later.me {
                 out.caller += d;
-            } else if t.name.starts_with("eagervm-sched") {
+            } else if t.name.starts_with(middle) {
                 out.scheduler += d;
-            } else if t.name.starts_with("eagervm-worker") {
+            } else if t.name.starts_with(workers) {
                 out.workers += d;
             }
         }
@@ -220,6 +227,9 @@ mod tests {
         );
         let s = before.stages_until(&after, 10);
         assert_eq!((s.caller, s.scheduler, s.workers), (20.0, 10.0, 9.0));
+        // Other names for the two stages: `other` is now the middle one.
+        let s = before.stages_named(&after, 10, "oth", "eagervm-worker");
+        assert_eq!((s.caller, s.scheduler, s.workers), (20.0, 9.2, 9.0));
     }
 
     #[test]

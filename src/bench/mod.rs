@@ -14,11 +14,15 @@
 //! a bare three-thread pipeline (caller → forwarder → worker over batched lock-free queues,
 //! the same batch size and the same sleep/wake protocol as the VM, no dependency work).
 //! That pipeline is the bound for any runtime of this shape; the VM is reported as a
-//! fraction of it, which stays meaningful on a shared, noisy machine.
+//! fraction of it, which stays meaningful on a shared, noisy machine. Alongside, it
+//! measures a floor (`src/bench/floor.rs`): the same pipeline doing only the least work
+//! per instruction that any dependency-tracking runtime does, so that a ratio can be read
+//! against what is possible at all.
 
 pub mod baseline;
 pub mod cpu;
 pub mod cuda;
+mod floor;
 
 use std::time::{Duration, Instant};
 
@@ -112,6 +116,16 @@ pub struct WorkloadResult {
     /// CPU time per instruction of each stage (median over the repetitions), where the
     /// system tells it (Linux); `None` elsewhere.
     pub cpu_ns_per_instr: Option<cpu::StageCpu>,
+    /// The baseline's CPU time per item of each stage (its forwarder in `scheduler`).
+    pub baseline_cpu_ns_per_instr: Option<cpu::StageCpu>,
+    /// Instructions per second through the floor (the bare pipeline plus the least work
+    /// per instruction of any dependency-tracking runtime), measured in the same run.
+    pub floor_instr_per_s: f64,
+    /// `floor_instr_per_s / baseline_instr_per_s`: the best `ratio` that the floor's work
+    /// alone allows.
+    pub floor_ratio: f64,
+    /// The floor's CPU time per instruction of each stage (its forwarder in `scheduler`).
+    pub floor_cpu_ns_per_instr: Option<cpu::StageCpu>,
 }
 
 /// One workload's instructions, in the form its timed loop reads them.
@@ -243,8 +257,18 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Measure `w` with `n` instructions, `reps` times, against the baseline pipeline run
-/// alternately in the same process.
+/// The medians of each stage's CPU time over `stages`, if every repetition was sampled.
+fn median_stages(stages: &[cpu::StageCpu], reps: usize) -> Option<cpu::StageCpu> {
+    let of = |f: fn(&cpu::StageCpu) -> f64| median(&mut stages.iter().map(f).collect::<Vec<_>>());
+    (stages.len() == reps).then(|| cpu::StageCpu {
+        caller: of(|s| s.caller),
+        scheduler: of(|s| s.scheduler),
+        workers: of(|s| s.workers),
+    })
+}
+
+/// Measure `w` with `n` instructions, `reps` times, against the baseline pipeline and the
+/// floor, the three run in turn in the same process.
 pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<WorkloadResult> {
     let vm = VirtualMachine::new(config.clone())?;
     let prog = Program::new(w, n);
@@ -261,8 +285,17 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
         baseline::Pipeline::new(config.batch_size, config.backoff(), config.high_water, config.low_water)
             .map_err(|e| Error::Config(format!("cannot start the baseline pipeline's threads: {e}")))?;
     pipeline.run((n / 10).max(1000));
-    let (mut push, mut e2e, mut base) = (Vec::new(), Vec::new(), Vec::new());
-    let mut stages: Vec<cpu::StageCpu> = Vec::new();
+    let mut floor = floor::Floor::new(
+        prog.tensors(),
+        config.batch_size,
+        config.backoff(),
+        config.high_water,
+        config.low_water,
+    )
+    .map_err(|e| Error::Config(format!("cannot start the floor pipeline's threads: {e}")))?;
+    floor.run(&warm);
+    let (mut push, mut e2e, mut base, mut floor_e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut stages, mut base_stages, mut floor_stages) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps.max(1) {
         let before = cpu::sample();
         let (p, e) = run_once(&vm, &tensors, &prog)?;
@@ -271,18 +304,27 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
         }
         push.push(p.as_secs_f64() * 1e9 / n as f64);
         e2e.push(n as f64 / e.as_secs_f64());
+        let before = cpu::sample();
         let b = pipeline.run(n);
+        if let (Some(b), Some(a)) = (before, cpu::sample()) {
+            base_stages.push(b.stages_named(&a, n, "baseline-fwd", "baseline-work"));
+        }
         base.push(n as f64 / b.as_secs_f64());
+        let before = cpu::sample();
+        let f = floor.run(&prog);
+        if let (Some(b), Some(a)) = (before, cpu::sample()) {
+            floor_stages.push(b.stages_named(&a, n, "floor-fwd", "floor-work"));
+        }
+        floor_e2e.push(n as f64 / f.as_secs_f64());
     }
     let range =
         |v: &[f64]| [v.iter().copied().fold(f64::INFINITY, f64::min), v.iter().copied().fold(0.0, f64::max)];
     let (e2e_range, baseline_range) = (range(&e2e), range(&base));
-    let cpu_ns_per_instr = (stages.len() == reps.max(1) as usize).then(|| cpu::StageCpu {
-        caller: median(&mut stages.iter().map(|s| s.caller).collect::<Vec<_>>()),
-        scheduler: median(&mut stages.iter().map(|s| s.scheduler).collect::<Vec<_>>()),
-        workers: median(&mut stages.iter().map(|s| s.workers).collect::<Vec<_>>()),
-    });
+    let cpu_ns_per_instr = median_stages(&stages, reps.max(1) as usize);
+    let baseline_cpu_ns_per_instr = median_stages(&base_stages, reps.max(1) as usize);
+    let floor_cpu_ns_per_instr = median_stages(&floor_stages, reps.max(1) as usize);
     let (push, e2e, base) = (median(&mut push), median(&mut e2e), median(&mut base));
+    let floor_e2e = median(&mut floor_e2e);
     let ratio = e2e / base;
     Ok(WorkloadResult {
         workload: w.name(),
@@ -297,6 +339,10 @@ pub fn measure(w: Workload, n: usize, reps: u32, config: &Config) -> Result<Work
         e2e_range,
         baseline_range,
         cpu_ns_per_instr,
+        baseline_cpu_ns_per_instr,
+        floor_instr_per_s: floor_e2e,
+        floor_ratio: floor_e2e / base,
+        floor_cpu_ns_per_instr,
     })
 }
 
@@ -321,7 +367,7 @@ mod tests {
         for w in Workload::ALL {
             let r = measure(w, 1000, 1, &Config::default()).expect("measured");
             assert_eq!(r.instructions, 1000, "{}", w.name());
-            assert!(r.e2e_instr_per_s > 0.0 && r.baseline_instr_per_s > 0.0);
+            assert!(r.e2e_instr_per_s > 0.0 && r.baseline_instr_per_s > 0.0 && r.floor_instr_per_s > 0.0);
         }
     }
 }
