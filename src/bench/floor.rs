@@ -121,40 +121,35 @@ impl Floor {
         let values: Vec<ValueLine> = (0..tensors).map(|k| ValueLine { data: Box::new(k as f32) }).collect();
         let (c, mut position) = (counts.clone(), 0u64);
         let forward = move |b: &[Instr]| {
+            let mut edges = 0u64;
             for ins in b {
                 position += 1;
                 let me = u64::from(STREAM) << 48 | position;
-                let (reads, writes) = ins.ops[..ins.n as usize].split_at(ins.n_inputs as usize);
-                let mut edges = 0u64;
-                // A read waits for the last write; a write for it and the read since.
-                for &t in reads {
-                    let d = &mut deps[t as usize];
-                    edges += u64::from(other_stream(d.last_write, me));
-                    d.reader = me;
-                }
-                for &t in writes {
-                    let d = &mut deps[t as usize];
-                    edges +=
-                        u64::from(other_stream(d.last_write, me)) + u64::from(other_stream(d.reader, me));
-                    d.last_write = me;
-                    d.reader = 0;
-                }
-                if edges != 0 {
-                    c.edges.fetch_add(edges, Ordering::Relaxed);
-                }
+                // The operand counts fixed where they are small, as the worker's are.
+                edges += match (ins.n_inputs, ins.n) {
+                    (0, 1) => rules::<0, 1>(ins, &mut deps, me),
+                    (1, 2) => rules::<1, 2>(ins, &mut deps, me),
+                    (2, 3) => rules::<2, 3>(ins, &mut deps, me),
+                    _ => rules::<MAX_OPERANDS, MAX_OPERANDS>(ins, &mut deps, me),
+                };
+            }
+            if edges != 0 {
+                c.edges.fetch_add(edges, Ordering::Relaxed);
             }
         };
         let c = counts.clone();
         let work = move |b: &[Instr]| {
             let mut operands = 0;
             for ins in b {
-                let n = ins.n as usize;
-                let mut storage: [&f32; MAX_OPERANDS] = [&0.0; MAX_OPERANDS];
-                for (s, &t) in storage.iter_mut().zip(&ins.ops[..n]) {
-                    *s = &values[t as usize].data;
+                // The operands' storage in an array of their number where that is small, so
+                // that no slot beyond them is written.
+                match ins.n {
+                    1 => run::<1>(ins, &values),
+                    2 => run::<2>(ins, &values),
+                    3 => run::<3>(ins, &values),
+                    _ => run::<MAX_OPERANDS>(ins, &values),
                 }
-                (ins.kernel)(&storage[..n]);
-                operands += n as u64;
+                operands += u64::from(ins.n);
             }
             c.operands.fetch_add(operands, Ordering::Relaxed);
         };
@@ -192,6 +187,36 @@ impl Floor {
             }),
         }
     }
+}
+
+/// The forwarder's work for one instruction `me` of at most `I` inputs and `N` operands:
+/// the read rule for each input, the write rule for each output. Returns the edges found:
+/// a read waits for the last write; a write for it and for the read since.
+#[inline(always)]
+fn rules<const I: usize, const N: usize>(ins: &Instr, deps: &mut [DepLine], me: u64) -> u64 {
+    let (i, n) = ((ins.n_inputs as usize).min(I), (ins.n as usize).min(N));
+    let mut edges = 0;
+    for &t in &ins.ops[..i] {
+        let d = &mut deps[t as usize];
+        edges += u64::from(other_stream(d.last_write, me));
+        d.reader = me;
+    }
+    for &t in &ins.ops[i..n] {
+        let d = &mut deps[t as usize];
+        edges += u64::from(other_stream(d.last_write, me)) + u64::from(other_stream(d.reader, me));
+        d.last_write = me;
+        d.reader = 0;
+    }
+    edges
+}
+
+/// The worker's work for one instruction of at most `N` operands: each operand's storage
+/// read from its value line, then the kernel called with them.
+#[inline(always)]
+fn run<const N: usize>(ins: &Instr, values: &[ValueLine]) {
+    let n = (ins.n as usize).min(N);
+    let storage: [&f32; N] = std::array::from_fn(|k| &*values[ins.ops[k] as usize].data);
+    (ins.kernel)(&storage[..n]);
 }
 
 /// The caller's work for one call of `noop`: each operand checked and its soft-sync state
