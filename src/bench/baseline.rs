@@ -11,7 +11,9 @@
 //! batches for reuse, and holds its caller back above the same high-water mark of items in
 //! flight until they fall to the low-water mark, so that its memory stays bounded and a run
 //! never waits on the system for fresh pages. Nothing else: no checks, no dependence
-//! tracking, no per-item completion. Whatever the VM does beyond this is its overhead.
+//! tracking, no per-item completion. Whatever the VM does beyond this is its overhead;
+//! the floor (`src/bench/floor.rs`), built on the same machinery, measures how much of that
+//! any dependency-tracking runtime has to do.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
