@@ -85,7 +85,7 @@ fn other_stream(access: u64, me: u64) -> bool {
     (access != 0) & ((access ^ me) >> 48 != 0)
 }
 
-/// What the floor's stages counted, for its tests.
+/// What the floor's stages counted (once per batch, in every build), for its tests.
 #[derive(Default)]
 struct Counts {
     /// Operands the worker passed to kernels.
@@ -267,11 +267,28 @@ mod tests {
     }
 
     #[test]
-    fn the_dependence_rules_see_accesses_on_other_streams() {
-        let me = u64::from(STREAM) << 48 | 7;
-        assert!(!other_stream(0, me), "nothing on record");
-        assert!(!other_stream(u64::from(STREAM) << 48 | 3, me), "the same stream");
-        assert!(other_stream(u64::from(STREAM + 1) << 48 | 3, me), "another stream");
+    fn the_dependence_rules_find_edges_to_other_streams_only() {
+        let at = |stream: u64, position: u64| stream << 48 | position;
+        let ins = |n_inputs: u8, ops: &[u32]| {
+            let mut i = Instr { kernel: noop, n_inputs, n: ops.len() as u8, ops: [0; MAX_OPERANDS] };
+            i.ops[..ops.len()].copy_from_slice(ops);
+            i
+        };
+        let mut deps: Vec<DepLine> = (0..3).map(|_| DepLine::default()).collect();
+        // Tensor 0 last written on stream 1, tensor 1 read on stream 1 since its write there.
+        deps[0].last_write = at(1, 1);
+        deps[1] = DepLine { last_write: at(1, 2), reader: at(1, 3) };
+        // On stream 0: reading tensor 0 waits for its write; writing tensor 2 (nothing on
+        // record) waits for nothing.
+        assert_eq!(rules::<1, 2>(&ins(1, &[0, 2]), &mut deps, at(0, 4)), 1);
+        assert_eq!((deps[0].reader, deps[2].last_write, deps[2].reader), (at(0, 4), at(0, 4), 0));
+        // Writing tensor 1 waits for its write and its read; writing tensor 0 now waits
+        // for its write on stream 1, not for the read on its own stream.
+        assert_eq!(rules::<0, 1>(&ins(0, &[1]), &mut deps, at(0, 5)), 2);
+        assert_eq!(rules::<MAX_OPERANDS, MAX_OPERANDS>(&ins(0, &[0]), &mut deps, at(0, 6)), 1);
+        // Everything on record is on stream 0 now: no more edges from there.
+        assert_eq!(rules::<2, 3>(&ins(2, &[0, 1, 2]), &mut deps, at(0, 7)), 0);
+        assert!(!other_stream(0, at(0, 8)), "nothing on record is on no stream");
     }
 
     #[test]
