@@ -126,6 +126,26 @@ pub enum Error {
         /// The device's error (usually [`EpError::OutOfMemory`]).
         source: EpError,
     },
+    /// A tensor is too large: its size in bytes is over the VM's cap on one tensor
+    /// ([`Config::max_tensor_bytes`](crate::vm::Config::max_tensor_bytes)), or its element
+    /// count or size overflows. Refused before anything runs, by the one size check
+    /// (`framework::shape::check`) that `vm.empty`, `vm.from_slice`, the builder, the eager
+    /// front end and the trace validator share.
+    #[error("{at}: tensor {} is too large: {}", crate::framework::shape::describe(*dtype, shape), crate::framework::shape::why_too_large(*dtype, *bytes, *limit))]
+    TooLarge {
+        /// Where it was asked for: `` `empty` on cpu:0 ``, `` output 0 of `matmul` on cpu:0 ``,
+        /// `tensor t3` (of a trace).
+        at: String,
+        /// The shape asked for.
+        shape: Vec<usize>,
+        /// Its dtype.
+        dtype: DType,
+        /// Its size in bytes; `None` when the product of its nonzero dimensions and its
+        /// element size overflows a `usize`.
+        bytes: Option<u64>,
+        /// The cap on one tensor's bytes in force.
+        limit: u64,
+    },
     /// The device layer failed.
     #[error(transparent)]
     Device(#[from] EpError),

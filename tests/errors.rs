@@ -381,3 +381,417 @@ fn a_copy_called_onto_a_device_makes_its_output_there() {
     assert_eq!(up.to_vec::<f32>().unwrap(), vec![1.5, -2.0, 3.0]);
     vm.sync().unwrap();
 }
+
+// ---- Sizes: the one shape check, the cap on one tensor, and the bounds of `Config` ----------
+
+mod sizes {
+    use super::*;
+    use eagervm::eager::Context;
+    use eagervm::trace::{self, TraceError, ValidateOptions};
+    use eagervm::vm::bounds;
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config as Cases, TestRunner};
+    use std::time::Duration;
+
+    /// A VM with one mock device whose cap on one tensor is `cap` bytes.
+    fn vm_capped(cap: u64) -> VirtualMachine {
+        let mut config = Config::default().with_mock_devices(1, MockConfig::default());
+        config.max_tensor_bytes = cap;
+        VirtualMachine::new(config).unwrap()
+    }
+
+    /// The `TooLarge` fields of `r`, or a panic naming what came instead.
+    fn too_large<T: std::fmt::Debug>(r: Result<T>) -> (String, Vec<usize>, DType, Option<u64>, u64) {
+        match r {
+            Err(Error::TooLarge { at, shape, dtype, bytes, limit }) => (at, shape, dtype, bytes, limit),
+            other => panic!("expected Error::TooLarge, got {other:?}"),
+        }
+    }
+
+    /// Something small still runs on `vm` (nothing the refusals did was left behind).
+    fn still_runs(vm: &VirtualMachine) {
+        let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+        let x = vm.from_slice(&[1.0f32, -2.0], &[2], DeviceId::CPU).unwrap();
+        let y = vm.run(|b| b.call(vm.op("relu").unwrap(), &[&x], Attrs::default(), cpu)).unwrap();
+        assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
+        vm.sync().unwrap();
+    }
+
+    /// Issue 19, defect 2: `[2^32, 2^32]` has 2^64 elements, which wrapped to zero; `fill`,
+    /// `sum` and `to_vec` then "worked" on no elements.
+    #[test]
+    fn an_element_count_that_overflows_is_refused_everywhere_a_shape_enters() {
+        let vm = vm();
+        let cap = vm.config().max_tensor_bytes;
+        let huge = [1usize << 32, 1 << 32];
+        for device in [DeviceId::CPU, DeviceId::mock(0)] {
+            for dtype in [DType::F32, DType::I64] {
+                let (at, shape, d, bytes, limit) = too_large(vm.empty(&huge, dtype, device));
+                assert_eq!(
+                    (at, shape, d, bytes, limit),
+                    (format!("`empty` on {device}"), huge.to_vec(), dtype, None, cap)
+                );
+            }
+            let (at, ..) = too_large(vm.from_slice::<f32>(&[], &huge, device));
+            assert_eq!(at, format!("`from_slice` on {device}"));
+            // The issue's matmul operands: 2^64 elements each.
+            for shape in [[1usize << 63, 2], [2, 1 << 63]] {
+                assert_eq!(too_large(vm.empty(&shape, DType::F32, device)).3, None);
+            }
+        }
+        let cx = Context::new(&vm);
+        let (at, ..) = too_large(cx.zeros(&huge, DType::F32, DeviceId::CPU));
+        assert_eq!(at, "output 0 of `fill` on cpu:0");
+        assert!(matches!(cx.from_slice::<f32>(&[], &huge, DeviceId::CPU), Err(Error::TooLarge { .. })));
+        drop(cx);
+        still_runs(&vm);
+    }
+
+    /// Issue 19, defect 2: a matmul whose output has more elements than a `usize` holds
+    /// passed `infer`, and the kernel panicked. The call is refused, with nothing emitted,
+    /// on every device and through each matmul op and the eager front end.
+    #[test]
+    fn a_matmul_whose_output_overflows_is_refused_at_the_call() {
+        // The largest cap, so that only the overflow refuses (the inputs are 8 TiB each, and
+        // never written, so never allocated).
+        let vm = vm_capped(bounds::MAX_TENSOR_BYTES);
+        let (matmul, tn, nt) =
+            (vm.op("matmul").unwrap(), vm.op("matmul_tn").unwrap(), vm.op("matmul_nt").unwrap());
+        let big = 1usize << 41;
+        for device in [DeviceId::CPU, DeviceId::mock(0)] {
+            let s = vm.compute_stream(device).unwrap();
+            let col = vm.empty(&[big, 1], DType::F32, device).unwrap();
+            let row = vm.empty(&[1, big], DType::F32, device).unwrap();
+            vm.run(|b| {
+                for (op, x, y) in [(matmul, &col, &row), (tn, &row, &row), (nt, &col, &col)] {
+                    let (at, shape, dtype, bytes, _) = too_large(b.call(op, &[x, y], Attrs::default(), s));
+                    assert_eq!(at, format!("output 0 of `{}` on {device}", op.name()));
+                    assert_eq!((shape, dtype, bytes), (vec![big, big], DType::F32, None));
+                }
+            });
+            let cx = Context::new(&vm);
+            let (a, b) = (cx.wrap(col.clone()), cx.wrap(row.clone()));
+            assert_eq!(too_large(a.matmul(&b)).0, format!("output 0 of `matmul` on {device}"));
+            assert!(matches!(b.matmul_tn(&b), Err(Error::TooLarge { .. })));
+            assert!(matches!(a.matmul_nt(&a), Err(Error::TooLarge { .. })));
+            assert_eq!(cx.stats().calls, 0, "nothing queued");
+        }
+        // Nothing was emitted: no failure to report.
+        vm.sync().unwrap();
+        still_runs(&vm);
+    }
+
+    /// Issue 19, defect 1 (the cap): `vm.empty(&[10^12], F32, cpu)` was accepted and its first
+    /// write aborted the process; so was a matmul with 10^12 output elements.
+    #[test]
+    fn a_tensor_over_the_cap_is_refused_before_anything_runs() {
+        let cap = 23 << 30; // the memory of the machine the issue was filed on
+        let vm = vm_capped(cap);
+        let n = 1_000_000_000_000usize;
+        for device in [DeviceId::CPU, DeviceId::mock(0)] {
+            let (at, shape, dtype, bytes, limit) = too_large(vm.empty(&[n], DType::F32, device));
+            assert_eq!(
+                (at, shape, dtype, bytes, limit),
+                (format!("`empty` on {device}"), vec![n], DType::F32, Some(4 * n as u64), cap)
+            );
+            let s = vm.compute_stream(device).unwrap();
+            let col = vm.empty(&[1_000_000, 1], DType::F32, device).unwrap();
+            let row = vm.empty(&[1, 1_000_000], DType::F32, device).unwrap();
+            let r = vm.run(|b| b.call(vm.op("matmul").unwrap(), &[&col, &row], Attrs::default(), s));
+            let (at, shape, _, bytes, _) = too_large(r);
+            assert_eq!(
+                (at, shape, bytes),
+                (format!("output 0 of `matmul` on {device}"), vec![1_000_000, 1_000_000], Some(4 * n as u64))
+            );
+            let cx = Context::new(&vm);
+            assert!(matches!(
+                cx.zeros(&[n], DType::F32, device),
+                Err(Error::TooLarge { bytes: Some(_), .. })
+            ));
+            assert!(matches!(cx.wrap(col).matmul(&cx.wrap(row)), Err(Error::TooLarge { .. })));
+        }
+        // The cap is inclusive: a tensor of exactly `cap` bytes is made (not written).
+        assert!(vm.empty(&[cap as usize / 8], DType::I64, DeviceId::CPU).is_ok());
+        assert!(vm.empty(&[cap as usize / 8 + 1], DType::I64, DeviceId::CPU).is_err());
+        vm.sync().unwrap();
+        still_runs(&vm);
+    }
+
+    /// The default cap is half the machine's physical memory (`docs/tuning.md`), so the
+    /// issue's `vm.empty(&[10^12], F32, cpu)` (4 TB) is refused with the default
+    /// configuration on any machine with less than 8 TB.
+    #[test]
+    fn the_default_cap_is_half_the_physical_memory() {
+        // SAFETY: sysconf reads system constants.
+        let (pages, page) =
+            unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let memory = pages as u64 * page as u64;
+        assert!(memory > 0, "this machine reports its memory");
+        let cap = Config::default().max_tensor_bytes;
+        assert_eq!(cap, memory / 2);
+        assert_eq!(cap, eagervm::vm::default_max_tensor_bytes());
+        if memory < 8_000_000_000_000 {
+            let vm = VirtualMachine::new(Config::default()).unwrap();
+            let r = vm.empty(&[1_000_000_000_000], DType::F32, DeviceId::CPU);
+            assert_eq!(too_large(r).3, Some(4_000_000_000_000));
+        }
+    }
+
+    /// A trace with `tensor t1 f32[...]` of 60 GiB after a small one, a call using it, and
+    /// a tensor whose size overflows.
+    fn trace_60_gib() -> String {
+        let n = (60u64 << 30) / 4;
+        format!(
+            "eagervm-trace 1\ndevice cpu:0\nstream s0 cpu:0 compute\ntensor t0 f32[] cpu:0\n\
+             tensor t1 f32[{n}] cpu:0\ncall s0 sum in=t1 out=t0\ntensor t2 f32[4294967296,4294967296] cpu:0\n"
+        )
+    }
+
+    /// Issue 19, defect 1: a trace with a 60 GiB tensor passed `eagervm validate` (its own
+    /// limit was 64 GiB) and `replay` aborted on a 23 GB machine. The validator now applies
+    /// the VM's cap with the VM's check, and its diagnostic prints the VM's error.
+    #[test]
+    fn validate_and_replay_refuse_a_tensor_over_the_cap_with_the_vms_error() {
+        let (t, syntax) = trace::parse_str("big.trace", &trace_60_gib());
+        assert!(syntax.is_empty(), "{syntax:?}");
+        let cap = 23 << 30;
+        let opts = ValidateOptions { resync: false, max_tensor_bytes: cap };
+        let diagnostics = match trace::validate(&t, &opts) {
+            Err(TraceError::Invalid { diagnostics }) => diagnostics,
+            other => panic!("expected the 60 GiB tensor to be refused, got {other:?}"),
+        };
+        let n = ((60u64 << 30) / 4) as usize;
+        let want = Error::TooLarge {
+            at: "tensor t1".into(),
+            shape: vec![n],
+            dtype: DType::F32,
+            bytes: Some(60 << 30),
+            limit: cap,
+        };
+        let overflow = Error::TooLarge {
+            at: "tensor t2".into(),
+            shape: vec![1 << 32, 1 << 32],
+            dtype: DType::F32,
+            bytes: None,
+            limit: cap,
+        };
+        // One diagnostic per declaration, with its line and column; the call that uses the
+        // refused tensor is not checked further (replay would never get to it).
+        let got: Vec<(u32, u32, String)> =
+            diagnostics.iter().map(|d| (d.line, d.col, d.message.clone())).collect();
+        assert_eq!(got, vec![(5, 1, want.to_string()), (7, 1, overflow.to_string())]);
+        assert!(
+            diagnostics[0].to_string().starts_with("big.trace:5:1: tensor t1: tensor f32["),
+            "{}",
+            diagnostics[0]
+        );
+        // The same trace under a cap above 60 GiB: only the overflow is left.
+        let roomy = ValidateOptions { resync: false, max_tensor_bytes: 64 << 30 };
+        match trace::validate(&t, &roomy) {
+            Err(TraceError::Invalid { diagnostics }) => assert_eq!(diagnostics.len(), 1, "{diagnostics:?}"),
+            other => panic!("{other:?}"),
+        }
+        // Replay validates under its VM's cap before it runs anything.
+        let config = Config { max_tensor_bytes: cap, ..Config::default() };
+        let ropts = trace::ReplayOptions {
+            resync: false,
+            device: trace::DeviceMap::AsRecorded,
+            config,
+            profile: false,
+            tolerance: None,
+        };
+        match trace::replay(&t, &ropts) {
+            Err(TraceError::Invalid { diagnostics }) => assert_eq!(diagnostics[0].message, want.to_string()),
+            other => panic!("expected replay to refuse the trace, got {other:?}"),
+        }
+    }
+
+    /// The command line: `validate --max-tensor-bytes`, and `EAGERVM_MAX_TENSOR_BYTES` for
+    /// `validate` and `replay`.
+    #[test]
+    fn the_command_line_sets_the_cap_by_flag_or_environment() {
+        let dir = std::env::temp_dir().join(format!("eagervm-sizes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("big.trace");
+        // The 60 GiB tensor alone (no overflow), and a small one that is written and read.
+        let text = format!(
+            "eagervm-trace 1\ndevice cpu:0\nstream s0 cpu:0 compute\ntensor t0 f32[2] cpu:0\n\
+             access s0 write t0 f32 1 2\ntensor t1 f32[{}] cpu:0\n",
+            (60u64 << 30) / 4
+        );
+        std::fs::write(&file, text).unwrap();
+        let exe = env!("CARGO_BIN_EXE_eagervm");
+        let run = |args: &[&str], env: Option<&str>| {
+            let mut c = std::process::Command::new(exe);
+            c.args(args).arg(&file).env_remove("EAGERVM_MAX_TENSOR_BYTES");
+            if let Some(v) = env {
+                c.env("EAGERVM_MAX_TENSOR_BYTES", v);
+            }
+            let out = c.output().unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let small = (23u64 << 30).to_string();
+        let large = (64u64 << 30).to_string();
+        let (code, err) = run(&["validate", "--max-tensor-bytes", &small], None);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains(":6:1: tensor t1: tensor f32[16106127360] is too large: 64424509440 bytes"),
+            "{err}"
+        );
+        assert_eq!(run(&["validate", "--max-tensor-bytes", &large], None).0, Some(0));
+        assert_eq!(run(&["validate"], Some(&small)).0, Some(1));
+        assert_eq!(run(&["validate"], Some(&large)).0, Some(0));
+        let (code, err) = run(&["replay"], Some(&small));
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("is too large"), "{err}");
+        let (code, err) = run(&["replay", "--max-tensor-bytes", &small], Some(&large));
+        assert_eq!(code, Some(1), "the flag wins over the environment: {err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Sizes near every limit, for the builder (a matmul `[m, 1] x [1, n]` whose inputs
+    /// are never written, so nothing is allocated), `vm.empty`, the eager front end and
+    /// the trace validator: all four accept exactly the same shapes, and refuse the others
+    /// with the same error.
+    #[test]
+    fn the_builder_the_eager_front_end_and_the_validator_accept_the_same_shapes() {
+        let caps = [1u64, 4096, 23 << 30, bounds::MAX_TENSOR_BYTES];
+        let vms: Vec<VirtualMachine> = caps
+            .iter()
+            .map(|&cap| {
+                VirtualMachine::new(Config { synchronous: true, max_tensor_bytes: cap, ..Config::default() })
+                    .unwrap()
+            })
+            .collect();
+        let dim = prop_oneof![
+            Just(0usize),
+            1usize..4,
+            (10u32..64, -2i64..=2).prop_map(|(k, d)| ((1u64 << k) as i64 + d).max(0) as usize),
+            Just(usize::MAX),
+            Just(1_000_000),
+            Just(usize::MAX / 4 + 1),
+        ];
+        let dtype = prop_oneof![Just(DType::F32), Just(DType::I64)];
+        // `n` either drawn like `m`, or within two of the largest `n` whose `[m, n]` fits the
+        // cap (`None`), so that the builder's refusals are probed at the cap's edge.
+        let n_or_edge = prop_oneof![1 => dim.clone().prop_map(Some), 2 => Just(None)];
+        let edge = -2i64..=2;
+        let mut runner =
+            TestRunner::new(Cases { cases: 1024, failure_persistence: None, ..Cases::default() });
+        let strategy = (dim, n_or_edge, edge, dtype, prop_oneof![1 => 0..2usize, 3 => 2..caps.len()]);
+        let result = runner.run(&strategy, |(m, n, edge, dtype, c)| {
+            let (vm, cap) = (&vms[c], caps[c]);
+            let n = n.unwrap_or_else(|| {
+                let fit = cap / (m.max(1) as u64).saturating_mul(dtype.size() as u64);
+                (fit as i64).saturating_add(edge).max(0) as usize
+            });
+            let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+            let text = format!(
+                "eagervm-trace 1\ndevice cpu:0\nstream s0 cpu:0 compute\ntensor t0 {dtype}[{m},1] cpu:0\n\
+                 tensor t1 {dtype}[1,{n}] cpu:0\ntensor t2 {dtype}[{m},{n}] cpu:0\ncall s0 matmul in=t0,t1 out=t2\n"
+            );
+            let (t, syntax) = trace::parse_str("p.trace", &text);
+            prop_assert!(syntax.is_empty(), "{:?}", syntax);
+            let diags = match trace::validate(&t, &ValidateOptions { resync: false, max_tensor_bytes: cap }) {
+                Ok(()) => Vec::new(),
+                Err(TraceError::Invalid { diagnostics }) => diagnostics,
+                Err(e) => panic!("{e}"),
+            };
+            // The validator's message for declaration line `line`, if any.
+            let diag = |line: u32| diags.iter().find(|d| d.line == line).map(|d| d.message.clone());
+            // `r`'s error as the validator words it for tensor `tN`: the same error, named there.
+            let as_trace = |r: &Result<Tensor>, name: &str| match r {
+                Ok(_) => None,
+                Err(Error::TooLarge { shape, dtype, bytes, limit, .. }) => Some(
+                    Error::TooLarge { at: name.into(), shape: shape.clone(), dtype: *dtype, bytes: *bytes, limit: *limit }
+                        .to_string(),
+                ),
+                Err(e) => panic!("not a size error: {e:?}"),
+            };
+            let a = vm.empty(&[m, 1], dtype, DeviceId::CPU);
+            let b = vm.empty(&[1, n], dtype, DeviceId::CPU);
+            let c = vm.empty(&[m, n], dtype, DeviceId::CPU);
+            prop_assert_eq!(as_trace(&a, "tensor t0"), diag(4));
+            prop_assert_eq!(as_trace(&b, "tensor t1"), diag(5));
+            prop_assert_eq!(as_trace(&c, "tensor t2"), diag(6));
+            let (Ok(a), Ok(b)) = (a, b) else { return Ok(()) };
+            // The builder makes the output: it refuses exactly what `vm.empty` refuses.
+            let called = vm.run(|bd| bd.call(vm.op("matmul").unwrap(), &[&a, &b], Attrs::default(), cpu));
+            let cx = Context::new(vm);
+            let eager = cx.wrap(a.clone()).matmul(&cx.wrap(b.clone())).map(|x| x.tensor().unwrap().clone());
+            let expected = c.as_ref().err().map(|e| match e {
+                Error::TooLarge { shape, dtype, bytes, limit, .. } => (shape.clone(), *dtype, *bytes, *limit),
+                e => panic!("{e:?}"),
+            });
+            for r in [called, eager] {
+                match (r, &expected) {
+                    (Ok(out), None) => prop_assert_eq!(out.shape(), &[m, n][..]),
+                    (Err(Error::TooLarge { at, shape, dtype, bytes, limit }), Some(want)) => {
+                        prop_assert_eq!(at, "output 0 of `matmul` on cpu:0");
+                        prop_assert_eq!(&(shape, dtype, bytes, limit), want);
+                    }
+                    (r, _) => prop_assert!(false, "builder or eager {:?}, vm.empty {:?}", r, expected),
+                }
+            }
+            // The validator checks the call too when its declarations pass.
+            prop_assert_eq!(diags.is_empty(), expected.is_none());
+            Ok(())
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    }
+
+    /// Issue 19, defect 7: `batch_size = usize::MAX` (with `high_water = usize::MAX`) passed
+    /// `VirtualMachine::new` and the first submit panicked; `batch_size = 2^40` aborted.
+    /// Every size in `Config` is checked against its documented bound.
+    #[test]
+    fn config_sizes_beyond_their_bounds_are_refused_by_name() {
+        type Set = fn(&mut Config);
+        let cases: Vec<(&str, Set)> = vec![
+            ("batch_size", |c| {
+                c.batch_size = usize::MAX;
+                c.high_water = usize::MAX;
+            }),
+            ("batch_size", |c| c.batch_size = 1 << 40),
+            ("batch_size", |c| c.batch_size = bounds::MAX_BATCH_SIZE + 1),
+            ("high_water", |c| c.high_water = usize::MAX),
+            ("high_water", |c| c.high_water = bounds::MAX_HIGH_WATER + 1),
+            ("spin", |c| c.spin = u32::MAX),
+            ("yields", |c| c.yields = bounds::MAX_YIELDS + 1),
+            ("event_interval", |c| c.event_interval = u32::MAX),
+            ("mock_devices + cuda_devices", |c| c.mock_devices = u16::MAX),
+            ("mock_devices + cuda_devices", |c| {
+                c.mock_devices = 1000;
+                c.cuda_devices = 366;
+            }),
+            ("max_tensor_bytes", |c| c.max_tensor_bytes = 0),
+            ("max_tensor_bytes", |c| c.max_tensor_bytes = u64::MAX),
+            ("mock.launch_delay", |c| c.mock.launch_delay = Duration::from_secs(3600)),
+            ("mock.jitter", |c| c.mock.jitter = Duration::MAX),
+        ];
+        for (field, set) in cases {
+            let mut config = Config::default();
+            set(&mut config);
+            match VirtualMachine::new(config.clone()) {
+                Err(Error::Config(msg)) => assert!(msg.starts_with(field), "{field}: {msg}"),
+                other => panic!("{field}: expected Error::Config, got {other:?} for {config:?}"),
+            }
+        }
+        // The bounds themselves are accepted, and the VM runs.
+        let mut config = Config { synchronous: true, ..Config::default() };
+        config.batch_size = bounds::MAX_BATCH_SIZE;
+        config.high_water = bounds::MAX_HIGH_WATER;
+        config.low_water = bounds::MAX_HIGH_WATER - 1;
+        config.spin = bounds::MAX_SPIN;
+        config.yields = bounds::MAX_YIELDS;
+        config.event_interval = bounds::MAX_EVENT_INTERVAL;
+        config.max_tensor_bytes = bounds::MAX_TENSOR_BYTES;
+        config.mock.launch_delay = bounds::MAX_MOCK_DELAY;
+        config.mock.jitter = bounds::MAX_MOCK_DELAY;
+        still_runs(&VirtualMachine::new(config).unwrap());
+        let vm = VirtualMachine::new(Config { max_tensor_bytes: 1, ..Config::default() }).unwrap();
+        assert!(vm.empty(&[0], DType::F32, DeviceId::CPU).is_ok());
+        assert!(matches!(vm.empty(&[1], DType::F32, DeviceId::CPU), Err(Error::TooLarge { .. })));
+    }
+}

@@ -10,7 +10,7 @@ fn problems(text: &str, resync: bool) -> Vec<Diagnostic> {
     let (t, mut d) = parse_str("t.trace", text);
     if d.is_empty() {
         if let Err(trace::TraceError::Invalid { diagnostics }) =
-            trace::validate(&t, &ValidateOptions { resync })
+            trace::validate(&t, &ValidateOptions { resync, ..Default::default() })
         {
             d = diagnostics;
         }
@@ -192,7 +192,7 @@ fn check_located(bytes: &[u8]) {
         assert!(d.col >= 1, "{d}");
     }
     let (t, pd) = parse_str("t.trace", &text);
-    if pd.is_empty() && trace::validate(&t, &ValidateOptions { resync: true }).is_ok() {
+    if pd.is_empty() && trace::validate(&t, &ValidateOptions { resync: true, ..Default::default() }).is_ok() {
         trace::analyze(&t).expect("a valid trace analyses");
     }
 }
@@ -210,7 +210,7 @@ proptest! {
         let text = String::from_utf8_lossy(&mutate(VALID, &muts)).into_owned();
         let (t, d) = parse_str("t.trace", &text);
         for resync in [false, true] {
-            if d.is_empty() && trace::validate(&t, &ValidateOptions { resync }).is_ok() {
+            if d.is_empty() && trace::validate(&t, &ValidateOptions { resync, ..Default::default() }).is_ok() {
                 let opts = trace::ReplayOptions { resync, ..Default::default() };
                 // Ok, or an error that names a place: never a panic or a hang.
                 if let Err(e) = trace::replay(&t, &opts) {

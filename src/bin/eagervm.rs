@@ -53,6 +53,21 @@ struct ReplayArgs {
     /// devices whose kernels round differently (cuBLAS on cuda), e.g. `1e-4`.
     #[arg(long, value_name = "REL")]
     tolerance: Option<f64>,
+    /// The most bytes one tensor may hold (default: EAGERVM_MAX_TENSOR_BYTES, else half the
+    /// machine's memory); the trace is refused before it runs if it declares a larger one.
+    #[arg(long, value_name = "BYTES")]
+    max_tensor_bytes: Option<u64>,
+}
+
+impl ReplayArgs {
+    /// The VM configuration: the environment's, with this command line's cap.
+    fn config(&self) -> Config {
+        let mut c = Config::from_env();
+        if let Some(n) = self.max_tensor_bytes {
+            c.max_tensor_bytes = n;
+        }
+        c
+    }
 }
 
 #[derive(Subcommand)]
@@ -92,6 +107,10 @@ enum Command {
         /// Do not require record/wait before cross-stream uses (for `replay --resync`).
         #[arg(long)]
         resync: bool,
+        /// The most bytes one tensor may hold (default: EAGERVM_MAX_TENSOR_BYTES, else half
+        /// the machine's memory), as in a replay.
+        #[arg(long, value_name = "BYTES")]
+        max_tensor_bytes: Option<u64>,
     },
     /// Print dependency-graph statistics of a trace; export it as DOT (and SVG).
     Analyze {
@@ -150,7 +169,7 @@ fn main() -> ExitCode {
         Command::Run { target, replay } => run(&target, &replay),
         Command::Record { program, output, overhead } => record(&program, &output, overhead),
         Command::Replay { file, replay } => replay_file(&file, &replay),
-        Command::Validate { file, resync } => validate(&file, resync),
+        Command::Validate { file, resync, max_tensor_bytes } => validate(&file, resync, max_tensor_bytes),
         Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
         Command::Programs => {
             for p in builtin_programs() {
@@ -175,7 +194,7 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
                 "--resync, --device and --tolerance apply to trace files; `{target}` is a built-in program"
             )));
         }
-        let s = cli::run_program(p, Config::from_env())?;
+        let s = cli::run_program(p, args.config())?;
         say!("ran `{}` in {:.3?}", p.name, s.wall);
         write_profile(s.profile.as_ref(), args.profile.as_deref())?;
         // Many outputs (a training run's losses and weights): the first few and a count.
@@ -261,7 +280,7 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
     let opts = ReplayOptions {
         resync: args.resync,
         device: args.device,
-        config: Config::from_env(),
+        config: args.config(),
         profile,
         tolerance: args.tolerance,
     };
@@ -337,9 +356,10 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
     }
 }
 
-fn validate(file: &Path, resync: bool) -> Result<(), CliError> {
+fn validate(file: &Path, resync: bool, max_tensor_bytes: Option<u64>) -> Result<(), CliError> {
     let t = trace::load(file)?;
-    trace::validate(&t, &ValidateOptions { resync })?;
+    let max_tensor_bytes = max_tensor_bytes.unwrap_or(Config::from_env().max_tensor_bytes);
+    trace::validate(&t, &ValidateOptions { resync, max_tensor_bytes })?;
     say!("{}: valid ({} statements, {} instructions)", file.display(), t.lines.len(), t.instructions());
     Ok(())
 }

@@ -201,7 +201,8 @@ impl<'vm> Context<'vm> {
     /// An array holding `data` (row-major, `shape`), on `device`: written on the host, then
     /// copied through the device's host-to-device stream if `device` is not the host.
     pub fn from_slice<T: Element>(&self, data: &[T], shape: &[usize], device: DeviceId) -> Result<Array<'_>> {
-        let host = self.vm.empty(shape, T::DTYPE, DeviceId::CPU)?;
+        let host =
+            self.vm.empty_at(shape, T::DTYPE, DeviceId::CPU, || format!("`from_slice` on {device}"))?;
         if data.len() != host.numel() {
             return Err(Error::Access {
                 tensor: host.id(),
@@ -365,6 +366,13 @@ impl<'vm> Context<'vm> {
         kernel
             .infer(&in_metas, &given_refs, &attrs, &mut specs)
             .map_err(|detail| Error::InvalidOperands { op: op.name().into(), detail })?;
+        // The builder's size check of each output (`framework::shape`), before anything is
+        // flushed or made, so that a refused call leaves nothing behind.
+        let at = |i: usize| move || format!("output {i} of `{}` on {out_device}", op.name());
+        let limit = self.vm.config().max_tensor_bytes;
+        for (i, s) in specs.iter().enumerate() {
+            crate::framework::shape::check(&s.shape, s.dtype, limit, at(i))?;
+        }
         // Arrays of other contexts: their writes must reach the VM before our reads.
         for a in inputs {
             if !std::ptr::eq(a.context_ptr(), self as *const Self as *const ()) {
@@ -372,8 +380,8 @@ impl<'vm> Context<'vm> {
             }
         }
         let mut outputs: SmallVec<[Tensor; 1]> = SmallVec::new();
-        for s in &specs {
-            outputs.push(self.vm.empty(&s.shape, s.dtype, out_device)?);
+        for (i, s) in specs.iter().enumerate() {
+            outputs.push(self.vm.empty_at(&s.shape, s.dtype, out_device, at(i))?);
         }
         let result = outputs.iter().map(|t| Array::new(t.clone(), self)).collect();
         let inputs = inputs.iter().map(|a| a.tensor_unflushed().clone()).collect();

@@ -11,9 +11,11 @@
 //!
 //! A call whose signature (kernel, stream, attributes, and each operand's interned meta:
 //! shape, dtype, device) was checked before by this VM's builders passes on a comparison of
-//! a few words (`InferCache`); only the checks that depend on the tensors' identity and
-//! state (released, aliased) run on every call. The common `call_into` (at most sixteen
-//! operands, a cached signature, no soft sync) does all of it in one pass over its
+//! a few words (`InferCache`). (Checking a signature includes the size check of every
+//! output the call makes, `framework::shape`, so a cached call does not repeat it.) Only
+//! the checks that depend on the tensors' identity and state (released, aliased) run on
+//! every call. The common `call_into` (at most sixteen operands, a cached signature, no
+//! soft sync) does all of it in one pass over its
 //! operands (`fast_call`); every other call takes the full path, which gives a refused
 //! call its typed error. The instruction is written once, into the batch. Nothing per call
 //! is allocated, locked or counted: tensors are not kept alive by a handle per use
@@ -49,6 +51,7 @@ use crate::ep::DeviceId;
 use crate::error::{Error, Result};
 use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
 use crate::framework::release::Slot;
+use crate::framework::shape;
 use crate::framework::tensor::{Element, MetaId, Tensor, TensorInner, TensorMeta, TensorOwner, NO_STREAM};
 use crate::framework::{Attrs, KernelRef, Op, OutSpecs};
 use crate::vm::instruction::{
@@ -402,6 +405,13 @@ impl<'vm> InstructionsBuilder<'vm> {
         kernel
             .infer(&in_metas, &given, attrs, &mut specs)
             .map_err(|detail| Error::InvalidOperands { op: name(), detail })?;
+        // Every output the call would create passes the one size check (`framework::shape`)
+        // here, before the signature is cached: a cached call makes outputs of the same
+        // shapes, so it needs no check. Given outputs must equal these (below).
+        let limit = self.vm.config.max_tensor_bytes;
+        for (i, s) in specs.iter().enumerate() {
+            shape::check(&s.shape, s.dtype, limit, || format!("output {i} of `{}` on {device}", op.name()))?;
+        }
         if !outputs.is_empty() {
             if specs.len() != outputs.len() {
                 return Err(Error::InvalidOperands {

@@ -1,6 +1,7 @@
 //! The front end: tensors, ops and kernels, and the instruction builder.
 
 pub mod op;
+pub mod shape;
 pub mod tensor;
 
 pub(crate) use op::KernelRef;

@@ -99,13 +99,22 @@ impl TensorMeta {
     pub fn new(shape: &[usize], dtype: DType, device: DeviceId) -> Self {
         TensorMeta { shape: shape.iter().copied().collect(), dtype, device }
     }
-    /// Number of elements.
+    /// Number of elements. Exact for the meta of every tensor, whose shape passed
+    /// [`shape::check`](super::shape::check); a meta built by hand whose count overflows
+    /// gives `usize::MAX` rather than a wrapped count.
+    #[inline]
     pub fn numel(&self) -> usize {
-        self.shape.iter().product()
+        match self.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)) {
+            Some(n) => n,
+            None if self.shape.contains(&0) => 0,
+            None => usize::MAX,
+        }
     }
-    /// Size of the storage in bytes.
+    /// Size of the storage in bytes (like [`numel`](Self::numel), `usize::MAX` for a meta
+    /// built by hand whose size overflows).
+    #[inline]
     pub fn bytes(&self) -> usize {
-        self.numel() * self.dtype.size()
+        self.numel().saturating_mul(self.dtype.size())
     }
     /// `f32[2, 3]` style description (no device).
     pub fn describe(&self) -> String {

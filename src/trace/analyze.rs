@@ -48,7 +48,7 @@ struct TensorDeps {
 
 /// Analyse `trace` (it must be free of problems other than missing synchronisation).
 pub fn analyze(trace: &Trace) -> Result<Analysis, TraceError> {
-    validate(trace, &ValidateOptions { resync: true })?;
+    validate(trace, &ValidateOptions { resync: true, ..Default::default() })?;
     let mut streams: Vec<(u32, String)> = Vec::new();
     let mut nodes: Vec<(u32, String, u32)> = Vec::new(); // (stream, label, line)
     let mut depth: Vec<u64> = Vec::new();

@@ -37,7 +37,7 @@ pub use parse::parse_str;
 pub(crate) use record::Capture;
 pub use record::{RecordSummary, Recorder};
 pub use replay::{replay, replay_with, DeviceMap, ReadResult, ReplayOptions, ReplayReport};
-pub use validate::{validate, ValidateOptions, MAX_MOCK_DEVICES, MAX_TENSOR_BYTES};
+pub use validate::{validate, ValidateOptions, MAX_MOCK_DEVICES};
 
 /// A problem at a place in a trace file.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -145,7 +145,7 @@ pub fn replay_with(
     let Some(rel) = opts.tolerance else {
         return replay_inner(trace, opts, progress, Expected::Checksums);
     };
-    validate(trace, &ValidateOptions { resync: opts.resync })?;
+    validate(trace, &validate_options(opts))?;
     // The reference: the same trace on cpu:0, checked against the trace's checksums.
     let on_cpu = ReplayOptions {
         resync: true,
@@ -175,7 +175,7 @@ fn replay_inner(
     progress: &mut dyn FnMut(u64, u64),
     mut expected: Expected<'_>,
 ) -> Result<ReplayReport, TraceError> {
-    validate(trace, &ValidateOptions { resync: opts.resync })?;
+    validate(trace, &validate_options(opts))?;
     let map = Mapping::new(trace, opts)?;
     let mut config = opts.config.clone();
     config.mock_devices = map.mock_devices;
@@ -230,6 +230,12 @@ fn replay_inner(
         .map(|(i, &n)| (streams[i].3.clone(), n))
         .collect();
     Ok(r.report)
+}
+
+/// The validation a replay under `opts` needs: its synchronisation mode, and the cap on one
+/// tensor of the VM it will run on.
+fn validate_options(opts: &ReplayOptions) -> ValidateOptions {
+    ValidateOptions { resync: opts.resync, max_tensor_bytes: opts.config.max_tensor_bytes }
 }
 
 fn diag(trace: &Trace, line: Option<&Line>, col: u32) -> Diagnostic {

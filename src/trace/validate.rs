@@ -5,7 +5,8 @@
 //! device, wrong operand count, shape or dtype through the kernel's own `infer`, tensors
 //! on the wrong device, aliasing, undeclared or released tensors) plus what only a trace
 //! can get wrong: declarations (duplicates, unknown devices, stream types a device does
-//! not have), event order (waited on before recorded, recorded twice, waited on from
+//! not have, tensors that `vm.empty` would refuse as too large: the same size check,
+//! `framework::shape`, under [`ValidateOptions::max_tensor_bytes`]), event order (waited on before recorded, recorded twice, waited on from
 //! another device), access data of the wrong size, and cross-stream uses with no
 //! synchronisation.
 //!
@@ -26,21 +27,28 @@ use std::collections::HashMap;
 use super::format::{AccessKind, Data, DeviceKind, Line, Ref, Stmt, Trace, TraceDevice};
 use super::{Diagnostic, TraceError};
 use crate::ep::{DeviceType, StreamType};
-use crate::framework::{Attrs, DType, OpRegistry, OutSpecs, TensorMeta};
-
-/// The largest tensor a trace may declare, in bytes (64 GiB): a bigger one would fail to
-/// allocate rather than replay.
-pub const MAX_TENSOR_BYTES: u64 = 1 << 36;
+use crate::framework::{shape, Attrs, DType, OpRegistry, OutSpecs, TensorMeta};
+use crate::vm::default_max_tensor_bytes;
 
 /// The most mock devices a trace may use (`mock:0` .. `mock:15`).
 pub const MAX_MOCK_DEVICES: u16 = 16;
 
 /// What the validator checks.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ValidateOptions {
     /// The trace will be replayed with its synchronisation derived anew: do not require
     /// `record`/`wait` before cross-stream uses.
     pub resync: bool,
+    /// The most bytes one tensor may hold, as [`Config::max_tensor_bytes`](crate::vm::Config::max_tensor_bytes) caps it in the
+    /// VM that will replay the trace (replay passes its VM's). Default
+    /// [`default_max_tensor_bytes`] (half the machine's physical memory).
+    pub max_tensor_bytes: u64,
+}
+
+impl Default for ValidateOptions {
+    fn default() -> Self {
+        ValidateOptions { resync: false, max_tensor_bytes: default_max_tensor_bytes() }
+    }
 }
 
 /// Check `trace`; [`TraceError::Invalid`] lists every problem with its line and column.
@@ -67,6 +75,9 @@ struct TensorState {
     shape: Vec<usize>,
     device: TraceDevice,
     released: Option<u32>,
+    /// Refused by the size check at its declaration: the VM would have no such tensor, so
+    /// calls that use it are not checked further (the declaration's diagnostic says why).
+    too_large: bool,
     last_stream: Option<u32>,
     /// The event recorded on `last_stream` after its last use there, covering this tensor.
     recorded: Option<u32>,
@@ -239,22 +250,18 @@ impl Checker<'_> {
             }
             Stmt::Tensor { id, dtype, shape, device } => {
                 self.device_declared(*device, col);
-                let bytes = shape.iter().try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
-                if bytes.is_none_or(|b| b > MAX_TENSOR_BYTES) {
-                    self.err(
-                        col,
-                        format!(
-                            "tensor t{} is larger than {} GiB, the most a trace may declare",
-                            id.id,
-                            MAX_TENSOR_BYTES >> 30
-                        ),
-                    );
+                // `vm.empty`'s own check, which replay would meet here.
+                let checked =
+                    shape::check(shape, *dtype, self.opts.max_tensor_bytes, || format!("tensor t{}", id.id));
+                if let Err(e) = &checked {
+                    self.err(col, e.to_string());
                 }
                 let state = TensorState {
                     dtype: *dtype,
                     shape: shape.clone(),
                     device: *device,
                     released: None,
+                    too_large: checked.is_err(),
                     last_stream: None,
                     recorded: None,
                     visible: Vec::new(),
@@ -382,6 +389,9 @@ impl Checker<'_> {
             ok &= self.tensor(r);
         }
         let (Some((device, _)), Some(kernel), true) = (dev, kernel, ok) else { return };
+        if inputs.iter().chain(outputs).any(|r| self.tensors[&r.id].too_large) {
+            return;
+        }
         let all: Vec<Ref> = inputs.iter().chain(outputs).copied().collect();
         let dev_of = |r: &Ref| self.tensors[&r.id].device;
         let wrong: Vec<Ref> = all.iter().filter(|r| dev_of(r) != device).copied().collect();
@@ -415,6 +425,14 @@ impl Checker<'_> {
             self.err(op_col, format!("`{op}` refuses its operands: {m}"));
             return;
         }
+        // The builder's size check of each output the call makes, as it runs it.
+        for (i, s) in specs.iter().enumerate() {
+            let at = || format!("output {i} of `{op}`");
+            if let Err(e) = shape::check(&s.shape, s.dtype, self.opts.max_tensor_bytes, at) {
+                self.err(op_col, e.to_string());
+                return;
+            }
+        }
         if specs.len() != outputs.len() {
             self.err(op_col, format!("`{op}` produces {} output(s), {} given", specs.len(), outputs.len()));
             return;
@@ -447,6 +465,9 @@ impl Checker<'_> {
             return;
         }
         let t = &self.tensors[&tensor.id];
+        if t.too_large {
+            return;
+        }
         if !t.device.is_host() {
             let m = format!(
                 "tensor t{} is on {}; only host tensors are accessed (copy it first)",

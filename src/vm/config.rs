@@ -89,6 +89,69 @@ pub struct Config {
     /// Open a profiling session when the VM starts (see [`crate::profile`]); take the
     /// profile with `VirtualMachine::stop_profiling`. Not available in synchronous mode.
     pub profile: bool,
+    /// The most bytes one tensor may hold: `vm.empty`, `vm.from_slice`, the builder (every
+    /// output a call would create) and the eager front end refuse a larger tensor with
+    /// [`Error::TooLarge`] before anything runs, as the trace validator refuses a larger
+    /// declaration. Default [`default_max_tensor_bytes`]: half the machine's physical
+    /// memory. At least 1, at most `isize::MAX` (the most one allocation may hold).
+    pub max_tensor_bytes: u64,
+}
+
+/// Bounds of the sizes in [`Config`] that [`VirtualMachine::new`](super::VirtualMachine::new)
+/// checks (`docs/tuning.md`): far beyond any useful setting, and short of the values that
+/// would exhaust memory or threads before the first instruction ran.
+pub mod bounds {
+    use std::time::Duration;
+
+    /// The largest `batch_size`: the builder reserves room for a batch up front, and a batch
+    /// of more instructions starts no work sooner.
+    pub const MAX_BATCH_SIZE: usize = 1 << 20;
+    /// The largest `high_water` (instructions in flight; each holds memory until it retires).
+    pub const MAX_HIGH_WATER: usize = 1 << 30;
+    /// The largest `spin` (re-checks before an idle thread yields).
+    pub const MAX_SPIN: u32 = 1 << 16;
+    /// The largest `yields` (re-checks before an idle thread sleeps).
+    pub const MAX_YIELDS: u32 = 1 << 16;
+    /// The largest `event_interval` (launches between completion events).
+    pub const MAX_EVENT_INTERVAL: u32 = 1 << 20;
+    /// The most devices besides the host (`mock_devices + cuda_devices`): each has three
+    /// streams and a VM numbers at most 4096 streams, `cpu:0`'s included.
+    pub const MAX_DEVICES: usize = (crate::vm::dependence::InstrRef::MAX_STREAMS - 1) / 3;
+    /// The largest `max_tensor_bytes`: no allocation may be larger.
+    pub const MAX_TENSOR_BYTES: u64 = isize::MAX as u64;
+    /// The longest `mock.launch_delay` and `mock.jitter`, each spent per launched item.
+    pub const MAX_MOCK_DELAY: Duration = Duration::from_secs(60);
+}
+
+/// The default [`Config::max_tensor_bytes`]: half the machine's physical memory, read once
+/// per process (`sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE)`), or
+/// [`FALLBACK_MAX_TENSOR_BYTES`] where that cannot be read. Half, because a program that
+/// asks for one tensor larger than that has no room left for its inputs, and the first
+/// write of the tensor would fail or push the machine into swap; a container's memory limit
+/// (a cgroup) is not read.
+pub fn default_max_tensor_bytes() -> u64 {
+    static CAP: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| match physical_memory() {
+        Some(bytes) => (bytes / 2).clamp(1, bounds::MAX_TENSOR_BYTES),
+        None => FALLBACK_MAX_TENSOR_BYTES,
+    })
+}
+
+/// [`default_max_tensor_bytes`] where the physical memory cannot be read: 8 GiB.
+pub const FALLBACK_MAX_TENSOR_BYTES: u64 = 8 << 30;
+
+/// The machine's physical memory in bytes, if the system says.
+fn physical_memory() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf reads a system constant; it has no preconditions.
+        let (pages, page) =
+            unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let (pages, page) = (u64::try_from(pages).ok()?, u64::try_from(page).ok()?);
+        pages.checked_mul(page).filter(|&b| b > 0)
+    }
+    #[cfg(not(unix))]
+    None
 }
 
 /// The default [`Config::event_interval`]: one event per 1024 launches on an asynchronous
@@ -116,6 +179,7 @@ impl Default for Config {
             event_interval: DEFAULT_EVENT_INTERVAL,
             fault: FaultInjection::default(),
             profile: false,
+            max_tensor_bytes: default_max_tensor_bytes(),
         }
     }
 }
@@ -125,7 +189,7 @@ impl Config {
     /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start),
     /// `EAGERVM_MOCK_DEVICES=N`, `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`,
     /// `EAGERVM_YIELDS`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`, `EAGERVM_LOW_WATER`,
-    /// and the mock device's timing variables (`docs/tuning.md`).
+    /// `EAGERVM_MAX_TENSOR_BYTES`, and the mock device's timing variables (`docs/tuning.md`).
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
         if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
@@ -157,6 +221,9 @@ impl Config {
         }
         if let Some(n) = std::env::var("EAGERVM_LOW_WATER").ok().and_then(|v| v.parse().ok()) {
             c.low_water = n;
+        }
+        if let Some(n) = std::env::var("EAGERVM_MAX_TENSOR_BYTES").ok().and_then(|v| v.trim().parse().ok()) {
+            c.max_tensor_bytes = n;
         }
         c
     }
@@ -195,6 +262,45 @@ impl Config {
         }
         if self.batch_size == 0 {
             return Err(Error::Config("batch_size must be at least 1".into()));
+        }
+        use bounds::*;
+        let over = |field: &str, value: &dyn std::fmt::Display, max: &dyn std::fmt::Display| {
+            Err(Error::Config(format!(
+                "{field} ({value}) must be at most {max} (docs/tuning.md lists the bounds)"
+            )))
+        };
+        if self.batch_size > MAX_BATCH_SIZE {
+            return over("batch_size", &self.batch_size, &MAX_BATCH_SIZE);
+        }
+        if self.high_water > MAX_HIGH_WATER {
+            return over("high_water", &self.high_water, &MAX_HIGH_WATER);
+        }
+        if self.spin > MAX_SPIN {
+            return over("spin", &self.spin, &MAX_SPIN);
+        }
+        if self.yields > MAX_YIELDS {
+            return over("yields", &self.yields, &MAX_YIELDS);
+        }
+        if self.event_interval > MAX_EVENT_INTERVAL {
+            return over("event_interval", &self.event_interval, &MAX_EVENT_INTERVAL);
+        }
+        let devices = usize::from(self.mock_devices) + usize::from(self.cuda_devices);
+        if devices > MAX_DEVICES {
+            let value = format!("{} + {}", self.mock_devices, self.cuda_devices);
+            return over("mock_devices + cuda_devices", &value, &MAX_DEVICES);
+        }
+        if self.max_tensor_bytes == 0 {
+            return Err(Error::Config("max_tensor_bytes must be at least 1".into()));
+        }
+        if self.max_tensor_bytes > MAX_TENSOR_BYTES {
+            return over("max_tensor_bytes", &self.max_tensor_bytes, &MAX_TENSOR_BYTES);
+        }
+        let shown = |d: std::time::Duration| format!("{d:?}");
+        if self.mock.launch_delay > MAX_MOCK_DELAY {
+            return over("mock.launch_delay", &shown(self.mock.launch_delay), &shown(MAX_MOCK_DELAY));
+        }
+        if self.mock.jitter > MAX_MOCK_DELAY {
+            return over("mock.jitter", &shown(self.mock.jitter), &shown(MAX_MOCK_DELAY));
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ mod stream;
 pub mod thread_ctx;
 pub mod virtual_machine;
 
+pub use config::{bounds, default_max_tensor_bytes, FALLBACK_MAX_TENSOR_BYTES};
 pub use config::{Config, FaultInjection, ThreadTopology, DEFAULT_EVENT_INTERVAL};
 pub use stream::StreamId;
 pub(crate) use stream::{PolicyKind, VmStream};

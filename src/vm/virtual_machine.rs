@@ -562,20 +562,35 @@ impl VirtualMachine {
     }
 
     /// A new tensor with no storage yet (allocated by the first instruction that writes it).
+    /// Refused with [`Error::TooLarge`] if its size overflows or is over
+    /// [`Config::max_tensor_bytes`].
     pub fn empty(&self, shape: &[usize], dtype: DType, device: DeviceId) -> Result<Tensor> {
+        self.empty_at(shape, dtype, device, || format!("`empty` on {device}"))
+    }
+
+    /// [`empty`](Self::empty), naming the tensor `at()` if it is too large.
+    pub(crate) fn empty_at(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        device: DeviceId,
+        at: impl FnOnce() -> String,
+    ) -> Result<Tensor> {
         self.shared.registry.get(device)?;
+        crate::framework::shape::check(shape, dtype, self.shared.config.max_tensor_bytes, at)?;
         Ok(self.shared.new_tensor(TensorMeta::new(shape, dtype, device)))
     }
 
     /// A new tensor holding `data`, on `device` (copied there through its host-to-device
-    /// stream if it is not the host).
+    /// stream if it is not the host). Refused as [`empty`](Self::empty) refuses a shape.
     pub fn from_slice<T: Element>(&self, data: &[T], shape: &[usize], device: DeviceId) -> Result<Tensor> {
-        let host = self.empty(shape, T::DTYPE, DeviceId::CPU)?;
+        let at = || format!("`from_slice` on {device}");
+        let host = self.empty_at(shape, T::DTYPE, DeviceId::CPU, at)?;
         if device.is_host() {
             self.run(|b| b.write(&host, data))?;
             return Ok(host);
         }
-        let dst = self.empty(shape, T::DTYPE, device)?;
+        let dst = self.empty_at(shape, T::DTYPE, device, at)?;
         let h2d = self.stream(device, StreamType::H2D)?;
         let copy = self.shared.ops.resolve("copy", device)?;
         self.run(|b| {
