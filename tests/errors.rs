@@ -581,7 +581,7 @@ mod sizes {
             diagnostics.iter().map(|d| (d.line, d.col, d.message.clone())).collect();
         assert_eq!(got, vec![(5, 1, want.to_string()), (7, 1, overflow.to_string())]);
         assert!(
-            diagnostics[0].to_string().starts_with("big.trace:5:1: tensor t1: tensor f32["),
+            diagnostics[0].to_string().starts_with("big.trace:5:1: tensor t1: f32["),
             "{}",
             diagnostics[0]
         );
@@ -634,10 +634,7 @@ mod sizes {
         let large = (64u64 << 30).to_string();
         let (code, err) = run(&["validate", "--max-tensor-bytes", &small], None);
         assert_eq!(code, Some(1), "{err}");
-        assert!(
-            err.contains(":6:1: tensor t1: tensor f32[16106127360] is too large: 64424509440 bytes"),
-            "{err}"
-        );
+        assert!(err.contains(":6:1: tensor t1: f32[16106127360] is too large: 64424509440 bytes"), "{err}");
         assert_eq!(run(&["validate", "--max-tensor-bytes", &large], None).0, Some(0));
         assert_eq!(run(&["validate"], Some(&small)).0, Some(1));
         assert_eq!(run(&["validate"], Some(&large)).0, Some(0));

@@ -127,15 +127,12 @@ mod tests {
         let e = check(&[1_000_000_000_000], DType::F32, 1 << 30, || "`empty` on cpu:0".into()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "`empty` on cpu:0: tensor f32[1000000000000] is too large: 4000000000000 bytes, over the limit of \
+            "`empty` on cpu:0: f32[1000000000000] is too large: 4000000000000 bytes, over the limit of \
              1073741824 bytes on one tensor (Config::max_tensor_bytes, EAGERVM_MAX_TENSOR_BYTES)"
         );
         let e = check(&[1 << 63, 2], DType::F32, 8, || "output 0 of `matmul` on cpu:0".into()).unwrap_err();
         let text = e.to_string();
-        assert!(
-            text.starts_with("output 0 of `matmul` on cpu:0: tensor f32[9223372036854775808, 2]"),
-            "{text}"
-        );
+        assert!(text.starts_with("output 0 of `matmul` on cpu:0: f32[9223372036854775808, 2]"), "{text}");
         assert!(text.contains("overflows 64 bits"), "{text}");
     }
 }
