@@ -1,8 +1,8 @@
 //! Serialisability: random programs over CPU and two mock devices (three streams each),
 //! with copies between them and host reads, give bit-identical results to a plain
 //! sequential interpreter, with the mock devices' timing jittered. With a GPU, the same
-//! property holds with `cuda:0` (three streams) in the mix; without one that test prints
-//! `skipped: <reason>`.
+//! property holds with `cuda:0` (three streams) in the mix: that test is
+//! `#[ignore = "needs a GPU"]` (run it with `-- --ignored` on a machine with one).
 
 mod common;
 
@@ -10,9 +10,8 @@ use std::sync::OnceLock;
 
 use common::{decode, decode_on, execute, interpret, vm, vm_on, Mix};
 use eagervm::ep::mock::MockConfig;
-use eagervm::ep::EpError;
 use eagervm::vm::ThreadTopology;
-use eagervm::{Error, VirtualMachine};
+use eagervm::VirtualMachine;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
@@ -54,15 +53,12 @@ fn cuda_cases() -> u32 {
 /// CUDA tensors the programs use only the ops whose CUDA kernels are bit-exact (see
 /// `common`), so the comparison with the interpreter is exact.
 #[test]
+#[ignore = "needs a GPU"]
 fn random_programs_with_cuda_match_the_interpreter() {
     for topology in [ThreadTopology::PerStream, ThreadTopology::Single] {
         let vm = match vm_on(Mix::WITH_CUDA, MockConfig::jittery(), topology, false) {
             Ok(vm) => vm,
-            Err(Error::Device(e @ EpError::CudaUnavailable { .. })) => {
-                println!("skipped: {e}");
-                return;
-            }
-            Err(e) => panic!("unexpected error opening a VM with cuda:0: {e}"),
+            Err(e) => panic!("this test needs a GPU (cuda:0): {e}"),
         };
         let config = ProptestConfig { cases: cuda_cases(), ..ProptestConfig::default() };
         let result = TestRunner::new(config).run(&raw_program(), |(tensors, raw)| {
