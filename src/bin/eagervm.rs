@@ -89,7 +89,7 @@ enum Command {
     Validate {
         /// The trace file.
         file: PathBuf,
-        /// Do not require record/wait before cross-stream uses (for `replay --resync`).
+        /// Do not require record/wait (or after) before cross-stream uses (for `replay --resync`).
         #[arg(long)]
         resync: bool,
     },
