@@ -234,3 +234,45 @@ proptest! {
         check_located(text.as_bytes());
     }
 }
+
+#[test]
+fn an_after_synchronises_a_cross_stream_use_and_names_its_last_use() {
+    let head = HEAD.replace("eagervm-trace 1", "eagervm-trace 2");
+    let text = format!(
+        "{head}\
+         tensor t0 f32[2] cpu:0\n\
+         tensor t1 f32[2] mock:0\n\
+         access s0 write t0 f32 1 2\n\
+         call s2 copy in=t0 out=t1\n\
+         tensor t2 f32[2] mock:0\n\
+         call s1 relu in=t1 out=t2\n"
+    );
+    assert_problems(&text, &[(12, 17, "or `after s1 s2 t1`, before this")]);
+    let ordered = text.replace("call s1 relu", "after s1 s2 t1\ncall s1 relu");
+    assert!(problems(&ordered, false).is_empty(), "{:?}", problems(&ordered, false));
+    // From a device to the host, as well; and it is spent by the use it synchronises.
+    let host = format!("{ordered}tensor t3 f32[2] cpu:0\ncall s0 copy in=t2 out=t3\n");
+    assert_problems(&host, &[(15, 17, "expected `record s1 eN t2`, or `after s0 s1 t2`")]);
+    let host = host.replace("call s0 copy", "after s0 s1 t2\ncall s0 copy");
+    assert!(problems(&host, false).is_empty(), "{:?}", problems(&host, false));
+    let again = format!("{host}call s2 copy in=t0 out=t1\n");
+    assert_problems(&again, &[(17, 24, "t1 was last used on s1 and is used on s2")]);
+    // An `after` must name the stream of the tensor's last use, and two streams.
+    let wrong = text.replace(
+        "call s1 relu",
+        "after s1 s0 t1\nafter s1 s2 t2\nafter s1 s1 t1\nafter s9 s2 t1\ncall s1 relu",
+    );
+    assert_problems(
+        &wrong,
+        &[
+            (12, 13, "t1 was last used on s2, not on s0"),
+            (13, 13, "t2 has not been used yet"),
+            (14, 1, "both are s1"),
+            (15, 7, "stream s9 is not declared"),
+            (16, 17, "no synchronisation"),
+        ],
+    );
+    // Version 1 has no `after`.
+    let v1 = ordered.replace("eagervm-trace 2", "eagervm-trace 1");
+    assert_problems(&v1, &[(12, 1, "version 2")]);
+}

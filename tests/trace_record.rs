@@ -198,3 +198,270 @@ fn i64_data_and_panics_round_trip() {
     assert!(r.expected_failure.as_deref().is_some_and(|f| f.starts_with("panic")));
     assert_eq!(want, vec![i64::MIN.wrapping_mul(-3), 3, 0, -21, i64::MAX.wrapping_mul(-3)]);
 }
+
+/// Check a recording of concurrent builders: it validates as recorded (no `--resync`), and
+/// a replay as recorded reproduces every output's checksum.
+fn replays_as_recorded(path: &std::path::Path, outputs: usize) -> String {
+    let text = std::fs::read_to_string(path).expect("the trace was written");
+    let t = trace::load(path).expect("the recorded trace parses");
+    trace::validate(&t, &Default::default()).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let opts =
+        ReplayOptions { config: Config { mock: fast_mock(), ..Config::default() }, ..Default::default() };
+    let r = trace::replay(&t, &opts).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(r.checked, outputs, "{text}");
+    text
+}
+
+#[test]
+fn a_nested_run_replays_as_recorded() {
+    let path = temp("nested.trace");
+    let vm = VirtualMachine::new(Config::default().with_mock_devices(1, fast_mock())).unwrap();
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let (m, cpu) = (DeviceId::mock(0), DeviceId::CPU);
+    let (g, d2h, host) = (
+        vm.compute_stream(m).unwrap(),
+        vm.stream(m, StreamType::D2H).unwrap(),
+        vm.compute_stream(cpu).unwrap(),
+    );
+    let (relu, scale, copy) = (vm.op("relu").unwrap(), vm.op("scale").unwrap(), vm.op("copy").unwrap());
+    // `x` is last used on mock:0's H2D stream (its upload).
+    let x = vm.from_slice(&[1.0f32, -2.0, 3.0, -4.0], &[4], m).unwrap();
+    let w = vm.from_slice(&[0.5f32; 4], &[4], m).unwrap();
+    let outs = vm
+        .run(|b1| -> eagervm::Result<Vec<Tensor>> {
+            // The outer builder uses `x` on mock:0's compute stream and writes `w` there;
+            // neither reaches the VM before the inner builders' batches.
+            let y = b1.call(relu, &[&x], Attrs::default(), g)?;
+            b1.call_into(scale, &[&x], &[&w], Attrs::scalar(3.0), g)?;
+            // The inner builders read `x` and `w` on other streams of the device and on the
+            // host: their soft sync was made for `x` last used on the compute stream.
+            let (h, v) = vm.run(|b2| -> eagervm::Result<_> {
+                let h = b2.call(copy, &[&x], Attrs::default(), d2h)?;
+                let v = vm.empty(&[4], DType::F32, cpu)?;
+                b2.call_into(copy, &[&w], &[&v], Attrs::default(), host)?;
+                Ok((h, v))
+            })?;
+            let k = vm.run(|b3| b3.call(scale, &[&x], Attrs::scalar(-1.0), g))?;
+            Ok(vec![y, h, v, k])
+        })
+        .unwrap();
+    let want: Vec<Vec<f32>> = outs.iter().map(|t| t.to_vec::<f32>().unwrap()).collect();
+    // The inner builders ran first: `v` holds `w` from before the outer builder's write.
+    assert_eq!(want[2], vec![0.5; 4]);
+    assert_eq!(want[1], vec![1.0, -2.0, 3.0, -4.0]);
+    rec.finish(&vm, &outs.iter().collect::<Vec<_>>(), None).unwrap();
+    let text = replays_as_recorded(&path, outs.len());
+    assert!(text.lines().any(|l| l.starts_with("after ")), "{text}");
+}
+
+#[test]
+fn threads_sharing_a_tensor_across_streams_replay_as_recorded() {
+    use std::sync::mpsc::channel;
+    let path = temp("threads.trace");
+    let vm = VirtualMachine::new(Config::default().with_mock_devices(2, fast_mock())).unwrap();
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let (m0, m1, cpu) = (DeviceId::mock(0), DeviceId::mock(1), DeviceId::CPU);
+    let x = vm.from_slice(&[1.0f32, -2.0, 3.0, -4.0], &[4], m0).unwrap();
+    let z = vm.from_slice(&[2.0f32; 4], &[4], cpu).unwrap();
+    let (scale, copy, add) = (vm.op("scale").unwrap(), vm.op("copy").unwrap(), vm.op("add").unwrap());
+    // Three threads share `x` (on mock:0) and `z` (on the host). Each builds while the
+    // others' builders are open, and they submit in another order than they built: A
+    // builds first and submits last; B (mock:1) and C (the host) build and submit between.
+    let (a_built, a_wait) = channel::<()>();
+    let (b_done, b_wait) = channel::<()>();
+    let (c_done, c_wait) = channel::<()>();
+    let outs = std::thread::scope(|s| {
+        let (vm, x, z) = (&vm, &x, &z);
+        let a = s.spawn(move || {
+            let g0 = vm.compute_stream(m0).unwrap();
+            vm.run(|b| -> eagervm::Result<Vec<Tensor>> {
+                let y = b.call(scale, &[x], Attrs::scalar(2.0), g0)?;
+                let zz = vm.empty(&[4], DType::F32, m0)?;
+                b.call_into(copy, &[z], &[&zz], Attrs::default(), vm.stream(m0, StreamType::H2D)?)?;
+                b.call_into(scale, &[&y], &[x], Attrs::scalar(0.5), g0)?;
+                a_built.send(()).unwrap();
+                c_wait.recv().unwrap();
+                Ok(vec![y, zz])
+            })
+        });
+        let b = s.spawn(move || {
+            a_wait.recv().unwrap();
+            let g1 = vm.compute_stream(m1).unwrap();
+            let r = vm.run(|b| -> eagervm::Result<Vec<Tensor>> {
+                let x1 = vm.empty(&[4], DType::F32, m1)?;
+                b.call_into(copy, &[x], &[&x1], Attrs::default(), vm.stream(m1, StreamType::H2D)?)?;
+                let s1 = b.call(add, &[&x1, &x1], Attrs::default(), g1)?;
+                Ok(vec![x1, s1])
+            });
+            b_done.send(()).unwrap();
+            r
+        });
+        let c = s.spawn(move || {
+            b_wait.recv().unwrap();
+            let host = vm.compute_stream(cpu).unwrap();
+            let r = vm.run(|b| -> eagervm::Result<Vec<Tensor>> {
+                let xh = vm.empty(&[4], DType::F32, cpu)?;
+                b.call_into(copy, &[x], &[&xh], Attrs::default(), host)?;
+                let sum = b.call(add, &[&xh, &xh], Attrs::default(), host)?;
+                b.call_into(scale, &[&xh], &[z], Attrs::scalar(4.0), host)?;
+                Ok(vec![xh, sum])
+            });
+            c_done.send(()).unwrap();
+            r
+        });
+        let mut outs = a.join().unwrap().unwrap();
+        outs.extend(b.join().unwrap().unwrap());
+        outs.extend(c.join().unwrap().unwrap());
+        outs
+    });
+    let want: Vec<Vec<f32>> = outs.iter().map(|t| t.to_vec::<f32>().unwrap()).collect();
+    // B and C were admitted before A: they read `x` as uploaded, and A's copy of `z` reads
+    // C's write.
+    assert_eq!(want[2], vec![1.0, -2.0, 3.0, -4.0]);
+    assert_eq!(want[4], vec![1.0, -2.0, 3.0, -4.0]);
+    assert_eq!(want[1], vec![4.0, -8.0, 12.0, -16.0]);
+    let mut all: Vec<&Tensor> = outs.iter().collect();
+    all.extend([&x, &z]);
+    rec.finish(&vm, &all, None).unwrap();
+    let text = replays_as_recorded(&path, all.len());
+    assert!(text.lines().any(|l| l.starts_with("after ")), "{text}");
+}
+
+/// Build step `s` of a random program with `b`.
+fn build_step(
+    vm: &VirtualMachine,
+    b: &mut InstructionsBuilder<'_>,
+    ts: &[Tensor],
+    streams: &[StreamId],
+    s: &common::Step,
+) -> eagervm::Result<()> {
+    use common::Step;
+    let op = |n: &str| vm.op(n).expect("built-in");
+    match *s {
+        Step::Fill { out, value, stream } => {
+            b.call_into(op("fill"), &[], &[&ts[out]], Attrs::scalar(value as f64), streams[stream])
+        }
+        Step::Unary { op: name, a, out, factor, stream } => {
+            b.call_into(op(name), &[&ts[a]], &[&ts[out]], Attrs::scalar(factor as f64), streams[stream])
+        }
+        Step::Binary { op: name, a, b: y, out, stream } => {
+            b.call_into(op(name), &[&ts[a], &ts[y]], &[&ts[out]], Attrs::default(), streams[stream])
+        }
+        Step::Copy { src, dst, stream } => {
+            b.call_into(op("copy"), &[&ts[src]], &[&ts[dst]], Attrs::default(), streams[stream])
+        }
+        Step::Read { .. } | Step::Recreate { .. } => Ok(()),
+    }
+}
+
+/// Two builders open at once on one thread: the steps marked `true` are built by inner
+/// builders (`vm.run` inside the outer one's closure), each run of them by one, which
+/// submits before the outer builder's batch (in part: the batches are `batch` instructions
+/// long). The recording validates and replays as recorded to the same final values.
+fn interleaved(raw: &Raw, inner: &[bool], batch: usize) {
+    let p = decode(6, raw);
+    let path = temp("interleaved.trace");
+    let mut config = Config::default().with_mock_devices(2, fast_mock());
+    config.batch_size = batch;
+    let vm = VirtualMachine::new(config).unwrap();
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let streams = p.mix.stream_table(&vm).unwrap();
+    let ts: Vec<Tensor> = (0..p.tensors)
+        .map(|t| {
+            let v: Vec<f32> = (0..4).map(|k| (t * 4 + k) as f32 * 0.25 - 2.0).collect();
+            vm.from_slice(&v, &common::SHAPE, p.mix.device_of(t)).unwrap()
+        })
+        .collect();
+    vm.run(|outer| {
+        let mut i = 0;
+        while i < p.steps.len() {
+            if !inner.get(i).copied().unwrap_or(false) {
+                build_step(&vm, outer, &ts, &streams, &p.steps[i]).unwrap();
+                i += 1;
+                continue;
+            }
+            vm.run(|b| {
+                while i < p.steps.len() && inner.get(i).copied().unwrap_or(false) {
+                    build_step(&vm, b, &ts, &streams, &p.steps[i]).unwrap();
+                    i += 1;
+                }
+            });
+        }
+    });
+    let want: Vec<Vec<f32>> = ts.iter().map(|t| t.to_vec::<f32>().unwrap()).collect();
+    rec.finish(&vm, &ts.iter().collect::<Vec<_>>(), None).unwrap();
+    let t = trace::load(&path).unwrap();
+    let text = t.to_text();
+    trace::validate(&t, &Default::default()).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let opts =
+        ReplayOptions { config: Config { mock: fast_mock(), ..Config::default() }, ..Default::default() };
+    let r = trace::replay(&t, &opts).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(r.checked, want.len(), "{text}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn interleaved_builders_replay_as_recorded(
+        raw in prop::collection::vec(any::<(u8, u8, u8, u8, u8, i8)>(), 1..32),
+        inner in prop::collection::vec(any::<bool>(), 32),
+        batch in 1usize..5,
+    ) {
+        interleaved(&raw, &inner, batch);
+    }
+}
+
+#[test]
+fn racing_threads_replay_as_recorded() {
+    // Four threads build random programs over the same tensors at once, on every stream of
+    // cpu:0, mock:0 and mock:1; whatever order their batches reach the scheduler in, the
+    // trace replays as recorded to the values the VM computed.
+    let path = temp("racing.trace");
+    let mut config = Config::default().with_mock_devices(2, fast_mock());
+    config.batch_size = 3;
+    let vm = VirtualMachine::new(config).unwrap();
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let programs: Vec<common::Program> = (0..4)
+        .map(|_| {
+            let raw: Raw = (0..1500)
+                .map(|_| {
+                    let r = next().to_le_bytes();
+                    (r[0], r[1], r[2], r[3], r[4], r[5] as i8)
+                })
+                .collect();
+            decode(6, &raw)
+        })
+        .collect();
+    let mix = programs[0].mix;
+    let streams = mix.stream_table(&vm).unwrap();
+    let ts: Vec<Tensor> = (0..6)
+        .map(|t| vm.from_slice(&[t as f32, 1.0, -2.0, 0.5], &common::SHAPE, mix.device_of(t)).unwrap())
+        .collect();
+    let start = std::sync::Barrier::new(programs.len());
+    std::thread::scope(|s| {
+        for p in &programs {
+            let (vm, ts, streams, start) = (&vm, &ts, &streams, &start);
+            s.spawn(move || {
+                start.wait();
+                for chunk in p.steps.chunks(5) {
+                    vm.run(|b| {
+                        for step in chunk {
+                            build_step(vm, b, ts, streams, step).unwrap();
+                            // Keep the builder open while others build and submit.
+                            std::thread::yield_now();
+                        }
+                    });
+                }
+            });
+        }
+    });
+    rec.finish(&vm, &ts.iter().collect::<Vec<_>>(), None).unwrap();
+    replays_as_recorded(&path, ts.len());
+}

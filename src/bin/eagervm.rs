@@ -104,7 +104,7 @@ enum Command {
     Validate {
         /// The trace file.
         file: PathBuf,
-        /// Do not require record/wait before cross-stream uses (for `replay --resync`).
+        /// Do not require record/wait (or after) before cross-stream uses (for `replay --resync`).
         #[arg(long)]
         resync: bool,
         /// The most bytes one tensor may hold (default: EAGERVM_MAX_TENSOR_BYTES, else half

@@ -11,8 +11,12 @@ use std::hash::Hasher;
 use crate::ep::{DeviceId, DeviceType, StreamType};
 use crate::framework::DType;
 
-/// The version this build writes and reads (the number after `eagervm-trace`).
-pub const VERSION: u32 = 1;
+/// The version this build writes (the number after `eagervm-trace`). It reads every version
+/// from 1 to this one: version 2 added `after`, which a version-1 trace may not use.
+pub const VERSION: u32 = 2;
+
+/// The first version with the `after` statement.
+pub(crate) const AFTER_VERSION: u32 = 2;
 
 /// The first word of every trace.
 pub const MAGIC: &str = "eagervm-trace";
@@ -228,6 +232,19 @@ pub enum Stmt {
         /// The event waited for.
         event: Ref,
     },
+    /// `after s1 s2 t3 t4`: the next uses of the tensors on the first stream are ordered
+    /// after their last uses on the second by the VM's scheduler (its dependence rules), not
+    /// by a `record`/`wait` of the trace. Not an instruction: a recorder writes it where the
+    /// program's builders did not synchronise a cross-stream use in the order the scheduler
+    /// admitted it (builders open at once), and a replay does nothing for it.
+    After {
+        /// The stream whose uses are ordered.
+        stream: Ref,
+        /// The stream of the tensors' last uses.
+        source: Ref,
+        /// The tensors.
+        tensors: Vec<Ref>,
+    },
     /// `barrier s0`: the `Barrier` of `vm.sync()`.
     Barrier {
         /// The barrier's stream.
@@ -291,7 +308,8 @@ impl Stmt {
         )
     }
 
-    /// The stream an instruction runs on.
+    /// The stream an instruction runs on (`None` for the statements that are not
+    /// instructions, `after` included).
     pub fn stream(&self) -> Option<Ref> {
         match self {
             Stmt::Call { stream, .. }
@@ -395,6 +413,13 @@ pub fn write_stmt(out: &mut String, stmt: &Stmt) {
             Ok(())
         }
         Stmt::Wait { stream, event } => write!(out, "wait s{} e{}", stream.id, event.id),
+        Stmt::After { stream, source, tensors } => {
+            let _ = write!(out, "after s{} s{}", stream.id, source.id);
+            for t in tensors {
+                let _ = write!(out, " t{}", t.id);
+            }
+            Ok(())
+        }
         Stmt::Barrier { stream } => write!(out, "barrier s{}", stream.id),
         Stmt::Release { stream, tensor } => write!(out, "release s{} t{}", stream.id, tensor.id),
         Stmt::Access { stream, tensor, kind } => {

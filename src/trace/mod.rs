@@ -2,14 +2,18 @@
 //!
 //! A trace is a line-oriented text file that lists, in program order, exactly the
 //! instructions a [`VirtualMachine`](crate::VirtualMachine) received (`OpCall`,
-//! `RecordEvent`, `StreamWaitEvent`, `Barrier`, `Release`, `Access`), after a version
-//! header and the declarations of the devices, streams and tensors they use; it may end
-//! with expectations (checksums of tensors, an expected failure) that a replay checks.
+//! `RecordEvent`, `StreamWaitEvent`, `Barrier`, `Release`, `Access`), in the order its
+//! scheduler admitted them, after a version header and the declarations of the devices,
+//! streams and tensors they use; `after` statements say where the scheduler, not a
+//! `record`/`wait`, synchronised a cross-stream use (`sync`). It may end with expectations
+//! (checksums of tensors, an expected failure) that a replay checks.
 //! `docs/trace-format.md` has the grammar and a worked example.
 //!
 //! - [`Recorder`]: attach to a VM, run any program, get its trace. The VM hands every
 //!   batch it receives to the recorder before splicing it into the scheduler's inbox; the
-//!   recorder copies a compact description and a background thread formats and writes it.
+//!   recorder copies a compact description and a background thread formats and writes it,
+//!   with an `after` wherever builders open at once left a use unsynchronised in the order
+//!   the scheduler admitted it, so that every recording validates and replays as recorded.
 //! - [`parse_str`] / [`load`]: text to [`Trace`], with every syntax problem located.
 //! - [`validate()`]: every semantic problem (unknown ops, undeclared or released tensors,
 //!   shape and dtype errors through the kernels' `infer`, cross-stream uses without
@@ -24,6 +28,7 @@ mod format;
 mod parse;
 mod record;
 mod replay;
+mod sync;
 mod validate;
 
 use std::fmt;

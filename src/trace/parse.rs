@@ -7,7 +7,7 @@
 
 use super::format::{
     parse_device, parse_dtype, parse_stream_type, parse_type, AccessKind, Data, FailureKind, Line, Pos, Ref,
-    Stmt, Trace, MAGIC, VERSION,
+    Stmt, Trace, AFTER_VERSION, MAGIC, VERSION,
 };
 use super::Diagnostic;
 use crate::framework::DType;
@@ -101,6 +101,8 @@ pub fn parse_str(file: &str, text: &str) -> (Trace, Vec<Diagnostic>) {
     let mut trace = Trace { file: file.to_string(), ..Trace::default() };
     let mut diags = Vec::new();
     let mut header = false;
+    // The header's version (this build's where the header is missing or unreadable).
+    let mut version = VERSION;
     for (n, raw) in text.split('\n').enumerate() {
         let line = n as u32 + 1;
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
@@ -119,10 +121,10 @@ pub fn parse_str(file: &str, text: &str) -> (Trace, Vec<Diagnostic>) {
             header = true;
             if first.text == MAGIC {
                 match toks.get(1).map(|t| (t, t.text.parse::<u32>())) {
-                    Some((_, Ok(VERSION))) if toks.len() == 2 => {}
+                    Some((_, Ok(v @ 1..=VERSION))) if toks.len() == 2 => version = v,
                     Some((t, Ok(v))) if toks.len() == 2 => problem(
                         t.col,
-                        format!("unsupported trace version {v}; this build reads version {VERSION}"),
+                        format!("unsupported trace version {v}; this build reads versions 1 to {VERSION}"),
                     ),
                     _ => problem(first.col, format!("expected `{MAGIC} {VERSION}` as the first line")),
                 }
@@ -131,6 +133,12 @@ pub fn parse_str(file: &str, text: &str) -> (Trace, Vec<Diagnostic>) {
             problem(1, format!("expected `{MAGIC} {VERSION}` as the first line, found `{}`", first.text));
         }
         match statement(&toks) {
+            Ok(Stmt::After { .. }) if version < AFTER_VERSION => problem(
+                first.col,
+                format!(
+                    "`after` needs version {AFTER_VERSION} of the format; the header says version {version}"
+                ),
+            ),
             Ok(stmt) => trace.lines.push(Line { pos: Pos { line, col: first.col }, stmt }),
             Err((col, m)) => problem(col, m),
         }
@@ -248,6 +256,14 @@ fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
             Stmt::Record { stream, event, tensors }
         }
         "wait" => Stmt::Wait { stream: c.stream()?, event: c.reference('e', "an event")? },
+        "after" => {
+            let (stream, source) = (c.stream()?, c.stream()?);
+            let mut tensors = vec![c.tensor()?];
+            while c.peek().is_some() {
+                tensors.push(c.tensor()?);
+            }
+            Stmt::After { stream, source, tensors }
+        }
         "barrier" => Stmt::Barrier { stream: c.stream()? },
         "release" => Stmt::Release { stream: c.stream()?, tensor: c.tensor()? },
         "access" => access(&mut c)?,
@@ -257,7 +273,7 @@ fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
                 kw.col,
                 format!(
                     "unknown statement `{other}` (expected device, stream, tensor, call, record, wait, \
-                     barrier, release, access or expect)"
+                     after, barrier, release, access or expect)"
                 ),
             ))
         }
@@ -413,7 +429,7 @@ mod tests {
 
     #[test]
     fn every_statement_round_trips() {
-        let text = "eagervm-trace 1\n\
+        let text = "eagervm-trace 2\n\
             device cpu:0\n\
             device mock:0\n\
             stream s0 cpu:0 compute\n\
@@ -426,6 +442,7 @@ mod tests {
             call s1 fill out=t1\n\
             record s1 e3 t0 t1\n\
             wait s1 e3\n\
+            after s0 s1 t1 t0\n\
             barrier s0\n\
             release s1 t1\n\
             access s0 read t0\n\
@@ -434,7 +451,7 @@ mod tests {
             expect error kernel op=fail message=\"fail \\\"op\\\": 7\\n\"\n";
         let (trace, diags) = parse_str("x", text);
         assert!(diags.is_empty(), "{diags:?}");
-        assert_eq!(trace.lines.len(), 18);
+        assert_eq!(trace.lines.len(), 19);
         assert_eq!(trace.to_text(), text);
         let (again, d2) = parse_str("x", &trace.to_text());
         assert!(d2.is_empty());
@@ -459,5 +476,23 @@ mod tests {
         let (t, d) = parse_str("f", "device cpu:0\n");
         assert_eq!(d.len(), 1);
         assert_eq!(t.lines.len(), 1, "the statement is still read");
+    }
+
+    #[test]
+    fn version_1_is_read_without_the_statements_of_version_2() {
+        let body = "device cpu:0\nstream s0 cpu:0 compute\ntensor t0 f32[] cpu:0\n";
+        let (t, d) = parse_str("f", &format!("eagervm-trace 1\n{body}"));
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(t.lines.len(), 3);
+        let (_, d) = parse_str("f", &format!("eagervm-trace 1\n{body}after s0 s1 t0\n"));
+        let at: Vec<(u32, u32)> = d.iter().map(|d| (d.line, d.col)).collect();
+        assert_eq!(at, [(5, 1)], "{d:?}");
+        assert!(d[0].message.contains("version 2"), "{d:?}");
+        let (t, d) = parse_str("f", &format!("eagervm-trace 2\n{body}after s0 s1 t0\n"));
+        assert!(d.is_empty(), "{d:?}");
+        assert_eq!(t.lines.len(), 4);
+        // `after` names two streams and at least one tensor.
+        let (_, d) = parse_str("f", "eagervm-trace 2\nafter s0 s1\nafter s0 t1\n");
+        assert_eq!(d.len(), 2, "{d:?}");
     }
 }

@@ -16,6 +16,17 @@
 //! go to a sidecar binary file. When the writer falls behind by more than the channel's
 //! capacity, the program waits for it (bounded memory) instead of growing without limit.
 //!
+//! # Synchronisation as the scheduler admitted it
+//!
+//! The trace lists instructions in the order the scheduler admitted them, which is not the
+//! order builders open at once (a nested `vm.run`, threads sharing a tensor) made their soft
+//! sync in: a use may reach the scheduler with no `record`/`wait` for the stream its tensor
+//! was last used on in that order. The scheduler orders it by its dependence rules all the
+//! same. The writer thread follows each tensor's last stream in admission order with the
+//! validator's own rule (`trace::sync`) and writes an `after` before each use the rule finds
+//! unsynchronised, so that every recording validates and replays as recorded. This costs
+//! the VM nothing: it is all in the writer thread.
+//!
 //! `eagervm record PROGRAM -o FILE --overhead N` measures the cost; `docs/cli.md` has the
 //! figures.
 
@@ -28,9 +39,11 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 use crossbeam_queue::SegQueue;
+use fnv::FnvHashMap;
 use smallvec::SmallVec;
 
 use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION};
+use super::sync::TensorSync;
 use super::{checksum, TraceError};
 use crate::error::Error;
 use crate::framework::{DType, Tensor, TensorMeta};
@@ -220,13 +233,18 @@ impl Recorder {
                 head.push_str(&format!("device {d}\n"));
             }
         }
+        let mut stream_devices = Vec::new();
         for (id, d, ty, _) in vm.streams() {
             head.push_str(&format!("stream s{} {} {}\n", id.index(), TraceDevice::of(d), ty.name()));
+            if id.index() >= stream_devices.len() {
+                stream_devices.resize(id.index() + 1, None);
+            }
+            stream_devices[id.index()] = Some(TraceDevice::of(d));
         }
         out.write_all(head.as_bytes()).map_err(|e| TraceError::io(&path, e))?;
         let (tx, rx) = sync_channel(CHANNEL_BATCHES);
         let pool = Arc::new(SegQueue::new());
-        let w = Writer::new(path.clone(), out, pool.clone());
+        let w = Writer::new(path.clone(), out, pool.clone(), stream_devices);
         let writer = std::thread::Builder::new()
             .name("eagervm-trace-writer".into())
             .spawn(move || w.run(rx))
@@ -325,10 +343,25 @@ struct Writer {
     events: HashMap<u64, u32>,
     instructions: u64,
     line: String,
+    /// The device of each VM stream, by index.
+    devices: Vec<Option<TraceDevice>>,
+    /// The synchronisation state of each live tensor that has been used, by VM tensor id,
+    /// in the order the scheduler admitted the uses (`trace::sync`).
+    sync: FnvHashMap<u64, TensorSync>,
+    /// The tensors each VM event was recorded for, while one of them is still covered by
+    /// it (how many, and which): what a `wait` for it synchronises.
+    covers: FnvHashMap<u64, (u32, SmallVec<[u64; 2]>)>,
+    /// Scratch for the `after` statements before one instruction: source stream, tensors.
+    afters: SmallVec<[(u32, SmallVec<[u64; 4]>); 2]>,
 }
 
 impl Writer {
-    fn new(path: PathBuf, out: BufWriter<File>, pool: Arc<SegQueue<Vec<Rec>>>) -> Self {
+    fn new(
+        path: PathBuf,
+        out: BufWriter<File>,
+        pool: Arc<SegQueue<Vec<Rec>>>,
+        devices: Vec<Option<TraceDevice>>,
+    ) -> Self {
         Writer {
             path,
             pool,
@@ -339,6 +372,10 @@ impl Writer {
             events: HashMap::new(),
             instructions: 0,
             line: String::with_capacity(CHUNK + 4096),
+            devices,
+            sync: FnvHashMap::default(),
+            covers: FnvHashMap::default(),
+            afters: SmallVec::new(),
         }
     }
 
@@ -446,6 +483,10 @@ impl Writer {
             Rec::Instr { kind, stream, tensors } => (kind, stream, tensors),
         };
         self.instructions += 1;
+        let uses = !matches!(kind, RecKind::Record { .. } | RecKind::Wait { .. } | RecKind::Barrier);
+        if uses {
+            self.sync_before(stream, &tensors)?;
+        }
         let names: SmallVec<[u32; 4]> = tensors.iter().map(|&t| self.tensor(t)).collect();
         let first = names.first().copied().unwrap_or(u32::MAX) as u64;
         let (keyword, tail) = match &kind {
@@ -483,13 +524,29 @@ impl Writer {
                 for &t in &names {
                     push_id(&mut self.line, " t", t as u64);
                 }
+                self.recorded(stream, id, &tensors);
             }
             RecKind::Wait { id } => {
                 let e = self.event(id);
                 push_id(&mut self.line, " e", e as u64);
+                if let Some((_, covered)) = self.covers.get(&id) {
+                    for t in covered {
+                        if let Some(s) = self.sync.get_mut(t) {
+                            s.waited(stream, id);
+                        }
+                    }
+                }
             }
             RecKind::Barrier => {}
-            RecKind::Release | RecKind::Read | RecKind::AccessWait => push_id(&mut self.line, " t", first),
+            RecKind::Release => {
+                push_id(&mut self.line, " t", first);
+                self.used(stream, &tensors);
+                for t in &tensors {
+                    self.sync.remove(t);
+                }
+                return self.emit();
+            }
+            RecKind::Read | RecKind::AccessWait => push_id(&mut self.line, " t", first),
             RecKind::Write(bytes) => {
                 push_id(&mut self.line, " t", first);
                 let dtype =
@@ -497,7 +554,79 @@ impl Writer {
                 self.write_data(dtype, &bytes)?;
             }
         }
+        if uses {
+            self.used(stream, &tensors);
+        }
         self.emit()
+    }
+
+    /// Before an instruction on `stream` that uses `tensors`: an `after` for those that the
+    /// rule finds unsynchronised (module docs), one per source stream.
+    fn sync_before(&mut self, stream: u32, tensors: &[u64]) -> Result<(), TraceError> {
+        let devices = &self.devices;
+        let device = |s: u32| devices.get(s as usize).copied().flatten();
+        for &t in tensors {
+            let Some(u) = self.sync.get(&t).and_then(|s| s.unsynced(stream, device)) else { continue };
+            match self.afters.iter_mut().find(|(src, _)| *src == u.source) {
+                Some((_, ts)) if ts.contains(&t) => {}
+                Some((_, ts)) => ts.push(t),
+                None => self.afters.push((u.source, SmallVec::from_slice(&[t]))),
+            }
+        }
+        if self.afters.is_empty() {
+            return Ok(());
+        }
+        let mut afters = std::mem::take(&mut self.afters);
+        for (source, ts) in afters.drain(..) {
+            self.line.push_str("after");
+            push_id(&mut self.line, " s", stream as u64);
+            push_id(&mut self.line, " s", source as u64);
+            for t in &ts {
+                let n = self.tensor(*t);
+                push_id(&mut self.line, " t", n as u64);
+                if let Some(s) = self.sync.get_mut(t) {
+                    s.after(stream, source);
+                }
+            }
+            self.emit()?;
+        }
+        self.afters = afters;
+        Ok(())
+    }
+
+    /// `tensors` are used on `stream` (`TensorSync::used`).
+    fn used(&mut self, stream: u32, tensors: &[u64]) {
+        for &t in tensors {
+            if let Some(e) = self.sync.entry(t).or_default().used(stream) {
+                self.uncover(e);
+            }
+        }
+    }
+
+    /// VM event `id` is recorded on `stream` for `tensors` (`TensorSync::record`).
+    fn recorded(&mut self, stream: u32, id: u64, tensors: &[u64]) {
+        for &t in tensors {
+            let (covered, before) = self.sync.entry(t).or_default().record(stream, id);
+            if covered && before != Some(id) {
+                let c = self.covers.entry(id).or_default();
+                c.0 += 1;
+                c.1.push(t);
+            }
+            if let Some(e) = before.filter(|&e| e != id) {
+                self.uncover(e);
+            }
+        }
+    }
+
+    /// A tensor covered by event `id` is covered by it no longer; forget the event's list
+    /// once none is.
+    fn uncover(&mut self, id: u64) {
+        if let Some(c) = self.covers.get_mut(&id) {
+            c.0 = c.0.saturating_sub(1);
+            if c.0 == 0 {
+                self.covers.remove(&id);
+            }
+        }
     }
 
     /// The data of a host write: inline when small, else appended to the sidecar.

@@ -4,8 +4,10 @@
 //! - **As recorded** (the default): every instruction is emitted exactly as the trace lists
 //!   it, through the builder's raw emission path (no soft sync), with the trace's own
 //!   `record`/`wait` instructions; event numbers are mapped to fresh VM event ids. This
-//!   needs the recorded device layout.
-//! - **Resync** ([`ReplayOptions::resync`]): `record` and `wait` are dropped and calls go
+//!   needs the recorded device layout. An `after` emits nothing: the scheduler orders the
+//!   same instructions, admitted in the same order, exactly as it did when they were
+//!   recorded.
+//! - **Resync** ([`ReplayOptions::resync`]): `record`, `wait` and `after` are dropped and calls go
 //!   through the ordinary builder, which derives the synchronisation again. A trace recorded
 //!   on one device layout then replays on another ([`DeviceMap`]).
 //!
@@ -407,7 +409,8 @@ impl Replayer<'_> {
     ) -> Result<(), TraceError> {
         let raw = !self.opts.resync;
         match &l.stmt {
-            Stmt::Device(_) | Stmt::Expect { .. } | Stmt::ExpectError { .. } => {}
+            // `after` states an ordering that the scheduler derives again from the operands.
+            Stmt::Device(_) | Stmt::Expect { .. } | Stmt::ExpectError { .. } | Stmt::After { .. } => {}
             Stmt::Stream { id, device, ty } => {
                 let d = self.map.devices[device];
                 let ty = if d.is_host() { StreamType::Compute } else { *ty };

@@ -12,19 +12,15 @@
 //!
 //! # The synchronisation rule
 //!
-//! It is the rule of the builder's soft sync (OneFlow's `SoftSyncStream`): when a tensor
-//! last used on stream A is used on stream B,
-//! - A on the host: nothing is needed (host work is done when it is launched);
-//! - A and B on one asynchronous device: a `record A e ... tN` after the last use on A, then
-//!   a `wait B e` before the use on B;
-//! - otherwise: a `record A e ... tN` after the last use on A (the host waits for it).
-//!
-//! A trace meant for `replay --resync` may leave all of that out
-//! ([`ValidateOptions::resync`]).
+//! It is the rule of the builder's soft sync (OneFlow's `SoftSyncStream`), with `after` for
+//! the uses the scheduler ordered on its own; `trace::sync` states it and holds the one
+//! implementation, which the recorder applies too. A trace meant for `replay --resync` may
+//! leave all of that out ([`ValidateOptions::resync`]).
 
 use std::collections::HashMap;
 
 use super::format::{AccessKind, Data, DeviceKind, Line, Ref, Stmt, Trace, TraceDevice};
+use super::sync::TensorSync;
 use super::{Diagnostic, TraceError};
 use crate::ep::{DeviceType, StreamType};
 use crate::framework::{shape, Attrs, DType, OpRegistry, OutSpecs, TensorMeta};
@@ -78,11 +74,8 @@ struct TensorState {
     /// Refused by the size check at its declaration: the VM would have no such tensor, so
     /// calls that use it are not checked further (the declaration's diagnostic says why).
     too_large: bool,
-    last_stream: Option<u32>,
-    /// The event recorded on `last_stream` after its last use there, covering this tensor.
-    recorded: Option<u32>,
-    /// Streams that have waited on the device for `recorded`.
-    visible: Vec<u32>,
+    /// Its last use and what synchronises it (`trace::sync`).
+    sync: TensorSync,
 }
 
 struct EventState {
@@ -181,43 +174,63 @@ impl Checker<'_> {
         }
     }
 
-    /// The synchronisation rule of the module docs, then mark the tensor used on `stream`.
+    /// The synchronisation rule (`trace::sync`), then mark the tensor used on `stream`.
     fn use_on(&mut self, r: Ref, stream: u32) {
-        let Some(&(dst_dev, _)) = self.streams.get(&stream) else { return };
+        if !self.streams.contains_key(&stream) {
+            return;
+        }
         let Some(t) = self.tensors.get(&r.id) else { return };
-        let last = t.last_stream;
-        let msg = match last {
-            Some(src) if src != stream && !self.opts.resync => {
-                let src_dev = self.streams.get(&src).map(|s| s.0);
-                match src_dev {
-                    Some(d) if d.is_async() && d == dst_dev => (!t.visible.contains(&stream)).then(|| {
-                        format!(
-                            "tensor t{} was last used on s{src} and is used on s{stream} of the same device with no \
-                             synchronisation (expected `record s{src} eN t{}` then `wait s{stream} eN` before this)",
-                            r.id, r.id
-                        )
-                    }),
-                    Some(d) if d.is_async() => t.recorded.is_none().then(|| {
-                        format!(
-                            "tensor t{} was last used on s{src} ({d}) and is used on s{stream} with no \
-                             synchronisation (expected `record s{src} eN t{}` before this)",
-                            r.id, r.id
-                        )
-                    }),
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
-        if let Some(m) = msg {
+        let streams = &self.streams;
+        let unsynced = t.sync.unsynced(stream, |s| streams.get(&s).map(|s| s.0));
+        if let Some(u) = unsynced.filter(|_| !self.opts.resync) {
+            let (src, id) = (u.source, r.id);
+            let m = if u.same_device {
+                format!(
+                    "tensor t{id} was last used on s{src} and is used on s{stream} of the same device with no \
+                     synchronisation (expected `record s{src} eN t{id}` then `wait s{stream} eN`, or \
+                     `after s{stream} s{src} t{id}`, before this)"
+                )
+            } else {
+                format!(
+                    "tensor t{id} was last used on s{src} ({}) and is used on s{stream} with no \
+                     synchronisation (expected `record s{src} eN t{id}`, or `after s{stream} s{src} t{id}`, \
+                     before this)",
+                    u.device
+                )
+            };
             self.err(r.col, m);
         }
-        let t = self.tensors.get_mut(&r.id).expect("checked above");
-        if last != Some(stream) {
-            t.last_stream = Some(stream);
+        if let Some(t) = self.tensors.get_mut(&r.id) {
+            t.sync.used(stream);
         }
-        t.recorded = None;
-        t.visible.clear();
+    }
+
+    /// `after stream source tensors`: the scheduler ordered the tensors' next uses on
+    /// `stream` after their last uses on `source` (`trace::sync`).
+    fn after(&mut self, col: u32, stream: Ref, source: Ref, tensors: &[Ref]) {
+        let known = self.stream(stream).is_some() & self.stream(source).is_some();
+        if stream.id == source.id {
+            let m = format!(
+                "`after` orders uses on one stream after uses on another, but both are s{}",
+                stream.id
+            );
+            self.err(col, m);
+            return;
+        }
+        for &r in tensors {
+            if !self.tensor(r) || !known {
+                continue;
+            }
+            let Some(t) = self.tensors.get_mut(&r.id) else { continue };
+            let last = t.sync.last();
+            if !t.sync.after(stream.id, source.id) {
+                let m = match last {
+                    Some(s) => format!("tensor t{} was last used on s{s}, not on s{}", r.id, source.id),
+                    None => format!("tensor t{} has not been used yet, so not on s{}", r.id, source.id),
+                };
+                self.err(r.col, m);
+            }
+        }
     }
 
     fn statement(&mut self, l: &Line, expects: &mut Vec<(u32, Ref)>) {
@@ -262,9 +275,7 @@ impl Checker<'_> {
                     device: *device,
                     released: None,
                     too_large: checked.is_err(),
-                    last_stream: None,
-                    recorded: None,
-                    visible: Vec::new(),
+                    sync: TensorSync::default(),
                 };
                 if self.tensors.insert(id.id, state).is_some() {
                     self.err(id.col, format!("tensor t{} is declared twice", id.id));
@@ -290,9 +301,7 @@ impl Checker<'_> {
                 let mut covered = Vec::new();
                 for t in live {
                     let ts = self.tensors.get_mut(&t.id).expect("live");
-                    if ts.last_stream == Some(stream.id) {
-                        ts.recorded = Some(event.id);
-                        ts.visible.clear();
+                    if ts.sync.record(stream.id, u64::from(event.id)).0 {
                         covered.push(t.id);
                     }
                 }
@@ -324,12 +333,11 @@ impl Checker<'_> {
                 }
                 for t in tensors {
                     if let Some(ts) = self.tensors.get_mut(&t) {
-                        if ts.recorded == Some(event.id) && !ts.visible.contains(&stream.id) {
-                            ts.visible.push(stream.id);
-                        }
+                        ts.sync.waited(stream.id, u64::from(event.id));
                     }
                 }
             }
+            Stmt::After { stream, source, tensors } => self.after(col, *stream, *source, tensors),
             Stmt::Barrier { stream } => {
                 self.stream(*stream);
             }
