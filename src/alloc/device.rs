@@ -287,6 +287,16 @@ impl<S: RawMemory> CachingAllocator<S> {
     pub fn allocate(&self, bytes: usize, stream: StreamKey) -> Result<Block, DeviceAllocError> {
         let size = round_size(bytes);
         let mut st = self.state.lock();
+        if size > isize::MAX as usize {
+            // Rounding saturated: no source holds it, and asking one would only make it
+            // synchronise the device to shrink first.
+            return Err(DeviceAllocError::OutOfMemory {
+                device: self.name.clone(),
+                requested: bytes,
+                in_use: st.stats.in_use_bytes,
+                cached: st.stats.cached_bytes,
+            });
+        }
         for key in [stream, StreamKey::IDLE] {
             if let Some(addr) = take_free(&mut st, size, key) {
                 st.stats.cache_hits += 1;
@@ -592,11 +602,12 @@ impl HostMemory {
 impl RawMemory for Arc<HostMemory> {
     fn allocate(&self, bytes: usize) -> Result<u64, RawMemoryError> {
         let mut st = self.state.lock();
-        if self.capacity.is_some_and(|cap| st.used + bytes > cap) {
+        if self.capacity.is_some_and(|cap| st.used.saturating_add(bytes) > cap) {
             return Err(RawMemoryError::OutOfMemory);
         }
+        // A size no layout can describe (beyond `isize::MAX`) is more than any memory holds.
         let layout = std::alloc::Layout::from_size_align(bytes.max(1), HOST_ALIGN)
-            .map_err(|e| RawMemoryError::Other(e.to_string()))?;
+            .map_err(|_| RawMemoryError::OutOfMemory)?;
         // SAFETY: `layout` has a non-zero size.
         let ptr = unsafe { std::alloc::alloc(layout) };
         if ptr.is_null() {
@@ -655,6 +666,30 @@ mod tests {
     fn alloc(cap: Option<usize>) -> (Arc<HostMemory>, CachingAllocator<Arc<HostMemory>>) {
         let src = HostMemory::new(cap);
         (src.clone(), CachingAllocator::new("test:0", src))
+    }
+
+    #[test]
+    fn requests_no_memory_holds_are_out_of_memory_not_panics() {
+        // Beyond the address space of any process (host memory), and beyond what any size
+        // can describe: every one is a typed out-of-memory error, after one shrink at most.
+        for bytes in [1usize << 50, isize::MAX as usize, usize::MAX - 1, usize::MAX] {
+            let (src, a) = alloc(None);
+            let kept = a.allocate(1000, A).unwrap();
+            match a.allocate(bytes, A) {
+                Err(DeviceAllocError::OutOfMemory { requested, in_use, .. }) => {
+                    assert_eq!((requested, in_use), (bytes, 1024), "request of {bytes}")
+                }
+                other => panic!("request of {bytes}: {other:?}"),
+            }
+            a.check_invariants().unwrap();
+            assert_eq!(src.live_segments(), 1, "the failed request holds nothing");
+            a.free(kept, A);
+            // A capacity check that cannot overflow either.
+            let (_, capped) = alloc(Some(4 << 20));
+            let small = capped.allocate(1000, A).unwrap();
+            assert!(matches!(capped.allocate(bytes, A), Err(DeviceAllocError::OutOfMemory { .. })));
+            capped.free(small, A);
+        }
     }
 
     #[test]

@@ -21,7 +21,27 @@
 //!   less than a quarter of the block.
 //!
 //! Requests up to `isize::MAX / 2 + 1` bytes (2^62 on 64-bit targets) have a class; larger
-//! ones panic. A 0-byte request gets an empty [`Storage`] that owns no block.
+//! ones are out of memory. A 0-byte request gets an empty [`Storage`] that owns no block.
+//!
+//! # Out of memory
+//!
+//! Allocation is fallible ([`HostAllocator::try_alloc`]): a request the system refuses (a
+//! null from the global allocator, never its abort handler) first makes the allocator give
+//! its whole cache back ([`HostAllocator::shrink`]) and ask once more, as the device
+//! allocator does; if that fails too, the request fails with [`HostOutOfMemory`], which
+//! names the request and what is in use. The VM turns that into `Error::Alloc` on the
+//! instruction's outputs. On Linux, what the kernel refuses at once depends on its
+//! overcommit policy (`/proc/sys/vm/overcommit_memory`): under the default heuristic a
+//! request larger than the machine's memory and swap fails here; one the kernel grants but
+//! cannot back later is beyond any allocator's reach (the kernel's out-of-memory killer).
+//!
+//! # Fault injection
+//!
+//! For tests, an allocator can be made to fail the storage of chosen tensors as if the
+//! system were out of memory ([`AllocFaults`](super::AllocFaults), set from
+//! `Config::fault`, `FaultInjection::fail_alloc_one_in`). When it is off, the check is one
+//! predictable branch per storage allocated, which happens once per tensor written, not per
+//! instruction.
 //!
 //! Every block is 64-byte aligned (a cache line, and enough for every element type). Fresh
 //! blocks come zeroed from the system (`alloc_zeroed`); a reused block is zeroed again over
@@ -44,7 +64,7 @@
 //! checker explores, and the model checker's types would only make every allocation inside
 //! a model expensive.
 
-use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fmt;
 use std::mem;
 use std::ptr::NonNull;
@@ -55,6 +75,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::device::{DeviceBuffer, DeviceMemory};
+use super::fault::AllocFaults;
 use crate::ep::{DeviceId, EpError};
 
 /// Alignment of every block, in bytes.
@@ -154,6 +175,21 @@ pub struct AllocStats {
     pub cache_hits: u64,
 }
 
+/// A host allocation the system refused, even after the allocator gave its cache back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "out of memory allocating {requested} bytes ({in_use} bytes in use, {cached} bytes cached \
+     and given back before retrying); free tensors or use smaller ones"
+)]
+pub struct HostOutOfMemory {
+    /// Bytes requested.
+    pub requested: usize,
+    /// Bytes of blocks in use when the request failed.
+    pub in_use: usize,
+    /// Bytes that were cached (free) before the allocator gave them back to retry.
+    pub cached: usize,
+}
+
 /// A caching allocator of 64-byte-aligned, zeroed host memory (see the module docs for the
 /// size classes and the locking).
 ///
@@ -161,13 +197,16 @@ pub struct AllocStats {
 /// use eagervm::alloc::HostAllocator;
 ///
 /// let host = HostAllocator::new("cpu:0");
-/// let mut s = host.alloc(3 * 4);
+/// let mut s = host.try_alloc(3 * 4)?;
 /// s.as_f32_mut().copy_from_slice(&[1.0, 2.0, 3.0]);
 /// drop(s); // back to the cache
-/// let again = host.alloc(12);
+/// let again = host.try_alloc(12)?;
 /// assert_eq!(again.as_f32(), &[0.0; 3]); // reused, and zeroed again
 /// assert_eq!(host.stats().system_allocs, 1);
 /// assert_eq!(host.stats().cache_hits, 1);
+/// // More than the machine has is an error, not an abort.
+/// assert!(host.try_alloc(1 << 60).is_err());
+/// # Ok::<(), eagervm::alloc::HostOutOfMemory>(())
 /// ```
 pub struct HostAllocator {
     name: String,
@@ -177,6 +216,8 @@ pub struct HostAllocator {
     /// One free list per size class, indexed by class index.
     free: Mutex<Vec<Vec<Block>>>,
     counters: Counters,
+    /// Deliberate failures of tensors' storage (tests only; off by default).
+    faults: AllocFaults,
 }
 
 impl HostAllocator {
@@ -189,12 +230,23 @@ impl HostAllocator {
     /// A new allocator whose storages for tensors on `memory`'s device come from `memory`
     /// (see [`HostAllocator::alloc_for`]); host storages come from the cache as usual.
     pub fn with_device_memory(name: &str, memory: Option<Arc<dyn DeviceMemory>>) -> Arc<HostAllocator> {
+        HostAllocator::with_faults(name, memory, AllocFaults::default())
+    }
+
+    /// [`HostAllocator::with_device_memory`], failing the storage of the tensors `faults`
+    /// chooses ([`HostAllocator::alloc_tensor`]); for tests.
+    pub fn with_faults(
+        name: &str,
+        memory: Option<Arc<dyn DeviceMemory>>,
+        faults: AllocFaults,
+    ) -> Arc<HostAllocator> {
         let free = (0..NUM_CLASSES).map(|_| Vec::new()).collect();
         Arc::new(HostAllocator {
             name: name.to_string(),
             device_memory: memory,
             free: Mutex::new(free),
             counters: Counters::default(),
+            faults,
         })
     }
 
@@ -212,15 +264,57 @@ impl HostAllocator {
         if bytes == 0 {
             0
         } else {
-            check_size(bytes);
+            assert!(
+                bytes <= MAX_BYTES,
+                "host allocation of {bytes} bytes exceeds the largest size class ({MAX_BYTES} bytes)"
+            );
             class_of(bytes).1
+        }
+    }
+
+    /// The deliberate failures this allocator injects.
+    pub fn faults(&self) -> AllocFaults {
+        self.faults
+    }
+
+    /// Storage of `bytes` bytes for tensor `tensor` on `device`, as
+    /// [`HostAllocator::alloc_for`] gives, or [`EpError::OutOfMemory`] naming the tensor; the
+    /// tensors this allocator's [`AllocFaults`] chooses always fail. What the VM calls to
+    /// allocate an instruction's outputs and a host write's tensor.
+    pub fn alloc_tensor(
+        self: &Arc<Self>,
+        tensor: u64,
+        device: DeviceId,
+        bytes: usize,
+    ) -> Result<Storage, EpError> {
+        if self.faults.fails(tensor) {
+            return Err(self.injected_failure(tensor, device, bytes));
+        }
+        self.alloc_for(device, bytes).map_err(|e| match e {
+            EpError::OutOfMemory { device, detail } => {
+                EpError::OutOfMemory { device, detail: format!("tensor {tensor}: {detail}") }
+            }
+            other => other,
+        })
+    }
+
+    #[cold]
+    fn injected_failure(&self, tensor: u64, device: DeviceId, bytes: usize) -> EpError {
+        EpError::OutOfMemory {
+            device,
+            detail: format!(
+                "tensor {tensor}: out of memory allocating {bytes} bytes (injected: \
+                 FaultInjection::fail_alloc_one_in {})",
+                self.faults.one_in
+            ),
         }
     }
 
     /// Storage of `bytes` bytes for a tensor on `device`: device memory if this allocator
     /// has memory of `device` ([`HostAllocator::with_device_memory`]; not zeroed, and its
-    /// host view is empty), otherwise zeroed host memory as [`HostAllocator::alloc`] gives.
-    /// Out of device memory is an error, never a panic.
+    /// host view is empty), otherwise zeroed host memory as [`HostAllocator::try_alloc`]
+    /// gives. Out of memory, host or device, is [`EpError::OutOfMemory`], never a panic or
+    /// an abort.
     pub fn alloc_for(self: &Arc<Self>, device: DeviceId, bytes: usize) -> Result<Storage, EpError> {
         match &self.device_memory {
             Some(m) if m.device() == device => Ok(Storage {
@@ -230,27 +324,38 @@ impl HostAllocator {
                 allocator: Arc::clone(self),
                 device: Some(Box::new(DeviceBuffer::new(m, bytes)?)),
             }),
-            _ => Ok(self.alloc(bytes)),
+            _ => self.try_alloc(bytes).map_err(|e| EpError::OutOfMemory { device, detail: e.to_string() }),
         }
+    }
+
+    /// A zero-filled storage of `bytes` bytes, as [`HostAllocator::try_alloc`] gives.
+    ///
+    /// # Panics
+    /// If the system is out of memory (a panic, which unwinds, never the global allocator's
+    /// abort). For tests and fixed small sizes; sizes a program chooses go through
+    /// [`HostAllocator::try_alloc`].
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Storage {
+        self.try_alloc(bytes).unwrap_or_else(|e| panic!("{}: {e}", self.name))
     }
 
     /// A zero-filled storage of `bytes` bytes, taken from the cache if a block of the
     /// request's size class is free, from the system otherwise. `0` bytes allocate nothing.
-    ///
-    /// # Panics
-    /// If `bytes` exceeds `isize::MAX / 2 + 1`. If the system is out of memory, the global
-    /// allocator's error handler runs (which aborts by default).
-    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Storage {
+    /// If the system refuses, the cache is given back and the system asked once more; if it
+    /// refuses again (or `bytes` exceeds the largest class, `isize::MAX / 2 + 1`), the
+    /// request fails with [`HostOutOfMemory`].
+    pub fn try_alloc(self: &Arc<Self>, bytes: usize) -> Result<Storage, HostOutOfMemory> {
         if bytes == 0 {
-            return Storage {
+            return Ok(Storage {
                 ptr: NonNull::<Align64>::dangling().cast(),
                 len: 0,
                 class: None,
                 allocator: Arc::clone(self),
                 device: None,
-            };
+            });
         }
-        check_size(bytes);
+        if bytes > MAX_BYTES {
+            return Err(self.out_of_memory(bytes, 0));
+        }
         let c = &self.counters;
         let (class, size) = class_of(bytes);
         let cached = {
@@ -274,9 +379,18 @@ impl HostAllocator {
             }
             None => {
                 let layout = block_layout(size);
-                // SAFETY: `layout` has a non-zero size (classes are at least 64 bytes).
-                let raw = unsafe { alloc_zeroed(layout) };
-                let Some(ptr) = NonNull::new(raw) else { handle_alloc_error(layout) };
+                let ptr = match system_block(layout) {
+                    Some(ptr) => ptr,
+                    None => {
+                        // Give the cache back and ask once more, as the device allocator does.
+                        let cached = c.cached_bytes.load(Ordering::Relaxed);
+                        self.shrink();
+                        match system_block(layout) {
+                            Some(ptr) => ptr,
+                            None => return Err(self.out_of_memory(bytes, cached)),
+                        }
+                    }
+                };
                 c.system_allocs.fetch_add(1, Ordering::Relaxed);
                 ptr
             }
@@ -284,7 +398,12 @@ impl HostAllocator {
         let in_use = c.in_use_bytes.fetch_add(size, Ordering::Relaxed) + size;
         c.peak_in_use_bytes.fetch_max(in_use, Ordering::Relaxed);
         c.requested_bytes.fetch_add(bytes, Ordering::Relaxed);
-        Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self), device: None }
+        Ok(Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self), device: None })
+    }
+
+    #[cold]
+    fn out_of_memory(&self, requested: usize, cached: usize) -> HostOutOfMemory {
+        HostOutOfMemory { requested, in_use: self.in_use_bytes(), cached }
     }
 
     /// Bytes in blocks handed out and not yet freed (one relaxed load; the profiler's
@@ -362,12 +481,11 @@ fn class_size(class: usize) -> usize {
     }
 }
 
-/// Refuse requests larger than the largest class.
-fn check_size(bytes: usize) {
-    assert!(
-        bytes <= MAX_BYTES,
-        "host allocation of {bytes} bytes exceeds the largest size class ({MAX_BYTES} bytes)"
-    );
+/// A fresh zeroed block of `layout` from the system, or `None` if it refuses (never its
+/// out-of-memory handler, which aborts).
+fn system_block(layout: Layout) -> Option<NonNull<u8>> {
+    // SAFETY: `layout` has a non-zero size (classes are at least 64 bytes).
+    NonNull::new(unsafe { alloc_zeroed(layout) })
 }
 
 impl Drop for HostAllocator {
@@ -737,6 +855,98 @@ mod tests {
         assert!(st.cache_hits > 0);
         a.shrink();
         assert_eq!(a.stats().system_frees, st.system_allocs);
+    }
+
+    /// A request no machine can serve: beyond the 128 TiB of user address space of a 64-bit
+    /// Linux process, so the system refuses it under every overcommit policy.
+    const BEYOND_ANY_MACHINE: usize = 1 << 50;
+
+    #[test]
+    fn a_request_the_system_refuses_is_an_error_after_giving_the_cache_back() {
+        let a = HostAllocator::new("test");
+        drop(a.alloc(4096)); // one cached block
+        let live = a.alloc(100);
+        assert_eq!(a.stats().cached_blocks, 1);
+        let e = a.try_alloc(BEYOND_ANY_MACHINE).unwrap_err();
+        assert_eq!(e, HostOutOfMemory { requested: BEYOND_ANY_MACHINE, in_use: 128, cached: 4096 });
+        assert!(e.to_string().contains(&format!("allocating {BEYOND_ANY_MACHINE} bytes")), "{e}");
+        // The cache was given back before the retry; nothing else changed.
+        let st = a.stats();
+        assert_eq!((st.cached_blocks, st.system_frees, st.system_allocs), (0, 1, 2));
+        assert_eq!((st.in_use_bytes, st.requested_bytes), (128, 100));
+        // The allocator goes on serving.
+        let s = a.try_alloc(64).unwrap();
+        assert_eq!(s.as_bytes(), &[0u8; 64]);
+        drop((s, live));
+    }
+
+    #[test]
+    fn a_request_beyond_the_largest_class_is_an_error() {
+        let a = HostAllocator::new("test");
+        for bytes in [MAX_BYTES + 1, usize::MAX] {
+            let e = a.try_alloc(bytes).unwrap_err();
+            assert_eq!(e.requested, bytes);
+        }
+        assert_eq!(a.stats(), AllocStats::default());
+    }
+
+    #[test]
+    fn out_of_memory_reaches_the_vm_as_an_ep_error_naming_device_and_tensor() {
+        let a = HostAllocator::new("mock:1");
+        match a.alloc_for(DeviceId::mock(1), BEYOND_ANY_MACHINE) {
+            Err(EpError::OutOfMemory { device, detail }) => {
+                assert_eq!(device, DeviceId::mock(1));
+                assert!(detail.starts_with("out of memory allocating"), "{detail}");
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        match a.alloc_tensor(42, DeviceId::mock(1), BEYOND_ANY_MACHINE) {
+            Err(EpError::OutOfMemory { detail, .. }) => {
+                assert!(detail.starts_with("tensor 42: out of memory"), "{detail}")
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+        assert_eq!(a.alloc_tensor(42, DeviceId::mock(1), 8).unwrap().len(), 8);
+    }
+
+    #[test]
+    #[should_panic(expected = "test: out of memory allocating")]
+    fn the_infallible_path_panics_instead_of_aborting() {
+        HostAllocator::new("test").alloc(BEYOND_ANY_MACHINE);
+    }
+
+    #[test]
+    fn injected_failures_fail_the_chosen_tensors_every_time() {
+        let off = AllocFaults::default();
+        assert!((0..10_000).all(|t| !off.fails(t)));
+        let all = AllocFaults { one_in: 1, seed: 7 };
+        assert!((0..10_000).all(|t| all.fails(t)));
+        let some = AllocFaults { one_in: 4, seed: 7 };
+        let chosen: Vec<u64> = (0..10_000).filter(|&t| some.fails(t)).collect();
+        assert!((2_200..2_800).contains(&chosen.len()), "{} of 10000 chosen", chosen.len());
+        // Another seed chooses other tensors.
+        let other = AllocFaults { one_in: 4, seed: 8 };
+        assert_ne!(chosen, (0..10_000).filter(|&t| other.fails(t)).collect::<Vec<_>>());
+
+        let a = HostAllocator::with_faults("cpu:0", None, some);
+        assert_eq!(a.faults(), some);
+        for t in 0..64 {
+            for _ in 0..2 {
+                match a.alloc_tensor(t, DeviceId::CPU, 16) {
+                    Ok(s) => assert!(!some.fails(t) && s.len() == 16),
+                    Err(EpError::OutOfMemory { device, detail }) => {
+                        assert!(some.fails(t), "tensor {t} failed: {detail}");
+                        assert_eq!(device, DeviceId::CPU);
+                        assert!(detail.starts_with(&format!(
+                            "tensor {t}: out of memory allocating 16 bytes (injected"
+                        )));
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        // Injected failures never reach the system allocator or the cache.
+        assert_eq!(a.stats().system_allocs, 1);
     }
 
     #[test]

@@ -9,11 +9,18 @@
 //! Devices with memory of their own (CUDA) implement [`DeviceMemory`]; the VM's allocator
 //! for such a device hands out storages that own a [`DeviceBuffer`] instead of host bytes.
 //! [`device`] holds the caching device allocator behind them, generic over its raw source.
+//!
+//! Every allocation whose size a program chooses is fallible: out of memory is an error
+//! value ([`HostOutOfMemory`], `EpError::OutOfMemory`), never the global allocator's abort,
+//! and each allocator gives its cache back and retries once before reporting it. For tests,
+//! [`AllocFaults`] makes chosen tensors' allocations fail without real memory pressure.
 
 pub mod defer;
 pub mod device;
+mod fault;
 mod host;
 pub mod pin;
 
 pub use device::{DeviceBuffer, DeviceMemory};
-pub use host::{AllocStats, HostAllocator, Storage};
+pub use fault::AllocFaults;
+pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};

@@ -213,7 +213,19 @@ impl<'vm> Context<'vm> {
             // Refuse an unknown device before queueing anything.
             self.vm.stream(device, StreamType::H2D)?;
         }
-        let (t, data) = (host.clone(), data.to_vec());
+        // The queued write keeps its own copy of the data, as large as the array: allocated
+        // fallibly.
+        let mut copy = Vec::new();
+        copy.try_reserve_exact(data.len()).map_err(|e| {
+            crate::framework::tensor::out_of_host_memory(
+                host.id(),
+                std::mem::size_of_val(data),
+                "a copy of the data",
+                e,
+            )
+        })?;
+        copy.extend_from_slice(data);
+        let (t, data) = (host.clone(), copy);
         self.queue(Pending::Write(Box::new(move |b| b.write(&t, &data))));
         Array::new(host, self).to(device)
     }

@@ -277,8 +277,12 @@ impl<'vm> InstructionsBuilder<'vm> {
                 detail: format!("has {} elements, {} given", t.numel(), data.len()),
             });
         }
+        // The copy the instruction carries is as large as the tensor: allocated fallibly.
+        let bytes = T::try_to_bytes(data).map_err(|e| {
+            super::tensor::out_of_host_memory(t.id(), std::mem::size_of_val(data), "a copy of the data", e)
+        })?;
         let ops = operands(&[], &[t]);
-        self.emit(Body::Write(T::to_bytes(data).into_boxed_slice()), self.vm.host_stream, ops);
+        self.emit(Body::Write(bytes.into_boxed_slice()), self.vm.host_stream, ops);
         Ok(())
     }
 

@@ -13,6 +13,7 @@
 //! `Release` instruction that the handle's drop emits after every earlier use.
 
 use std::cell::UnsafeCell;
+use std::collections::TryReserveError;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -439,12 +440,17 @@ impl Tensor {
 
     /// Copy the tensor's elements to a `Vec` (waiting for pending writes first). Tensors on
     /// a device are copied to the host through the device's device-to-host stream.
+    ///
+    /// The buffers are allocated fallibly: if the host read cannot get its copy of the bytes
+    /// it returns [`Error::Alloc`]; if the `Vec` returned cannot be allocated,
+    /// [`Error::Access`] (out of memory). The tensor is untouched either way.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if T::DTYPE != self.dtype() {
             return Err(Error::DType { expected: self.dtype(), found: T::DTYPE });
         }
         let bytes = self.vm()?.read_bytes(self)?;
-        Ok(T::from_bytes(&bytes))
+        T::try_from_bytes(&bytes)
+            .map_err(|e| out_of_host_memory(self.id(), bytes.len(), "the values read", e))
     }
 }
 
@@ -462,6 +468,25 @@ pub trait Element: Copy + Send + Sync + 'static + fmt::Debug {
     fn from_bytes(bytes: &[u8]) -> Vec<Self>;
     /// Encode to native-endian bytes.
     fn to_bytes(values: &[Self]) -> Vec<u8>;
+    /// [`Element::from_bytes`], or the error of a refused allocation instead of the global
+    /// allocator's abort: for buffers whose size a program chooses.
+    fn try_from_bytes(bytes: &[u8]) -> Result<Vec<Self>, TryReserveError>;
+    /// [`Element::to_bytes`], or the error of a refused allocation.
+    fn try_to_bytes(values: &[Self]) -> Result<Vec<u8>, TryReserveError>;
+}
+
+/// A vector with room for exactly `n` elements, or the error of a refused allocation.
+fn with_room<T>(n: usize) -> Result<Vec<T>, TryReserveError> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)?;
+    Ok(v)
+}
+
+/// The error of a caller-side buffer (`to_vec`'s values, `write`'s copy of the data) that
+/// could not be allocated: nothing ran, or what ran is untouched.
+#[cold]
+pub(crate) fn out_of_host_memory(tensor: u64, bytes: usize, what: &str, e: TryReserveError) -> Error {
+    Error::Access { tensor, detail: format!("out of memory allocating {bytes} bytes for {what} ({e})") }
 }
 
 impl Element for f32 {
@@ -471,6 +496,16 @@ impl Element for f32 {
     }
     fn to_bytes(values: &[Self]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_ne_bytes()).collect()
+    }
+    fn try_from_bytes(bytes: &[u8]) -> Result<Vec<Self>, TryReserveError> {
+        let mut v = with_room(bytes.len() / 4)?;
+        v.extend(bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])));
+        Ok(v)
+    }
+    fn try_to_bytes(values: &[Self]) -> Result<Vec<u8>, TryReserveError> {
+        let mut v = with_room(std::mem::size_of_val(values))?;
+        v.extend(values.iter().flat_map(|x| x.to_ne_bytes()));
+        Ok(v)
     }
 }
 
@@ -485,11 +520,54 @@ impl Element for i64 {
     fn to_bytes(values: &[Self]) -> Vec<u8> {
         values.iter().flat_map(|v| v.to_ne_bytes()).collect()
     }
+    fn try_from_bytes(bytes: &[u8]) -> Result<Vec<Self>, TryReserveError> {
+        let mut v = with_room(bytes.len() / 8)?;
+        v.extend(
+            bytes
+                .chunks_exact(8)
+                .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
+        );
+        Ok(v)
+    }
+    fn try_to_bytes(values: &[Self]) -> Result<Vec<u8>, TryReserveError> {
+        let mut v = with_room(std::mem::size_of_val(values))?;
+        v.extend(values.iter().flat_map(|x| x.to_ne_bytes()));
+        Ok(v)
+    }
 }
 
 #[cfg(test)]
 mod layout_tests {
     use super::*;
+
+    #[test]
+    fn fallible_encodings_match_the_plain_ones() {
+        let f = [1.5f32, -0.0, f32::MAX, 3.25];
+        let fb = f32::to_bytes(&f);
+        assert_eq!(f32::try_to_bytes(&f).unwrap(), fb);
+        assert_eq!(f32::try_from_bytes(&fb).unwrap(), f32::from_bytes(&fb));
+        let i = [i64::MIN, -1, 0, 7];
+        let ib = i64::to_bytes(&i);
+        assert_eq!(i64::try_to_bytes(&i).unwrap(), ib);
+        assert_eq!(i64::try_from_bytes(&ib).unwrap(), i.to_vec());
+        // A trailing partial element is ignored, as by `from_bytes`.
+        assert_eq!(f32::try_from_bytes(&fb[..7]).unwrap(), vec![1.5]);
+    }
+
+    #[test]
+    fn a_caller_buffer_that_cannot_be_allocated_is_a_typed_error() {
+        // The one refusal that can be produced without real memory pressure.
+        let refused = with_room::<u64>(usize::MAX).unwrap_err();
+        match out_of_host_memory(9, usize::MAX, "the values read", refused) {
+            Error::Access { tensor: 9, detail } => {
+                assert!(detail.starts_with(&format!(
+                    "out of memory allocating {} bytes for the values read",
+                    usize::MAX
+                )))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 
     #[test]
     fn tensor_object_stays_small() {

@@ -478,9 +478,13 @@ impl Replayer<'_> {
                     let ops = self.operands(&[], &[*tensor]);
                     b.emit_raw(Body::Write(bytes.into_boxed_slice()), self.stream(*stream), ops, 0);
                 } else {
+                    use crate::framework::Element;
+                    let oom = |e| {
+                        crate::framework::tensor::out_of_host_memory(t.id(), bytes.len(), "the values", e)
+                    };
                     let r = match t.dtype() {
-                        DType::F32 => b.write(t, &<f32 as crate::framework::Element>::from_bytes(&bytes)),
-                        DType::I64 => b.write(t, &<i64 as crate::framework::Element>::from_bytes(&bytes)),
+                        DType::F32 => f32::try_from_bytes(&bytes).map_err(oom).and_then(|v| b.write(t, &v)),
+                        DType::I64 => i64::try_from_bytes(&bytes).map_err(oom).and_then(|v| b.write(t, &v)),
                     };
                     r.map_err(|e| self.err(l, tensor.col, e))?;
                 }
@@ -543,7 +547,19 @@ impl Replayer<'_> {
                 let io = |e| TraceError::io(&full, e);
                 let mut f = std::fs::File::open(&full).map_err(io)?;
                 f.seek(SeekFrom::Start(*offset)).map_err(io)?;
-                let mut buf = vec![0u8; *bytes as usize];
+                // As large as the tensor the trace writes: allocated fallibly.
+                let len = usize::try_from(*bytes).unwrap_or(usize::MAX);
+                let mut buf = Vec::new();
+                if let Err(e) = buf.try_reserve_exact(len) {
+                    let tensor = match &l.stmt {
+                        Stmt::Access { tensor, .. } => u64::from(tensor.id),
+                        _ => 0,
+                    };
+                    let error =
+                        crate::framework::tensor::out_of_host_memory(tensor, len, "the sidecar slice", e);
+                    return Err(TraceError::Vm { at: diag(self.trace, Some(l), 0), error: Box::new(error) });
+                }
+                buf.resize(len, 0);
                 f.read_exact(&mut buf).map_err(io)?;
                 let found = checksum(&buf);
                 if found != *want {
@@ -650,37 +666,43 @@ impl Replayer<'_> {
 }
 
 /// Whether `found` is within `rel` of `want` (see [`ReplayOptions::tolerance`]); else the
-/// first element off, with both values.
+/// first element off, with both values. Element by element, with no copy of either: both
+/// are as large as the tensor.
 fn within(found: &[u8], want: &[u8], dtype: DType, rel: f64) -> Result<(), (usize, f64, f64)> {
+    let n = (found.len().min(want.len())) / dtype.size();
+    let length_differs = found.len() != want.len();
     match dtype {
         DType::F32 => {
-            let vals = |b: &[u8]| -> Vec<f64> {
-                b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))).collect()
-            };
-            let (f, w) = (vals(found), vals(want));
-            let scale = w.iter().filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
+            fn vals(b: &[u8]) -> impl Iterator<Item = f64> + '_ {
+                b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+            }
+            let scale = vals(want).filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
             let bound = rel * scale;
-            for (i, (&a, &b)) in f.iter().zip(&w).enumerate() {
+            for (i, (a, b)) in vals(found).zip(vals(want)).enumerate() {
                 let ok = a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= bound;
                 if !ok {
                     return Err((i, a, b));
                 }
             }
-            if f.len() != w.len() {
-                return Err((f.len().min(w.len()), f64::NAN, f64::NAN));
+            if length_differs {
+                return Err((n, f64::NAN, f64::NAN));
             }
             Ok(())
         }
         DType::I64 => {
-            let vals = |b: &[u8]| -> Vec<i64> {
-                b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
-            };
-            let (f, w) = (vals(found), vals(want));
-            match f.iter().zip(&w).position(|(a, b)| a != b) {
-                Some(i) => Err((i, f[i] as f64, w[i] as f64)),
-                None if f.len() != w.len() => Err((f.len().min(w.len()), f64::NAN, f64::NAN)),
-                None => Ok(()),
+            fn vals(b: &[u8]) -> impl Iterator<Item = i64> + '_ {
+                b.chunks_exact(8)
+                    .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
             }
+            for (i, (a, b)) in vals(found).zip(vals(want)).enumerate() {
+                if a != b {
+                    return Err((i, a as f64, b as f64));
+                }
+            }
+            if length_differs {
+                return Err((n, f64::NAN, f64::NAN));
+            }
+            Ok(())
         }
     }
 }

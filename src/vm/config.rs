@@ -1,6 +1,7 @@
 //! VM configuration: devices, thread topology, water marks, batching, synchronous mode.
 //! Every knob is described in `docs/tuning.md`.
 
+use crate::alloc::AllocFaults;
 use crate::ep::mock::MockConfig;
 use crate::error::{Error, Result};
 use crate::sync::notify::{default_yields, Backoff, DEFAULT_SPIN};
@@ -19,7 +20,8 @@ pub enum ThreadTopology {
 }
 
 /// Deliberate faults, for tests that check the tests (a property test must catch a VM
-/// that skips synchronisation). Off by default; never enable in production.
+/// that skips synchronisation) and for tests of the VM's answer to failures it cannot
+/// cause on demand (out of memory). Off by default; never enable in production.
 #[derive(Debug, Default)]
 pub struct FaultInjection {
     /// Skip the device-side wait of every n-th `StreamWaitEvent` (0: never).
@@ -27,6 +29,14 @@ pub struct FaultInjection {
     /// Behave as if the system refused to start the watcher threads of asynchronous
     /// streams (tests the VM's answer to a missing thread).
     pub refuse_watcher_threads: bool,
+    /// Make the storage of about one tensor in this many fail to allocate, on every
+    /// device's allocator, as if the device were out of memory (0: never). Which tensors
+    /// is a hash of the tensor's id and [`fail_alloc_seed`](Self::fail_alloc_seed)
+    /// ([`FaultInjection::fails_alloc`]); a chosen tensor's every allocation fails, so an
+    /// instruction that would allocate it stores `Error::Alloc` on its outputs.
+    pub fail_alloc_one_in: u64,
+    /// Seeds the choice of [`fail_alloc_one_in`](Self::fail_alloc_one_in).
+    pub fail_alloc_seed: u64,
     count: AtomicU64,
 }
 
@@ -35,12 +45,25 @@ impl Clone for FaultInjection {
         FaultInjection {
             skip_stream_wait_every: self.skip_stream_wait_every,
             refuse_watcher_threads: self.refuse_watcher_threads,
+            fail_alloc_one_in: self.fail_alloc_one_in,
+            fail_alloc_seed: self.fail_alloc_seed,
             count: AtomicU64::new(0),
         }
     }
 }
 
 impl FaultInjection {
+    /// The allocation failures the allocators inject.
+    pub fn alloc_faults(&self) -> AllocFaults {
+        AllocFaults { one_in: self.fail_alloc_one_in, seed: self.fail_alloc_seed }
+    }
+
+    /// Whether the storage of the tensor with id `tensor` fails to allocate under
+    /// [`fail_alloc_one_in`](Self::fail_alloc_one_in) (what a test's reference needs).
+    pub fn fails_alloc(&self, tensor: u64) -> bool {
+        self.alloc_faults().fails(tensor)
+    }
+
     /// Whether this `StreamWaitEvent` should skip its wait.
     pub(crate) fn skip_stream_wait(&self) -> bool {
         let every = self.skip_stream_wait_every;

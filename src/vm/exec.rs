@@ -10,6 +10,12 @@
 //! Errors are values (DESIGN.md): a kernel that fails or panics stores an [`Error`] on
 //! every tensor it writes; an instruction that reads a tensor carrying an error skips its
 //! kernel and stores the same error on its outputs; a later successful write clears it.
+//!
+//! Out of memory is one of those errors: storage is allocated here, fallibly
+//! ([`HostAllocator::alloc_tensor`]), when a call or a host write first writes a tensor; an
+//! allocation that fails stores [`Error::Alloc`] on every tensor the instruction writes, and
+//! the kernel does not run. A host read's copy for the caller is allocated fallibly too; if
+//! it fails, the read returns `Error::Alloc` to its caller and the tensor is untouched.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -18,6 +24,7 @@ use parking_lot::Mutex;
 use smallvec::SmallVec;
 
 use crate::alloc::HostAllocator;
+use crate::ep::EpError;
 use crate::error::Error;
 use crate::framework::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
 
@@ -95,9 +102,9 @@ fn execute_other(body: &mut Body, ops: &[Operand], program: u64, env: &ExecEnv) 
                 v.error = None;
             }
         }
-        Body::Read(slot) => read_access(&ops[0], slot, false, program),
-        Body::Wait(slot) => read_access(&ops[0], slot, true, program),
-        Body::Write(bytes) => write_access(&ops[0], bytes, env),
+        Body::Read(slot) => read_access(&ops[0], slot, false, program, env),
+        Body::Wait(slot) => read_access(&ops[0], slot, true, program, env),
+        Body::Write(bytes) => write_access(&ops[0], bytes, program, env),
         // On a synchronous stream events are complete when recorded; asynchronous streams
         // handle these in the worker (`thread_ctx`), which owns the device stream.
         Body::RecordEvent { .. } | Body::StreamWaitEvent { .. } => {}
@@ -312,7 +319,8 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         let v = unsafe { op.tensor().value_mut() };
         clear_errors |= v.error.is_some();
         if v.storage.is_none() {
-            match env.alloc.alloc_for(op.tensor().meta.device, op.tensor().meta.bytes()) {
+            let t = op.tensor();
+            match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
                 Ok(s) => v.storage = Some(s),
                 Err(source) => {
                     drop(outs);
@@ -370,28 +378,63 @@ fn set_error(outputs: &[Operand], e: Arc<Error>) {
 }
 
 /// A host read (`wait_only`: only the error state) of `op`'s tensor into `slot`.
-fn read_access(op: &Operand, slot: &AccessSlot, wait_only: bool, program: u64) {
+fn read_access(op: &Operand, slot: &AccessSlot, wait_only: bool, program: u64, env: &ExecEnv) {
     let t = op.tensor();
     // SAFETY: a read Access holds the read access to its operand.
     let v = unsafe { t.value() };
     let r = match (&v.error, &v.storage) {
         (Some(e), _) => Err((**e).clone()),
         (None, _) if wait_only => Ok(Vec::new()),
-        (None, Some(s)) => Ok(s.as_bytes().to_vec()),
+        (None, Some(s)) => copy_out(s.as_bytes()).map_err(|source| Error::Alloc {
+            instr: program,
+            op: "Access".into(),
+            stream: env.stream_name.clone(),
+            source: EpError::OutOfMemory {
+                device: t.meta.device,
+                detail: format!("tensor {}: {source}, for the caller's copy of its values", t.id),
+            },
+        }),
         (None, None) => Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id }),
     };
     slot.fulfil(r);
 }
 
-/// A host write of `bytes` into `op`'s tensor.
-fn write_access(op: &Operand, bytes: &[u8], env: &ExecEnv) {
+/// The caller's copy of a tensor's bytes, or the error of a refused allocation (never the
+/// global allocator's abort): its size is the program's.
+fn copy_out(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    out.try_reserve_exact(bytes.len())
+        .map_err(|e| format!("out of memory allocating {} bytes ({e})", bytes.len()))?;
+    out.extend_from_slice(bytes);
+    Ok(out)
+}
+
+/// A host write of `bytes` into `op`'s tensor. A tensor without storage gets it here; if
+/// that fails, the tensor carries [`Error::Alloc`] instead of the bytes.
+fn write_access(op: &Operand, bytes: &[u8], program: u64, env: &ExecEnv) {
     let t = op.tensor();
     // SAFETY: a write Access holds the write access to its operand.
     let v = unsafe { t.value_mut() };
-    // Accesses run on the host stream, whose allocator is the host's; the builder allows
-    // them on host tensors only.
-    let storage = v.storage.get_or_insert_with(|| env.alloc.alloc(t.meta.bytes()));
-    storage.as_bytes_mut().copy_from_slice(bytes);
+    if v.storage.is_none() {
+        // Accesses run on the host stream, whose allocator is the host's; the builder allows
+        // them on host tensors only.
+        match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
+            Ok(s) => v.storage = Some(s),
+            Err(source) => {
+                let e = Error::Alloc {
+                    instr: program,
+                    op: "Access".into(),
+                    stream: env.stream_name.clone(),
+                    source,
+                };
+                fail(std::slice::from_ref(op), e, env);
+                return;
+            }
+        }
+    }
+    if let Some(storage) = &mut v.storage {
+        storage.as_bytes_mut().copy_from_slice(bytes);
+    }
     v.error = None;
 }
 

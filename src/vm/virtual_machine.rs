@@ -427,7 +427,8 @@ impl VirtualMachine {
         for entry in registry.devices() {
             let dev = &entry.device;
             let id = dev.id();
-            let alloc = HostAllocator::with_device_memory(&id.to_string(), dev.memory());
+            let alloc =
+                HostAllocator::with_faults(&id.to_string(), dev.memory(), config.fault.alloc_faults());
             let types: &[StreamType] = if id.is_host() { &[StreamType::Compute] } else { &StreamType::ALL };
             for &ty in types {
                 let index = streams.len();

@@ -1,5 +1,7 @@
 //! Random tensor programs, a plain sequential interpreter for them, and a runner that
-//! executes them on the VM: the pieces of the serialisability property tests.
+//! executes them on the VM: the pieces of the serialisability property tests. The
+//! interpreter also models failures (`fail` and `panic` steps, allocations that fail), for
+//! the fault-injection soak of `tests/lifecycle.rs`.
 //!
 //! A program's tensors live on the devices of its [`Mix`]: `cpu:0`, `mock:0` and `mock:1`
 //! by default, and `cuda:0` as well in [`Mix::WITH_CUDA`]. On CUDA tensors the programs use
@@ -214,7 +216,8 @@ fn same_device(mix: Mix, tensors: usize, out: usize, pick: u8) -> Option<usize> 
     (!cands.is_empty()).then(|| cands[pick as usize % cands.len()])
 }
 
-fn initial(t: usize) -> Vec<f32> {
+/// The value tensor `t` starts with (and gets again when it is re-created).
+pub fn initial(t: usize) -> Vec<f32> {
     (0..N).map(|k| (t * N + k) as f32 * 0.25 - 2.0).collect()
 }
 
@@ -233,51 +236,173 @@ fn matmul(a: &[f32], b: &[f32]) -> Vec<f32> {
 /// The result of a program: every `Read` in order, then every tensor's final value.
 pub type Outcome = Vec<Vec<u32>>;
 
-fn bits(v: &[f32]) -> Vec<u32> {
+pub fn bits(v: &[f32]) -> Vec<u32> {
     // All NaNs compare equal; everything else bit for bit.
     v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect()
 }
 
-/// Run the program one step at a time on plain vectors.
-pub fn interpret(p: &Program) -> Outcome {
-    let mut val: Vec<Vec<f32>> = (0..p.tensors).map(initial).collect();
-    let mut out = Vec::new();
-    for s in &p.steps {
-        match *s {
-            Step::Fill { out: o, value, .. } => val[o] = vec![value; N],
-            Step::Unary { op, a, out: o, factor, .. } => {
-                val[o] = val[a]
-                    .iter()
-                    .map(|&x| {
-                        if op != "relu" {
-                            x * factor
-                        } else if x < 0.0 {
-                            0.0
-                        } else {
-                            x
-                        }
-                    })
-                    .collect()
+/// Where the error a tensor carries came from, as the sequential reference tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// The kernel of a `fail` step (a `Unary` step with op `fail`) whose factor was this tag.
+    Fail(u32),
+    /// The kernel of a `panic` step with this tag.
+    Panic(u32),
+    /// The storage of the tensor with this id could not be allocated.
+    Alloc(u64),
+}
+
+impl Origin {
+    /// The origin a VM error names: the `fail` or `panic` op's tag (its scalar attribute,
+    /// which its message repeats), or the tensor an out-of-memory error names; `None` for
+    /// any other error.
+    pub fn of(e: &eagervm::Error) -> Option<Origin> {
+        use eagervm::ep::EpError;
+        use eagervm::Error;
+        let tag = |m: &str, prefix: &str| m.strip_prefix(prefix)?.parse::<u32>().ok();
+        match e {
+            Error::Kernel { op, message, .. } if op == "fail" => tag(message, "fail op: ").map(Origin::Fail),
+            Error::Panic { op, message, .. } if op == "panic" => {
+                tag(message, "panic op: ").map(Origin::Panic)
             }
-            Step::Binary { op, a, b, out: o, .. } => {
-                val[o] = match op {
-                    "add" => val[a].iter().zip(&val[b]).map(|(x, y)| x + y).collect(),
-                    "mul" => val[a].iter().zip(&val[b]).map(|(x, y)| x * y).collect(),
-                    "sub" => val[a].iter().zip(&val[b]).map(|(x, y)| x - y).collect(),
-                    // Inputs (dy, x).
-                    "relu_grad" => {
-                        val[a].iter().zip(&val[b]).map(|(&dy, &x)| if x > 0.0 { dy } else { 0.0 }).collect()
-                    }
-                    "matmul" => matmul(&val[a], &val[b]),
-                    other => panic!("the interpreter has no op `{other}`"),
-                }
+            Error::Alloc { source: EpError::OutOfMemory { detail, .. }, .. } => {
+                let rest = detail.strip_prefix("tensor ")?;
+                rest[..rest.find(':')?].parse().ok().map(Origin::Alloc)
             }
-            Step::Copy { src, dst, .. } => val[dst] = val[src].clone(),
-            Step::Read { t } => out.push(bits(&val[t])),
-            Step::Recreate { t } => val[t] = initial(t),
+            _ => None,
         }
     }
-    out.extend(val.iter().map(|v| bits(v)));
+}
+
+/// A tensor's value in the reference: its elements, or the failure it carries.
+pub type Value = Result<Vec<f32>, Origin>;
+
+/// An allocation the reference asks about (see [`Interpreter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    /// Making tensor `t` (at the start, or re-creating it) with its initial value.
+    Create(usize),
+    /// A step writing tensor `t`, which allocates it if it has no storage yet.
+    Write(usize),
+    /// Reading tensor `t` back to the host (through a copy, for a device tensor).
+    Read(usize),
+}
+
+/// The sequential reference: runs a program's steps one at a time on plain vectors. An
+/// instruction that reads a failed tensor carries the failure on; otherwise one whose
+/// output cannot be allocated fails with [`Origin::Alloc`]; otherwise a `fail` or `panic`
+/// step fails with its tag; otherwise the step computes. `alloc` answers, for each
+/// [`Site`], whether its allocation fails and with which origin; the serialisability tests
+/// answer "never".
+pub struct Interpreter {
+    val: Vec<Value>,
+    /// Instructions that failed themselves (what the VM's failure log counts) since the
+    /// last [`Interpreter::take_failures`].
+    failures: u64,
+}
+
+/// The reference's answer, for each allocation, whether it fails.
+pub type Allocs<'a> = &'a mut dyn FnMut(Site) -> Option<Origin>;
+
+impl Interpreter {
+    /// `tensors` tensors, each created with its initial value.
+    pub fn new(tensors: usize, alloc: Allocs<'_>) -> Self {
+        let mut me = Interpreter { val: Vec::with_capacity(tensors), failures: 0 };
+        for t in 0..tensors {
+            let v = me.create(t, alloc);
+            me.val.push(v);
+        }
+        me
+    }
+
+    fn create(&mut self, t: usize, alloc: Allocs<'_>) -> Value {
+        match alloc(Site::Create(t)) {
+            Some(o) => {
+                self.failures += 1;
+                Err(o)
+            }
+            None => Ok(initial(t)),
+        }
+    }
+
+    /// Tensor `t`'s value now.
+    pub fn value(&self, t: usize) -> &Value {
+        &self.val[t]
+    }
+
+    /// The failures counted since the last call.
+    pub fn take_failures(&mut self) -> u64 {
+        std::mem::take(&mut self.failures)
+    }
+
+    /// Write `out` from `inputs` (see the type's docs for the order of the checks).
+    fn write(&mut self, out: usize, inputs: &[usize], alloc: Allocs<'_>, f: impl FnOnce(&[&[f32]]) -> Value) {
+        let mut args: Vec<&[f32]> = Vec::with_capacity(inputs.len());
+        for &i in inputs {
+            match &self.val[i] {
+                Ok(v) => args.push(v),
+                Err(o) => {
+                    self.val[out] = Err(o.clone());
+                    return;
+                }
+            }
+        }
+        let v = match alloc(Site::Write(out)) {
+            Some(o) => Err(o),
+            None => f(&args),
+        };
+        self.failures += u64::from(v.is_err());
+        self.val[out] = v;
+    }
+
+    /// Run one step; a `Read` returns what the read gives.
+    pub fn step(&mut self, s: &Step, alloc: Allocs<'_>) -> Option<Value> {
+        match *s {
+            Step::Fill { out, value, .. } => self.write(out, &[], alloc, |_| Ok(vec![value; N])),
+            Step::Unary { op, a, out, factor, .. } => self.write(out, &[a], alloc, |x| match op {
+                "fail" => Err(Origin::Fail(factor as u32)),
+                "panic" => Err(Origin::Panic(factor as u32)),
+                "relu" => Ok(x[0].iter().map(|&x| if x < 0.0 { 0.0 } else { x }).collect()),
+                _ => Ok(x[0].iter().map(|&x| x * factor).collect()),
+            }),
+            Step::Binary { op, a, b, out, .. } => self.write(out, &[a, b], alloc, |x| {
+                let (a, b) = (x[0], x[1]);
+                Ok(match op {
+                    "add" => a.iter().zip(b).map(|(x, y)| x + y).collect(),
+                    "mul" => a.iter().zip(b).map(|(x, y)| x * y).collect(),
+                    "sub" => a.iter().zip(b).map(|(x, y)| x - y).collect(),
+                    // Inputs (dy, x).
+                    "relu_grad" => a.iter().zip(b).map(|(&dy, &x)| if x > 0.0 { dy } else { 0.0 }).collect(),
+                    "matmul" => matmul(a, b),
+                    other => panic!("the interpreter has no op `{other}`"),
+                })
+            }),
+            Step::Copy { src, dst, .. } => self.write(dst, &[src], alloc, |x| Ok(x[0].to_vec())),
+            Step::Read { t } => {
+                return Some(match &self.val[t] {
+                    Err(o) => Err(o.clone()),
+                    Ok(v) => match alloc(Site::Read(t)) {
+                        Some(o) => {
+                            self.failures += 1;
+                            Err(o)
+                        }
+                        None => Ok(v.clone()),
+                    },
+                })
+            }
+            Step::Recreate { t } => self.val[t] = self.create(t, alloc),
+        }
+        None
+    }
+}
+
+/// Run the program one step at a time on plain vectors (no step fails).
+pub fn interpret(p: &Program) -> Outcome {
+    let never = &mut |_| None;
+    let mut it = Interpreter::new(p.tensors, never);
+    let ok = |v: Value| bits(&v.expect("the serialisability programs have no failing steps"));
+    let mut out: Outcome = p.steps.iter().filter_map(|s| it.step(s, never)).map(ok).collect();
+    out.extend((0..p.tensors).map(|t| ok(it.value(t).clone())));
     out
 }
 
@@ -304,10 +429,36 @@ pub fn vm_on(
     VirtualMachine::new(c)
 }
 
+/// Emit step `s` (any step but `Read` and `Recreate`) on `b`, over the program's tensors
+/// `ts` and the stream table `streams` ([`Mix::stream_table`]).
+pub fn emit(
+    vm: &VirtualMachine,
+    b: &mut eagervm::framework::builder::InstructionsBuilder<'_>,
+    s: &Step,
+    ts: &[Tensor],
+    streams: &[StreamId],
+) -> eagervm::Result<()> {
+    let ops = |n: &str| vm.op(n).expect("built-in");
+    match *s {
+        Step::Read { .. } | Step::Recreate { .. } => panic!("{s:?} is not emitted on a builder"),
+        Step::Fill { out: o, value, stream } => {
+            b.call_into(ops("fill"), &[], &[&ts[o]], Attrs::scalar(value as f64), streams[stream])
+        }
+        Step::Unary { op, a, out: o, factor, stream } => {
+            b.call_into(ops(op), &[&ts[a]], &[&ts[o]], Attrs::scalar(factor as f64), streams[stream])
+        }
+        Step::Binary { op, a, b: y, out: o, stream } => {
+            b.call_into(ops(op), &[&ts[a], &ts[y]], &[&ts[o]], Attrs::default(), streams[stream])
+        }
+        Step::Copy { src, dst, stream } => {
+            b.call_into(ops("copy"), &[&ts[src]], &[&ts[dst]], Attrs::default(), streams[stream])
+        }
+    }
+}
+
 /// Run the program on `vm`, which must have the devices of the program's mix.
 pub fn execute(vm: &VirtualMachine, p: &Program) -> eagervm::Result<Outcome> {
     let streams = p.mix.stream_table(vm)?;
-    let ops = |n: &str| vm.op(n).expect("built-in");
     let make =
         |t: usize| -> eagervm::Result<Tensor> { vm.from_slice(&initial(t), &SHAPE, p.mix.device_of(t)) };
     let mut ts: Vec<Tensor> = (0..p.tensors).map(make).collect::<eagervm::Result<_>>()?;
@@ -317,29 +468,10 @@ pub fn execute(vm: &VirtualMachine, p: &Program) -> eagervm::Result<Outcome> {
         // Submit up to the next read or recreate in one `run`.
         vm.run(|b| -> eagervm::Result<()> {
             while i < p.steps.len() {
-                match p.steps[i] {
-                    Step::Read { .. } | Step::Recreate { .. } => break,
-                    Step::Fill { out: o, value, stream } => b.call_into(
-                        ops("fill"),
-                        &[],
-                        &[&ts[o]],
-                        Attrs::scalar(value as f64),
-                        streams[stream],
-                    )?,
-                    Step::Unary { op, a, out: o, factor, stream } => b.call_into(
-                        ops(op),
-                        &[&ts[a]],
-                        &[&ts[o]],
-                        Attrs::scalar(factor as f64),
-                        streams[stream],
-                    )?,
-                    Step::Binary { op, a, b: y, out: o, stream } => {
-                        b.call_into(ops(op), &[&ts[a], &ts[y]], &[&ts[o]], Attrs::default(), streams[stream])?
-                    }
-                    Step::Copy { src, dst, stream } => {
-                        b.call_into(ops("copy"), &[&ts[src]], &[&ts[dst]], Attrs::default(), streams[stream])?
-                    }
+                if let Step::Read { .. } | Step::Recreate { .. } = p.steps[i] {
+                    break;
                 }
+                emit(vm, b, &p.steps[i], &ts, &streams)?;
                 i += 1;
             }
             Ok(())

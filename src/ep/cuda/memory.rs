@@ -79,7 +79,11 @@ impl PinnedPool {
     /// A buffer of at least `bytes` bytes: a pooled one of its size class that no device work
     /// still reads, or a new one.
     pub(crate) fn take(&self, bytes: usize) -> Result<PinnedBuf, DriverError> {
-        let size = bytes.max(4096).next_power_of_two();
+        // A size beyond the largest power of two is more than any host can lock.
+        let size = bytes
+            .max(4096)
+            .checked_next_power_of_two()
+            .ok_or(DriverError(sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY))?;
         {
             let mut free = self.free.lock();
             if let Some(bufs) = free.get_mut(&size) {

@@ -552,6 +552,18 @@ fn locked(s: &CudaEpStream, storage: &crate::alloc::Storage, bytes: usize) -> bo
     })
 }
 
+/// The kernel error for a pinned staging buffer the driver refused. Out of memory is named
+/// first (the message starts with `out of memory`; docs/errors.md, "Writing kernels"), so
+/// that it reads as what it is whatever the driver's wording.
+#[cold]
+fn staging_error(bytes: usize, e: cudarc::driver::DriverError) -> String {
+    if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        format!("out of memory: no pinned staging buffer of {bytes} bytes ({e})")
+    } else {
+        format!("pinned staging buffer of {bytes} bytes: {e}")
+    }
+}
+
 /// A host address that a host function writes after the stream gets there.
 struct HostDst(*mut u8);
 // SAFETY: the destination (host storage, or a pinned staging buffer) is written only by this
@@ -633,7 +645,7 @@ impl OpKernel for CudaCopy {
                         .map_err(|e| format!("cuMemcpyHtoDAsync: {e}"));
                     }
                     let pinned = s.pinned().clone();
-                    let staging = pinned.take(bytes).map_err(|e| format!("pinned staging buffer: {e}"))?;
+                    let staging = pinned.take(bytes).map_err(|e| staging_error(bytes, e))?;
                     // The source's bytes are final here unless a copy from this device that
                     // writes them is still pending: that copy may be earlier on another stream
                     // of this device, ordered before this one only by a device-side wait, and
@@ -692,7 +704,7 @@ impl OpKernel for CudaCopy {
                     let out = HostDst(host.as_mut_ptr());
                     let key = host.as_mut_ptr() as usize;
                     let pinned = s.pinned().clone();
-                    let staging = pinned.take(bytes).map_err(|e| format!("pinned staging buffer: {e}"))?;
+                    let staging = pinned.take(bytes).map_err(|e| staging_error(bytes, e))?;
                     // SAFETY: `from` holds `bytes` bytes; the staging buffer is ours until the
                     // host function gives it back, after the copy has landed in it.
                     unsafe { sys::cuMemcpyDtoHAsync_v2(staging.ptr.cast(), from, bytes, s.cu_stream()) }
