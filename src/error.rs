@@ -65,6 +65,15 @@ pub enum Error {
         /// The tensor's id.
         tensor: u64,
     },
+    /// A tensor made by another virtual machine was given to this one (each VM tracks the
+    /// dependences of its own tensors only).
+    #[error("op `{op}`: tensor {tensor} belongs to another virtual machine")]
+    ForeignTensor {
+        /// The op (`write` for a host write).
+        op: String,
+        /// The tensor's id (in the VM that made it).
+        tensor: u64,
+    },
     /// A tensor was used after its storage was released.
     #[error("tensor {tensor} was used after it was released")]
     Released {

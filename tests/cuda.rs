@@ -308,3 +308,19 @@ fn benchmarks_report_or_skip() {
         }
     }
 }
+
+/// A CUDA tensor that nothing wrote reads as a host tensor does (`tests/errors.rs` checks
+/// the CPU and the mock device): `wait` passes, `to_vec` reports it uninitialized by the
+/// access, and neither counts for `sync`.
+#[test]
+#[ignore = "needs a GPU"]
+fn a_cuda_tensor_nothing_wrote_reads_as_a_host_tensor_does() {
+    let vm = gpu_vm();
+    let t = vm.empty(&[2], DType::F32, DeviceId::cuda(0)).unwrap();
+    assert_eq!(t.wait(), Ok(()));
+    match t.to_vec::<f32>() {
+        Err(Error::Uninitialized { op, tensor, .. }) => assert_eq!((op.as_str(), tensor), ("Access", t.id())),
+        other => panic!("expected Uninitialized, got {other:?}"),
+    }
+    assert_eq!(vm.sync(), Ok(()));
+}

@@ -278,3 +278,56 @@ fn a_failed_kernel_poisons_what_it_feeds_only() {
         cx.sync().unwrap();
     }
 }
+
+/// The case: `a` made in `cx1`; in `cx2`, `c = x + a` and an unrelated `d = 2x` are
+/// accepted and queued; then `a` is released through `cx1`. The release waits for the uses
+/// `cx2` accepted, and `cx2`'s flush neither refuses `c` nor drops `d`.
+#[test]
+fn a_release_in_one_context_waits_for_uses_queued_in_another() {
+    let vm = vm();
+    for dev in DEVICES {
+        let cx1 = Context::new(&vm);
+        let cx2 = Context::new(&vm);
+        let a = cx1.from_slice(&[1.0f32, 2.0], &[2], dev).unwrap();
+        let x = cx2.from_slice(&[10.0f32, 20.0], &[2], dev).unwrap();
+        let c = x.add(&a).unwrap();
+        let d = x.scale(2.0).unwrap();
+        assert!(cx2.stats().pending > 0, "the uses are queued, not yet handed to the VM");
+        vm.start_profiling().unwrap();
+        a.release().unwrap();
+        assert_eq!(read(&c), vec![11.0, 22.0], "on {dev}");
+        assert_eq!(read(&d), vec![20.0, 40.0], "on {dev}");
+        // Calls made after the release are refused at the call, in every context.
+        assert!(matches!(x.add(&a), Err(Error::Released { tensor }) if tensor == a.id()));
+        cx1.sync().unwrap();
+        cx2.sync().unwrap();
+        // `a`'s `Release` went to the VM after `cx2`'s flush, behind the use it held back.
+        let p = vm.stop_profiling().unwrap();
+        let at = |name: &str| {
+            p.instructions()
+                .iter()
+                .find(|i| i.name == name && i.tensors.contains(&a.id()))
+                .map(|i| i.program)
+                .unwrap_or_else(|| panic!("no {name} of a on {dev}"))
+        };
+        assert!(at("add") < at("Release"), "on {dev}");
+    }
+}
+
+/// A call the builder would refuse (more inputs than an instruction counts) is refused at
+/// the call, like every other, not at the flush, and the context goes on.
+#[test]
+fn a_call_the_builder_would_refuse_is_refused_at_the_call() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    let a = cx.full(&[2], 1.0, DType::F32, DeviceId::CPU).unwrap();
+    let many: Vec<&Array<'_>> = vec![&a; eagervm::framework::MAX_INPUTS + 1];
+    let spec = eagervm::framework::OutSpec { shape: [2].into_iter().collect(), dtype: DType::F32 };
+    let r = cx.call("noop", &many, Attrs::default(), &[spec], DeviceId::CPU);
+    assert!(
+        matches!(&r, Err(Error::InvalidOperands { detail, .. }) if detail.contains("at most 255")),
+        "{r:?}"
+    );
+    assert_eq!(a.scale(3.0).unwrap().to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
+    cx.sync().unwrap();
+}

@@ -1013,3 +1013,92 @@ fn injected_allocation_failures_poison_exactly_the_chosen_tensors() {
     // Off by default.
     assert!((0..1000).all(|t| !Config::default().fault.fails_alloc(t)));
 }
+
+/// A tensor belongs to the VM that made it: another VM's builder refuses it on every path,
+/// fast or not, before anything is emitted (its dependence object is the other scheduler's).
+#[test]
+fn a_tensor_of_another_vm_is_refused_on_every_path() {
+    let (vm_a, vm_b) = (vm(), vm());
+    let (add, noop) = (vm_b.op("add").unwrap(), vm_b.op("noop").unwrap());
+    // Made in the same order on both VMs, so that their metas get the same numbers: the
+    // inference cache of `vm_b` knows the signature of a call with `t` in place of `u`.
+    let t = vm_a.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    let u = vm_b.from_slice(&[3.0f32, 4.0], &[2], DeviceId::CPU).unwrap();
+    let out = vm_b.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let cpu = vm_b.compute_stream(DeviceId::CPU).unwrap();
+    let wide: Vec<&Tensor> = vec![&u; 8];
+    vm_b.run(|b| {
+        // Warm the cache: the same signatures with `vm_b`'s own tensors pass.
+        b.call_into(add, &[&u, &u], &[&out], Attrs::default(), cpu).unwrap();
+        b.call_into(noop, &wide, &[&out], Attrs::default(), cpu).unwrap();
+        let mut foreign_wide = wide.clone();
+        foreign_wide[5] = &t;
+        let refusals = [
+            ("call_into", b.call_into(add, &[&u, &t], &[&out], Attrs::default(), cpu)),
+            ("call_into, output", b.call_into(add, &[&u, &u], &[&t], Attrs::default(), cpu)),
+            ("call_into, wide", b.call_into(noop, &foreign_wide, &[&out], Attrs::default(), cpu)),
+            ("call", b.call(add, &[&t, &u], Attrs::default(), cpu).map(drop)),
+            ("call_multi", b.call_multi(add, &[&u, &t], Attrs::default(), cpu).map(drop)),
+            ("write", b.write(&t, &[5.0f32, 6.0])),
+        ];
+        for (path, r) in refusals {
+            match r {
+                Err(Error::ForeignTensor { op, tensor }) => {
+                    let want = if path == "write" {
+                        "write"
+                    } else if path.contains("wide") {
+                        "noop"
+                    } else {
+                        "add"
+                    };
+                    assert_eq!((op.as_str(), tensor), (want, t.id()), "{path}");
+                }
+                other => panic!("{path}: a tensor of another VM was not refused as such: {other:?}"),
+            }
+        }
+    });
+    // Nothing of the refused calls ran: `out` holds the first call's sum, `t` its own values.
+    assert_eq!(out.to_vec::<f32>().unwrap(), vec![6.0, 8.0]);
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0]);
+    vm_a.sync().unwrap();
+    vm_b.sync().unwrap();
+
+    // The eager front end: an array of a context on another VM, and a wrapped tensor of
+    // another VM, are refused at the call, and the context goes on.
+    let (cx_a, cx_b) = (eagervm::eager::Context::new(&vm_a), eagervm::eager::Context::new(&vm_b));
+    let x = cx_a.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+    let y = cx_b.from_slice(&[3.0f32, 4.0], &[2], DeviceId::CPU).unwrap();
+    let r = y.add(&x);
+    assert!(
+        matches!(&r, Err(Error::ForeignTensor { op, tensor }) if op == "add" && *tensor == x.id()),
+        "{r:?}"
+    );
+    let wrapped = cx_b.wrap(t.clone());
+    let r = wrapped.relu();
+    assert!(
+        matches!(&r, Err(Error::ForeignTensor { op, tensor }) if op == "relu" && *tensor == t.id()),
+        "{r:?}"
+    );
+    assert_eq!(y.add(&y).unwrap().to_vec::<f32>().unwrap(), vec![6.0, 8.0]);
+    cx_b.sync().unwrap();
+}
+
+/// A device tensor that nothing wrote reads as a host tensor does: `wait` passes, `to_vec`
+/// reports the tensor uninitialized by the access (not by the copy the read makes), and
+/// neither counts as a failure for `sync`.
+#[test]
+fn a_tensor_nothing_wrote_reads_alike_on_the_host_and_on_a_device() {
+    let vm = vm();
+    for device in [DeviceId::CPU, DeviceId::mock(0)] {
+        let t = vm.empty(&[2], DType::F32, device).unwrap();
+        assert_eq!(t.wait(), Ok(()), "wait on {device}");
+        match t.to_vec::<f32>() {
+            Err(Error::Uninitialized { op, tensor, .. }) => {
+                assert_eq!((op.as_str(), tensor), ("Access", t.id()), "to_vec on {device}")
+            }
+            other => panic!("to_vec on {device}: expected Uninitialized, got {other:?}"),
+        }
+        assert_eq!(t.wait(), Ok(()), "wait on {device}, again");
+        assert_eq!(vm.sync(), Ok(()), "sync after reads of an unwritten tensor on {device}");
+    }
+}

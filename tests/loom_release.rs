@@ -11,8 +11,14 @@
 //! writes a use of tensor T into it, drops its handle of T, pushes the batch into the inbox
 //! and closes it; another thread drops its own handle. Whichever drop is last releases T.
 //! Every model checks both properties the module docs argue: the `Release` enters the inbox
-//! after every batch that uses T (order), and it does enter it (nothing is forgotten). The
-//! last model plants an ordering bug and checks that loom finds it.
+//! after every batch that uses T (order), and it does enter it (nothing is forgotten).
+//!
+//! Explicit releases (`Array::release`) are modelled too: T is marked released on one thread
+//! while, on another, a builder, or an eager context that queues the use and builds it at a
+//! later flush, checks T's flag after opening its slot and writes the use only if T is live.
+//!
+//! Two models plant an ordering bug each (a batch closed before it is in the inbox; a flag
+//! checked before the slot is opened) and check that loom finds it.
 #![cfg(loom)]
 
 #[path = "../src/sync/mod.rs"]
@@ -25,7 +31,7 @@ mod release;
 
 mod loom_common;
 
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
@@ -157,5 +163,89 @@ fn an_unrelated_batch_never_strands_a_release() {
 #[test]
 fn planted_early_close_is_caught() {
     let message = failure_of(|| one_builder(true));
+    assert!(message.contains("overtook"), "the model failed, but not by the planted bug: {message}");
+}
+
+/// Explicit release: another thread marks T released and releases it while a builder checks
+/// T and, finding it live, writes a use. `check_first` plants the bug of checking T's flag
+/// before opening the batch (the order the builder used to have).
+fn explicit_release(check_first: bool) {
+    check(move || {
+        let w = World::new(1);
+        let released = Arc::new(AtomicBool::new(false));
+        let b = {
+            let (w, released) = (w.clone(), released.clone());
+            thread::spawn(move || {
+                let slot = w.releases.register();
+                let live = if check_first {
+                    let live = !released.load(Ordering::Relaxed);
+                    w.releases.open(&slot);
+                    live
+                } else {
+                    w.releases.open(&slot);
+                    !released.load(Ordering::Relaxed)
+                };
+                // The use is written only if T was found live; the batch goes either way.
+                w.push([if live { "batch A" } else { "batch A without T" }]);
+                let ready = w.releases.close(&slot);
+                w.push(ready);
+                w.releases.unregister(&slot);
+            })
+        };
+        released.store(true, Ordering::Relaxed);
+        let ready = w.releases.release("release T");
+        w.push(ready);
+        b.join().unwrap();
+        let used = w.inbox.lock().unwrap().contains(&"batch A");
+        w.assert_ordered(if used { &["batch A"] } else { &[] });
+    });
+}
+
+#[test]
+fn an_explicit_release_follows_a_use_found_live() {
+    explicit_release(false);
+}
+
+/// An eager context holds its slot open from before it checks a call it queues until the
+/// batch its flush builds is in the inbox: an explicit release made after the check on
+/// another thread follows that batch, although the flush no longer checks T.
+#[test]
+fn an_explicit_release_follows_a_use_a_context_queued() {
+    check(|| {
+        let w = World::new(1);
+        let released = Arc::new(AtomicBool::new(false));
+        let c = {
+            let (w, released) = (w.clone(), released.clone());
+            thread::spawn(move || {
+                // Queue: the context's slot opens, then the call is checked.
+                let queue = w.releases.register();
+                w.releases.open(&queue);
+                let live = !released.load(Ordering::Relaxed);
+                // Flush: a builder writes the queued call without checking T again.
+                let builder = w.releases.register();
+                w.releases.open(&builder);
+                w.push([if live { "batch C" } else { "batch C without T" }]);
+                let ready = w.releases.close(&builder);
+                w.push(ready);
+                w.releases.unregister(&builder);
+                let ready = w.releases.close(&queue);
+                w.push(ready);
+                w.releases.unregister(&queue);
+            })
+        };
+        released.store(true, Ordering::Relaxed);
+        let ready = w.releases.release("release T");
+        w.push(ready);
+        c.join().unwrap();
+        let used = w.inbox.lock().unwrap().contains(&"batch C");
+        w.assert_ordered(if used { &["batch C"] } else { &[] });
+    });
+}
+
+/// The planted bug of [`explicit_release`] (the flag checked before the batch is opened)
+/// is caught.
+#[test]
+fn planted_check_before_open_is_caught() {
+    let message = failure_of(|| explicit_release(true));
     assert!(message.contains("overtook"), "the model failed, but not by the planted bug: {message}");
 }

@@ -1,15 +1,31 @@
 //! [`Context`]: checks each call at once, queues it, and hands the queue to the VM in one
 //! [`VirtualMachine::run`] at every flush.
 //!
-//! # Why calls are queued, not built into an open builder
+//! # Why calls are queued
 //!
-//! A tensor's `Release` is submitted only after every builder batch that was open when its
-//! last handle dropped has been submitted (`framework::release`), so a builder kept open
-//! between calls would hold back the `Release` of every tensor dropped meanwhile, on any
-//! thread, until its next submission. So a context keeps its own queue of checked calls,
-//! each holding handles to its operands, and replays the queue inside one short `vm.run`
-//! at a flush: the operands stay alive until their instructions are built, and a handle
-//! dropped while they are built gets its `Release` after them.
+//! Each `vm.run` costs a wake-up of the scheduler and an inbox hand-off, so calls are
+//! handed over in batches (`docs/frontend.md` has the measured cost of each way). They are
+//! queued as calls, each holding handles to its operands, and replayed inside one short
+//! `vm.run` at a flush: an operand's last handle cannot drop while a call that uses it
+//! waits in the queue, and a handle dropped while the calls are built gets its `Release`
+//! after them.
+//!
+//! # Releases
+//!
+//! A queue of accepted calls is a batch not yet submitted, and it takes part in the VM's
+//! release rule as a builder's batch does (`framework::release`): the context opens its
+//! slot before it checks the first call it queues after a flush, and closes it once the
+//! flush's batch is in the inbox. So a tensor released after a call that uses it was
+//! accepted (by [`Array::release`] through another context, or by any thread) has its
+//! `Release` submitted after that call, and the flush builds the call without refusing it
+//! as released: it was live when it was checked, and its release waits for the flush.
+//!
+//! The cost is bounded: while calls are queued, this context holds back the `Release` of
+//! every tensor released anywhere on the VM until its next flush, which comes after at
+//! most [`ContextOptions::flush_every`] calls (or earlier, at a flush point below). A
+//! handle dropped while a slot is open costs a clock tick and two uncontended locks
+//! instead of a submission of its own; the releases held back go to the VM together when
+//! the slot closes.
 //!
 //! # Flush points
 //!
@@ -18,6 +34,13 @@
 //! handle leaves it ([`Array::tensor`], [`Array::release`]), when a call uses an array of
 //! another context (that context flushes first, so its writes reach the VM before our
 //! reads), and when it is dropped.
+//!
+//! # A flush never drops work
+//!
+//! Each call is checked when it is made, with the builder's own checks, so the builder
+//! accepts it at the flush. Should it refuse one all the same (a bug), that call alone is
+//! left out: the calls after it still go, its outputs stay unwritten, and the error is
+//! counted for the VM's next `sync` and returned by the flush ([`Context::flush`]).
 
 use std::cell::{Cell, RefCell};
 
@@ -26,8 +49,9 @@ use smallvec::SmallVec;
 use super::Array;
 use crate::ep::{DeviceId, StreamType};
 use crate::error::{Error, Result};
+use crate::framework::release::Slot;
 use crate::framework::{
-    Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta,
+    Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta, MAX_INPUTS,
 };
 use crate::vm::{StreamId, VirtualMachine};
 
@@ -120,6 +144,11 @@ pub struct Context<'vm> {
     flushes: Cell<u64>,
     /// The error of a flush made when the queue filled up, returned by the next flush.
     deferred: RefCell<Option<Error>>,
+    /// This context's slot in the VM's release rule (`framework::release`), and whether it
+    /// is open: from before the checks of the first call queued after a flush until the
+    /// flush's batch is in the inbox (module docs).
+    slot: crate::sync::Arc<Slot>,
+    open: Cell<bool>,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -162,6 +191,8 @@ impl<'vm> Context<'vm> {
             calls: Cell::new(0),
             flushes: Cell::new(0),
             deferred: RefCell::new(None),
+            slot: vm.shared().releases.register(),
+            open: Cell::new(false),
         }
     }
 
@@ -226,7 +257,7 @@ impl<'vm> Context<'vm> {
         })?;
         copy.extend_from_slice(data);
         let (t, data) = (host.clone(), copy);
-        self.queue(Pending::Write(Box::new(move |b| b.write(&t, &data))));
+        self.queue(Pending::Write(Box::new(move |b| b.write_accepted(&t, &data))));
         Array::new(host, self).to(device)
     }
 
@@ -252,11 +283,16 @@ impl<'vm> Context<'vm> {
         Ok(self.emit(op, inputs, attrs, stream, device, given)?.into_vec())
     }
 
-    /// Hand every queued call to the VM now (it runs them asynchronously). Returns the
-    /// builder's error if one of them was refused there, now or at an earlier flush made
-    /// because the queue was full (it cannot be, short of a bug: each call was checked
-    /// when it was made); the calls after it are then dropped and their outputs are never
-    /// written.
+    /// Hand every queued call to the VM now (it runs them asynchronously).
+    ///
+    /// Each call was checked when it was made, with the checks the builder makes, so the
+    /// builder accepts it now (an operand released since then is no exception: its release
+    /// waited for this flush). Should the builder refuse one all the same, the others still
+    /// go, the refused call's outputs are never written (a read of them returns
+    /// [`Error::Uninitialized`], a wait passes, a call that reads them fails with
+    /// `Uninitialized`), its error is counted in the VM's failures for the next
+    /// [`VirtualMachine::sync`], and the first such error is returned: by this flush, or,
+    /// for a flush made because the queue was full, by the next one.
     pub fn flush(&self) -> Result<()> {
         let r = self.submit();
         match self.deferred.borrow_mut().take() {
@@ -268,29 +304,57 @@ impl<'vm> Context<'vm> {
     fn submit(&self) -> Result<()> {
         let mut list = std::mem::take(&mut *self.pending.borrow_mut());
         if list.is_empty() {
+            self.close_if_idle();
             return Ok(());
         }
         self.flushes.set(self.flushes.get() + 1);
-        let r = self.vm.run(|b| {
+        let mut first = None;
+        self.vm.run(|b| {
             for p in list.drain(..) {
-                match p {
+                let r = match p {
                     Pending::Call { op, inputs, outputs, attrs, stream } => {
                         let ins: SmallVec<[&Tensor; 4]> = inputs.iter().collect();
                         let outs: SmallVec<[&Tensor; 2]> = outputs.iter().collect();
-                        b.call_into(op, &ins, &outs, attrs, stream)?;
+                        b.call_accepted(op, &ins, &outs, attrs, stream)
                     }
-                    Pending::Write(write) => write(b)?,
+                    Pending::Write(write) => write(b),
+                };
+                // A refused call takes nothing else with it (`flush`'s docs).
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "a call the context accepted was refused at its flush");
+                    self.vm.shared().failures.record_external(e.clone());
+                    first.get_or_insert(e);
                 }
             }
-            Ok(())
         });
+        // The run's batch is in the inbox: releases held back for the queue may follow it.
+        self.close_if_idle();
         // Keep the queue's capacity for the next batch, unless calls were queued meanwhile.
         let mut p = self.pending.borrow_mut();
         if p.is_empty() {
             list.clear();
             *p = list;
         }
-        r
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Open this context's slot in the release rule, if it is not open: before the checks
+    /// of a call that may be queued (module docs).
+    fn hold(&self) {
+        if !self.open.replace(true) {
+            self.vm.shared().releases.open(&self.slot);
+        }
+    }
+
+    /// Close this context's slot if it is open and nothing is queued, submitting the
+    /// releases that may follow now.
+    fn close_if_idle(&self) {
+        if self.open.get() && self.pending.borrow().is_empty() {
+            self.open.set(false);
+            let vm = self.vm.shared();
+            let ready = vm.releases.close(&self.slot);
+            vm.submit_releases(ready);
+        }
     }
 
     /// Flush, then wait for everything the VM was given so far ([`VirtualMachine::sync`]).
@@ -325,7 +389,30 @@ impl<'vm> Context<'vm> {
     /// Check a call of `op` on `stream` (of `device`), create its outputs on `out_device`
     /// (the stream's device, except for a copy to the host on the source's D2H stream)
     /// and queue it.
+    ///
+    /// The checks are the builder's, in its order, so that the builder accepts at the flush
+    /// every call accepted here. They run with this context's slot in the release rule
+    /// open, so that a release made after them waits for the flush (module docs).
     pub(super) fn emit(
+        &self,
+        op: Op,
+        inputs: &[&Array<'_>],
+        attrs: Attrs,
+        stream: (StreamId, DeviceId),
+        out_device: DeviceId,
+        given: &[OutSpec],
+    ) -> Result<SmallVec<[Array<'_>; 1]>> {
+        self.hold();
+        let r = self.accept(op, inputs, attrs, stream, out_device, given);
+        if r.is_err() {
+            // A refused call queues nothing: hold nothing back for it.
+            self.close_if_idle();
+        }
+        r
+    }
+
+    /// [`emit`](Self::emit)'s checks, and the queueing of an accepted call.
+    fn accept(
         &self,
         op: Op,
         inputs: &[&Array<'_>],
@@ -345,8 +432,19 @@ impl<'vm> Context<'vm> {
                 .collect::<Vec<_>>()
                 .join(", "),
         })?;
+        if inputs.len() > MAX_INPUTS {
+            return Err(Error::InvalidOperands {
+                op: op.name().into(),
+                detail: format!("has {} inputs; a call takes at most {MAX_INPUTS}", inputs.len()),
+            });
+        }
+        let me = &self.vm.shared().me;
         for a in inputs {
-            a.tensor_unflushed().check_live()?;
+            let t = a.tensor_unflushed();
+            if !t.inner().belongs_to(me) {
+                return Err(Error::ForeignTensor { op: op.name().into(), tensor: t.id() });
+            }
+            t.check_live()?;
         }
         let wrong = |t: &Tensor| Error::WrongDevice {
             op: op.name().into(),
@@ -406,6 +504,8 @@ impl<'vm> Context<'vm> {
     }
 
     fn queue(&self, p: Pending) {
+        // Open already for a call (`emit`); a host write of a new tensor needs no check.
+        self.hold();
         self.calls.set(self.calls.get() + 1);
         let full = {
             let mut q = self.pending.borrow_mut();
@@ -424,7 +524,10 @@ impl<'vm> Context<'vm> {
 
 impl Drop for Context<'_> {
     fn drop(&mut self) {
+        // A refusal here is not lost: `flush` counts it for the VM's next `sync`.
         let _ = self.flush();
+        self.close_if_idle();
+        self.vm.shared().releases.unregister(&self.slot);
     }
 }
 
@@ -449,4 +552,51 @@ pub(super) enum Unary {
     Sum,
     SumRows,
     Copy,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::Config;
+
+    /// A call the builder refuses at a flush takes nothing else with it: the calls queued
+    /// before and after it run, the flush returns its error, `sync` counts it, and its
+    /// output reads as never written. (No call the context accepts is refused at its
+    /// flush, so this one is queued past the context's checks.)
+    #[test]
+    fn a_call_refused_at_a_flush_takes_nothing_else_with_it() {
+        let vm = VirtualMachine::new(Config::default()).unwrap();
+        let cx = Context::new(&vm);
+        let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+        let a = cx.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
+        let b3 = cx.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::CPU).unwrap();
+        let before = a.scale(2.0).unwrap();
+        let refused = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+        cx.queue(Pending::Call {
+            op: cx.ops.add,
+            inputs: [a.tensor_unflushed().clone(), b3.tensor_unflushed().clone()].into_iter().collect(),
+            outputs: [refused.clone()].into_iter().collect(),
+            attrs: Attrs::default(),
+            stream: cpu,
+        });
+        let after = a.add(&a).unwrap();
+        let r = cx.flush();
+        assert!(matches!(&r, Err(Error::InvalidOperands { op, .. }) if op == "add"), "{r:?}");
+        assert_eq!(before.to_vec::<f32>().unwrap(), vec![2.0, 4.0]);
+        assert_eq!(after.to_vec::<f32>().unwrap(), vec![2.0, 4.0], "a call after the refused one");
+        match refused.to_vec::<f32>() {
+            Err(Error::Uninitialized { op, tensor, .. }) => {
+                assert_eq!((op.as_str(), tensor), ("Access", refused.id()))
+            }
+            other => panic!("the refused call's output was written: {other:?}"),
+        }
+        assert_eq!(refused.wait(), Ok(()));
+        match vm.sync() {
+            Err(Error::Failed { count: 1, first }) => {
+                assert!(matches!(*first, Error::InvalidOperands { .. }))
+            }
+            other => panic!("sync should count the refusal, got {other:?}"),
+        }
+        cx.sync().unwrap();
+    }
 }

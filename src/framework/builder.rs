@@ -40,10 +40,20 @@
 //! Dropping the last handle of a tensor emits its `Release`; the VM submits it once every
 //! builder batch that was open at that moment (on any thread, this one's included) has been
 //! submitted, so it lands after every instruction built that uses the tensor
-//! (`framework::release`).
+//! (`framework::release`). A batch opens before the checks of its first call, and a batch
+//! is submitted only between calls, so that an explicit release (`Array::release`) made on
+//! another thread either is seen by a call's check or waits for the batch that holds it.
+//!
+//! # Tensors of other VMs
+//!
+//! Every operand must belong to the builder's VM: a tensor of another VM would have its
+//! dependences tracked by two schedulers, and its meta id is the other VM's number. The
+//! check compares the tensor's reference to its VM with the VM's own
+//! (`TensorInner::belongs_to`), one comparison of words on the line the fast path reads
+//! anyway; a foreign operand is refused with [`Error::ForeignTensor`].
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use smallvec::SmallVec;
 
@@ -68,12 +78,18 @@ const WIDE_OPS: usize = 16;
 /// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
 pub struct InstructionsBuilder<'vm> {
     vm: &'vm Arc<VmShared>,
+    /// The VM's identity, which every operand's must equal (`TensorInner::belongs_to`).
+    me: &'vm Weak<VmShared>,
     /// The VM's streams (`vm.streams`, one load nearer).
     streams: &'vm [VmStream],
     batch: Batch,
     batch_size: usize,
     /// This builder's slot in the VM's release rule (`framework::release`).
     slot: crate::sync::Arc<Slot>,
+    /// Whether the slot holds the start of an open batch: from before the checks of the
+    /// batch's first call until the batch is in the inbox. Set whenever `batch` is not
+    /// empty (it may be open and still empty after a refused call).
+    open: bool,
     /// Inference results of calls already checked (kept across builders of this VM).
     infer: Box<InferCache>,
     /// The specs and output meta ids of the last call whose signature was not cached.
@@ -92,10 +108,12 @@ impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn new(vm: &'vm Arc<VmShared>) -> Self {
         InstructionsBuilder {
             vm,
+            me: &vm.me,
             streams: &vm.streams,
             batch: vm.take_batch(),
             batch_size: vm.config.batch_size,
             slot: vm.releases.register(),
+            open: false,
             infer: vm.take_infer_cache(),
             uncached: Default::default(),
         }
@@ -110,7 +128,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         stream: StreamId,
     ) -> Result<SmallVec<[Tensor; 2]>> {
         let device = self.vm.stream(stream)?.device;
-        let checked = self.check(op, inputs, &[], &attrs, stream)?;
+        let checked = self.check(op, inputs, &[], &attrs, stream, false)?;
         let outs: SmallVec<[Tensor; 2]> = {
             let (specs, ids) = self.outputs_of(checked);
             specs
@@ -132,7 +150,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// Call a single-output `op` on `stream`, creating its output.
     pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
         // Refuse before emitting anything: a refused call leaves no instruction behind.
-        let checked = self.check(op, inputs, &[], &attrs, stream)?;
+        let checked = self.check(op, inputs, &[], &attrs, stream, false)?;
         let n = self.outputs_of(checked).0.len();
         if n != 1 {
             return Err(Error::InvalidOperands {
@@ -155,14 +173,34 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
+        self.open_if_idle();
         if self.fast_call(&op, inputs, outputs, attrs, stream) {
             return Ok(());
         }
-        self.call_into_checked(op, inputs, outputs, attrs, stream)
+        self.call_into_checked(op, inputs, outputs, attrs, stream, false)
+    }
+
+    /// `call_into` for a call that a [`Context`](crate::eager::Context) checked when it
+    /// accepted it, while the release rule held its queue open: an operand released since
+    /// then is not refused, since its `Release` waits for this batch (`framework::release`).
+    /// Every other check runs as in `call_into`.
+    pub(crate) fn call_accepted(
+        &mut self,
+        op: Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> Result<()> {
+        self.open_if_idle();
+        if self.fast_call(&op, inputs, outputs, attrs, stream) {
+            return Ok(());
+        }
+        self.call_into_checked(op, inputs, outputs, attrs, stream, true)
     }
 
     /// `call_into` by the full path: every check, soft sync, any number of operands. Kept
-    /// out of line so that the fast path's frame stays small.
+    /// out of line so that the fast path's frame stays small. `accepted`: as in `check`.
     #[inline(never)]
     fn call_into_checked(
         &mut self,
@@ -171,16 +209,19 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: Attrs,
         stream: StreamId,
+        accepted: bool,
     ) -> Result<()> {
-        let kernel = self.check(op, inputs, outputs, &attrs, stream)?.kernel;
+        let kernel = self.check(op, inputs, outputs, &attrs, stream, accepted)?.kernel;
         self.emit_call(kernel, inputs, outputs, attrs, stream);
         Ok(())
     }
 
     /// The common `call_into`, checked and emitted with one pass over its operands: at most
-    /// [`WIDE_OPS`] operands, none released or aliased or last used on another stream, and
-    /// a signature in the inference cache. Each operand's identity, state and meta id lie
-    /// in one line of its tensor, read once. Returns false, having changed nothing, for any
+    /// [`WIDE_OPS`] operands, all of this VM, none released or aliased or last used on
+    /// another stream, and a signature in the inference cache (whose meta ids are this
+    /// VM's, so only this VM's tensors may be looked up in it). The caller has opened the
+    /// batch. Each operand's VM, identity, state and meta id lie in one line of its tensor,
+    /// read once. Returns false, having changed nothing, for any
     /// other call, which the full path then checks (and refuses, if it must) and emits.
     /// A signature of at most [`KEY_OPS`] operands is found by its packed key; a wider one
     /// ([`fast_call_wide`](Self::fast_call_wide), out of line) operand by operand.
@@ -200,7 +241,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         let Some(s) = self.streams.get(stream.index()) else { return false };
         let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
         let mut ids = [MetaId(0); KEY_OPS];
-        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0) else { return false };
+        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0, self.me) else {
+            return false;
+        };
         if self.infer.find(&Key::new(kernel, stream.0, &attrs, n_in, n, &ids)).is_none() {
             return false;
         }
@@ -227,7 +270,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         let Some(s) = self.streams.get(stream.index()) else { return false };
         let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
         let mut ids = [MetaId(0); WIDE_OPS];
-        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0) else { return false };
+        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0, self.me) else {
+            return false;
+        };
         if self.infer.get(kernel, stream.0, &attrs, inputs.len(), ids[..n].iter().copied()).is_none() {
             return false;
         }
@@ -253,7 +298,6 @@ impl<'vm> InstructionsBuilder<'vm> {
                 t.inner().last_stream.store(stream.0, Ordering::Relaxed);
             }
         }
-        self.open_if_empty();
         let n = inputs.len() + outputs.len();
         self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
         self.flush_if_full();
@@ -261,7 +305,23 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Overwrite a host tensor with `data` (a host `Access`).
     pub fn write<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
-        t.check_live()?;
+        self.write_checked(t, data, false)
+    }
+
+    /// `write` for a host write that a `Context` checked when it accepted it (as
+    /// [`call_accepted`](Self::call_accepted)).
+    pub(crate) fn write_accepted<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
+        self.write_checked(t, data, true)
+    }
+
+    fn write_checked<T: Element>(&mut self, t: &Tensor, data: &[T], accepted: bool) -> Result<()> {
+        self.open_if_idle();
+        if !t.inner().belongs_to(self.me) {
+            return Err(Error::ForeignTensor { op: "write".into(), tensor: t.id() });
+        }
+        if !accepted {
+            t.check_live()?;
+        }
         if !t.device().is_host() {
             return Err(Error::Access {
                 tensor: t.id(),
@@ -286,43 +346,56 @@ impl<'vm> InstructionsBuilder<'vm> {
         Ok(())
     }
 
-    /// Emit a host access that reads `t` (a host tensor) into `slot`.
-    pub(crate) fn read_into(&mut self, t: &Tensor, slot: Arc<AccessSlot>, wait_only: bool) {
+    /// Emit a host access that reads `t` (a host tensor of this VM) into `slot`, unless `t`
+    /// has been released.
+    pub(crate) fn read_into(&mut self, t: &Tensor, slot: Arc<AccessSlot>, wait_only: bool) -> Result<()> {
+        self.open_if_idle();
+        t.check_live()?;
         let ops = operands(&[t], &[]);
         let body = if wait_only { Body::Wait(slot) } else { Body::Read(slot) };
         self.emit(body, self.vm.host_stream, ops);
+        Ok(())
     }
 
     /// Hand what has been built so far to the scheduler now.
     pub fn flush(&mut self) {
-        if self.batch.is_empty() {
-            return;
+        if !self.batch.is_empty() {
+            let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
+            self.vm.submit(batch);
         }
-        let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
-        self.vm.submit(batch);
-        // Now that the batch is in the inbox, releases waiting for it may follow it.
-        let ready = self.vm.releases.close(&self.slot);
-        self.vm.submit_releases(ready);
+        if self.open {
+            // Now that the batch is in the inbox, releases waiting for it may follow it.
+            self.open = false;
+            let ready = self.vm.releases.close(&self.slot);
+            self.vm.submit_releases(ready);
+        }
     }
 
-    /// Append `ins` with the operands `ops` to the batch (opening it first if it is empty),
-    /// flushing a full batch.
+    /// Append `ins` with the operands `ops` to the batch (opening it first if it is idle).
+    /// Never flushes: a batch is submitted only between calls, so that the one a call was
+    /// checked in holds all of its instructions (`open_if_idle`).
     #[inline]
     fn push(&mut self, ins: Instruction, ops: &[Operand]) {
-        self.open_if_empty();
+        self.open_if_idle();
         self.batch.push(ins, ops);
-        self.flush_if_full();
     }
 
-    /// Before the first instruction of a batch: tell the release rule a batch is open.
+    /// Before a call's checks, if no batch is open: tell the release rule a batch is open.
+    ///
+    /// The checks come after the opening, and the instructions of the call go into the
+    /// batch opened before them: so an operand found live here has its `Release` held
+    /// back until this batch is in the inbox, even if another thread releases it
+    /// explicitly (`Array::release`) right after the check (`framework::release`, "Explicit
+    /// releases").
     #[inline]
-    fn open_if_empty(&mut self) {
-        if self.batch.is_empty() {
+    fn open_if_idle(&mut self) {
+        if !self.open {
+            self.open = true;
             self.vm.releases.open(&self.slot);
         }
     }
 
-    /// After an instruction: submit the batch once it is full.
+    /// After a call (or another operation): submit the batch once it is full.
     #[inline]
     fn flush_if_full(&mut self) {
         if self.batch.len() >= self.batch_size {
@@ -332,7 +405,11 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Check a call (module docs); returns its kernel and where its output specs are. The
     /// common case, a signature already in the inference cache, takes one pass over the
-    /// operands and no allocation.
+    /// operands and no allocation. Opens the batch first (`open_if_idle`).
+    ///
+    /// `accepted`: the call was checked when a `Context` accepted it and is built now from
+    /// its queue ([`call_accepted`](Self::call_accepted)); an operand released since then
+    /// is not refused.
     #[inline]
     fn check(
         &mut self,
@@ -341,7 +418,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: &Attrs,
         stream: StreamId,
+        accepted: bool,
     ) -> Result<Checked> {
+        self.open_if_idle();
         let device = self.vm.stream(stream)?.device;
         let Some(kernel) = op.kernel_ref(device.ty) else {
             return Err(self.vm.unknown_op(op.name(), device));
@@ -353,7 +432,13 @@ impl<'vm> InstructionsBuilder<'vm> {
             });
         }
         for t in inputs.iter().chain(outputs) {
-            t.check_live()?;
+            // Before the inference cache is asked: its meta ids are this VM's.
+            if !t.inner().belongs_to(self.me) {
+                return Err(Error::ForeignTensor { op: op.name().into(), tensor: t.id() });
+            }
+            if !accepted {
+                t.check_live()?;
+            }
         }
         for (i, o) in outputs.iter().enumerate() {
             if inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner())) {
@@ -463,7 +548,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     ) {
         let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
         self.sync_operands(stream, tensors, || operands(inputs, outputs));
-        self.open_if_empty();
+        self.open_if_idle();
         let n = inputs.len() + outputs.len();
         self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
         self.flush_if_full();
@@ -472,6 +557,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     fn emit(&mut self, body: Body, stream: StreamId, ops: Operands) {
         self.sync_operands(stream, ops.iter().map(|o| o.tensor()), || ops.clone());
         self.push(Instruction::new(body, stream), &ops);
+        self.flush_if_full();
     }
 
     /// Emit an instruction exactly as given: no checks and no soft sync. For trace replay
@@ -484,6 +570,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         let mut ins = Instruction::new(body, stream);
         ins.n_inputs = n_inputs;
         self.push(ins, &ops);
+        self.flush_if_full();
     }
 
     /// Soft sync before an instruction on `stream` that uses `tensors` (module docs): emit
@@ -588,18 +675,27 @@ fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
 
 /// One pass over a call's operands for the fast path: their meta ids into `ids` (inputs,
 /// then outputs; `ids` has room for them all), and whether the call can take the fast path
-/// on stream `me`: `None` if an operand is released, was last used on another stream (soft
-/// sync needed), or an output aliases another operand; otherwise whether any operand is
-/// used for the first time.
+/// on stream `me` of the VM `vm`: `None` if an operand belongs to another VM, is released,
+/// was last used on another stream (soft sync needed), or an output aliases another
+/// operand; otherwise whether any operand is used for the first time.
 #[inline(always)]
-fn scan_operands(ids: &mut [MetaId], inputs: &[&Tensor], outputs: &[&Tensor], me: u32) -> Option<bool> {
+fn scan_operands(
+    ids: &mut [MetaId],
+    inputs: &[&Tensor],
+    outputs: &[&Tensor],
+    me: u32,
+    vm: &Weak<VmShared>,
+) -> Option<bool> {
     let mut other = false;
     let mut first_use = false;
     for (id, t) in ids.iter_mut().zip(inputs.iter().chain(outputs)) {
         let t = t.inner();
         *id = t.meta_id;
         let last = t.last_stream.load(Ordering::Relaxed);
-        other |= t.released.load(Ordering::Relaxed) | (last != me && last != NO_STREAM);
+        // The VM's identity lies in the line the other fields come from: one more
+        // comparison, folded into the same flag (a foreign operand is refused by the full
+        // path, before its meta id, another VM's number, meets the inference cache).
+        other |= t.released.load(Ordering::Relaxed) | (last != me && last != NO_STREAM) | !t.belongs_to(vm);
         first_use |= last == NO_STREAM;
     }
     // Every pair compared, with no early exit: a loop that stops at the first match ends on

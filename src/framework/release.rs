@@ -5,38 +5,68 @@
 //! the object. That order holds only if the `Release` enters the scheduler's inbox after
 //! those instructions. A builder's batch is submitted every `batch_size` calls, so when the
 //! last handle of a tensor drops, some builder (on this thread or another) may still hold
-//! unsubmitted instructions that use it. This module holds such a `Release` back until
-//! every batch that was open when the handle dropped has been submitted.
+//! unsubmitted instructions that use it; and an eager `Context` queues checked calls that
+//! its next flush builds. This module holds such a `Release` back until every batch (and
+//! every context queue) that was open when the tensor was released has been submitted.
 //!
 //! # Protocol
 //!
-//! A VM keeps a clock (an atomic counter), one *slot* per live builder, a count of *busy*
-//! builders (those whose current batch is not empty) and a list of *pending* releases.
+//! A VM keeps a clock (an atomic counter), one *slot* per live builder and per live eager
+//! context, a count of *busy* slots (open ones) and a list of *pending* releases.
 //!
-//! 1. **Builder, opening a batch** (its first instruction after a submission): count itself
-//!    busy, tick the clock, and store the tick in its slot (the batch's *start*); only then
-//!    write the instruction.
+//! 1. **Builder, opening a batch** (before it checks the first call after a submission):
+//!    count itself busy, tick the clock, store the tick in its slot (the batch's *start*),
+//!    and issue a `SeqCst` fence; only then check the call's operands (whether each is
+//!    released) and write its instructions. A batch is submitted only between calls, so
+//!    every instruction of a call goes into the batch its checks were made in.
 //! 2. **Builder, after submitting a batch** (pushed into the inbox): store *idle* in its
 //!    slot, count itself not busy, then, if releases are pending, *drain* them.
-//! 3. **Releaser** (the thread where the last handle dropped): if no builder is busy, submit
-//!    the `Release` at once. Otherwise tick the clock, giving the release its *tag*; add it
-//!    to the pending list; then drain.
+//! 3. **Releaser** (the thread where the last handle dropped, or where `Array::release`
+//!    marked the tensor released): issue a `SeqCst` fence; if no slot is busy, submit the
+//!    `Release` at once. Otherwise tick the clock, giving the release its *tag*; add it to
+//!    the pending list; then drain.
 //! 4. **Drain**: the smallest start over all slots bounds what may go: every pending release
 //!    whose tag is below it is taken out of the list and submitted.
 //!
+//! An eager context (`eager::context`) takes part as a builder does: it opens its slot
+//! (step 1) before it checks the first call it queues after a flush, and closes it (step 2)
+//! once its flush has put the queued calls in the inbox, through a builder of its own. So
+//! the queue is one long batch: the calls in it were checked after its start, and none is
+//! built before the release of a tensor it uses.
+//!
 //! # Why the order holds
 //!
-//! Let builder B hold an unsubmitted use of tensor T when T's last handle drops on thread X.
-//! B wrote that use while it had a handle of T, so: B's start tick (step 1) happens before
-//! the use, which happens before B's handle of T dropped, which happens before X's last
-//! drop (the reference count's release/acquire pair, as in `Arc`), which happens before X
-//! ticks the clock. Ticks are read-modify-writes of one atomic, and coherence orders them
-//! as happens-before does, so B's start is below X's tag; and X sees B busy (the same chain
-//! carries B's busy count to X's acquire load). A drain submits the release only after
-//! reading B's slot as idle or as a start above the tag, with an acquire load of a value B
-//! stored with release ordering after pushing its batch (step 2, or a later step 1): the
-//! batch is in the inbox before the `Release`. A batch that starts after the tag cannot use
-//! T: no handle of it is left.
+//! *Last handle dropped.* Let builder B hold an unsubmitted use of tensor T when T's last
+//! handle drops on thread X. B wrote that use while it had a handle of T, so: B's start
+//! tick (step 1) happens before the use, which happens before B's handle of T dropped,
+//! which happens before X's last drop (the reference count's release/acquire pair, as in
+//! `Arc`), which happens before X ticks the clock. Ticks are read-modify-writes of one
+//! atomic, and coherence orders them as happens-before does, so B's start is below X's
+//! tag; and X sees B busy (the same chain carries B's busy count to X's acquire load). A
+//! drain submits the release only after reading B's slot as idle or as a start above the
+//! tag, with an acquire load of a value B stored with release ordering after pushing its
+//! batch (step 2, or a later step 1): the batch is in the inbox before the `Release`. A
+//! batch that starts after the tag cannot use T: no handle of it is left.
+//!
+//! *Explicit releases* (`Array::release`, MXNet's `DeleteVariable`): X marks T released
+//! while other handles of it live on. A builder B on another thread may hold one and be
+//! checking a call with T at that moment, and no handle's drop orders B before X. What
+//! orders them is the check: B opens its batch (step 1), fences, and only then loads T's
+//! `released` flag for each call it checks; X stores the flag, fences (step 3) and then
+//! loads `busy`. In the single total order of the two fences one comes first. If X's does,
+//! every load of the flag in B's batch sees it, and B refuses each call with T. If B's
+//! does, X's load sees B's busy count (or a later value; a zero then comes from B's own
+//! close, after its push, which the acquire load synchronises with), X's tick reads a clock
+//! at or after B's start, so B's start is below the tag, and a drain after X's fence reads
+//! B's slot as that start, as idle or as a later start: the release waits for B's batch.
+//! Checking before opening, or closing a batch between a call's check and its
+//! instructions, would lose this (a model in `tests/loom_release.rs` plants the first).
+//!
+//! *Contexts.* A context checks each call it queues as the builder does, after its slot
+//! opened: a release made after the check waits, by the argument above, until the context
+//! closes its slot, which it does after its flush's batch is in the inbox. Its flush
+//! therefore builds queued calls without checking `released` again: a flag set since the
+//! call was accepted belongs to a release that waits for the flush.
 //!
 //! # Why no release is forgotten
 //!
@@ -48,26 +78,31 @@
 //! count; the releaser adds to the pending count, fences, and loads the slots. In the single
 //! total order of the two fences, one comes first, and the load after the other fence sees
 //! the store before it. `tests/loom_release.rs` checks both properties under loom, on every
-//! interleaving. (Loom models `SeqCst` fences but not `SeqCst` loads and stores, which it
-//! treats as acquire/release: one more reason to state the protocol with fences.)
+//! interleaving, for builders and contexts, releases by a last handle and explicit ones.
+//! (Loom models `SeqCst` fences but not `SeqCst` loads and stores, which it treats as
+//! acquire/release: one more reason to state the protocol with fences.)
 //!
 //! # Memory ordering, field by field
 //!
 //! - `clock`: relaxed read-modify-writes; only their coherence order is used.
 //! - `busy`: incremented before the use (sequenced before, so carried by the handle's
-//!   release/acquire chain), decremented with release ordering after the push; loaded with
-//!   acquire ordering.
+//!   release/acquire chain, and before the opener's fence), decremented with release
+//!   ordering after the push; loaded with acquire ordering after the releaser's fence.
 //! - slot `start`: stored with release ordering (after the push, for idle), loaded with
 //!   acquire ordering after the releaser's fence.
 //! - `pending_len`: changed under the pending lock, loaded by the builder after its fence.
+//! - a tensor's `released` flag (`framework::tensor`): relaxed; ordered by the opener's
+//!   fence and the releaser's fence.
 //!
 //! # Cost
 //!
-//! Nothing per instruction; per batch, three atomic operations to open and three to close.
-//! A handle dropped while a builder is busy takes one tick and two uncontended locks. The
-//! price of the rule: a release from another thread waits until each busy builder submits
-//! its current batch (at most `batch_size` calls, or its `flush`, or the end of its `run`).
-//! Memory is held that long, never longer.
+//! Nothing per instruction; per batch, three atomic operations and a fence to open and
+//! three and a fence to close. A handle dropped while a slot is busy takes a fence, one
+//! tick and two uncontended locks. The price of the rule: a release waits until each busy
+//! builder submits its current batch (at most `batch_size` calls, or its `flush`, or the
+//! end of its `run`), and until each context with queued calls flushes (at most
+//! `flush_every` calls, or its next read, wait, sync, `tensor`, `release` or drop). Memory
+//! is held that long, never longer.
 
 use std::collections::VecDeque;
 
@@ -136,12 +171,16 @@ impl<T> Releases<T> {
         }
     }
 
-    /// Step 1: the builder owning `slot` is about to write the first instruction of a batch.
+    /// Step 1: the builder (or context) owning `slot` is about to check the first call of a
+    /// batch (its operands' `released` flags) and write it.
     #[inline]
     pub(crate) fn open(&self, slot: &Slot) {
         self.busy.fetch_add(1, Ordering::Relaxed);
         let tick = self.clock.fetch_add(1, Ordering::Relaxed);
         slot.start.store(tick, Ordering::Release);
+        // Explicit releases: the opening comes before the checks of `released` flags that
+        // follow, for a releaser that set one and then looks at `busy` (module docs).
+        fence(Ordering::SeqCst);
     }
 
     /// Step 2: the builder owning `slot` has pushed its batch into the inbox. Returns the
@@ -158,9 +197,12 @@ impl<T> Releases<T> {
         }
     }
 
-    /// Step 3: `t` is released. Gives it back if it may be submitted now, with any other
-    /// releases that may go; else keeps it for a later drain.
+    /// Step 3: `t` is released (its `released` flag is set). Gives it back if it may be
+    /// submitted now, with any other releases that may go; else keeps it for a later drain.
     pub(crate) fn release(&self, t: T) -> Ready<T> {
+        // Explicit releases: the flag was set before this, and a builder that opened after
+        // this fence sees it (module docs).
+        fence(Ordering::SeqCst);
         if self.busy.load(Ordering::Acquire) == 0 {
             return SmallVec::from_iter([t]);
         }

@@ -7,7 +7,7 @@
 //! | [`TensorMeta`] | anyone | immutable after creation |
 //! | value: storage and error | the instruction that the dependence rules let run | the scheduler orders every writer after all earlier accesses, and every reader after the last writer; same-stream order is kept by the stream's FIFO |
 //! | dependence object | the scheduler thread alone | only the scheduler dereferences it |
-//! | soft-sync state (`last_stream`, `released`) | the caller thread building instructions | atomics (relaxed: program order is the caller's own) |
+//! | soft-sync state (`last_stream`, `released`) | the caller thread building instructions; `released` also the thread of an explicit release (`Array::release`) | atomics (relaxed: program order is the caller's own; an explicit release is ordered with the builders' checks by the release rule's fences) |
 //!
 //! A tensor's storage is allocated by the first instruction that writes it and freed by a
 //! `Release` instruction that the handle's drop emits after every earlier use.
@@ -162,6 +162,9 @@ pub(crate) struct TensorInner {
     pub(crate) meta_id: MetaId,
     /// Set when the tensor's `Release` has been emitted.
     pub(crate) released: AtomicBool,
+    /// Whether the VM made this tensor to receive the copy that a host access of a device
+    /// tensor reads (immutable; read only when that copy finds its input unwritten).
+    pub(crate) fetch: Fetch,
     pub(crate) id: u64,
     vm: Weak<VmShared>,
     pub(crate) meta: TensorMeta,
@@ -179,6 +182,20 @@ impl MetaId {
     pub(crate) const NONE: MetaId = MetaId(u32::MAX);
 }
 
+/// What a tensor is for, if the VM made it as the host copy that `Tensor::wait` or
+/// `Tensor::to_vec` of a device tensor reads: the copy then answers for an unwritten device
+/// tensor as the access of an unwritten host tensor does (`vm::exec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Fetch {
+    /// An ordinary tensor.
+    No,
+    /// The host copy of a `Tensor::wait`.
+    Wait,
+    /// The host copy of a `Tensor::to_vec`.
+    Read,
+}
+
 /// `last_stream` value of a tensor no instruction has used yet.
 pub(crate) const NO_STREAM: u32 = u32::MAX;
 
@@ -192,12 +209,13 @@ unsafe impl Sync for TensorInner {}
 unsafe impl Send for TensorInner {}
 
 impl TensorInner {
-    fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<VmShared>) -> Self {
+    fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<VmShared>, fetch: Fetch) -> Self {
         TensorInner {
             refs: AtomicUsize::new(1),
             last_stream: AtomicU32::new(NO_STREAM),
             meta_id,
             released: AtomicBool::new(false),
+            fetch,
             id,
             vm,
             meta,
@@ -227,6 +245,15 @@ impl TensorInner {
     pub(crate) unsafe fn value_mut(&self) -> &mut TensorValue {
         // SAFETY: exclusive access, by the caller's contract.
         unsafe { &mut *self.value.0.get() }
+    }
+
+    /// Whether this tensor was made by the VM whose self-reference is `vm`
+    /// (`VmShared::me`). Compares the two references' addresses, one comparison: nothing is
+    /// upgraded or counted. A tensor's reference keeps its VM's allocation, so no other VM
+    /// can ever sit at the address it names, even after its VM is gone.
+    #[inline(always)]
+    pub(crate) fn belongs_to(&self, vm: &Weak<VmShared>) -> bool {
+        Weak::ptr_eq(&self.vm, vm)
     }
 
     /// The dependence object.
@@ -380,12 +407,19 @@ impl Tensor {
     /// A new tensor object with one handle, whose meta has no number.
     #[cfg(test)]
     pub(crate) fn new(id: u64, meta: TensorMeta, vm: Weak<VmShared>) -> Self {
-        Tensor::with_meta_id(id, meta, MetaId::NONE, vm)
+        Tensor::made_for(id, meta, MetaId::NONE, vm, Fetch::No)
     }
 
-    /// A new tensor object with one handle; `meta_id` is `vm`'s number for `meta`.
-    pub(crate) fn with_meta_id(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<VmShared>) -> Self {
-        Tensor(NonNull::from(Box::leak(Box::new(TensorInner::new(id, meta, meta_id, vm)))))
+    /// A new tensor object with one handle, for the use `fetch` says; `meta_id` is `vm`'s
+    /// number for `meta`.
+    pub(crate) fn made_for(
+        id: u64,
+        meta: TensorMeta,
+        meta_id: MetaId,
+        vm: Weak<VmShared>,
+        fetch: Fetch,
+    ) -> Self {
+        Tensor(NonNull::from(Box::leak(Box::new(TensorInner::new(id, meta, meta_id, vm, fetch)))))
     }
 
     /// The tensor's id, unique within its VM; errors and traces name tensors by it.
@@ -580,6 +614,7 @@ mod layout_tests {
         assert!(std::mem::offset_of!(TensorInner, vm) < 128, "caller state beyond two lines");
         assert!(std::mem::offset_of!(TensorInner, released) < 64, "the call check reads one line");
         assert!(std::mem::offset_of!(TensorInner, meta_id) < 64, "the call check reads one line");
+        assert!(std::mem::offset_of!(TensorInner, vm) < 64, "the call check reads one line");
         assert!(std::mem::size_of::<DepObject>() <= 64);
     }
 }

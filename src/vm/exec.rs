@@ -26,6 +26,7 @@ use smallvec::SmallVec;
 use crate::alloc::HostAllocator;
 use crate::ep::EpError;
 use crate::error::Error;
+use crate::framework::tensor::Fetch;
 use crate::framework::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
 
 use super::instruction::{AccessSlot, Body, Instruction, Operand};
@@ -304,7 +305,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         }
     }
     if let Some(tensor) = uninitialized {
-        fail(outputs, Error::Uninitialized { instr: program, op: kernel.name().into(), tensor }, env);
+        read_unwritten(kernel, outputs, tensor, program, env);
         return;
     }
     // Outputs, in one pass: allocate those written for the first time, note those that
@@ -361,6 +362,25 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
             };
             fail(outputs, e, env);
         }
+    }
+}
+
+/// A call read `tensor`, which nothing has written: an error of the call, stored on its
+/// outputs and counted, unless the call is the copy to the host that `Tensor::wait` or
+/// `Tensor::to_vec` of a device tensor makes (its one output is the VM's [`Fetch`] tensor).
+/// That copy is part of a host access and answers as the access of an unwritten host
+/// tensor does, on every device alike: for `wait` it leaves its output unwritten (the wait
+/// then passes); for `to_vec` it stores `Uninitialized` with the op `Access` on it (the
+/// read returns it). Neither is counted: a read is not a failed instruction.
+#[cold]
+#[inline(never)]
+fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, program: u64, env: &ExecEnv) {
+    match outputs {
+        [o] if o.tensor().fetch == Fetch::Wait => {}
+        [o] if o.tensor().fetch == Fetch::Read => {
+            set_error(outputs, Arc::new(Error::Uninitialized { instr: program, op: "Access".into(), tensor }))
+        }
+        _ => fail(outputs, Error::Uninitialized { instr: program, op: kernel.name().into(), tensor }, env),
     }
 }
 

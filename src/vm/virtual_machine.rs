@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::framework::builder::{push_release, InstructionsBuilder};
 use crate::framework::infer_cache::InferCache;
 use crate::framework::release::Releases;
-use crate::framework::tensor::{MetaId, Tensor, TensorInner, TensorMeta, TensorOwner};
+use crate::framework::tensor::{Fetch, MetaId, Tensor, TensorInner, TensorMeta, TensorOwner};
 use crate::framework::{Attrs, DType, Element, Op, OpRegistry};
 use crate::profile::{Profile, ProfileError, Profiler, ThreadRole};
 use crate::sync::notify::Notifier;
@@ -46,6 +46,9 @@ use super::thread_ctx::{spawn_worker, ThreadCtx};
 
 /// State shared by the handle, the scheduler, the workers and the tensors' handles.
 pub struct VmShared {
+    /// A weak reference to this object: the identity a tensor's own reference to its VM is
+    /// compared with (`TensorInner::belongs_to`), with no upgrade and no count per use.
+    pub(crate) me: std::sync::Weak<VmShared>,
     pub(crate) config: Config,
     pub(crate) streams: Vec<VmStream>,
     pub(crate) ctxs: Vec<ThreadCtx>,
@@ -122,8 +125,13 @@ impl VmShared {
 
     /// A new tensor whose meta this VM numbers `meta_id`.
     pub(crate) fn new_tensor_with_id(self: &Arc<Self>, meta: TensorMeta, meta_id: MetaId) -> Tensor {
+        self.new_tensor_for(meta, meta_id, Fetch::No)
+    }
+
+    /// A new tensor for the use `fetch` says.
+    fn new_tensor_for(&self, meta: TensorMeta, meta_id: MetaId, fetch: Fetch) -> Tensor {
         let id = self.next_tensor.fetch_add(1, Ordering::Relaxed);
-        Tensor::with_meta_id(id, meta, meta_id, Arc::downgrade(self))
+        Tensor::made_for(id, meta, meta_id, self.me.clone(), fetch)
     }
 
     /// This VM's number for `meta`: equal metas get equal numbers, so the builder compares
@@ -352,27 +360,32 @@ impl VmShared {
     }
 
     pub(crate) fn wait_tensor(self: &Arc<Self>, t: &Tensor) -> Result<()> {
-        t.check_live()?;
         self.host_access(t, true).map(|_| ())
     }
 
     pub(crate) fn read_bytes(self: &Arc<Self>, t: &Tensor) -> Result<Vec<u8>> {
-        t.check_live()?;
         self.host_access(t, false)
     }
 
+    /// A host access of `t` (a tensor of this VM): its bytes, or for `wait_only` nothing,
+    /// or the error it carries. A device tensor is first copied to a new host tensor on
+    /// the device's device-to-host stream; that copy answers for a device tensor nothing
+    /// has written as the access does for a host one ([`Fetch`]): `wait` passes, `to_vec`
+    /// returns `Uninitialized` with the op `Access`, and neither counts as a failure.
     fn host_access(self: &Arc<Self>, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
         let slot = AccessSlot::new();
         {
             let mut b = InstructionsBuilder::new(self);
             if t.device().is_host() {
-                b.read_into(t, slot.clone(), wait_only);
+                b.read_into(t, slot.clone(), wait_only)?;
             } else {
                 let d2h = self.stream_of(t.device(), StreamType::D2H)?;
                 let copy = self.ops.resolve("copy", t.device())?;
-                let host = self.new_tensor(TensorMeta { device: DeviceId::CPU, ..t.meta().clone() });
+                let meta = TensorMeta { device: DeviceId::CPU, ..t.meta().clone() };
+                let fetch = if wait_only { Fetch::Wait } else { Fetch::Read };
+                let host = self.new_tensor_for(meta.clone(), self.intern(&meta), fetch);
                 b.call_into(copy, &[t], &[&host], Attrs::default(), d2h)?;
-                b.read_into(&host, slot.clone(), wait_only);
+                b.read_into(&host, slot.clone(), wait_only)?;
             }
         }
         slot.wait(|| self.is_dead())
@@ -491,7 +504,8 @@ impl VirtualMachine {
                 failures: failures.clone(),
             })
             .collect();
-        let shared = Arc::new(VmShared {
+        let shared = Arc::new_cyclic(|me| VmShared {
+            me: me.clone(),
             ctxs: ctx_streams.iter().map(|_| ThreadCtx::default()).collect(),
             ctx_streams,
             host_stream: StreamId(0),
