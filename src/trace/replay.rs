@@ -225,6 +225,7 @@ fn replay_inner(
     }
     r.check_expectations(&mut expected)?;
     let streams = vm.streams();
+    // `per_stream` is indexed by the VM's stream indices, so `streams[i]` exists.
     r.report.per_stream = (r.per_stream.iter().enumerate())
         .filter(|(_, &n)| n > 0)
         .map(|(i, &n)| (streams[i].3.clone(), n))
@@ -284,6 +285,7 @@ impl Mapping {
                     .into();
             return Err(TraceError::Invalid { diagnostics: vec![at] });
         }
+        // Cannot overflow: the validator keeps mock and CUDA indices below `MAX_MOCK_DEVICES`.
         let count =
             |ty: DeviceType| devices.values().filter(|d| d.ty == ty).map(|d| d.index + 1).max().unwrap_or(0);
         let (mock_devices, cuda_devices) = (count(DeviceType::Mock), count(DeviceType::Cuda));
@@ -318,6 +320,11 @@ impl Replayer<'_> {
     fn failed(&mut self, line: u32, e: Error) {
         self.report.failures.push((line, e));
     }
+
+    // Replay runs validated traces only (`replay_inner` validates first): every stream,
+    // tensor, event and device a statement names is declared (and the tensor live, the
+    // event recorded) by the time the statement runs, so the lookups by it below cannot
+    // fail.
 
     fn stream(&self, r: Ref) -> StreamId {
         self.streams[&r.id].0
@@ -422,6 +429,7 @@ impl Replayer<'_> {
                     let kernel = resolved.kernel_ref(kernel_device(dev)).ok_or_else(|| {
                         self.err(l, *op_col, Error::Config(format!("no kernel for `{op}`")))
                     })?;
+                    // Cannot truncate: the validator allows at most `MAX_INPUTS` (255) inputs.
                     b.emit_raw(
                         Body::OpCall { kernel, attrs },
                         s,
@@ -534,8 +542,24 @@ impl Replayer<'_> {
                 let io = |e| TraceError::io(&full, e);
                 let mut f = std::fs::File::open(&full).map_err(io)?;
                 f.seek(SeekFrom::Start(*offset)).map_err(io)?;
-                let mut buf = vec![0u8; *bytes as usize];
-                f.read_exact(&mut buf).map_err(io)?;
+                // The slice is the size of its tensor: allocated fallibly, so that a slice
+                // too large for the machine is an error and not an abort.
+                let mut buf = Vec::new();
+                usize::try_from(*bytes)
+                    .ok()
+                    .and_then(|n| buf.try_reserve_exact(n).ok().map(|()| n))
+                    .ok_or_else(|| TraceError::Io {
+                        path: full.display().to_string(),
+                        message: format!("cannot allocate {bytes} bytes for the slice at offset {offset}"),
+                    })?;
+                f.take(*bytes).read_to_end(&mut buf).map_err(io)?;
+                if buf.len() as u64 != *bytes {
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the file ends within the slice",
+                    );
+                    return Err(io(e));
+                }
                 let found = checksum(&buf);
                 if found != *want {
                     let mut at = diag(self.trace, Some(l), 0);
@@ -664,9 +688,12 @@ fn within(found: &[u8], want: &[u8], dtype: DType, rel: f64) -> Result<(), (usiz
         }
         DType::I64 => {
             let vals = |b: &[u8]| -> Vec<i64> {
-                b.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+                b.chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("chunks of 8 bytes")))
+                    .collect()
             };
             let (f, w) = (vals(found), vals(want));
+            // A position in the zip of both is within both.
             match f.iter().zip(&w).position(|(a, b)| a != b) {
                 Some(i) => Err((i, f[i] as f64, w[i] as f64)),
                 None if f.len() != w.len() => Err((f.len().min(w.len()), f64::NAN, f64::NAN)),

@@ -201,7 +201,7 @@ impl Checker<'_> {
         if let Some(m) = msg {
             self.err(r.col, m);
         }
-        let t = self.tensors.get_mut(&r.id).expect("checked above");
+        let t = self.tensors.get_mut(&r.id).expect("checked above: declared");
         if last != Some(stream) {
             t.last_stream = Some(stream);
         }
@@ -282,7 +282,7 @@ impl Checker<'_> {
                 }
                 let mut covered = Vec::new();
                 for t in live {
-                    let ts = self.tensors.get_mut(&t.id).expect("live");
+                    let ts = self.tensors.get_mut(&t.id).expect("`live` holds declared tensors only");
                     if ts.last_stream == Some(stream.id) {
                         ts.recorded = Some(event.id);
                         ts.visible.clear();
@@ -303,6 +303,8 @@ impl Checker<'_> {
                 };
                 let (src, tensors) = (ev.stream, ev.tensors.clone());
                 let Some((dev, _)) = dev else { return };
+                // Cannot fail: an event is filed only when its stream is declared, and a
+                // stream, once declared, stays.
                 let src_dev = self.streams[&src].0;
                 if src_dev != dev || !dev.is_async() || src == stream.id {
                     self.err(
@@ -330,7 +332,7 @@ impl Checker<'_> {
                 if self.stream(*stream).is_some() && self.tensor(*tensor) {
                     self.use_on(*tensor, stream.id);
                     let line = self.line;
-                    self.tensors.get_mut(&tensor.id).expect("live").released = Some(line);
+                    self.tensors.get_mut(&tensor.id).expect("checked above: declared").released = Some(line);
                 }
             }
             Stmt::Access { stream, tensor, kind } => self.access(*stream, *tensor, kind),
@@ -382,6 +384,8 @@ impl Checker<'_> {
             ok &= self.tensor(r);
         }
         let (Some((device, _)), Some(kernel), true) = (dev, kernel, ok) else { return };
+        // From here on every operand is declared (`ok`), so indexing `tensors` by one
+        // cannot fail.
         let all: Vec<Ref> = inputs.iter().chain(outputs).copied().collect();
         let dev_of = |r: &Ref| self.tensors[&r.id].device;
         let wrong: Vec<Ref> = all.iter().filter(|r| dev_of(r) != device).copied().collect();
@@ -390,6 +394,7 @@ impl Checker<'_> {
         let device_ok =
             if kernel.cross_device() { all.is_empty() || wrong.len() < all.len() } else { wrong.is_empty() };
         if !device_ok {
+            // Cannot fail: not `device_ok` means some operand is off the device.
             let r = wrong[0];
             let m = format!("tensor t{} is on {}, but s{} is on {device}", r.id, dev_of(&r), stream.id);
             self.err(r.col, m);
@@ -446,6 +451,7 @@ impl Checker<'_> {
             );
             return;
         }
+        // Cannot fail: `self.tensor` found it declared.
         let t = &self.tensors[&tensor.id];
         if !t.device.is_host() {
             let m = format!(
@@ -487,13 +493,13 @@ impl Checker<'_> {
                     let full = self.trace.dir.join(path);
                     match std::fs::metadata(&full) {
                         Err(e) => self.err(tensor.col, format!("sidecar file {}: {e}", full.display())),
-                        Ok(m) if m.len() < offset.saturating_add(*bytes) => self.err(
+                        Ok(m) if offset.checked_add(*bytes).is_none_or(|end| m.len() < end) => self.err(
                             tensor.col,
                             format!(
-                                "sidecar file {} has {} bytes, the slice ends at {}",
+                                "sidecar file {} has {} bytes, the slice of {bytes} bytes at offset {offset} \
+                                 ends beyond it",
                                 full.display(),
                                 m.len(),
-                                offset + bytes
                             ),
                         ),
                         Ok(_) => {}
