@@ -162,7 +162,9 @@ fn main() -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("eagervm: error: {e}");
+            // Not `eprintln!`, which panics when standard error is a closed pipe.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "eagervm: error: {e}");
             ExitCode::FAILURE
         }
     }
