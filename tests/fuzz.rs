@@ -8,8 +8,8 @@
 //!   `analyze`, then `replay` as recorded and with synchronisation derived anew on the
 //!   CPU. Every problem must name a place within the input, every failure must be a typed
 //!   error, and two replays of one trace must read the same values. The inputs are the
-//!   shipped traces of `instructions/`, mutated with knowledge of the format, and random
-//!   bytes (`common/fuzz/trace_input.rs`).
+//!   shipped traces of `instructions/`, mutated with knowledge of the format, traces
+//!   written from scratch, and random bytes (`common/fuzz/trace_input.rs`).
 //! - **sidecar**: a shipped trace whose binary sidecar has been changed (bytes flipped,
 //!   cut short, extended, replaced) and perhaps one of its `offset=`, `bytes=`, `fnv1a64=`
 //!   fields. A replay must succeed when every slice the trace reads is intact and the

@@ -21,7 +21,7 @@ use eagervm::prelude::*;
 use std::sync::OnceLock;
 
 use super::builder_input::{Act, Binary, BuilderInput, Call, Dev, Eager, Ins, Len, Side, Strm, Unary};
-use super::harness::{setup, Precheck, Stats};
+use super::harness::{setup, Precheck, Stats, TENSOR_CAP};
 
 /// Tensors and arrays a case keeps at most (older ones are dropped first), which bounds
 /// its memory.
@@ -102,7 +102,15 @@ fn data(dtype: DType, n: usize, value: f64) -> Data {
     }
 }
 
-fn length(len: Len, numel: usize) -> usize {
+/// How many elements of data `len` asks for, for a tensor of `shape`. The data of a shape
+/// beyond [`TENSOR_CAP`] (or whose element count overflows) is never made in full: one
+/// element stands for it, and the call must be refused either way.
+fn length(len: Len, shape: &[usize]) -> usize {
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| (n as u64).saturating_mul(8) <= TENSOR_CAP)
+        .unwrap_or(1);
     match len {
         Len::Exact => numel,
         Len::Off(d) => numel.saturating_add_signed(d as isize),
@@ -177,7 +185,7 @@ impl<'a> State<'a> {
                 if !self.pre.admits(shape, *dtype) {
                     return self.skip();
                 }
-                let n = length(*len, shape.iter().product());
+                let n = length(*len, shape);
                 let r = match data(*dtype, n, *value) {
                     Data::F32(v) => self.vm.from_slice(&v, shape, self.device(*dev)),
                     Data::I64(v) => self.vm.from_slice(&v, shape, self.device(*dev)),
@@ -215,7 +223,7 @@ impl<'a> State<'a> {
             Call::Into { op, ins, scalar, stream, .. } => (op, ins, scalar, stream),
             Call::Write { t, dtype, len, value } => {
                 let Some(t) = pick(&self.tensors, *t) else { return Ok(()) };
-                let n = length(*len, t.numel());
+                let n = length(*len, t.shape());
                 let r = match data(*dtype, n, *value) {
                     Data::F32(v) => b.write(t, &v),
                     Data::I64(v) => b.write(t, &v),
@@ -309,7 +317,7 @@ impl<'a> State<'a> {
                 if !self.pre.admits(shape, *dtype) {
                     return self.skip();
                 }
-                let n = length(*len, shape.iter().product());
+                let n = length(*len, shape);
                 let cx = &cxs[cx % 2];
                 let r = match data(*dtype, n, *value) {
                     Data::F32(v) => cx.from_slice(&v, shape, self.device(*dev)),
