@@ -76,6 +76,19 @@ fn bad_traces_exit_non_zero_naming_file_line_and_cause() {
     assert!(text(&o).contains("demo"), "lists the programs: {}", text(&o));
 }
 
+/// The error message of a failing command went out through `eprintln!`, which panics (exit
+/// status 101) when standard error is a pipe whose reader has gone.
+#[test]
+fn an_error_on_a_closed_standard_error_exits_with_status_one() {
+    let bin = env!("CARGO_BIN_EXE_eagervm");
+    // `true` has exited before the command writes its error, so the write fails.
+    let script = format!(
+        "exec 4>&1; {{ sleep 0.3; '{bin}' run no-such-program; echo \"status $?.\" >&4; }} 2>&1 >/dev/null | true"
+    );
+    let o = Command::new("bash").arg("-c").arg(&script).output().expect("bash runs");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "status 1.", "{}", text(&o));
+}
+
 #[test]
 fn every_command_has_help() {
     for cmd in ["run", "record", "replay", "validate", "analyze", "bench", "demo", "programs"] {

@@ -156,7 +156,7 @@ pub fn recording_overhead(
 ) -> Result<Overhead, CliError> {
     let fail = |error| CliError::Program { program: p.name.into(), error };
     let mut times = [Vec::new(), Vec::new()];
-    for i in 0..reps.max(1) * 2 {
+    for i in 0..reps.max(1).saturating_mul(2) {
         let record = i % 2 == 1;
         let vm = vm_for(p, config.clone())?;
         let t0 = Instant::now();
@@ -176,6 +176,7 @@ pub fn recording_overhead(
         times[record as usize].push(t0.elapsed());
         drop(outputs);
     }
+    // Cannot fail: the loop above ran at least once of each kind.
     let median = |v: &mut Vec<Duration>| {
         v.sort();
         v[v.len() / 2]

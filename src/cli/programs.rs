@@ -136,6 +136,7 @@ fn branches(vm: &VirtualMachine) -> Result<Vec<Tensor>> {
     let (copy, scale, relu, matmul, add, sum) = (copy?, scale?, relu?, matmul?, add?, sum?);
     vm.run(|b| {
         let mut on_device = Vec::new();
+        // The two mock devices of the three.
         for &d in &devices[..2] {
             let t = vm.empty(&[N, N], DType::F32, d)?;
             b.call_into(copy, &[&x], &[&t], Attrs::default(), vm.stream(d, StreamType::H2D)?)?;
@@ -171,6 +172,7 @@ fn branches(vm: &VirtualMachine) -> Result<Vec<Tensor>> {
             }
             results = next;
         }
+        // Cannot fail: the tree of adds leaves one of the eight results.
         let total = b.call(sum, &[&results[0]], Attrs::default(), cpu)?;
         Ok(vec![results.remove(0), total])
     })

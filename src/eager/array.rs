@@ -94,6 +94,7 @@ impl<'a> Array<'a> {
         let stream = (self.cx.vm().compute_stream(device)?, device);
         let mut out =
             self.cx.emit(self.cx.ops_binary(op), &[self, other], Attrs::default(), stream, device, &[])?;
+        // Cannot fail: every op of `Binary` makes one output once its `infer` passed.
         Ok(out.pop().expect("one output"))
     }
 
@@ -101,6 +102,7 @@ impl<'a> Array<'a> {
         let device = self.device();
         let stream = (self.cx.vm().compute_stream(device)?, device);
         let mut out = self.cx.emit(self.cx.ops_unary(op), &[self], attrs, stream, device, &[])?;
+        // Cannot fail: every op of `Unary` makes one output once its `infer` passed.
         Ok(out.pop().expect("one output"))
     }
 
@@ -157,6 +159,7 @@ impl<'a> Array<'a> {
         let stream = (self.cx.vm().compute_stream(device)?, device);
         let op = self.cx.ops_binary(Binary::ReluGrad);
         let mut out = self.cx.emit(op, &[dy, self], Attrs::default(), stream, device, &[])?;
+        // Cannot fail: `relu_grad` makes one output once its `infer` passed.
         Ok(out.pop().expect("one output"))
     }
 
@@ -185,6 +188,7 @@ impl<'a> Array<'a> {
         };
         let mut out =
             self.cx.emit(self.cx.ops_unary(Unary::Copy), &[self], Attrs::default(), stream, device, &[])?;
+        // Cannot fail: `copy` makes one output once its `infer` passed.
         Ok(out.pop().expect("one output"))
     }
 
@@ -206,7 +210,11 @@ impl<'a> Array<'a> {
                 detail: format!("has {} elements; item reads a one-element array", self.numel()),
             });
         }
-        Ok(self.to_vec::<T>()?[0])
+        let values = self.to_vec::<T>()?;
+        values.first().copied().ok_or_else(|| Error::Access {
+            tensor: self.id(),
+            detail: format!("read {} elements; item reads a one-element array", values.len()),
+        })
     }
 
     /// Wait until the array's value is computed (flushes first). Returns the error it

@@ -165,6 +165,7 @@ impl<'vm> Context<'vm> {
 
     /// A context with the given options (`flush_every` 0 counts as 1).
     pub fn with_options(vm: &'vm VirtualMachine, options: ContextOptions) -> Self {
+        // Cannot fail: every VM registers the built-in ops, these among them.
         let op = |name: &str| vm.op(name).expect("a built-in op");
         let ops = Ops {
             fill: op("fill"),
@@ -226,6 +227,7 @@ impl<'vm> Context<'vm> {
         let given = [OutSpec { shape: shape.iter().copied().collect(), dtype }];
         let stream = (self.vm.compute_stream(device)?, device);
         let mut out = self.emit(self.ops.fill, &[], Attrs::scalar(value), stream, device, &given)?;
+        // Cannot fail: `fill` given one output makes it, once its `infer` passed.
         Ok(out.pop().expect("fill has one output"))
     }
 

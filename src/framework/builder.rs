@@ -159,6 +159,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             });
         }
         let mut outs = self.call_multi(op, inputs, attrs, stream)?;
+        // Cannot fail: `call_multi` checks the same signature again, which has one output.
         Ok(outs.pop().expect("one output"))
     }
 
@@ -211,19 +212,29 @@ impl<'vm> InstructionsBuilder<'vm> {
         stream: StreamId,
         accepted: bool,
     ) -> Result<()> {
-        let kernel = self.check(op, inputs, outputs, &attrs, stream, accepted)?.kernel;
-        self.emit_call(kernel, inputs, outputs, attrs, stream);
+        let checked = self.check(op, inputs, outputs, &attrs, stream, accepted)?;
+        // A signature cached by `call` (whose outputs the builder makes) matches a
+        // `call_into` of the same inputs and no outputs: compare the counts here.
+        let produced = self.outputs_of(checked).0.len();
+        if produced != outputs.len() {
+            return Err(Error::InvalidOperands {
+                op: op.name().into(),
+                detail: format!("produces {produced} outputs, {} given", outputs.len()),
+            });
+        }
+        self.emit_call(checked.kernel, inputs, outputs, attrs, stream);
         Ok(())
     }
 
     /// The common `call_into`, checked and emitted with one pass over its operands: at most
-    /// [`WIDE_OPS`] operands, all of this VM, none released or aliased or last used on
-    /// another stream, and a signature in the inference cache (whose meta ids are this
-    /// VM's, so only this VM's tensors may be looked up in it). The caller has opened the
-    /// batch. Each operand's VM, identity, state and meta id lie in one line of its tensor,
-    /// read once. Returns false, having changed nothing, for any
-    /// other call, which the full path then checks (and refuses, if it must) and emits.
-    /// A signature of at most [`KEY_OPS`] operands is found by its packed key; a wider one
+    /// [`WIDE_OPS`] operands, at least one of them an output (a cached signature with none
+    /// may be `call`'s, whose outputs the builder made), all of this VM, none released or
+    /// aliased or last used on another stream, and a signature in the inference cache
+    /// (whose meta ids are this VM's, so only this VM's tensors may be looked up in it). The
+    /// caller has opened the batch. Each operand's VM, identity, state and meta id lie in
+    /// one line of its tensor, read once. Returns false, having changed nothing, for any
+    /// other call, which the full path then checks (and refuses, if it must) and emits. A
+    /// signature of at most [`KEY_OPS`] operands is found by its packed key; a wider one
     /// ([`fast_call_wide`](Self::fast_call_wide), out of line) operand by operand.
     #[inline(always)]
     fn fast_call(
@@ -235,6 +246,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         stream: StreamId,
     ) -> bool {
         let (n_in, n) = (inputs.len(), inputs.len() + outputs.len());
+        if outputs.is_empty() {
+            return false;
+        }
         if n > KEY_OPS {
             return self.fast_call_wide(op, inputs, outputs, attrs, stream);
         }
@@ -273,6 +287,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0, self.me) else {
             return false;
         };
+        // `n <= WIDE_OPS`, checked above.
         if self.infer.get(kernel, stream.0, &attrs, inputs.len(), ids[..n].iter().copied()).is_none() {
             return false;
         }
@@ -299,6 +314,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
         }
         let n = inputs.len() + outputs.len();
+        // At most `WIDE_OPS` operands on this path: the count fits the byte.
         self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
         self.flush_if_full();
     }
@@ -550,6 +566,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.sync_operands(stream, tensors, || operands(inputs, outputs));
         self.open_if_idle();
         let n = inputs.len() + outputs.len();
+        // `check` refused more than `MAX_INPUTS` inputs: the count fits the byte.
         self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
         self.flush_if_full();
     }
@@ -622,6 +639,9 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
         }
         for (src, reads) in groups {
+            // Both are streams of this VM: `me` passed `check` (or is the host stream), and
+            // `src` is the `last_stream` of a tensor of this VM, set by one of its builders
+            // (a tensor of another VM is refused before it gets here).
             let (s, t) = (&self.vm.streams[src as usize], &self.vm.streams[me.index()]);
             let id = self.vm.next_event_id();
             if s.device == t.device && s.device_waits {

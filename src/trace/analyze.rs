@@ -95,6 +95,7 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TraceError> {
             Stmt::Wait { event, .. } => preds.extend(events.get(&event.id).map(|&p| (p, "event"))),
             _ => {}
         }
+        // Every predecessor is an earlier node, so `depth` has its entry.
         let mut d = floor;
         if let Some(&p) = last_on.get(&stream.id) {
             d = d.max(depth[p]);
@@ -162,6 +163,7 @@ fn to_dot(streams: &[(u32, String)], nodes: &[(u32, String, u32)], edges: &[(usi
         s.push_str("  }\n");
     }
     for &(a, b, kind) in edges {
+        // Edges join nodes of the same graph.
         let style = match (kind, nodes[a].0 == nodes[b].0) {
             ("event", _) => "style=dashed, color=blue",
             (_, true) => "color=black",

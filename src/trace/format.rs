@@ -359,6 +359,7 @@ pub(crate) fn quote(out: &mut String, s: &str) {
 /// back to the same bits; a NaN as its raw bits (`0x7fc00000`), so that its payload survives.
 pub(crate) fn write_values(out: &mut String, dtype: DType, bytes: &[u8]) {
     match dtype {
+        // Chunks of exactly the element's size: the indexing below cannot fail.
         DType::F32 => {
             for c in bytes.chunks_exact(4) {
                 let v = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);

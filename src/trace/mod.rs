@@ -177,9 +177,10 @@ pub fn load(path: &std::path::Path) -> Result<Trace, TraceError> {
     let text = match String::from_utf8(bytes) {
         Ok(t) => t,
         Err(e) => {
+            // `valid_up_to` is a length within the bytes.
             let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-            let line = valid.iter().filter(|&&b| b == b'\n').count() as u32 + 1;
-            let col = valid.iter().rev().take_while(|&&b| b != b'\n').count() as u32 + 1;
+            let line = parse::place(valid.iter().filter(|&&b| b == b'\n').count());
+            let col = parse::place(valid.iter().rev().take_while(|&&b| b != b'\n').count());
             let message = "the trace is not UTF-8 text".to_string();
             return Err(TraceError::Invalid { diagnostics: vec![Diagnostic { file, line, col, message }] });
         }

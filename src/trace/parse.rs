@@ -22,6 +22,17 @@ struct Tok {
 /// A problem on the current line: column and message.
 type Problem = (u32, String);
 
+/// The 1-based place (line or column) of the 0-based `n`th one, held at `u32::MAX` for an
+/// input with more lines, or a line with more characters, than that.
+pub(crate) fn place(n: usize) -> u32 {
+    u32::try_from(n).map_or(u32::MAX, |n| n.saturating_add(1))
+}
+
+/// `n` as a count of columns, held at `u32::MAX`.
+fn width(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// Split a line into tokens at whitespace; `"..."` may appear inside a token and keeps its
 /// spaces; `#` at the start of a token begins a comment.
 fn tokenize(line: &str) -> Result<Vec<Tok>, Problem> {
@@ -35,7 +46,7 @@ fn tokenize(line: &str) -> Result<Vec<Tok>, Problem> {
         if c == '#' {
             break;
         }
-        let col = i as u32 + 1;
+        let col = place(i);
         let mut text = String::new();
         while let Some(&(j, c)) = chars.peek() {
             if c.is_whitespace() {
@@ -46,7 +57,7 @@ fn tokenize(line: &str) -> Result<Vec<Tok>, Problem> {
                 text.push(c);
                 continue;
             }
-            let open = j as u32 + 1;
+            let open = place(j);
             loop {
                 match chars.next() {
                     None => {
@@ -59,10 +70,10 @@ fn tokenize(line: &str) -> Result<Vec<Tok>, Problem> {
                         Some((_, 'r')) => text.push('\r'),
                         Some((_, '"')) => text.push('"'),
                         Some((_, '\\')) => text.push('\\'),
-                        Some((_, 'u')) => text.push(unicode_escape(&mut chars, k as u32 + 1)?),
+                        Some((_, 'u')) => text.push(unicode_escape(&mut chars, place(k))?),
                         _ => {
                             return Err((
-                                k as u32 + 1,
+                                place(k),
                                 "unknown escape (expected \\n, \\t, \\r, \\\", \\\\ or \\u{..})".into(),
                             ))
                         }
@@ -104,7 +115,7 @@ pub fn parse_str(file: &str, text: &str) -> (Trace, Vec<Diagnostic>) {
     // The header's version (this build's where the header is missing or unreadable).
     let mut version = VERSION;
     for (n, raw) in text.split('\n').enumerate() {
-        let line = n as u32 + 1;
+        let line = place(n);
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
         let mut problem = |col: u32, message: String| {
             diags.push(Diagnostic { file: file.to_string(), line, col, message });
@@ -163,7 +174,7 @@ struct Cur<'a> {
 impl<'a> Cur<'a> {
     /// Column just past the last token (where a missing token was expected).
     fn end_col(&self) -> u32 {
-        self.toks.last().map_or(1, |t| t.col + t.text.chars().count() as u32)
+        self.toks.last().map_or(1, |t| t.col.saturating_add(width(t.text.chars().count())))
     }
 
     fn next(&mut self, what: &str) -> Result<&'a Tok, Problem> {
@@ -209,20 +220,22 @@ fn parse_ref(s: &str, col: u32, prefix: char, what: &str) -> Result<Ref, Problem
 
 /// `key=a,b,c` lists of references; the column of each item is computed from the token's.
 fn parse_ref_list(t: &Tok, value: &str, prefix: char, what: &str) -> Result<Vec<Ref>, Problem> {
-    let mut col = t.col + (t.text.len() - value.len()) as u32;
+    // `value` is the end of `t.text`, after `key=`.
+    let mut col = t.col.saturating_add(width(t.text.len() - value.len()));
     let mut out = Vec::new();
     if value.is_empty() {
         return Ok(out);
     }
     for item in value.split(',') {
         out.push(parse_ref(item, col, prefix, what)?);
-        col += item.chars().count() as u32 + 1;
+        col = col.saturating_add(width(item.chars().count())).saturating_add(1);
     }
     Ok(out)
 }
 
 fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
     let mut c = Cur { toks, i: 1 };
+    // Cannot fail: `parse_str` skips lines without tokens.
     let kw = &toks[0];
     let stmt = match kw.text.as_str() {
         "device" => {

@@ -227,6 +227,7 @@ fn replay_inner(
     }
     r.check_expectations(&mut expected)?;
     let streams = vm.streams();
+    // `per_stream` is indexed by the VM's stream indices, so `streams[i]` exists.
     r.report.per_stream = (r.per_stream.iter().enumerate())
         .filter(|(_, &n)| n > 0)
         .map(|(i, &n)| (streams[i].3.clone(), n))
@@ -292,6 +293,7 @@ impl Mapping {
                     .into();
             return Err(TraceError::Invalid { diagnostics: vec![at] });
         }
+        // Cannot overflow: the validator keeps mock and CUDA indices below `MAX_MOCK_DEVICES`.
         let count =
             |ty: DeviceType| devices.values().filter(|d| d.ty == ty).map(|d| d.index + 1).max().unwrap_or(0);
         let (mock_devices, cuda_devices) = (count(DeviceType::Mock), count(DeviceType::Cuda));
@@ -326,6 +328,11 @@ impl Replayer<'_> {
     fn failed(&mut self, line: u32, e: Error) {
         self.report.failures.push((line, e));
     }
+
+    // Replay runs validated traces only (`replay_inner` validates first): every stream,
+    // tensor, event and device a statement names is declared (and the tensor live, the
+    // event recorded) by the time the statement runs, so the lookups by it below cannot
+    // fail.
 
     fn stream(&self, r: Ref) -> StreamId {
         self.streams[&r.id].0
@@ -431,6 +438,7 @@ impl Replayer<'_> {
                     let kernel = resolved.kernel_ref(kernel_device(dev)).ok_or_else(|| {
                         self.err(l, *op_col, Error::Config(format!("no kernel for `{op}`")))
                     })?;
+                    // Cannot truncate: the validator allows at most `MAX_INPUTS` (255) inputs.
                     b.emit_raw(
                         Body::OpCall { kernel, attrs },
                         s,
@@ -547,20 +555,24 @@ impl Replayer<'_> {
                 let io = |e| TraceError::io(&full, e);
                 let mut f = std::fs::File::open(&full).map_err(io)?;
                 f.seek(SeekFrom::Start(*offset)).map_err(io)?;
-                // As large as the tensor the trace writes: allocated fallibly.
-                let len = usize::try_from(*bytes).unwrap_or(usize::MAX);
+                // The slice is the size of its tensor: allocated fallibly, so that a slice
+                // too large for the machine is an error and not an abort.
                 let mut buf = Vec::new();
-                if let Err(e) = buf.try_reserve_exact(len) {
-                    let tensor = match &l.stmt {
-                        Stmt::Access { tensor, .. } => u64::from(tensor.id),
-                        _ => 0,
-                    };
-                    let error =
-                        crate::framework::tensor::out_of_host_memory(tensor, len, "the sidecar slice", e);
-                    return Err(TraceError::Vm { at: diag(self.trace, Some(l), 0), error: Box::new(error) });
+                usize::try_from(*bytes)
+                    .ok()
+                    .and_then(|n| buf.try_reserve_exact(n).ok().map(|()| n))
+                    .ok_or_else(|| TraceError::Io {
+                        path: full.display().to_string(),
+                        message: format!("cannot allocate {bytes} bytes for the slice at offset {offset}"),
+                    })?;
+                f.take(*bytes).read_to_end(&mut buf).map_err(io)?;
+                if buf.len() as u64 != *bytes {
+                    let e = std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "the file ends within the slice",
+                    );
+                    return Err(io(e));
                 }
-                buf.resize(len, 0);
-                f.read_exact(&mut buf).map_err(io)?;
                 let found = checksum(&buf);
                 if found != *want {
                     let mut at = diag(self.trace, Some(l), 0);

@@ -300,7 +300,7 @@ impl Checker<'_> {
                 }
                 let mut covered = Vec::new();
                 for t in live {
-                    let ts = self.tensors.get_mut(&t.id).expect("live");
+                    let ts = self.tensors.get_mut(&t.id).expect("`live` holds declared tensors only");
                     if ts.sync.record(stream.id, u64::from(event.id)).0 {
                         covered.push(t.id);
                     }
@@ -319,6 +319,8 @@ impl Checker<'_> {
                 };
                 let (src, tensors) = (ev.stream, ev.tensors.clone());
                 let Some((dev, _)) = dev else { return };
+                // Cannot fail: an event is filed only when its stream is declared, and a
+                // stream, once declared, stays.
                 let src_dev = self.streams[&src].0;
                 if src_dev != dev || !dev.is_async() || src == stream.id {
                     self.err(
@@ -345,7 +347,7 @@ impl Checker<'_> {
                 if self.stream(*stream).is_some() && self.tensor(*tensor) {
                     self.use_on(*tensor, stream.id);
                     let line = self.line;
-                    self.tensors.get_mut(&tensor.id).expect("live").released = Some(line);
+                    self.tensors.get_mut(&tensor.id).expect("checked above: declared").released = Some(line);
                 }
             }
             Stmt::Access { stream, tensor, kind } => self.access(*stream, *tensor, kind),
@@ -397,6 +399,8 @@ impl Checker<'_> {
             ok &= self.tensor(r);
         }
         let (Some((device, _)), Some(kernel), true) = (dev, kernel, ok) else { return };
+        // From here on every operand is declared (`ok`), so indexing `tensors` by one
+        // cannot fail.
         if inputs.iter().chain(outputs).any(|r| self.tensors[&r.id].too_large) {
             return;
         }
@@ -408,6 +412,7 @@ impl Checker<'_> {
         let device_ok =
             if kernel.cross_device() { all.is_empty() || wrong.len() < all.len() } else { wrong.is_empty() };
         if !device_ok {
+            // Cannot fail: not `device_ok` means some operand is off the device.
             let r = wrong[0];
             let m = format!("tensor t{} is on {}, but s{} is on {device}", r.id, dev_of(&r), stream.id);
             self.err(r.col, m);
@@ -472,6 +477,7 @@ impl Checker<'_> {
             );
             return;
         }
+        // Cannot fail: `self.tensor` found it declared.
         let t = &self.tensors[&tensor.id];
         if t.too_large {
             return;
@@ -516,13 +522,13 @@ impl Checker<'_> {
                     let full = self.trace.dir.join(path);
                     match std::fs::metadata(&full) {
                         Err(e) => self.err(tensor.col, format!("sidecar file {}: {e}", full.display())),
-                        Ok(m) if m.len() < offset.saturating_add(*bytes) => self.err(
+                        Ok(m) if offset.checked_add(*bytes).is_none_or(|end| m.len() < end) => self.err(
                             tensor.col,
                             format!(
-                                "sidecar file {} has {} bytes, the slice ends at {}",
+                                "sidecar file {} has {} bytes, the slice of {bytes} bytes at offset {offset} \
+                                 ends beyond it",
                                 full.display(),
                                 m.len(),
-                                offset + bytes
                             ),
                         ),
                         Ok(_) => {}

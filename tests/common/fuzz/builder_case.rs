@@ -1,0 +1,510 @@
+//! Running a builder case: every call returns `Ok` or a typed error, and the VM stays
+//! usable.
+//!
+//! Each step of a [`BuilderInput`] is made on one VM (with two eager contexts on it). A
+//! step's `Err` is fine as long as it is a refusal or a run-time error the call can have;
+//! these are defects, and fail the case:
+//! - `ShutDown` from a VM the case still holds (a VM thread died);
+//! - `Panic` from an op other than `panic`, or `Kernel` from one other than `fail`: a
+//!   kernel that panics or refuses at run time on a call the builder accepted;
+//! - a read that returns another number of elements than the tensor has;
+//! - (through the harness) any panic, on any thread, and any hang.
+//!
+//! After the last step the case flushes both contexts and syncs, then runs a known
+//! computation on every device (and through a context) that must give the right values,
+//! and a final sync that must succeed: whatever the steps did, the VM still works.
+#![allow(dead_code)]
+
+use eagervm::eager::{Array, Context, ContextOptions};
+use eagervm::framework::{Attrs, DType, OutSpec, Tensor};
+use eagervm::prelude::*;
+use std::sync::OnceLock;
+
+use super::builder_input::{Act, Binary, BuilderInput, Call, Dev, Eager, Ins, Len, Side, Strm, Unary};
+use super::harness::{setup, Precheck, Stats, TENSOR_CAP};
+
+/// Tensors and arrays a case keeps at most (older ones are dropped first), which bounds
+/// its memory.
+const KEEP: usize = 24;
+
+/// Stream ids that exist in a VM with more mock devices than the case's, and not in the
+/// case's VM (whose two mock devices make streams 0-6).
+fn foreign_streams() -> &'static [StreamId] {
+    static IDS: OnceLock<Vec<StreamId>> = OnceLock::new();
+    IDS.get_or_init(|| {
+        let config = Config { synchronous: true, ..Config::default() }
+            .with_mock_devices(4, eagervm::ep::mock::MockConfig::default());
+        let other = VirtualMachine::new(config).expect("a VM with four mock devices starts");
+        other.streams().into_iter().map(|s| s.0).filter(|s| s.index() >= 7).collect()
+    })
+}
+
+/// What is wrong with `e`, if it is a defect (module docs).
+pub fn defect(e: &Error) -> Option<String> {
+    match e {
+        Error::ShutDown => Some("the VM reports `ShutDown` while the case still holds it".into()),
+        Error::Panic { op, .. } if op != "panic" => {
+            Some(format!("a `{op}` kernel panicked on a call the builder accepted: {e}"))
+        }
+        Error::Kernel { op, .. } if op != "fail" => {
+            Some(format!("a `{op}` kernel refused at run time a call the builder accepted: {e}"))
+        }
+        Error::Failed { first, .. } => defect(first),
+        _ => None,
+    }
+}
+
+/// The output shape of a product, if `op` is one and the inputs fit it (the one kind of
+/// call whose output can be far larger than its inputs).
+fn product_shape(op: &str, a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    match (op, a, b) {
+        ("matmul", [m, _], [_, n]) | ("matmul_tn", [_, m], [_, n]) | ("matmul_nt", [m, _], [n, _]) => {
+            Some(vec![*m, *n])
+        }
+        _ => None,
+    }
+}
+
+struct State<'a> {
+    vm: &'a VirtualMachine,
+    cxs: &'a [Context<'a>; 2],
+    pre: Precheck,
+    stats: &'static Stats,
+    tensors: Vec<Tensor>,
+    /// Tensors created beyond the pre-check's cap: only dropped (module `harness`).
+    oversized: Vec<Tensor>,
+    arrays: Vec<Array<'a>>,
+}
+
+type Step = Result<(), String>;
+
+fn pick<T>(v: &[T], i: usize) -> Option<&T> {
+    (!v.is_empty()).then(|| &v[i % v.len()])
+}
+
+fn keep<T>(v: &mut Vec<T>, x: T) {
+    if v.len() >= KEEP {
+        v.remove(0);
+    }
+    v.push(x);
+}
+
+/// `n` elements of `value` as `f32`s or `i64`s.
+enum Data {
+    F32(Vec<f32>),
+    I64(Vec<i64>),
+}
+
+fn data(dtype: DType, n: usize, value: f64) -> Data {
+    match dtype {
+        DType::F32 => Data::F32(vec![value as f32; n]),
+        DType::I64 => Data::I64(vec![value as i64; n]),
+    }
+}
+
+/// How many elements of data `len` asks for, for a tensor of `shape`. The data of a shape
+/// beyond [`TENSOR_CAP`] (or whose element count overflows) is never made in full: one
+/// element stands for it, and the call must be refused either way.
+fn length(len: Len, shape: &[usize]) -> usize {
+    let numel = shape
+        .iter()
+        .try_fold(1usize, |n, &d| n.checked_mul(d))
+        .filter(|&n| (n as u64).saturating_mul(8) <= TENSOR_CAP)
+        .unwrap_or(1);
+    match len {
+        Len::Exact => numel,
+        Len::Off(d) => numel.saturating_add_signed(d as isize),
+        Len::Fixed(n) => n,
+    }
+}
+
+impl<'a> State<'a> {
+    /// Count `r` and pass its value on; `Err` only for a defect.
+    fn judge<T>(&self, r: eagervm::Result<T>) -> Result<Option<T>, String> {
+        match r {
+            Ok(v) => {
+                Stats::bump(&self.stats.accepted);
+                Ok(Some(v))
+            }
+            Err(e) => match defect(&e) {
+                Some(d) => Err(d),
+                None => {
+                    Stats::bump(&self.stats.refused);
+                    Ok(None)
+                }
+            },
+        }
+    }
+
+    fn skip(&self) -> Step {
+        Stats::bump(&self.stats.precheck_skips);
+        Ok(())
+    }
+
+    fn device(&self, d: Dev) -> DeviceId {
+        d.id()
+    }
+
+    fn stream(&self, s: Strm) -> Result<Option<StreamId>, String> {
+        match s {
+            Strm::On(d, ty) => self.judge(self.vm.stream(d.id(), ty)),
+            Strm::Foreign(i) => Ok(pick(foreign_streams(), i).copied()),
+        }
+    }
+
+    fn inputs(&self, ins: &Ins) -> Vec<&Tensor> {
+        match ins {
+            Ins::Few(v) => v.iter().filter_map(|&i| pick(&self.tensors, i)).collect(),
+            Ins::Many { t, n } => pick(&self.tensors, *t).map_or(Vec::new(), |t| vec![t; *n]),
+        }
+    }
+
+    /// Whether the outputs a call of `op` on `ins` makes pass the pre-check.
+    fn admits_call(&self, op: &str, ins: &[&Tensor]) -> bool {
+        match ins {
+            [a, b] => product_shape(op, a.shape(), b.shape()).is_none_or(|s| self.pre.admits(&s, a.dtype())),
+            _ => true,
+        }
+    }
+
+    fn act(&mut self, act: &Act) -> Step {
+        match act {
+            Act::Empty { shape, dtype, dev } => {
+                if let Some(t) = self.judge(self.vm.empty(shape, *dtype, self.device(*dev)))? {
+                    // An empty tensor allocates nothing; one beyond the cap is kept apart so
+                    // that nothing writes or reads it.
+                    if self.pre.admits(shape, *dtype) {
+                        keep(&mut self.tensors, t);
+                    } else {
+                        self.skip()?;
+                        keep(&mut self.oversized, t);
+                    }
+                }
+            }
+            Act::FromSlice { shape, dtype, dev, len, value } => {
+                if !self.pre.admits(shape, *dtype) {
+                    return self.skip();
+                }
+                let n = length(*len, shape);
+                let r = match data(*dtype, n, *value) {
+                    Data::F32(v) => self.vm.from_slice(&v, shape, self.device(*dev)),
+                    Data::I64(v) => self.vm.from_slice(&v, shape, self.device(*dev)),
+                };
+                if let Some(t) = self.judge(r)? {
+                    keep(&mut self.tensors, t);
+                }
+            }
+            Act::Run(calls) => {
+                let vm = self.vm;
+                vm.run(|b| -> Step {
+                    for c in calls {
+                        self.call(b, c)?;
+                    }
+                    Ok(())
+                })?;
+            }
+            Act::Side(s) => self.side(s)?,
+            Act::Op(name) => {
+                self.judge(self.vm.op(name))?;
+            }
+            Act::Stream(d, ty) => {
+                self.judge(self.vm.stream(d.id(), *ty))?;
+            }
+            Act::Eager(e) => self.eager(e)?,
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, b: &mut InstructionsBuilder<'_>, c: &Call) -> Step {
+        let (op, ins, scalar, stream) = match c {
+            Call::Single { op, ins, scalar, stream } | Call::Multi { op, ins, scalar, stream } => {
+                (op, ins, scalar, stream)
+            }
+            Call::Into { op, ins, scalar, stream, .. } => (op, ins, scalar, stream),
+            Call::Write { t, dtype, len, value } => {
+                let Some(t) = pick(&self.tensors, *t) else { return Ok(()) };
+                let n = length(*len, t.shape());
+                let r = match data(*dtype, n, *value) {
+                    Data::F32(v) => b.write(t, &v),
+                    Data::I64(v) => b.write(t, &v),
+                };
+                self.judge(r)?;
+                return Ok(());
+            }
+            Call::Flush => {
+                b.flush();
+                return Ok(());
+            }
+            Call::Side(s) => return self.side(s),
+        };
+        let Some(op) = self.judge(self.vm.op(op))? else { return Ok(()) };
+        let Some(stream) = self.stream(*stream)? else { return Ok(()) };
+        let attrs = Attrs::scalar(*scalar);
+        let inputs = self.inputs(ins);
+        if !self.admits_call(op.name(), &inputs) {
+            return self.skip();
+        }
+        match c {
+            Call::Single { .. } => {
+                let r = b.call(op, &inputs, attrs, stream);
+                if let Some(t) = self.judge(r)? {
+                    keep(&mut self.tensors, t);
+                }
+            }
+            Call::Multi { .. } => {
+                let r = b.call_multi(op, &inputs, attrs, stream);
+                for t in self.judge(r)?.into_iter().flatten() {
+                    keep(&mut self.tensors, t);
+                }
+            }
+            Call::Into { outs, .. } => {
+                let outputs: Vec<&Tensor> = outs.iter().filter_map(|&i| pick(&self.tensors, i)).collect();
+                let r = b.call_into(op, &inputs, &outputs, attrs, stream);
+                self.judge(r)?;
+            }
+            _ => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+
+    fn side(&mut self, s: &Side) -> Step {
+        match s {
+            Side::ToVec { t, dtype } => {
+                let Some(t) = pick(&self.tensors, *t) else { return Ok(()) };
+                let n = match dtype {
+                    DType::F32 => self.judge(t.to_vec::<f32>())?.map(|v| v.len()),
+                    DType::I64 => self.judge(t.to_vec::<i64>())?.map(|v| v.len()),
+                };
+                if let Some(n) = n {
+                    Stats::bump(&self.stats.ran);
+                    if n != t.numel() {
+                        return Err(format!("to_vec of {t:?} gave {n} elements, numel() is {}", t.numel()));
+                    }
+                }
+            }
+            Side::Wait { t } => {
+                if let Some(t) = pick(&self.tensors, *t) {
+                    self.judge(t.wait())?;
+                }
+            }
+            Side::Sync => {
+                self.judge(self.vm.sync())?;
+            }
+            Side::Drop { t } => {
+                if !self.tensors.is_empty() {
+                    let i = t % self.tensors.len();
+                    self.tensors.remove(i);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn array(&self, a: usize) -> Option<&Array<'a>> {
+        pick(&self.arrays, a)
+    }
+
+    fn eager(&mut self, e: &Eager) -> Step {
+        let cxs = self.cxs;
+        let made = match e {
+            Eager::Full { cx, shape, dtype, dev, value } => {
+                if !self.pre.admits(shape, *dtype) {
+                    return self.skip();
+                }
+                self.judge(cxs[cx % 2].full(shape, *value, *dtype, self.device(*dev)))?
+            }
+            Eager::FromSlice { cx, shape, dtype, dev, len, value } => {
+                if !self.pre.admits(shape, *dtype) {
+                    return self.skip();
+                }
+                let n = length(*len, shape);
+                let cx = &cxs[cx % 2];
+                let r = match data(*dtype, n, *value) {
+                    Data::F32(v) => cx.from_slice(&v, shape, self.device(*dev)),
+                    Data::I64(v) => cx.from_slice(&v, shape, self.device(*dev)),
+                };
+                self.judge(r)?
+            }
+            Eager::Unary { a, op, scalar } => {
+                let Some(a) = self.array(*a) else { return Ok(()) };
+                let r = match op {
+                    Unary::Scale => a.scale(*scalar),
+                    Unary::Relu => a.relu(),
+                    Unary::Sum => a.sum(),
+                    Unary::SumRows => a.sum_rows(),
+                };
+                self.judge(r)?
+            }
+            Eager::Binary { a, b, op } => {
+                let (Some(a), Some(b)) = (self.array(*a), self.array(*b)) else { return Ok(()) };
+                let name = match op {
+                    Binary::Matmul => "matmul",
+                    Binary::MatmulTn => "matmul_tn",
+                    Binary::MatmulNt => "matmul_nt",
+                    _ => "",
+                };
+                let out = product_shape(name, a.shape(), b.shape());
+                if out.is_some_and(|s| !self.pre.admits(&s, a.dtype())) {
+                    return self.skip();
+                }
+                let r = match op {
+                    Binary::Add => a.add(b),
+                    Binary::Sub => a.sub(b),
+                    Binary::Mul => a.mul(b),
+                    Binary::ReluGrad => a.relu_grad(b),
+                    Binary::Matmul => a.matmul(b),
+                    Binary::MatmulTn => a.matmul_tn(b),
+                    Binary::MatmulNt => a.matmul_nt(b),
+                    Binary::AddBias => a.add_bias(b),
+                };
+                self.judge(r)?
+            }
+            Eager::To { a, dev } => {
+                let Some(a) = self.array(*a) else { return Ok(()) };
+                self.judge(a.to(self.device(*dev)))?
+            }
+            Eager::Call { cx, op, ins, given, dev, scalar } => {
+                if given.iter().any(|(s, d)| !self.pre.admits(s, *d)) {
+                    return self.skip();
+                }
+                let inputs: Vec<&Array<'a>> = ins.iter().filter_map(|&i| self.array(i)).collect();
+                if let [a, b] = inputs[..] {
+                    if product_shape(op, a.shape(), b.shape())
+                        .is_some_and(|s| !self.pre.admits(&s, a.dtype()))
+                    {
+                        return self.skip();
+                    }
+                }
+                let given: Vec<OutSpec> = given
+                    .iter()
+                    .map(|(s, d)| OutSpec { shape: s.iter().copied().collect(), dtype: *d })
+                    .collect();
+                let r = cxs[cx % 2].call(op, &inputs, Attrs::scalar(*scalar), &given, self.device(*dev));
+                for a in self.judge(r)?.into_iter().flatten() {
+                    keep(&mut self.arrays, a);
+                }
+                None
+            }
+            Eager::ToVec { a, dtype } => {
+                let Some(a) = self.array(*a) else { return Ok(()) };
+                let n = match dtype {
+                    DType::F32 => self.judge(a.to_vec::<f32>())?.map(|v| v.len()),
+                    DType::I64 => self.judge(a.to_vec::<i64>())?.map(|v| v.len()),
+                };
+                if let Some(n) = n {
+                    Stats::bump(&self.stats.ran);
+                    if n != a.numel() {
+                        return Err(format!("to_vec of {a:?} gave {n} elements, numel() is {}", a.numel()));
+                    }
+                }
+                None
+            }
+            Eager::Item { a, dtype } => {
+                let Some(a) = self.array(*a) else { return Ok(()) };
+                match dtype {
+                    DType::F32 => self.judge(a.item::<f32>())?.map(|_| ()),
+                    DType::I64 => self.judge(a.item::<i64>())?.map(|_| ()),
+                };
+                None
+            }
+            Eager::Wait { a } => {
+                if let Some(a) = self.array(*a) {
+                    self.judge(a.wait())?;
+                }
+                None
+            }
+            Eager::Release { a } => {
+                if let Some(a) = self.array(*a) {
+                    self.judge(a.release())?;
+                }
+                None
+            }
+            Eager::Flush { cx } => {
+                self.judge(cxs[cx % 2].flush())?;
+                None
+            }
+            Eager::Sync { cx } => {
+                self.judge(cxs[cx % 2].sync())?;
+                None
+            }
+            Eager::Wrap { cx, t } => pick(&self.tensors, *t).map(|t| cxs[cx % 2].wrap(t.clone())),
+            Eager::Tensor { a } => {
+                let Some(a) = self.array(*a) else { return Ok(()) };
+                if let Some(t) = self.judge(a.tensor())? {
+                    let t = t.clone();
+                    keep(&mut self.tensors, t);
+                }
+                None
+            }
+            Eager::Drop { a } => {
+                if !self.arrays.is_empty() {
+                    let i = a % self.arrays.len();
+                    self.arrays.remove(i);
+                }
+                None
+            }
+        };
+        if let Some(a) = made {
+            keep(&mut self.arrays, a);
+        }
+        Ok(())
+    }
+
+    /// The end of every case (module docs).
+    fn finish(&mut self) -> Step {
+        for cx in self.cxs {
+            self.judge(cx.flush())?;
+        }
+        self.judge(self.vm.sync())?;
+        for dev in [DeviceId::CPU, DeviceId::mock(0), DeviceId::mock(1)] {
+            let got = self
+                .known_on(dev)
+                .map_err(|e| format!("after the steps, a known computation on {dev}: {e}"))?;
+            if got != [2.0, 0.0, 6.0] {
+                return Err(format!("after the steps, 2 * relu([1, -2, 3]) on {dev} gave {got:?}"));
+            }
+        }
+        let cx = &self.cxs[0];
+        let x = cx.from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], DeviceId::mock(1));
+        let total = x
+            .and_then(|x| x.matmul(&x)?.sum()?.to(DeviceId::CPU)?.item::<f32>())
+            .map_err(|e| format!("after the steps, a known computation through a context: {e}"))?;
+        if total != 54.0 {
+            return Err(format!("after the steps, sum([[1, 2], [3, 4]]^2) gave {total}"));
+        }
+        self.vm.sync().map_err(|e| format!("after the steps, a sync after the known computations: {e}"))
+    }
+
+    fn known_on(&self, dev: DeviceId) -> eagervm::Result<Vec<f32>> {
+        let (relu, scale) = (self.vm.op("relu")?, self.vm.op("scale")?);
+        let s = self.vm.compute_stream(dev)?;
+        let x = self.vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], dev)?;
+        let y = self.vm.run(|b| {
+            let r = b.call(relu, &[&x], Attrs::default(), s)?;
+            b.call(scale, &[&r], Attrs::scalar(2.0), s)
+        })?;
+        y.to_vec::<f32>()
+    }
+}
+
+/// Run one builder case (module docs); `Err` says what went wrong.
+pub fn run(input: &BuilderInput, stats: &'static Stats) -> Result<(), String> {
+    Stats::bump(&stats.cases);
+    let (config, pre) = setup(input.knobs);
+    let vm = VirtualMachine::new(config).map_err(|e| format!("VirtualMachine::new: {e}"))?;
+    let opts = ContextOptions { flush_every: input.flush_every };
+    let cxs = [Context::with_options(&vm, opts), Context::with_options(&vm, opts)];
+    let mut s = State {
+        vm: &vm,
+        cxs: &cxs,
+        pre,
+        stats,
+        tensors: Vec::new(),
+        oversized: Vec::new(),
+        arrays: Vec::new(),
+    };
+    for (i, act) in input.acts.iter().enumerate() {
+        s.act(act).map_err(|e| format!("step {i} ({act:?}): {e}"))?;
+    }
+    s.finish()
+}
