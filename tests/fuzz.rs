@@ -7,7 +7,9 @@
 //!   out (it must read back the same), `validate` (as recorded and for `--resync`),
 //!   `analyze`, then `replay` as recorded and with synchronisation derived anew on the
 //!   CPU. Every problem must name a place within the input, every failure must be a typed
-//!   error, and two replays of one trace must read the same values. The inputs are the
+//!   error, and two replays of one trace must read the same values. A trace that declares
+//!   a tensor over the cap on one tensor's bytes must fail validation with the size
+//!   check's diagnostic at that declaration, and so is never replayed. The inputs are the
 //!   shipped traces of `instructions/`, mutated with knowledge of the format, traces
 //!   written from scratch, and random bytes (`common/fuzz/trace_input.rs`).
 //! - **sidecar**: a shipped trace whose binary sidecar has been changed (bytes flipped,
@@ -16,7 +18,8 @@
 //!   fields are the recorded ones, and must fail with a typed error when a slice is not.
 //! - **builder**: random sequences of public-API calls on one VM and two eager contexts
 //!   (`common/fuzz/builder_input.rs`, `builder_case.rs`): every call returns `Ok` or a
-//!   typed error, and the VM keeps working.
+//!   typed error, one that asks for a tensor over the cap is refused with `TooLarge`, and
+//!   the VM keeps working.
 //!
 //! In every target a panic on any thread, or a case that does not finish within its time
 //! bound, fails the target with the input (`common/fuzz/harness.rs`).
@@ -36,7 +39,7 @@ use eagervm::trace::{
 };
 use proptest::test_runner::{TestCaseError, TestRunner};
 
-use harness::{bounded, cases, proptest_config, setup, temp_path, Knobs, Stats, TENSOR_CAP};
+use harness::{bounded, cases, oversized, proptest_config, setup, temp_path, Knobs, Stats, TENSOR_CAP};
 use trace_input::{corpus_dir, mutate_bin, seeds, NUMBERS};
 
 /// A file removed when dropped.
@@ -98,6 +101,52 @@ impl Place {
     }
 }
 
+/// The `tensor` declarations of `t` over the cap ([`oversized`]): each one's line, and the
+/// diagnostic the validator must give there (`TooLarge`'s text, naming the tensor).
+fn too_large_declarations(t: &trace::Trace) -> Vec<(u32, String)> {
+    t.lines
+        .iter()
+        .filter_map(|l| match &l.stmt {
+            Stmt::Tensor { id, dtype, shape, .. } => {
+                let o = oversized(shape, *dtype)?;
+                Some((l.pos.line, o.error(format!("tensor t{}", id.id)).to_string()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// `validate`'s answer `r` (`how`: as recorded, or for `--resync`) to a trace that
+/// declares the tensors `over` the cap: invalid if there are any, with the size check's
+/// diagnostic at each, and no such diagnostic at a declaration within the cap.
+fn refused_as_too_large(over: &[(u32, String)], r: &Result<(), TraceError>, how: &str) -> Result<(), String> {
+    let diagnostics = match r {
+        Err(TraceError::Invalid { diagnostics }) => &diagnostics[..],
+        _ if over.is_empty() => &[],
+        _ => {
+            return Err(format!(
+                "`validate` {how} gave {r:?} for a trace that declares a tensor over the cap of \
+                 {TENSOR_CAP} bytes (line {}: {})",
+                over[0].0, over[0].1
+            ))
+        }
+    };
+    if let Some((line, m)) =
+        over.iter().find(|(line, m)| !diagnostics.iter().any(|d| d.line == *line && d.message == *m))
+    {
+        return Err(format!("`validate` {how}: no diagnostic `{m}` at line {line}, but {diagnostics:?}"));
+    }
+    // The size check's diagnostic of a declaration: `tensor tN: f32[...] is too large: ...`.
+    let of_declaration = |m: &str| m.starts_with("tensor t") && m.contains(" is too large: ");
+    match diagnostics
+        .iter()
+        .find(|d| of_declaration(&d.message) && !over.iter().any(|(l, m)| *l == d.line && *m == d.message))
+    {
+        Some(d) => Err(format!("`validate` {how} refused as too large a tensor within the cap: {d}")),
+        None => Ok(()),
+    }
+}
+
 /// The trace target's case (module docs).
 fn trace_case(bytes: Vec<u8>, stats: &'static Stats) -> Result<(), String> {
     Stats::bump(&stats.cases);
@@ -138,6 +187,13 @@ fn trace_case(bytes: Vec<u8>, stats: &'static Stats) -> Result<(), String> {
     let loose = trace::validate(&t, &ValidateOptions { resync: true, max_tensor_bytes: TENSOR_CAP });
     place.check_all(&strict)?;
     place.check_all(&loose)?;
+    let over = too_large_declarations(&t);
+    refused_as_too_large(&over, &strict, "as recorded")?;
+    refused_as_too_large(&over, &loose, "for --resync")?;
+    if !over.is_empty() {
+        // Refused by validation, so never replayed (below).
+        Stats::bump(&stats.too_large);
+    }
     match (&strict, &loose) {
         (Ok(()), Err(e)) => return Err(format!("valid as recorded, but not for --resync: {e}")),
         (_, Err(_)) => {
@@ -150,11 +206,7 @@ fn trace_case(bytes: Vec<u8>, stats: &'static Stats) -> Result<(), String> {
     if a.critical_path > a.instructions || a.instructions != t.instructions() as u64 {
         return Err(format!("`analyze`: {} instructions, critical path {}", a.instructions, a.critical_path));
     }
-    let (config, pre) = setup(Knobs::default());
-    if !pre.admits_trace(&t) {
-        Stats::bump(&stats.precheck_skips);
-        return Ok(());
-    }
+    let config = setup(Knobs::default());
     let on_cpu =
         ReplayOptions { resync: true, device: DeviceMap::Cpu, config: config.clone(), ..Default::default() };
     let on_cpu = trace::replay(&t, &on_cpu);
@@ -233,13 +285,14 @@ fn sidecar_case(input: trace_input::SidecarInput, stats: &'static Stats) -> Resu
     let intact = slices_intact(&t, &file.0);
     let valid = trace::validate(&t, &ValidateOptions { resync: false, max_tensor_bytes: TENSOR_CAP });
     place.check_all(&valid)?;
-    let (config, pre) = setup(Knobs::default());
+    let over = too_large_declarations(&t);
+    refused_as_too_large(&over, &valid, "as recorded")?;
+    if !over.is_empty() {
+        Stats::bump(&stats.too_large);
+    }
+    let config = setup(Knobs::default());
     let outcome = match valid {
         Err(_) => None,
-        Ok(()) if !pre.admits_trace(&t) => {
-            Stats::bump(&stats.precheck_skips);
-            return Ok(());
-        }
         Ok(()) => {
             let r = trace::replay(&t, &ReplayOptions { config, ..Default::default() });
             place.check_replay(&r)?;
@@ -336,6 +389,13 @@ fn exercised(n: u32, stats: &Stats) -> bool {
     n < 100 || Stats::get(&stats.ran) > 0 && Stats::get(&stats.refused) > 0
 }
 
+/// Whether a run of `n` cases met a tensor over the cap that the VM (or the validator)
+/// refused as too large, as [`exercised`] asks of the other counters. The sidecar target
+/// changes no shapes, so only the trace and builder targets are held to it.
+fn met_too_large(n: u32, stats: &Stats) -> bool {
+    n < 100 || Stats::get(&stats.too_large) > 0
+}
+
 #[test]
 fn trace_target() {
     static STATS: Stats = Stats::new();
@@ -347,7 +407,7 @@ fn trace_target() {
         &STATS,
         |input, stats| trace_case(input.render(), stats),
     );
-    assert!(exercised(n, &STATS), "{}", STATS.line("trace"));
+    assert!(exercised(n, &STATS) && met_too_large(n, &STATS), "{}", STATS.line("trace"));
 }
 
 #[test]
@@ -375,7 +435,11 @@ fn builder_target() {
         &STATS,
         |input, stats| builder_case::run(&input, stats),
     );
-    assert!(exercised(n, &STATS) && Stats::get(&STATS.accepted) > 0, "{}", STATS.line("builder"));
+    assert!(
+        exercised(n, &STATS) && met_too_large(n, &STATS) && Stats::get(&STATS.accepted) > 0,
+        "{}",
+        STATS.line("builder")
+    );
 }
 
 /// The harness itself: a panic on a thread other than the case's, and a case that does not

@@ -8,6 +8,11 @@
 //! - `Panic` from an op other than `panic`, or `Kernel` from one other than `fail`: a
 //!   kernel that panics or refuses at run time on a call the builder accepted;
 //! - a read that returns another number of elements than the tensor has;
+//! - a call that asks for a tensor over the cap on one tensor's bytes
+//!   ([`TENSOR_CAP`], or a size that overflows: [`oversized`]) and is accepted, or is
+//!   refused with another error than `TooLarge` as `docs/errors.md` words it where nothing
+//!   else is wrong with it (a device, stream or released operand the VM checks first);
+//! - `TooLarge` from a call that asks for no such tensor;
 //! - (through the harness) any panic, on any thread, and any hang.
 //!
 //! After the last step the case flushes both contexts and syncs, then runs a known
@@ -18,10 +23,11 @@
 use eagervm::eager::{Array, Context, ContextOptions};
 use eagervm::framework::{Attrs, DType, OutSpec, Tensor};
 use eagervm::prelude::*;
+use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use super::builder_input::{Act, Binary, BuilderInput, Call, Dev, Eager, Ins, Len, Side, Strm, Unary};
-use super::harness::{setup, Precheck, Stats, TENSOR_CAP};
+use super::harness::{oversized, setup, Oversized, Stats, TENSOR_CAP};
 
 /// Tensors and arrays a case keeps at most (older ones are dropped first), which bounds
 /// its memory.
@@ -49,31 +55,56 @@ pub fn defect(e: &Error) -> Option<String> {
         Error::Kernel { op, .. } if op != "fail" => {
             Some(format!("a `{op}` kernel refused at run time a call the builder accepted: {e}"))
         }
+        Error::TooLarge { .. } => {
+            Some(format!("refused as too large, though no tensor asked for is over the cap: {e}"))
+        }
         Error::Failed { first, .. } => defect(first),
         _ => None,
     }
 }
 
-/// The output shape of a product, if `op` is one and the inputs fit it (the one kind of
-/// call whose output can be far larger than its inputs).
+/// The output shape of a product `op` of operands of shapes `a` and `b`, if `op` is one and
+/// its `infer` accepts the shapes (the one kind of call whose output can be far larger
+/// than its inputs).
 fn product_shape(op: &str, a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     match (op, a, b) {
-        ("matmul", [m, _], [_, n]) | ("matmul_tn", [_, m], [_, n]) | ("matmul_nt", [m, _], [n, _]) => {
+        ("matmul", [m, k], [j, n]) | ("matmul_tn", [k, m], [j, n]) | ("matmul_nt", [m, k], [n, j])
+            if k == j =>
+        {
             Some(vec![*m, *n])
         }
         _ => None,
     }
 }
 
+/// The output of a product `op` of operands of these shapes and dtypes, if it is over the
+/// cap (`None` also where `infer` refuses the operands: then no output is asked for).
+fn product_over(op: &str, a: (&[usize], DType), b: (&[usize], DType)) -> Option<Oversized> {
+    if a.1 != b.1 {
+        return None;
+    }
+    product_shape(op, a.0, b.0).and_then(|s| oversized(&s, a.1))
+}
+
+/// A call that asks for a tensor over the cap: the refusal it must get.
+struct Over {
+    /// `TooLarge`, worded as the VM must word it.
+    error: Error,
+    /// Whether every check the VM makes before its size check passes (the device, the
+    /// stream, operands live, on the stream's device and not aliased, `infer`), so that
+    /// `TooLarge` is the one answer allowed. Otherwise an earlier refusal may come first.
+    sure: bool,
+}
+
 struct State<'a> {
     vm: &'a VirtualMachine,
     cxs: &'a [Context<'a>; 2],
-    pre: Precheck,
     stats: &'static Stats,
     tensors: Vec<Tensor>,
-    /// Tensors created beyond the pre-check's cap: only dropped (module `harness`).
-    oversized: Vec<Tensor>,
     arrays: Vec<Array<'a>>,
+    /// Ids of the tensors released (`Array::release`): a call on one is refused before the
+    /// size check.
+    released: HashSet<u64>,
 }
 
 type Step = Result<(), String>;
@@ -136,9 +167,33 @@ impl<'a> State<'a> {
         }
     }
 
-    fn skip(&self) -> Step {
-        Stats::bump(&self.stats.precheck_skips);
-        Ok(())
+    /// [`judge`](Self::judge) for a call that may ask for a tensor over the cap (`over`):
+    /// then it must be refused, with `over.error` itself where `over.sure`.
+    fn judge_size<T>(&self, r: eagervm::Result<T>, over: Option<Over>) -> Result<Option<T>, String> {
+        let Some(over) = over else { return self.judge(r) };
+        match r {
+            Ok(_) => Err(format!(
+                "accepted a tensor over the cap of {TENSOR_CAP} bytes; expected `{}`",
+                over.error
+            )),
+            Err(e) if e == over.error => {
+                Stats::bump(&self.stats.refused);
+                Stats::bump(&self.stats.too_large);
+                Ok(None)
+            }
+            Err(e @ Error::TooLarge { .. }) => Err(format!("refused as `{e}`; expected `{}`", over.error)),
+            Err(e) if over.sure => Err(format!(
+                "refused with `{e}`, though the one thing wrong with the call is a tensor over the \
+                 cap; expected `{}`",
+                over.error
+            )),
+            // A check the VM makes before its size check refused the call.
+            Err(e) => self.judge(Err(e)),
+        }
+    }
+
+    fn live(&self, id: u64) -> bool {
+        !self.released.contains(&id)
     }
 
     fn device(&self, d: Dev) -> DeviceId {
@@ -159,38 +214,47 @@ impl<'a> State<'a> {
         }
     }
 
-    /// Whether the outputs a call of `op` on `ins` makes pass the pre-check.
-    fn admits_call(&self, op: &str, ins: &[&Tensor]) -> bool {
-        match ins {
-            [a, b] => product_shape(op, a.shape(), b.shape()).is_none_or(|s| self.pre.admits(&s, a.dtype())),
-            _ => true,
-        }
+    /// A call of a product `op` on `ins` and `outs` (given outputs) on `stream`, if its
+    /// output is over the cap.
+    fn product_call_over(&self, op: &str, ins: &[&Tensor], outs: &[&Tensor], stream: Strm) -> Option<Over> {
+        let [a, b] = ins else { return None };
+        let o = product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))?;
+        // The stream of another VM names no device here: the VM refuses it first.
+        let dev = match stream {
+            Strm::On(d, _) => Some(d.id()),
+            Strm::Foreign(_) => None,
+        };
+        let operands = || ins.iter().chain(outs);
+        let aliased =
+            outs.iter().enumerate().any(|(i, o)| ins.iter().chain(&outs[..i]).any(|t| t.id() == o.id()));
+        let sure = dev.is_some_and(|d| operands().all(|t| t.device() == d))
+            && operands().all(|t| self.live(t.id()))
+            && !aliased;
+        let on = dev.map_or_else(|| "a stream of another VM".to_string(), |d| d.to_string());
+        Some(Over { error: o.error(format!("output 0 of `{op}` on {on}")), sure })
     }
 
     fn act(&mut self, act: &Act) -> Step {
         match act {
             Act::Empty { shape, dtype, dev } => {
-                if let Some(t) = self.judge(self.vm.empty(shape, *dtype, self.device(*dev)))? {
-                    // An empty tensor allocates nothing; one beyond the cap is kept apart so
-                    // that nothing writes or reads it.
-                    if self.pre.admits(shape, *dtype) {
-                        keep(&mut self.tensors, t);
-                    } else {
-                        self.skip()?;
-                        keep(&mut self.oversized, t);
-                    }
+                let id = self.device(*dev);
+                let over = oversized(shape, *dtype)
+                    .map(|o| Over { error: o.error(format!("`empty` on {id}")), sure: dev.present() });
+                if let Some(t) = self.judge_size(self.vm.empty(shape, *dtype, id), over)? {
+                    keep(&mut self.tensors, t);
                 }
             }
             Act::FromSlice { shape, dtype, dev, len, value } => {
-                if !self.pre.admits(shape, *dtype) {
-                    return self.skip();
-                }
+                let id = self.device(*dev);
+                // The host tensor the data goes to first is checked before the device.
+                let over = oversized(shape, *dtype)
+                    .map(|o| Over { error: o.error(format!("`from_slice` on {id}")), sure: true });
                 let n = length(*len, shape);
                 let r = match data(*dtype, n, *value) {
-                    Data::F32(v) => self.vm.from_slice(&v, shape, self.device(*dev)),
-                    Data::I64(v) => self.vm.from_slice(&v, shape, self.device(*dev)),
+                    Data::F32(v) => self.vm.from_slice(&v, shape, id),
+                    Data::I64(v) => self.vm.from_slice(&v, shape, id),
                 };
-                if let Some(t) = self.judge(r)? {
+                if let Some(t) = self.judge_size(r, over)? {
                     keep(&mut self.tensors, t);
                 }
             }
@@ -238,29 +302,31 @@ impl<'a> State<'a> {
             Call::Side(s) => return self.side(s),
         };
         let Some(op) = self.judge(self.vm.op(op))? else { return Ok(()) };
-        let Some(stream) = self.stream(*stream)? else { return Ok(()) };
+        let strm = *stream;
+        let Some(stream) = self.stream(strm)? else { return Ok(()) };
         let attrs = Attrs::scalar(*scalar);
         let inputs = self.inputs(ins);
-        if !self.admits_call(op.name(), &inputs) {
-            return self.skip();
-        }
+        let outputs: Vec<&Tensor> = match c {
+            Call::Into { outs, .. } => outs.iter().filter_map(|&i| pick(&self.tensors, i)).collect(),
+            _ => Vec::new(),
+        };
+        let over = self.product_call_over(op.name(), &inputs, &outputs, strm);
         match c {
             Call::Single { .. } => {
                 let r = b.call(op, &inputs, attrs, stream);
-                if let Some(t) = self.judge(r)? {
+                if let Some(t) = self.judge_size(r, over)? {
                     keep(&mut self.tensors, t);
                 }
             }
             Call::Multi { .. } => {
                 let r = b.call_multi(op, &inputs, attrs, stream);
-                for t in self.judge(r)?.into_iter().flatten() {
+                for t in self.judge_size(r, over)?.into_iter().flatten() {
                     keep(&mut self.tensors, t);
                 }
             }
-            Call::Into { outs, .. } => {
-                let outputs: Vec<&Tensor> = outs.iter().filter_map(|&i| pick(&self.tensors, i)).collect();
+            Call::Into { .. } => {
                 let r = b.call_into(op, &inputs, &outputs, attrs, stream);
-                self.judge(r)?;
+                self.judge_size(r, over)?;
             }
             _ => unreachable!("handled above"),
         }
@@ -308,22 +374,25 @@ impl<'a> State<'a> {
         let cxs = self.cxs;
         let made = match e {
             Eager::Full { cx, shape, dtype, dev, value } => {
-                if !self.pre.admits(shape, *dtype) {
-                    return self.skip();
-                }
-                self.judge(cxs[cx % 2].full(shape, *value, *dtype, self.device(*dev)))?
+                let id = self.device(*dev);
+                // A `fill` of the given output on the device's compute stream.
+                let over = oversized(shape, *dtype).map(|o| Over {
+                    error: o.error(format!("output 0 of `fill` on {id}")),
+                    sure: dev.present(),
+                });
+                self.judge_size(cxs[cx % 2].full(shape, *value, *dtype, id), over)?
             }
             Eager::FromSlice { cx, shape, dtype, dev, len, value } => {
-                if !self.pre.admits(shape, *dtype) {
-                    return self.skip();
-                }
+                let id = self.device(*dev);
+                let over = oversized(shape, *dtype)
+                    .map(|o| Over { error: o.error(format!("`from_slice` on {id}")), sure: true });
                 let n = length(*len, shape);
                 let cx = &cxs[cx % 2];
                 let r = match data(*dtype, n, *value) {
-                    Data::F32(v) => cx.from_slice(&v, shape, self.device(*dev)),
-                    Data::I64(v) => cx.from_slice(&v, shape, self.device(*dev)),
+                    Data::F32(v) => cx.from_slice(&v, shape, id),
+                    Data::I64(v) => cx.from_slice(&v, shape, id),
                 };
-                self.judge(r)?
+                self.judge_size(r, over)?
             }
             Eager::Unary { a, op, scalar } => {
                 let Some(a) = self.array(*a) else { return Ok(()) };
@@ -343,10 +412,11 @@ impl<'a> State<'a> {
                     Binary::MatmulNt => "matmul_nt",
                     _ => "",
                 };
-                let out = product_shape(name, a.shape(), b.shape());
-                if out.is_some_and(|s| !self.pre.admits(&s, a.dtype())) {
-                    return self.skip();
-                }
+                // On the compute stream of `a`'s device (which the VM has).
+                let over = product_over(name, (a.shape(), a.dtype()), (b.shape(), b.dtype())).map(|o| Over {
+                    error: o.error(format!("output 0 of `{name}` on {}", a.device())),
+                    sure: self.live(a.id()) && self.live(b.id()) && a.device() == b.device(),
+                });
                 let r = match op {
                     Binary::Add => a.add(b),
                     Binary::Sub => a.sub(b),
@@ -357,30 +427,35 @@ impl<'a> State<'a> {
                     Binary::MatmulNt => a.matmul_nt(b),
                     Binary::AddBias => a.add_bias(b),
                 };
-                self.judge(r)?
+                self.judge_size(r, over)?
             }
             Eager::To { a, dev } => {
                 let Some(a) = self.array(*a) else { return Ok(()) };
                 self.judge(a.to(self.device(*dev)))?
             }
             Eager::Call { cx, op, ins, given, dev, scalar } => {
-                if given.iter().any(|(s, d)| !self.pre.admits(s, *d)) {
-                    return self.skip();
-                }
                 let inputs: Vec<&Array<'a>> = ins.iter().filter_map(|&i| self.array(i)).collect();
-                if let [a, b] = inputs[..] {
-                    if product_shape(op, a.shape(), b.shape())
-                        .is_some_and(|s| !self.pre.admits(&s, a.dtype()))
-                    {
-                        return self.skip();
-                    }
-                }
+                let id = self.device(*dev);
+                // The outputs the call makes, as `infer` gives them: the given ones for the
+                // ops that write what they are given, the product for a product, and for
+                // every other op outputs no larger than its inputs.
+                let outs: Vec<Option<Oversized>> = match (*op, &inputs[..]) {
+                    ("fill", []) if given.len() == 1 => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
+                    ("noop" | "fail" | "panic", _) => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
+                    (_, [a, b]) => vec![product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))],
+                    _ => Vec::new(),
+                };
+                // The size check refuses the first output over the cap.
+                let over = outs.into_iter().enumerate().find_map(|(i, o)| Some((i, o?))).map(|(i, o)| Over {
+                    error: o.error(format!("output {i} of `{op}` on {id}")),
+                    sure: dev.present() && inputs.iter().all(|a| self.live(a.id()) && a.device() == id),
+                });
                 let given: Vec<OutSpec> = given
                     .iter()
                     .map(|(s, d)| OutSpec { shape: s.iter().copied().collect(), dtype: *d })
                     .collect();
-                let r = cxs[cx % 2].call(op, &inputs, Attrs::scalar(*scalar), &given, self.device(*dev));
-                for a in self.judge(r)?.into_iter().flatten() {
+                let r = cxs[cx % 2].call(op, &inputs, Attrs::scalar(*scalar), &given, id);
+                for a in self.judge_size(r, over)?.into_iter().flatten() {
                     keep(&mut self.arrays, a);
                 }
                 None
@@ -414,8 +489,10 @@ impl<'a> State<'a> {
                 None
             }
             Eager::Release { a } => {
-                if let Some(a) = self.array(*a) {
-                    self.judge(a.release())?;
+                if let Some((id, r)) = self.array(*a).map(|a| (a.id(), a.release())) {
+                    if self.judge(r)?.is_some() {
+                        self.released.insert(id);
+                    }
                 }
                 None
             }
@@ -490,18 +567,17 @@ impl<'a> State<'a> {
 /// Run one builder case (module docs); `Err` says what went wrong.
 pub fn run(input: &BuilderInput, stats: &'static Stats) -> Result<(), String> {
     Stats::bump(&stats.cases);
-    let (config, pre) = setup(input.knobs);
+    let config = setup(input.knobs);
     let vm = VirtualMachine::new(config).map_err(|e| format!("VirtualMachine::new: {e}"))?;
     let opts = ContextOptions { flush_every: input.flush_every };
     let cxs = [Context::with_options(&vm, opts), Context::with_options(&vm, opts)];
     let mut s = State {
         vm: &vm,
         cxs: &cxs,
-        pre,
         stats,
         tensors: Vec::new(),
-        oversized: Vec::new(),
         arrays: Vec::new(),
+        released: HashSet::new(),
     };
     for (i, act) in input.acts.iter().enumerate() {
         s.act(act).map_err(|e| format!("step {i} ({act:?}): {e}"))?;

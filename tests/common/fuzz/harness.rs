@@ -1,6 +1,7 @@
-//! What every fuzz target shares: the VM configuration of a case and the memory pre-check
-//! that goes with it, case counts, a watchdog that bounds each case's time, and a panic
-//! hook that catches panics on any thread (the VM's included), not only the caller's.
+//! What every fuzz target shares: the VM configuration of a case and its cap on one
+//! tensor's bytes, the tensors that cap refuses, case counts, a watchdog that bounds each
+//! case's time, and a panic hook that catches panics on any thread (the VM's included),
+//! not only the caller's.
 //!
 //! A case runs on a thread of its own while the test thread waits for it with a deadline
 //! ([`bounded`]). A panic there, or on any other thread during the case (a scheduler,
@@ -19,13 +20,12 @@ use std::time::Duration;
 
 use eagervm::ep::mock::MockConfig;
 use eagervm::framework::DType;
-use eagervm::trace::{Stmt, Trace};
 use eagervm::vm::ThreadTopology;
-use eagervm::Config;
+use eagervm::{Config, Error};
 use proptest::test_runner::FileFailurePersistence;
 
-/// The largest tensor, in bytes, that a fuzz case may create: the cap the VM's own
-/// `Config::max_tensor_bytes` is to enforce once it exists.
+/// The cap on one tensor's bytes in a fuzz case's VM (`Config::max_tensor_bytes`) and in
+/// the trace validator (`ValidateOptions::max_tensor_bytes`).
 pub const TENSOR_CAP: u64 = 64 << 20;
 
 /// The knobs of a case's VM that a target draws at random.
@@ -52,17 +52,16 @@ impl Default for Knobs {
     }
 }
 
-/// The VM configuration of a fuzz case (two mock devices with jitter, so that streams
-/// interleave differently from case to case), and the memory pre-check to apply with it.
+/// The VM configuration of a fuzz case: two mock devices with jitter (so that streams
+/// interleave differently from case to case), and [`TENSOR_CAP`] as the cap on one
+/// tensor's bytes.
 ///
-/// This is the one place that bounds the memory a case may ask for. Today the VM accepts
-/// tensors of any size and aborts the process when it cannot allocate one, and its shape
-/// arithmetic wraps; until `Config::max_tensor_bytes` (refused with `Error::TooLarge`) and
-/// checked shapes land, the harness itself keeps cases away from tensors beyond
-/// [`TENSOR_CAP`] ([`Precheck`]). Once they land, set `config.max_tensor_bytes = TENSOR_CAP`
-/// here and return `Precheck::OFF`: the VM then refuses such tensors itself, and the
-/// targets check that it does so with a typed error.
-pub fn setup(knobs: Knobs) -> (Config, Precheck) {
+/// This is the one place that bounds the memory a case may ask for. The VM refuses a
+/// tensor beyond the cap, or one whose size overflows, with `Error::TooLarge` before
+/// anything runs, and the trace validator refuses a trace that declares one; a case that
+/// asks for one therefore allocates nothing, and the targets check that the refusal is
+/// that typed error ([`oversized`]).
+pub fn setup(knobs: Knobs) -> Config {
     let mut config = Config::default().with_mock_devices(2, MockConfig::jittery());
     config.threads = knobs.threads;
     config.synchronous = knobs.synchronous;
@@ -70,42 +69,51 @@ pub fn setup(knobs: Knobs) -> (Config, Precheck) {
     config.high_water = knobs.high_water.max(4);
     config.low_water = config.high_water / 4;
     config.max_tensor_bytes = TENSOR_CAP;
-    (config, Precheck::OFF)
+    config
 }
 
-/// A stopgap, removed once the VM refuses oversized tensors itself ([`setup`]): which
-/// tensors a case may create. A shape whose true size in bytes (computed without
-/// wrapping) is beyond the cap is not created, or its trace is not replayed, and the
-/// case counts it ([`Stats::precheck_skips`]) instead of aborting the process.
-#[derive(Debug, Clone, Copy)]
-pub struct Precheck {
-    cap: Option<u64>,
+/// A tensor that the VM must refuse under [`TENSOR_CAP`] ([`oversized`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Oversized {
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its dtype.
+    pub dtype: DType,
+    /// Its size in bytes; `None` where the product of its nonzero dimensions and its
+    /// element size overflows a `usize`.
+    pub bytes: Option<u64>,
 }
 
-impl Precheck {
-    /// No pre-check: the VM's own limits alone.
-    pub const OFF: Precheck = Precheck { cap: None };
-
-    /// Whether a tensor of `shape` and `dtype` may be created.
-    pub fn admits(&self, shape: &[usize], dtype: DType) -> bool {
-        match self.cap {
-            None => true,
-            Some(cap) => true_bytes(shape, dtype).is_some_and(|b| b <= cap),
+impl Oversized {
+    /// The refusal the VM must give for it, asked for at `at` (`` `empty` on cpu:0 ``,
+    /// `` output 0 of `matmul` on mock:1 ``, `tensor t3` of a trace: `docs/errors.md`).
+    pub fn error(&self, at: impl Into<String>) -> Error {
+        Error::TooLarge {
+            at: at.into(),
+            shape: self.shape.clone(),
+            dtype: self.dtype,
+            bytes: self.bytes,
+            limit: TENSOR_CAP,
         }
     }
-
-    /// Whether every tensor `trace` declares may be created (replay creates them all).
-    pub fn admits_trace(&self, trace: &Trace) -> bool {
-        trace.lines.iter().all(|l| match &l.stmt {
-            Stmt::Tensor { shape, dtype, .. } => self.admits(shape, *dtype),
-            _ => true,
-        })
-    }
 }
 
-/// The bytes of a `shape` tensor of `dtype`, or `None` if that does not fit in a `u64`.
-pub fn true_bytes(shape: &[usize], dtype: DType) -> Option<u64> {
-    shape.iter().try_fold(dtype.size() as u64, |n, &d| n.checked_mul(u64::try_from(d).ok()?))
+/// The tensor of `shape` and `dtype`, if the VM must refuse it under [`TENSOR_CAP`]: when
+/// the product of its nonzero dimensions and its element size does not fit in a `usize`,
+/// or its size in bytes (zero if a dimension is zero) is over the cap (the rule of
+/// `TooLarge` in `docs/errors.md`). Computed here on its own, in `u128` and checked
+/// arithmetic, so that it never wraps.
+pub fn oversized(shape: &[usize], dtype: DType) -> Option<Oversized> {
+    let product = shape
+        .iter()
+        .filter(|&&d| d != 0)
+        .try_fold(dtype.size() as u128, |p, &d| p.checked_mul(d as u128))
+        .filter(|&p| p <= usize::MAX as u128);
+    let bytes = product.map(|p| if shape.contains(&0) { 0 } else { p as u64 });
+    match bytes {
+        Some(b) if b <= TENSOR_CAP => None,
+        _ => Some(Oversized { shape: shape.to_vec(), dtype, bytes }),
+    }
 }
 
 /// Cases per target: `EAGERVM_FUZZ_CASES`, else `PROPTEST_CASES`, else `default`.
@@ -134,10 +142,11 @@ pub struct Stats {
     pub accepted: AtomicU64,
     /// Inputs refused with a typed error.
     pub refused: AtomicU64,
+    /// Of those, inputs that asked for a tensor over [`TENSOR_CAP`] and were refused as
+    /// `TooLarge` (a trace: by the validator).
+    pub too_large: AtomicU64,
     /// Runs that went all the way (a replay, a read that returned the values).
     pub ran: AtomicU64,
-    /// Inputs left out by the [`Precheck`].
-    pub precheck_skips: AtomicU64,
     /// Set once a case hangs: its thread is still running, so the target's later cases
     /// (shrinking included) pass at once and the hanging input is the one reported.
     pub hung: AtomicBool,
@@ -150,8 +159,8 @@ impl Stats {
             cases: AtomicU64::new(0),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            too_large: AtomicU64::new(0),
             ran: AtomicU64::new(0),
-            precheck_skips: AtomicU64::new(0),
             hung: AtomicBool::new(false),
         }
     }
@@ -170,13 +179,13 @@ impl Stats {
     pub fn line(&self, target: &str) -> String {
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
-            "{target}: {} cases, {} inputs accepted, {} refused with a typed error, {} ran through, \
-             {} left out by the memory pre-check",
+            "{target}: {} cases, {} inputs accepted, {} refused with a typed error ({} of them as too \
+             large), {} ran through",
             g(&self.cases),
             g(&self.accepted),
             g(&self.refused),
-            g(&self.ran),
-            g(&self.precheck_skips)
+            g(&self.too_large),
+            g(&self.ran)
         )
     }
 }

@@ -7,6 +7,10 @@
 //! replaces a token with another dtype, device, stream type, op name, keyword, reference
 //! or attribute, truncates the text, or changes bytes. Most mutants are refused by the
 //! parser or the validator, which is the point of most of them; the rest replay.
+//!
+//! A trace written from scratch declares its tensors with a few small shapes, so that
+//! calls fit together; one in five declares one tensor over the cap on one tensor's bytes
+//! instead (or at its edge), which the validator must refuse.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -299,6 +303,13 @@ const STREAMS: [(&str, usize, &str); 7] = [
 const SHAPES: [&[usize]; 10] =
     [&[2, 2], &[2, 2], &[2, 2], &[2, 2], &[2], &[], &[3, 2], &[2, 3], &[0], &[64, 2]];
 
+/// Shapes of a generated trace's tensor over the cap on one tensor's bytes (64 MiB in the
+/// fuzz cases), or at its edge: 128 MiB as `f32`, one `f32` over the cap, 2^64 elements,
+/// and two with a zero dimension whose other dimensions overflow (`[0, 2^61]` only as
+/// `i64`: as `f32` it is accepted, and holds nothing).
+const BIG_SHAPES: [&[usize]; 5] =
+    [&[1 << 24, 2], &[(1 << 24) + 1], &[1 << 32, 1 << 32], &[0, 1 << 62], &[0, 1 << 61]];
+
 /// The ops of a generated trace.
 const GEN_OPS: [&str; 18] = [
     "add",
@@ -354,6 +365,8 @@ pub enum GenStmt {
 pub struct Generated {
     /// Per tensor: shape (index into the shapes), whether it is `i64`, device.
     pub tensors: Vec<(usize, bool, usize)>,
+    /// One tensor (index) declared with a shape of [`BIG_SHAPES`] (index) instead.
+    pub big: Option<(usize, usize)>,
     /// The statements after the declarations.
     pub stmts: Vec<GenStmt>,
 }
@@ -367,11 +380,18 @@ impl Generated {
         for (s, d, ty) in STREAMS {
             out += &format!("stream {s} {} {ty}\n", DEVICES[d]);
         }
+        let big =
+            self.big.map(|(t, shape)| (t % self.tensors.len().max(1), BIG_SHAPES[shape % BIG_SHAPES.len()]));
         let tensors: Vec<(&[usize], &str, usize)> = self
             .tensors
             .iter()
-            .map(|&(shape, i64, dev)| {
-                (SHAPES[shape % SHAPES.len()], if i64 { "i64" } else { "f32" }, dev % 3)
+            .enumerate()
+            .map(|(i, &(shape, i64, dev))| {
+                let shape = match big {
+                    Some((t, big)) if t == i => big,
+                    _ => SHAPES[shape % SHAPES.len()],
+                };
+                (shape, if i64 { "i64" } else { "f32" }, dev % 3)
             })
             .collect();
         for (i, (shape, dtype, dev)) in tensors.iter().enumerate() {
@@ -444,7 +464,10 @@ impl Generated {
                 GenStmt::Write { tensor, value } => {
                     let t = pick(&on(0), *tensor);
                     let (shape, dtype) = tensors.get(t).map_or((&[][..], "f32"), |x| (x.0, x.1));
-                    let n: usize = shape.iter().product();
+                    // A few values for a tensor of more elements than that (one of
+                    // `BIG_SHAPES`), which the trace cannot hold anyway.
+                    let n = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).filter(|&n| n <= 4096);
+                    let n = n.unwrap_or(1);
                     let values: Vec<String> = (0..n).map(|i| (value + i as i32).to_string()).collect();
                     format!("access s0 write t{t} {dtype} {}", values.join(" "))
                 }
@@ -487,8 +510,9 @@ fn gen_stmt() -> impl Strategy<Value = GenStmt> {
 
 fn generated() -> impl Strategy<Value = Generated> {
     let tensor = (any::<usize>(), prop::bool::weighted(0.2), 0..3usize);
-    (prop::collection::vec(tensor, 1..10), prop::collection::vec(gen_stmt(), 0..16))
-        .prop_map(|(tensors, stmts)| Generated { tensors, stmts })
+    let big = prop::option::weighted(0.2, (any::<usize>(), 0..BIG_SHAPES.len()));
+    (prop::collection::vec(tensor, 1..10), big, prop::collection::vec(gen_stmt(), 0..16))
+        .prop_map(|(tensors, big, stmts)| Generated { tensors, big, stmts })
 }
 
 /// Apply `mutations` to `text`: line and token changes first, in order, then byte changes.
