@@ -70,6 +70,12 @@ fn matmul<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
     }
     // The output may hold an earlier value (a reused tensor): start from zero.
     out.fill(T::ZERO);
+    // With no product to add, the zeros are the result; and the loops below would run `m`
+    // or `m * k` times over nothing, unbounded by the tensors' sizes (`[2^40, 0]` holds no
+    // element).
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(());
+    }
     for i in 0..m {
         let row = &mut out[i * n..(i + 1) * n];
         for p in 0..k {
@@ -85,7 +91,19 @@ fn matmul<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::{as_f32, as_i64, infer_err, run, t_f32, t_i64};
+    use crate::kernels::testing::{as_f32, as_i64, infer_err, run, t_f32, t_i64, within_secs};
+
+    /// A product with an empty dimension costs nothing, however large the others are (a
+    /// `[2^40, 0]` tensor holds no element).
+    #[test]
+    fn an_empty_dimension_costs_nothing() {
+        let out = within_secs(10, || {
+            let a = t_f32(&[1 << 40, 0], &[]);
+            let b = t_f32(&[0, 0], &[]);
+            run(&MatmulKernel, 0.0, vec![a, b], &[]).unwrap()
+        });
+        assert_eq!(out[0].0.shape.as_slice(), &[1 << 40, 0]);
+    }
 
     #[test]
     fn matmul_2x3_by_3x2() {

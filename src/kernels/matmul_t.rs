@@ -122,6 +122,11 @@ fn product<T: Num>(ctx: &mut KernelCtx<'_, '_>, layout: Layout) -> Result<(), St
     }
     // The output may hold an earlier value (a reused tensor): start from zero.
     out.fill(T::ZERO);
+    // With no product to add, the zeros are the result; and the loops below would run up
+    // to `m * k` times over nothing, unbounded by the tensors' sizes.
+    if m == 0 || n == 0 || k == 0 {
+        return Ok(());
+    }
     match layout {
         // p outermost: row p of `a` and of `b` are contiguous, and every output element
         // still accumulates in increasing p.
@@ -154,7 +159,18 @@ fn product<T: Num>(ctx: &mut KernelCtx<'_, '_>, layout: Layout) -> Result<(), St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::{as_f32, as_i64, infer_err, run, t_f32, t_i64};
+    use crate::kernels::testing::{as_f32, as_i64, infer_err, run, t_f32, t_i64, within_secs};
+
+    /// As for `matmul`: an empty dimension costs nothing, however large the others are.
+    #[test]
+    fn an_empty_dimension_costs_nothing() {
+        within_secs(10, || {
+            let (a, b) = (t_f32(&[1 << 40, 0], &[]), t_f32(&[1 << 40, 0], &[]));
+            run(&MatmulTnKernel, 0.0, vec![a, b], &[]).unwrap();
+            let (a, b) = (t_f32(&[1 << 40, 0], &[]), t_f32(&[0, 0], &[]));
+            run(&MatmulNtKernel, 0.0, vec![a, b], &[]).unwrap();
+        });
+    }
 
     #[test]
     fn matmul_tn_by_hand() {

@@ -83,3 +83,16 @@ pub(crate) fn infer_err(kernel: &dyn OpKernel, inputs: &[&TensorMeta], given: &[
         Err(e) => e,
     }
 }
+
+/// Run `f` on its own thread and return its result, or panic if it takes more than `secs`
+/// seconds: a kernel that loops without bound fails its test instead of hanging the run.
+pub(crate) fn within_secs<R: Send + 'static>(secs: u64, f: impl FnOnce() -> R + Send + 'static) -> R {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(secs)) {
+        Ok(r) => r,
+        Err(e) => panic!("did not finish within {secs} s ({e})"),
+    }
+}
