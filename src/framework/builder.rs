@@ -174,11 +174,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
-        self.open_if_idle();
-        if self.fast_call(&op, inputs, outputs, attrs, stream) {
-            return Ok(());
-        }
-        self.call_into_checked(op, inputs, outputs, attrs, stream, false)
+        self.call_into_as(op, inputs, outputs, attrs, stream, false)
     }
 
     /// `call_into` for a call that a [`Context`](crate::eager::Context) checked when it
@@ -193,11 +189,25 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
+        self.call_into_as(op, inputs, outputs, attrs, stream, true)
+    }
+
+    /// `call_into` (`accepted`: `call_accepted`): the fast path, else the full one.
+    #[inline(always)]
+    fn call_into_as(
+        &mut self,
+        op: Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+        accepted: bool,
+    ) -> Result<()> {
         self.open_if_idle();
         if self.fast_call(&op, inputs, outputs, attrs, stream) {
             return Ok(());
         }
-        self.call_into_checked(op, inputs, outputs, attrs, stream, true)
+        self.call_into_checked(op, inputs, outputs, attrs, stream, accepted)
     }
 
     /// `call_into` by the full path: every check, soft sync, any number of operands. Kept

@@ -18,26 +18,10 @@ use proptest::prelude::*;
 
 use super::harness::Knobs;
 
-/// Every registered op, and names that are not.
-pub const OPS: &[&str] = &[
-    "add",
-    "add_bias",
-    "copy",
-    "fail",
-    "fill",
-    "matmul",
-    "matmul_nt",
-    "matmul_tn",
-    "mul",
-    "noop",
-    "panic",
-    "relu",
-    "relu_grad",
-    "scale",
-    "sub",
-    "sum",
-    "sum_rows",
-];
+/// Every op registered in a VM, by name.
+pub fn ops() -> Vec<&'static str> {
+    eagervm::framework::OpRegistry::with_builtins().names()
+}
 
 /// Names no op is registered under.
 pub const UNKNOWN_OPS: &[&str] = &["", "frobnicate", "ADD", "add ", "matmul\0", "é", "sum_rows_"];
@@ -323,7 +307,7 @@ fn scalar() -> impl Strategy<Value = f64> {
 }
 
 fn op() -> impl Strategy<Value = &'static str> {
-    prop_oneof![12 => prop::sample::select(OPS), 1 => prop::sample::select(UNKNOWN_OPS)]
+    prop_oneof![12 => prop::sample::select(ops()), 1 => prop::sample::select(UNKNOWN_OPS)]
 }
 
 fn len() -> impl Strategy<Value = Len> {

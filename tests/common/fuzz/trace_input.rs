@@ -310,27 +310,13 @@ const SHAPES: [&[usize]; 10] =
 const BIG_SHAPES: [&[usize]; 5] =
     [&[1 << 24, 2], &[(1 << 24) + 1], &[1 << 32, 1 << 32], &[0, 1 << 62], &[0, 1 << 61]];
 
-/// The ops of a generated trace.
-const GEN_OPS: [&str; 18] = [
-    "add",
-    "add_bias",
-    "copy",
-    "fail",
-    "fill",
-    "matmul",
-    "matmul_nt",
-    "matmul_tn",
-    "mul",
-    "noop",
-    "panic",
-    "relu",
-    "relu_grad",
-    "scale",
-    "sub",
-    "sum",
-    "sum_rows",
-    "copy",
-];
+/// The ops of a generated trace: every registered op, `copy` twice (copies between
+/// devices are what most traces are made of).
+fn gen_ops() -> Vec<&'static str> {
+    let mut ops = eagervm::framework::OpRegistry::with_builtins().names();
+    ops.push("copy");
+    ops
+}
 
 /// Scalars of a generated trace.
 const SCALARS: [&str; 9] = ["0", "1", "-1", "0.5", "NaN", "inf", "-inf", "1e308", "-0"];
@@ -417,7 +403,8 @@ impl Generated {
             let line = match st {
                 GenStmt::Call { op, stream, ins, outs, scalar } => {
                     let (s, dev, _) = STREAMS[stream % STREAMS.len()];
-                    let op = GEN_OPS[op % GEN_OPS.len()];
+                    let ops = gen_ops();
+                    let op = ops[op % ops.len()];
                     let here = on(dev);
                     let from = if op == "copy" { &all } else { &here };
                     let mut l = format!("call {s} {op}");
