@@ -23,8 +23,11 @@
 //!   inline; device work launched on an [`ep::Stream`] with a pooled [`ep::Event`] recorded
 //!   after it, whose completion a watcher thread reports. Idle threads sleep under the
 //!   protocol of [`sync::notify`], model-checked with loom.
-//! - **Devices.** [`ep::cpu`] (synchronous) and [`ep::mock`] (an asynchronous device made of
-//!   host threads, with launch delay and jitter, so that every event path runs without a GPU).
+//! - **Devices.** [`ep::cpu`] (synchronous), [`ep::mock`] (an asynchronous device made of
+//!   host threads, with launch delay and jitter, so that every event path runs without a GPU)
+//!   and [`ep::cuda`] (NVIDIA GPUs through cudarc, loaded at run time; cargo feature `cuda`,
+//!   on by default: without it, or without a driver or GPU, a `cuda:N` device is a typed
+//!   error, [`ep::EpError::CudaUnavailable`]).
 //! - **Traces.** [`trace`] records the instruction stream a VM receives as a readable text
 //!   file ([`trace::Recorder`], attached to any program without changing it), and parses,
 //!   validates (every problem with its line and column), replays (as recorded, or with the
@@ -56,7 +59,7 @@
 //! [`profile`] records a timeline of every instruction on every stream (Chrome/Perfetto
 //! trace). `docs/architecture.md` has the full picture; `docs/profiling.md` the timeline;
 //! `docs/tuning.md` the knobs; `docs/errors.md` every error; `docs/trace-format.md` the
-//! trace format; `docs/cli.md` the command line.
+//! trace format; `docs/cli.md` the command line; `docs/cuda.md` the CUDA backend.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod alloc;

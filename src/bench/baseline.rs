@@ -7,13 +7,14 @@
 //! instruction of up to three operands, and the worker calls a function through a pointer
 //! for every item, as the VM calls a kernel. Like the VM, it starts its threads once and
 //! keeps them across runs (a run that started threads would pay for that, which the VM's
-//! runs do not: at 2·10^5 items it made the pipeline three times slower), keeps its emptied
-//! batches for reuse, and holds its caller back above the same high-water mark of items in
-//! flight until they fall to the low-water mark, so that its memory stays bounded and a run
-//! never waits on the system for fresh pages. Nothing else: no checks, no dependence
-//! tracking, no per-item completion. Whatever the VM does beyond this is its overhead;
-//! the floor (`src/bench/floor.rs`), built on the same machinery, measures how much of that
-//! any dependency-tracking runtime has to do.
+//! runs do not, and on short runs it dominates: `docs/performance.md`, "Why the hot paths
+//! are shaped so", has the measurement), keeps its emptied batches for reuse, and holds its
+//! caller back above the same high-water mark of items in flight until they fall to the
+//! low-water mark, so that its memory stays bounded and a run never waits on the system
+//! for fresh pages. Nothing else: no checks, no dependence tracking, no per-item
+//! completion. Whatever the VM does beyond this is its overhead; the floor
+//! (`src/bench/floor.rs`), built on the same machinery, measures how much of that any
+//! dependency-tracking runtime has to do.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

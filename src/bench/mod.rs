@@ -134,8 +134,9 @@ pub struct WorkloadResult {
 /// pipeline it is compared with reads no program at all: so W1 to W3 are computed from
 /// the instruction's index as they are issued, and only W4's random DAG is generated
 /// beforehand (generation is not measured), three bytes per instruction. (A general
-/// record of 20 bytes per instruction, 20 MB for 10^6, cost the caller about 5 ns per
-/// instruction, streamed from memory: a third of its time on W1.)
+/// record of 20 bytes per instruction is streamed from memory, a cost of the harness that
+/// would count as the caller's: `docs/performance.md`, "Why the hot paths are shaped so",
+/// has the measurement.)
 enum Program {
     /// W1: instruction `i` writes tensor `i % 1024`.
     Independent { n: usize },

@@ -23,7 +23,7 @@
 //!   launched so far has run.
 //!
 //! Nothing here spins for long: device threads wait for work as every idle loop of the VM
-//! does (a few microseconds of [`Backoff::for_this_machine`], then sleep on a [`Notifier`]), and
+//! does (the short wait of [`Backoff::for_this_machine`], then sleep on a [`Notifier`]), and
 //! waiting hosts sleep on condition variables from [`crate::sync`]. Simulated work time
 //! (launch delay, jitter) is spent in `std::thread::sleep`, as a real device would spend it
 //! away from the host.

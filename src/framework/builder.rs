@@ -277,7 +277,8 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// [`fast_call`](Self::fast_call) for a call of more than [`KEY_OPS`] operands. (Its
     /// first lines repeat `fast_call`'s: one generic function for both, taking the lookup
-    /// as a closure, made the narrow path 3 ns slower per call in `eagervm bench`.)
+    /// as a closure, made the narrow path slower per call: `docs/performance.md`, "Why the
+    /// hot paths are shaped so", has the measurement.)
     #[inline(never)]
     fn fast_call_wide(
         &mut self,

@@ -1,10 +1,13 @@
 //! The op-kernel trait, the arguments a kernel sees, and the registry of kernels.
 //!
-//! An op is a name (`add`, `matmul`, ...) with one kernel per device type. The builder asks
-//! the kernel to [`infer`](OpKernel::infer) its outputs' shapes and dtypes before emitting
-//! an instruction, so that bad calls are refused before anything runs; the stream policy
-//! later calls [`compute`](OpKernel::compute) on the stream's worker (CPU) or on the
-//! device's own thread (mock).
+//! An op is a name (`add`, `matmul`, ...) with one kernel per device type: CPU and mock
+//! share the built-in kernels, CUDA has its own (`kernels::cuda`, feature `cuda`). The
+//! builder asks the kernel to [`infer`](OpKernel::infer) its outputs' shapes and dtypes
+//! before emitting an instruction, so that bad calls are refused before anything runs; the
+//! stream policy later calls [`compute`](OpKernel::compute) on the stream's worker (CPU),
+//! on the device's own thread (mock), or on the stream's worker with the device's CUDA
+//! stream current (CUDA: the kernel enqueues its work there and returns, and an event
+//! recorded behind it tells when it is done).
 
 use std::collections::HashMap;
 use std::fmt;

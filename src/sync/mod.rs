@@ -1,10 +1,30 @@
 //! The synchronisation facade.
 //!
-//! Every runtime type that sleeps, wakes or shares state between threads imports its
-//! primitives from here, never from `std` or `parking_lot` directly. Under `--cfg loom`
-//! the same names resolve to [loom]'s model-checked types, so the sleep/wake and shutdown
-//! protocols ([`notify`]) are explored exhaustively by `tests/loom_*.rs`; in normal builds
-//! they are `std` atomics and `parking_lot` locks.
+//! In normal builds these are `std` atomics and `parking_lot` locks; under `--cfg loom` the
+//! same names resolve to [loom]'s model-checked types.
+//!
+//! What goes through it: the sleep/wake protocol itself ([`notify`]: the scheduler's, the
+//! workers', the watchers' and the mock device threads' idle waits), the release rule
+//! (`framework::release`, and the builder's and the eager context's slots in it), the
+//! VM's in-flight count, back-pressure wait and shutdown flags (`vm::virtual_machine`),
+//! the workers' and watchers' stop flags (`vm::thread_ctx`), and the mock device's
+//! events and counters (`ep::mock`).
+//!
+//! What is model-checked: the crate is never built under loom. `tests/loom_notify.rs`
+//! compiles this module alone (by path), and `tests/loom_release.rs` this module with
+//! `src/framework/release.rs`, and loom explores their interleavings up to a preemption
+//! bound (`tests/loom_common`): the [`notify`] protocol with its stop-flag shutdown, and
+//! the release rule. The other users above take their primitives from here but are not
+//! in any model yet (the VM's back-pressure and shutdown handshakes among them).
+//!
+//! What does not go through it (`std`, `parking_lot` or crossbeam directly): the lock-free
+//! queues (crossbeam's `SegQueue`: the scheduler's inbox and completions, the workers' and
+//! watchers' queues, the mock streams' queues, the event pools, the profiler's sink), which
+//! loom does not model; `Arc` in most of `vm`, `ep` and `framework`; the tensors' atomics
+//! (reference count, last stream, released flag: `framework::tensor`); the host-access
+//! slot (`vm::instruction`) and the failure log (`vm::exec`); the profiler's session word
+//! (`profile::recorder`); the allocators (`alloc::host` says why); the CUDA backend; the
+//! trace recorder's channel; and the spawning of every thread (`std::thread`).
 //!
 //! The wrappers give one API for both worlds (`lock()` returns a guard, `Condvar::wait`
 //! takes `&mut guard`), which is `parking_lot`'s shape.

@@ -43,14 +43,15 @@
 use super::{fence, AtomicBool, Condvar, Mutex, Ordering};
 
 /// How many times an idle consumer re-checks with a spin hint before it starts yielding
-/// ([`Backoff::spins`]). About a microsecond on the machines eagervm is measured on: the
-/// next batch of a busy producer often arrives within it.
+/// ([`Backoff::spins`]). Short, yet the next batch of a busy producer often arrives within
+/// it (`docs/tuning.md`, `spin`, has what a spin costs).
 pub const DEFAULT_SPIN: u32 = 32;
 
 /// How many times an idle consumer then re-checks after yielding its core to the operating
 /// system ([`Backoff::yields`]), on a machine with few cores ([`FEW_CORES`]; elsewhere the
-/// default is none: see [`default_yields`]). A yield is a system call of 0.2–0.5 µs when no
-/// other thread wants the core, so this phase is a few microseconds on an idle machine.
+/// default is none: see [`default_yields`]). A yield is one short system call when no
+/// other thread wants the core, so this phase stays short on an idle machine
+/// (`docs/tuning.md`, `yields`, has what a yield costs).
 pub const DEFAULT_YIELDS: u32 = 16;
 
 /// At most this many CPUs available to the process count as few: eagervm's busy threads
@@ -62,10 +63,10 @@ pub const FEW_CORES: usize = 4;
 /// [`DEFAULT_YIELDS`] where the process may run on at most [`FEW_CORES`] CPUs
 /// (`std::thread::available_parallelism`, which follows the affinity mask and cgroup
 /// quotas), and 0 where it may run on more. With cores to spare a yield finds nobody to hand
-/// the core to and returns at once, so the yield phase is a spin made of system calls: on a
-/// 16-core machine it cost each idle scheduler and watcher about 7 µs of CPU time per wait
-/// (`docs/cuda.md`), against a gain of about 1.2x on two cores (`docs/performance.md`).
-/// Read once per process.
+/// the core to and returns at once, so the yield phase is a spin made of system calls that
+/// costs each idle scheduler and watcher CPU time and gains nothing, while on two cores the
+/// yields make every workload faster end to end (`docs/tuning.md`, `yields`, has both
+/// measurements). Read once per process.
 pub fn default_yields() -> u32 {
     static YIELDS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *YIELDS.get_or_init(|| match std::thread::available_parallelism() {

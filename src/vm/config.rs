@@ -180,10 +180,10 @@ fn physical_memory() -> Option<u64> {
 /// The default [`Config::event_interval`]: one event per 1024 launches on an asynchronous
 /// stream, besides the one behind each worker batch (so with the default `batch_size`,
 /// about one per batch). Each event wakes the stream's watcher, the scheduler (its report)
-/// and, on CUDA, a driver thread: 40–65 µs of CPU time in all on the H100 machine of
-/// `docs/cuda.md`, where a one-element kernel's launch costs 4–5 µs. One event per 32
-/// launches cost about a third more CPU time per kernel than a plain loop of launches; one
-/// per 256 about 5 %; one per 1024 about 2 %.
+/// and, on CUDA, a driver thread, which together cost many times the CPU time of a small
+/// kernel's launch; so events are kept rare enough that their wake-ups stay a small share
+/// of each launch's cost. `docs/tuning.md` (`event_interval`) and `docs/cuda.md`
+/// ("Events") have the measurements of several intervals.
 pub const DEFAULT_EVENT_INTERVAL: u32 = 1024;
 
 impl Default for Config {

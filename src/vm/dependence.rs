@@ -119,8 +119,9 @@ impl DepObject {
         }
         // The first slot is free or holds this stream's reader: take it. Decided without a
         // branch on which of the two it is, since that alternates unpredictably in programs
-        // that read and write tensors at random (mispredicted branches on it cost the
-        // scheduler more than half of its time on W4 of `eagervm bench`).
+        // that read and write tensors at random, and a mispredicted branch there costs the
+        // scheduler a pipeline refill per operand (`docs/performance.md`, "Why the hot paths
+        // are shaped so", has the measurement).
         if other_stream(self.readers[0], me) {
             self.read_slow(me)
         } else {

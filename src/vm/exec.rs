@@ -218,8 +218,9 @@ const INLINE_OUTPUTS: usize = 1;
 /// The common shapes of call (no input or one or two, and one output: fills, unary and
 /// binary ops) are run here, inlined into the worker's loop, each with its operand counts
 /// known, so that the loops over operands unroll and the views go straight to their slots;
-/// every other shape goes to [`op_call_general`], out of line. (Counts known this way took
-/// a quarter off a worker's time per no-op call in `eagervm bench`.)
+/// every other shape goes to [`op_call_general`], out of line. (With the counts known, a
+/// no-op call costs the worker much less: `docs/performance.md`, "Why the hot paths are
+/// shaped so", has the measurement.)
 #[inline(always)]
 fn op_call(
     kernel: &'static dyn OpKernel,
@@ -241,8 +242,9 @@ fn op_call(
 
 /// [`op_call`] for calls of any shape: views in fixed buffers up to [`FIXED_INPUTS`] inputs
 /// and [`FIXED_OUTPUTS`] outputs, in small vectors beyond. (A small vector keeps its length
-/// in memory and reloads it for every view it takes: an 8-input call spent about twice as
-/// long in this function that way as with a fixed buffer.)
+/// in memory and reloads it for every view it takes, a chain through memory that a fixed
+/// buffer does not have: `docs/performance.md`, "Why the hot paths are shaped so", has the
+/// measurement.)
 #[inline(never)]
 fn op_call_general(
     kernel: &'static dyn OpKernel,

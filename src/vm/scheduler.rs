@@ -353,8 +353,8 @@ impl Scheduler {
     /// without a profiling session.
     ///
     /// Kept out of line: compiled on its own, its loop keeps its state in registers; inlined
-    /// into the scheduler's loop it spilled to the stack on every instruction (the scheduler
-    /// 1 ns cheaper per call on W1 of `eagervm bench` out of line).
+    /// into the scheduler's loop it spilled to the stack on every instruction
+    /// (`docs/performance.md`, "Why the hot paths are shaped so", has the measurement).
     #[inline(never)]
     fn admit_run(&mut self, batch: &mut Batch, from: usize) -> (usize, u32, bool) {
         let ins = &batch.ins[from];

@@ -282,7 +282,8 @@ const PREFETCH_AHEAD: usize = 12;
 /// Ask for the line of instruction `i + PREFETCH_AHEAD` of `batch`. The instruction lines
 /// come from the caller's core, and a call's path is too long for the processor to reach
 /// the next one's loads ahead of time by itself; asked for early, they arrive while earlier
-/// calls run (the worker 0.4 ns per call cheaper on W1, W2 and W4 of `eagervm bench`).
+/// calls run (`docs/performance.md`, "Why the hot paths are shaped so", has the
+/// measurement).
 #[inline(always)]
 fn prefetch_ahead(batch: &Batch, i: usize) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]

@@ -3,8 +3,10 @@
 //! # Loading
 //!
 //! eagervm links no CUDA library. cudarc is built with `dynamic-loading` and one fixed CUDA
-//! version (12.6); the driver (`libcuda`), NVRTC and cuBLAS are opened the first time a
-//! `cuda:N` device is asked for. cudarc *panics* when a library it needs is absent, so
+//! version, its `cuda-13000` feature (CUDA 13.0's API; `Cargo.toml`); the driver
+//! (`libcuda`), NVRTC and cuBLAS are opened the first time a `cuda:N` device is asked for,
+//! each function resolved when it is first called (`docs/cuda.md` says which library names
+//! are looked up and what has been run). cudarc *panics* when a library it needs is absent, so
 //! [`open`] first probes for each library itself ([`probe`]), and only then touches cudarc,
 //! inside `catch_unwind` as a second line of defence. Without the `cuda` feature, without the
 //! driver, or without enough GPUs, [`open`] returns [`EpError::CudaUnavailable`] with a
