@@ -33,7 +33,7 @@
 //!   validates (every problem with its line and column), replays (as recorded, or with the
 //!   synchronisation derived again on another device layout) and analyses it (critical
 //!   path, available parallelism, DOT). `docs/trace-format.md` is the reference; the
-//!   `eagervm` command line (`record`, `replay`, `validate`, `analyze`, see [`cli`]) drives it.
+//!   `eagervm` command line (`record`, `replay`, `validate`, `analyze`, `docs/cli.md`) drives it.
 //! - **Errors are values.** A kernel that fails or panics stores an [`Error`] on the tensors it
 //!   writes; readers skip and carry it; [`Tensor::wait`](framework::Tensor::wait) and
 //!   [`Tensor::to_vec`](framework::Tensor::to_vec) return it; [`VirtualMachine::sync`] reports
@@ -60,10 +60,20 @@
 //! trace). `docs/architecture.md` has the full picture; `docs/profiling.md` the timeline;
 //! `docs/tuning.md` the knobs; `docs/errors.md` every error; `docs/trace-format.md` the
 //! trace format; `docs/cli.md` the command line; `docs/cuda.md` the CUDA backend.
+//!
+//! # Cargo features
+//!
+//! - `cuda` (default): the CUDA backend, loaded at run time (`docs/cuda.md`).
+//! - `cli` (default): the `eagervm` binary and the parts of the library only it uses, `cli`
+//!   and `bench`, with clap and indicatif. `default-features = false` builds the library
+//!   without them; [`programs`], the built-in example programs, stays either way.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod alloc;
+// The command line's own parts: only the binary, its tests and the benches use them.
+#[cfg(feature = "cli")]
 pub mod bench;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod eager;
 pub mod ep;

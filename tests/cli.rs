@@ -1,5 +1,7 @@
 //! The `eagervm` binary end to end: record → validate → analyze → replay, help on every
 //! command, and non-zero exits with file, line and cause on bad input.
+// The binary is built only with the `cli` feature.
+#![cfg(feature = "cli")]
 
 use std::process::{Command, Output};
 
@@ -98,6 +100,16 @@ fn every_command_has_help() {
     }
     let o = eagervm(&["programs"]);
     assert!(text(&o).contains("demo") && text(&o).contains("branches"));
+    // The command line lists the library's one registry, every program once, in its order.
+    let listed: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(Into::into))
+        .collect();
+    let registry: Vec<&str> = eagervm::programs::all().map(|p| p.name()).collect();
+    assert_eq!(listed, registry);
+    for p in eagervm::programs::all() {
+        assert!(text(&o).contains(p.about()), "{}: {}", p.name(), text(&o));
+    }
     let o = eagervm(&["run", "demo"]);
     assert!(o.status.success(), "{}", text(&o));
 }

@@ -287,6 +287,7 @@ fn out_of_memory_fails_the_instruction_and_the_vm_goes_on() {
 }
 
 #[test]
+#[cfg(feature = "cli")] // `eagervm::bench` is the command line's, built with `cli`
 fn benchmarks_report_or_skip() {
     let _g = lock();
     let opts = eagervm::bench::cuda::CudaBenchOptions {

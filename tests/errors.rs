@@ -610,6 +610,7 @@ mod sizes {
     /// The command line: `validate --max-tensor-bytes`, and `EAGERVM_MAX_TENSOR_BYTES` for
     /// `validate` and `replay`.
     #[test]
+    #[cfg(feature = "cli")] // the binary is built only with the `cli` feature
     fn the_command_line_sets_the_cap_by_flag_or_environment() {
         let dir = std::env::temp_dir().join(format!("eagervm-sizes-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use eagervm::bench::{self, Workload};
-use eagervm::cli::{self, builtin_programs, CliError};
+use eagervm::cli::{self, CliError};
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
 use eagervm::profile::Profile;
@@ -172,8 +172,8 @@ fn main() -> ExitCode {
         Command::Validate { file, resync, max_tensor_bytes } => validate(&file, resync, max_tensor_bytes),
         Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
         Command::Programs => {
-            for p in builtin_programs() {
-                say!("{:<10} {}", p.name, p.about);
+            for p in eagervm::programs::all() {
+                say!("{:<10} {}", p.name(), p.about());
             }
             Ok(())
         }
@@ -190,14 +190,14 @@ fn main() -> ExitCode {
 }
 
 fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
-    if let Some(p) = cli::find_program(target) {
+    if let Some(p) = eagervm::programs::lookup(target) {
         if args.resync || args.device != DeviceMap::AsRecorded || args.tolerance.is_some() {
             return Err(CliError::Usage(format!(
                 "--resync, --device and --tolerance apply to trace files; `{target}` is a built-in program"
             )));
         }
-        let s = cli::run_program(p, args.config())?;
-        say!("ran `{}` in {:.3?}", p.name, s.wall);
+        let s = cli::run_program(&p, args.config())?;
+        say!("ran `{}` in {:.3?}", p.name(), s.wall);
         write_profile(s.profile.as_ref(), args.profile.as_deref())?;
         // Many outputs (a training run's losses and weights): the first few and a count.
         const SHOWN: usize = 6;
@@ -216,28 +216,28 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
             say!("errors: {failed} (as the program expects: {})", if report.ok() { "yes" } else { "no" });
             return match report.ok() {
                 true => Ok(()),
-                false => Err(CliError::Usage(format!("`{}` failed its own check", p.name))),
+                false => Err(CliError::Usage(format!("`{}` failed its own check", p.name()))),
             };
         }
         say!("errors: {failed}");
         return match s.outputs.into_iter().find_map(|o| o.1.err()) {
-            Some(error) => Err(CliError::Program { program: p.name.into(), error }),
+            Some(error) => Err(CliError::Program { program: p.name().into(), error }),
             None => Ok(()),
         };
     }
     if Path::new(target).is_file() {
         return replay_file(Path::new(target), args);
     }
-    // Cannot fail: `find_program` found no program of that name above.
+    // Cannot fail: `lookup` found no program of that name above.
     Err(cli::program(target).expect_err("not a program"))
 }
 
 fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), CliError> {
     let p = cli::program(program)?;
-    let (s, wall) = cli::record_program(p, Config::from_env(), output)?;
+    let (s, wall) = cli::record_program(&p, Config::from_env(), output)?;
     say!(
         "recorded `{}` to {}: {} instructions, {} tensors, {} expected checksum(s) in {:.3?}",
-        p.name,
+        p.name(),
         s.path.display(),
         s.instructions,
         s.tensors,
@@ -251,7 +251,7 @@ fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), C
         say!("  the program fails on purpose; the trace expects: {f}");
     }
     if let Some(reps) = overhead {
-        let o = cli::recording_overhead(p, &Config::from_env(), output, reps)?;
+        let o = cli::recording_overhead(&p, &Config::from_env(), output, reps)?;
         say!(
             "recording overhead over {} runs each: median {:.3?} without a recorder, {:.3?} with one: {:+.1}%",
             o.reps,

@@ -1,15 +1,16 @@
-//! What the `eagervm` command line does, as functions: run or record a built-in program,
-//! and the errors every command reports. The binary (`src/bin/eagervm.rs`) parses the
-//! arguments and prints; `docs/cli.md` describes each command.
-
-mod programs;
+//! What the `eagervm` command line does, as functions: run or record a built-in program
+//! (from the one registry, [`crate::programs`]), and the errors every command reports. The
+//! binary (`src/bin/eagervm.rs`) parses the arguments and prints; `docs/cli.md` describes
+//! each command.
+//!
+//! Compiled only with the `cli` cargo feature (on by default), like the binary and
+//! [`crate::bench`]: a library user who turns default features off builds none of it.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-pub use programs::{builtin_programs, find_program, Program};
-
 use crate::framework::Tensor;
+use crate::programs::{all, lookup, Builtin};
 use crate::trace::{checksum, RecordSummary, Recorder, TraceError};
 use crate::{Config, VirtualMachine};
 
@@ -56,17 +57,17 @@ pub struct RunSummary {
     pub profile: Option<crate::profile::Profile>,
 }
 
-/// The program called `name`, or [`CliError::UnknownProgram`].
-pub fn program(name: &str) -> Result<&'static Program, CliError> {
-    find_program(name).ok_or_else(|| CliError::UnknownProgram {
+/// The built-in program called `name`, or [`CliError::UnknownProgram`].
+pub fn program(name: &str) -> Result<Builtin, CliError> {
+    lookup(name).ok_or_else(|| CliError::UnknownProgram {
         name: name.to_string(),
-        known: builtin_programs().iter().map(|p| p.name).collect::<Vec<_>>().join(", "),
+        known: all().map(|p| p.name()).collect::<Vec<_>>().join(", "),
     })
 }
 
-fn vm_for(p: &Program, mut config: Config) -> Result<VirtualMachine, CliError> {
-    config.mock_devices = config.mock_devices.max(p.mock_devices);
-    VirtualMachine::new(config).map_err(|error| CliError::Program { program: p.name.into(), error })
+fn vm_for(p: &Builtin, mut config: Config) -> Result<VirtualMachine, CliError> {
+    config.mock_devices = config.mock_devices.max(p.mock_devices());
+    VirtualMachine::new(config).map_err(|error| CliError::Program { program: p.name().into(), error })
 }
 
 fn describe(t: &Tensor) -> String {
@@ -79,14 +80,14 @@ fn bytes_of(t: &Tensor) -> crate::Result<Vec<u8>> {
 }
 
 /// Run the built-in program `p` on a VM with `config` (plus the mock devices it needs).
-pub fn run_program(p: &Program, config: Config) -> Result<RunSummary, CliError> {
+pub fn run_program(p: &Builtin, config: Config) -> Result<RunSummary, CliError> {
     let vm = vm_for(p, config)?;
     let profiling = !vm.config().synchronous;
     if profiling {
         vm.start_profiling().map_err(|e| TraceError::Profile(e.to_string()))?;
     }
     let t0 = Instant::now();
-    let out = (p.run)(&vm).map_err(|error| CliError::Program { program: p.name.into(), error })?;
+    let out = p.run(&vm).map_err(|error| CliError::Program { program: p.name().into(), error })?;
     let synced = vm.sync();
     let wall = t0.elapsed();
     let profile = match profiling {
@@ -96,7 +97,7 @@ pub fn run_program(p: &Program, config: Config) -> Result<RunSummary, CliError> 
     let outputs: Vec<_> =
         out.tensors.iter().map(|t| (describe(t), bytes_of(t).map(|b| checksum(&b)))).collect();
     if let Err(error) = synced {
-        return Err(CliError::Program { program: p.name.into(), error });
+        return Err(CliError::Program { program: p.name().into(), error });
     }
     Ok(RunSummary { wall, outputs, report: out.report, profile })
 }
@@ -105,14 +106,14 @@ pub fn run_program(p: &Program, config: Config) -> Result<RunSummary, CliError> 
 /// (with the checksums of its outputs, or the failure it ends with). Returns what was
 /// written and the wall time of the recorded run.
 pub fn record_program(
-    p: &Program,
+    p: &Builtin,
     config: Config,
     path: &Path,
 ) -> Result<(RecordSummary, Duration), CliError> {
     let vm = vm_for(p, config)?;
     let rec = Recorder::start(&vm, path)?;
     let t0 = Instant::now();
-    let result = (p.run)(&vm);
+    let result = p.run(&vm);
     let (outputs, error) = match result {
         Ok(out) => (out.tensors, None),
         Err(e) => (Vec::new(), Some(e)),
@@ -121,7 +122,7 @@ pub fn record_program(
     let summary = rec.finish(&vm, &refs, error.as_ref())?;
     let wall = t0.elapsed();
     match (error, &summary.failure) {
-        (Some(error), None) => Err(CliError::Program { program: p.name.into(), error }),
+        (Some(error), None) => Err(CliError::Program { program: p.name().into(), error }),
         _ => Ok((summary, wall)),
     }
 }
@@ -149,19 +150,19 @@ impl Overhead {
 /// alternating, each on a fresh VM whose start-up is not timed. Both kinds of run end the
 /// same way: sync, then read every output.
 pub fn recording_overhead(
-    p: &Program,
+    p: &Builtin,
     config: &Config,
     path: &Path,
     reps: usize,
 ) -> Result<Overhead, CliError> {
-    let fail = |error| CliError::Program { program: p.name.into(), error };
+    let fail = |error| CliError::Program { program: p.name().into(), error };
     let mut times = [Vec::new(), Vec::new()];
     for i in 0..reps.max(1).saturating_mul(2) {
         let record = i % 2 == 1;
         let vm = vm_for(p, config.clone())?;
         let t0 = Instant::now();
         let rec = if record { Some(Recorder::start(&vm, path)?) } else { None };
-        let outputs = (p.run)(&vm).map_err(fail)?.tensors;
+        let outputs = p.run(&vm).map_err(fail)?.tensors;
         match rec {
             Some(rec) => {
                 rec.finish(&vm, &outputs.iter().collect::<Vec<_>>(), None)?;

@@ -2,6 +2,11 @@
 //! end](crate::eager), that exercise the VM the way a framework does and that the command
 //! line can run (and record) by name.
 //!
+//! This is the one registry of built-in programs, for the library and the `eagervm` command
+//! line alike: the four below check themselves ([`builtin`]); the [`workloads`] (`demo`,
+//! `branches`, `layers`, `noops`) leave result tensors for a trace to check. [`all`] lists
+//! both kinds, [`lookup`] finds either by name.
+//!
 //! | program | what it shows |
 //! | --- | --- |
 //! | [`mlp`](mod@mlp) | training: forward, hand-written backward and SGD of a two-layer MLP |
@@ -45,11 +50,13 @@ pub mod failure;
 pub mod fanout;
 pub mod mlp;
 pub mod pipeline;
+pub mod workloads;
 
 pub use failure::{failure, failure_keeping, FailureOptions, FailureReport};
 pub use fanout::{fanout, fanout_keeping, FanoutOptions, FanoutReport};
 pub use mlp::{mlp, mlp_keeping, MlpOptions, MlpReport};
 pub use pipeline::{pipeline, pipeline_keeping, PipelineOptions, PipelineReport};
+pub use workloads::WorkloadInfo;
 
 /// Whether `device`'s kernels add in the CPU kernels' order, so that a program's results
 /// there equal the CPU's bit for bit: true for `cpu` and `mock`, false for `cuda` (its
@@ -216,9 +223,77 @@ pub fn builtin() -> &'static [ProgramInfo] {
     &BUILTIN
 }
 
-/// The built-in program called `name`.
+/// The self-checking built-in program called `name` (see [`lookup`] for either kind).
 pub fn find(name: &str) -> Option<&'static ProgramInfo> {
     BUILTIN.iter().find(|p| p.name == name)
+}
+
+/// A built-in program of either kind, as the command line lists, runs and records it.
+#[derive(Debug, Clone, Copy)]
+pub enum Builtin {
+    /// A program that checks its own results ([`builtin`]).
+    Checked(&'static ProgramInfo),
+    /// A workload that leaves result tensors for a trace to check ([`workloads`]).
+    Workload(&'static WorkloadInfo),
+}
+
+/// What a built-in program leaves behind when run by name.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// The tensors that hold its results (checksummed by `eagervm run`, expected by a
+    /// recorded trace).
+    pub tensors: Vec<Tensor>,
+    /// The report of a program that checks itself; `None` for a workload.
+    pub report: Option<Report>,
+}
+
+impl Builtin {
+    /// The name to run it by.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Builtin::Checked(p) => p.name,
+            Builtin::Workload(w) => w.name,
+        }
+    }
+
+    /// One line on what it does.
+    pub fn about(&self) -> &'static str {
+        match self {
+            Builtin::Checked(p) => p.about,
+            Builtin::Workload(w) => w.about,
+        }
+    }
+
+    /// How many mock devices the VM needs for its defaults.
+    pub fn mock_devices(&self) -> u16 {
+        match self {
+            Builtin::Checked(p) => p.mock_devices,
+            Builtin::Workload(w) => w.mock_devices,
+        }
+    }
+
+    /// Run it at its defaults, keeping the tensors that hold its results.
+    pub fn run(&self, vm: &VirtualMachine) -> Result<Output> {
+        match self {
+            Builtin::Checked(p) => {
+                let mut tensors = Vec::new();
+                let report = (p.run_keeping)(vm, &RunOptions::default(), &mut tensors)?;
+                Ok(Output { tensors, report: Some(report) })
+            }
+            Builtin::Workload(w) => Ok(Output { tensors: (w.run)(vm)?, report: None }),
+        }
+    }
+}
+
+/// Every built-in program of both kinds, in a fixed order: the self-checking ones, then the
+/// workloads.
+pub fn all() -> impl Iterator<Item = Builtin> {
+    BUILTIN.iter().map(Builtin::Checked).chain(workloads::WORKLOADS.iter().map(Builtin::Workload))
+}
+
+/// The built-in program of either kind called `name`.
+pub fn lookup(name: &str) -> Option<Builtin> {
+    all().find(|p| p.name() == name)
 }
 
 /// A deterministic stream of `f32`s, uniform in `[-1, 1)` (xorshift64*), so that programs
@@ -276,5 +351,48 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), builtin().len());
+    }
+
+    #[test]
+    fn one_registry_holds_every_program_once() {
+        let names: Vec<_> = all().map(|p| p.name()).collect();
+        assert_eq!(
+            names,
+            ["mlp", "pipeline", "fanout", "failure", "demo", "branches", "layers", "noops"],
+            "the command line's programs and their order"
+        );
+        for p in all() {
+            assert_eq!(lookup(p.name()).map(|q| q.name()), Some(p.name()));
+            assert!(!p.about().is_empty(), "{}", p.name());
+            // The self-checking ones are those `find` knows.
+            assert_eq!(find(p.name()).is_some(), matches!(p, Builtin::Checked(_)), "{}", p.name());
+        }
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a name in both kinds: {names:?}");
+        assert!(lookup("nope").is_none());
+    }
+
+    #[test]
+    fn running_by_name_keeps_results_and_reports_when_checked() {
+        let needs = all().map(|p| p.mock_devices()).max().unwrap_or(0);
+        let vm = VirtualMachine::new(
+            crate::Config::default().with_mock_devices(needs, crate::ep::mock::MockConfig::default()),
+        )
+        .unwrap();
+        for name in ["fanout", "demo"] {
+            let p = lookup(name).unwrap();
+            let out = p.run(&vm).unwrap();
+            assert!(!out.tensors.is_empty(), "{name} kept no results");
+            for t in &out.tensors {
+                t.wait().unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+            match (p, &out.report) {
+                (Builtin::Checked(_), Some(r)) => assert!(r.ok(), "{r}"),
+                (Builtin::Workload(_), None) => {}
+                (_, r) => panic!("{name}: report {r:?}"),
+            }
+        }
     }
 }

@@ -1,107 +1,58 @@
-//! Built-in programs: named tensor programs that `eagervm run` runs and `eagervm record`
-//! records. Each is an ordinary function over a [`VirtualMachine`] that builds its work
-//! with [`InstructionsBuilder`](crate::framework::InstructionsBuilder) and returns the
-//! tensors that hold its results; adding one is one entry in [`builtin_programs`].
+//! The trace workloads: built-in programs that do not check themselves but leave result
+//! tensors, for `eagervm run` to checksum and `eagervm record` to record (a replay then
+//! checks the checksums). Each runs at a fixed size on fixed devices (named in its
+//! [`WorkloadInfo::about`]), so it takes no [`RunOptions`](super::RunOptions).
+//!
+//! They sit in the one registry of built-in programs beside the self-checking ones:
+//! [`super::all`] lists both, [`super::lookup`] finds either by name. Adding a workload is
+//! a function here and one entry in [`WORKLOADS`].
 
 use crate::ep::{DeviceId, StreamType};
+use crate::error::Result;
 use crate::framework::{Attrs, DType, Tensor};
-use crate::programs::{Report, RunOptions};
-use crate::{Error, Result, VirtualMachine};
+use crate::vm::VirtualMachine;
 
-/// A built-in program.
+/// A built-in workload: its name, what it does, and how to run it.
 #[derive(Debug, Clone, Copy)]
-pub struct Program {
-    /// The name `run`/`record` take.
+pub struct WorkloadInfo {
+    /// The name to run it by (`demo`, `layers`, ...).
     pub name: &'static str,
-    /// One line on what it does.
+    /// One line on what it does, and where.
     pub about: &'static str,
-    /// Mock devices it needs (`mock:0` ..).
+    /// How many mock devices the VM needs (`mock:0` ..).
     pub mock_devices: u16,
-    /// Build and submit the program; return the tensors holding its results.
-    pub run: fn(&VirtualMachine) -> Result<ProgramOutput>,
+    /// Build and submit it; return the tensors that hold its results.
+    pub run: fn(&VirtualMachine) -> Result<Vec<Tensor>>,
 }
 
-/// What a built-in program leaves behind.
-#[derive(Debug, Default)]
-pub struct ProgramOutput {
-    /// The tensors holding its results (checksummed by `run`, expected by a recorded trace).
-    pub tensors: Vec<Tensor>,
-    /// The report of a program that checks itself (the [`crate::programs`] ones).
-    pub report: Option<Report>,
-}
-
-impl From<Vec<Tensor>> for ProgramOutput {
-    fn from(tensors: Vec<Tensor>) -> Self {
-        ProgramOutput { tensors, report: None }
-    }
-}
-
-/// Run the self-checking program `name` of [`crate::programs`] at its defaults.
-fn checked(vm: &VirtualMachine, name: &str) -> Result<ProgramOutput> {
-    let info = crate::programs::find(name).ok_or_else(|| Error::Config(format!("no program `{name}`")))?;
-    let mut tensors = Vec::new();
-    let report = (info.run_keeping)(vm, &RunOptions::default(), &mut tensors)?;
-    Ok(ProgramOutput { tensors, report: Some(report) })
-}
-
-/// Every built-in program, by name.
-pub fn builtin_programs() -> &'static [Program] {
-    &[
-        Program {
-            name: "mlp",
-            about: "train a two-layer MLP on cpu:0 (forward, hand-written backward, SGD); prints the loss per step",
-            mock_devices: 0,
-            run: |vm| checked(vm, "mlp"),
-        },
-        Program {
-            name: "pipeline",
-            about: "chunks host -> mock:0 (H2D) -> matmul/relu (compute) -> host (D2H), copies overlapping compute",
-            mock_devices: 1,
-            run: |vm| checked(vm, "pipeline"),
-        },
-        Program {
-            name: "fanout",
-            about: "one array read by 64 independent branches on cpu:0, reduced by a tree of adds",
-            mock_devices: 0,
-            run: |vm| checked(vm, "fanout"),
-        },
-        Program {
-            name: "failure",
-            about: "a deliberately failing kernel poisons what it feeds while the other arrays keep working",
-            mock_devices: 0,
-            run: |vm| checked(vm, "failure"),
-        },
-        Program {
-            name: "demo",
-            about: "matmul on cpu:0, copy to mock:0, relu/scale/add/sum there (the `demo` command's program)",
-            mock_devices: 1,
-            run: |vm| demo(vm).map(Into::into),
-        },
-        Program {
-            name: "branches",
-            about: "a 32x32 input fanned out to 8 branches on two mock devices and the cpu, reduced by an add tree",
-            mock_devices: 2,
-            run: |vm| branches(vm).map(Into::into),
-        },
-        Program {
-            name: "layers",
-            about: "two chains of 1000 dense layers (16x16 matmul, add, relu), one on cpu:0 and one on mock:0",
-            mock_devices: 1,
-            run: |vm| layers(vm).map(Into::into),
-        },
-        Program {
-            name: "noops",
-            about: "100000 no-op instructions over 64 tensors on cpu:0 (the VM's own cost only)",
-            mock_devices: 0,
-            run: |vm| noops(vm).map(Into::into),
-        },
-    ]
-}
-
-/// The program called `name`.
-pub fn find_program(name: &str) -> Option<&'static Program> {
-    builtin_programs().iter().find(|p| p.name == name)
-}
+/// Every workload, in a fixed order.
+pub static WORKLOADS: [WorkloadInfo; 4] = [
+    WorkloadInfo {
+        name: "demo",
+        about: "matmul on cpu:0, copy to mock:0, relu/scale/add/sum there (the `demo` command's program)",
+        mock_devices: 1,
+        run: demo,
+    },
+    WorkloadInfo {
+        name: "branches",
+        about:
+            "a 32x32 input fanned out to 8 branches on two mock devices and the cpu, reduced by an add tree",
+        mock_devices: 2,
+        run: branches,
+    },
+    WorkloadInfo {
+        name: "layers",
+        about: "two chains of 1000 dense layers (16x16 matmul, add, relu), one on cpu:0 and one on mock:0",
+        mock_devices: 1,
+        run: layers,
+    },
+    WorkloadInfo {
+        name: "noops",
+        about: "100000 no-op instructions over 64 tensors on cpu:0 (the VM's own cost only)",
+        mock_devices: 0,
+        run: noops,
+    },
+];
 
 /// `demo`: y = 10 * relu(x @ w) + x @ w on the mock device, and sum(y).
 fn demo(vm: &VirtualMachine) -> Result<Vec<Tensor>> {
