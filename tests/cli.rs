@@ -141,3 +141,44 @@ fn replay_writes_a_timeline_with_profile() {
     assert!(!o.status.success());
     assert!(text(&o).contains("/nonexistent/dir/p.json"), "{}", text(&o));
 }
+
+#[test]
+fn rust_log_shows_sync_and_shutdown_and_stays_quiet_unset() {
+    let run = |rust_log: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_eagervm"));
+        c.args(["run", "branches"]).env_remove("RUST_LOG");
+        if let Some(v) = rust_log {
+            c.env("RUST_LOG", v);
+        }
+        c.output().expect("the binary runs")
+    };
+    let o = run(Some("eagervm=debug"));
+    assert!(o.status.success(), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in
+        ["VM started", "worker started", "sync{", "barrier{", "stop_workers{", "shutdown{", "VM shut down"]
+    {
+        assert!(err.contains(want), "no {want:?} in:\n{err}");
+    }
+    // Batches are TRACE: not shown at DEBUG.
+    assert!(!err.contains("batch{"), "{err}");
+    let o = run(Some("eagervm=trace"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("batch{worker="), "{}", text(&o));
+    let o = run(None);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("errors: 0"), "{}", text(&o));
+}
+
+#[test]
+fn logging_to_a_closed_standard_error_neither_hangs_nor_panics() {
+    let bin = env!("CARGO_BIN_EXE_eagervm");
+    // `head` closes the pipe after the first line while every VM thread goes on logging
+    // each batch; a thread that panicked on the failed write would hang the program (the
+    // `timeout` turns a hang into status 124).
+    let script = format!(
+        "exec 4>&1; {{ RUST_LOG=eagervm=trace timeout 60 '{bin}' run noops; echo \"status $?.\" >&4; }} 2>&1 >/dev/null | head -n 1 >/dev/null"
+    );
+    let o = Command::new("bash").arg("-c").arg(&script).output().expect("bash runs");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "status 0.", "{}", text(&o));
+}

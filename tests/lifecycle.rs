@@ -497,3 +497,107 @@ fn soak_with_failing_kernels_panics_and_allocations() {
         assert!(r.is_ok());
     }
 }
+
+/// Every distinct span opened in this process, as `name{field=value ...}`: a subscriber of
+/// the smallest kind, installed process-wide because the VM's spans open on its own threads.
+/// Numbers are kept only for the water marks (the rest show their names), so the set stays
+/// small however long the other tests of this binary run (the soak bounds memory growth).
+mod spans {
+    use std::collections::BTreeSet;
+    use std::fmt::Write as _;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Mutex, Once};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    static SEEN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+    struct Fields(String);
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, " {}={:?}", field.name(), value);
+        }
+        fn record_u64(&mut self, field: &Field, value: u64) {
+            match field.name() {
+                "high_water" | "low_water" => self.record_debug(field, &value),
+                name => {
+                    let _ = write!(self.0, " {name}=");
+                }
+            }
+        }
+        fn record_i64(&mut self, field: &Field, value: i64) {
+            self.record_u64(field, value.unsigned_abs());
+        }
+    }
+
+    struct Spans {
+        next: AtomicU64,
+    }
+
+    impl Subscriber for Spans {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, span: &Attributes<'_>) -> Id {
+            let mut f = Fields(format!("{}{{", span.metadata().name()));
+            span.record(&mut f);
+            f.0.push('}');
+            SEEN.lock().unwrap().insert(f.0);
+            Id::from_u64(self.next.fetch_add(1, Ordering::Relaxed))
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, _: &Event<'_>) {}
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Install the recorder (once per process).
+    pub fn record() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            tracing::subscriber::set_global_default(Spans { next: AtomicU64::new(1) })
+                .expect("no other subscriber in this test binary");
+        });
+    }
+
+    /// Whether a span whose text starts with `name{` and contains each of `fields` was opened.
+    pub fn seen(name: &str, fields: &[&str]) -> bool {
+        let head = format!("{name}{{");
+        SEEN.lock().unwrap().iter().any(|s| s.starts_with(&head) && fields.iter().all(|f| s.contains(f)))
+    }
+}
+
+#[test]
+fn a_run_opens_batch_sync_barrier_wait_back_pressure_and_shutdown_spans() {
+    spans::record();
+    let mut c = Config::default().with_mock_devices(1, MockConfig::jittery());
+    // Water marks no other test uses, so that the back-pressure span found is this VM's.
+    c.high_water = 37;
+    c.low_water = 5;
+    c.batch_size = 4;
+    let vm = VirtualMachine::new(c).unwrap();
+    let g = vm.compute_stream(DeviceId::mock(0)).unwrap();
+    let relu = vm.op("relu").unwrap();
+    let x = vm.from_slice(&[1.0f32, -1.0], &[2], DeviceId::mock(0)).unwrap();
+    let y = vm.empty(&[2], DType::F32, DeviceId::mock(0)).unwrap();
+    vm.run(|b| {
+        for _ in 0..400 {
+            b.call_into(relu, &[&x], &[&y], Attrs::default(), g).unwrap();
+        }
+    });
+    vm.sync().unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
+    drop(vm);
+    assert!(spans::seen("start", &[]));
+    assert!(spans::seen("batch", &["worker=", "stream=\"mock:0:compute\"", "n="]));
+    assert!(spans::seen("sync", &["in_flight="]));
+    assert!(spans::seen("barrier", &["program="]));
+    assert!(spans::seen("host_wait", &["wait_only=false"]));
+    assert!(spans::seen("back_pressure", &["high_water=37", "low_water=5"]));
+    assert!(spans::seen("stop_workers", &[]));
+    assert!(spans::seen("shutdown", &[]));
+}

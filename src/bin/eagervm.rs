@@ -155,7 +155,29 @@ enum Command {
     },
 }
 
+/// Send the VM's `tracing` spans and events to standard error, filtered by `RUST_LOG`
+/// (`docs/profiling.md`, "Logging with `RUST_LOG`"). Unset, only warnings and errors pass,
+/// so normal output is unchanged; an invalid directive is skipped, not fatal. Spans print a
+/// line when they close, with their busy and idle time.
+fn install_subscriber() {
+    use tracing_subscriber::filter::{EnvFilter, LevelFilter};
+    use tracing_subscriber::fmt::format::FmtSpan;
+    let filter = EnvFilter::builder().with_default_directive(LevelFilter::WARN.into()).from_env_lossy();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_span_events(FmtSpan::CLOSE)
+        .with_thread_names(true)
+        .with_writer(std::io::stderr)
+        // Its report of a failed write is an `eprintln!`, which panics on a closed standard
+        // error; a VM thread that panicked there would leave its work undone forever.
+        .log_internal_errors(false)
+        .finish();
+    // Fails only if a subscriber is already installed, which nothing here does.
+    let _ = tracing::subscriber::set_global_default(subscriber);
+}
+
 fn main() -> ExitCode {
+    install_subscriber();
     let cli = Cli::parse();
     let r: Result<(), CliError> = match cli.command.unwrap_or(Command::Demo) {
         Command::Demo => demo().map_err(|error| CliError::Program { program: "demo".into(), error }),

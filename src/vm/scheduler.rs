@@ -46,6 +46,12 @@
 //! stream's last position; its callback runs on this thread once every stream is done
 //! through the position noted for it.
 //!
+//! # Tracing
+//!
+//! A barrier's callback runs inside a DEBUG span `barrier`; each received batch is a TRACE
+//! span `receive`. Both are per barrier or per batch, never per instruction: disabled, a
+//! span is a check of its callsite's cached interest.
+//!
 //! # Profiling
 //!
 //! Each loop asks the profiler once for a recorder (`None` when no session is open) and
@@ -140,6 +146,8 @@ struct StreamState {
 
 /// A received barrier: the positions each stream must be done through, and its callback.
 struct PendingBarrier {
+    /// Its program number (named in its `tracing` span).
+    program: u64,
     need: Vec<u64>,
     callback: Box<dyn FnOnce() + Send>,
 }
@@ -404,7 +412,7 @@ impl Scheduler {
                 r.push(Rec::Barrier { program, t: r.now() });
             }
             let need = self.streams.iter().map(|s| s.last).collect();
-            self.barriers.push_back(PendingBarrier { need, callback });
+            self.barriers.push_back(PendingBarrier { program, need, callback });
             // A barrier is not an instruction in flight: settle the count the caller added.
             self.retired_this_loop += 1;
             self.run_barriers();
@@ -636,6 +644,8 @@ impl Scheduler {
                 r.finish(&self.vm.profiler);
             }
             self.prof = self.vm.profiler.begin(ThreadRole::Scheduler);
+            // One span per barrier (a sync, a profiling session's edge), not per instruction.
+            let _span = tracing::debug_span!("barrier", program = b.program).entered();
             (b.callback)();
         }
     }

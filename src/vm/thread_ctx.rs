@@ -30,6 +30,14 @@
 //! reporting the batch's completions. A watcher records an instruction's launch and done
 //! times together, and hands them in before each report.
 //!
+//! # Tracing
+//!
+//! Each batch a worker takes runs inside a TRACE span `batch` (its worker, the stream of
+//! its first instruction, its instruction count): one span per batch, never one per
+//! instruction. With no subscriber, or one that filters TRACE out, that is a check of the
+//! callsite's cached interest (an atomic load and a branch) per batch, and the fields are
+//! not evaluated. A worker's start and exit are DEBUG events.
+//!
 //! # Shutdown
 //!
 //! 1. The scheduler, once asked to stop and with nothing in flight, sets each ctx's stop
@@ -326,9 +334,22 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
             lane.watcher = Some(w);
         }
     }
+    tracing::debug!(
+        worker = index,
+        streams = %streams.iter().map(|&s| vm.streams[s].name.as_str()).collect::<Vec<_>>().join(", "),
+        "worker started"
+    );
     let mut done = vm.take_completions();
     loop {
         if let Some(mut batch) = ctx.queue.pop() {
+            // Per batch, not per instruction (module docs, "Tracing").
+            let _span = tracing::trace_span!(
+                "batch",
+                worker = index,
+                stream = batch.ins.first().map_or("", |i| vm.streams[i.stream.index()].name.as_str()),
+                n = batch.len(),
+            )
+            .entered();
             match vm.profiler.begin(ThreadRole::Worker(index as u32)) {
                 None => lanes.run_batch(&vm, &mut batch, &mut done, None),
                 Some(mut r) => {
@@ -373,6 +394,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
     for j in joins {
         let _ = j.join();
     }
+    tracing::debug!(worker = index, "worker stopped");
 }
 
 /// The Event policy: launch on the device stream; with `record`, record an event behind the

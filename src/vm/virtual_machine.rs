@@ -18,6 +18,16 @@
 //! If the scheduler thread ever panics (a bug in eagervm, not in a kernel: kernel panics
 //! are caught where they run), it marks the VM dead and wakes every waiter, whose waits
 //! then return [`Error::ShutDown`] instead of hanging.
+//!
+//! # Tracing
+//!
+//! The VM opens `tracing` spans (`docs/profiling.md`, "Logging with `RUST_LOG`"): `start`
+//! (and a `VM started` event), `sync`, `host_wait` (`Tensor::wait`, `to_vec`),
+//! `back_pressure` and `shutdown` at DEBUG here; `batch` at TRACE in each worker and
+//! `barrier` at DEBUG on the scheduler. A span is made once per wait, per sync or per
+//! batch, never per instruction: with no subscriber, or one that filters it out, a span
+//! costs a check of its callsite's cached interest (an atomic load and a branch), and its
+//! fields are not evaluated.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -261,7 +271,13 @@ impl VmShared {
     }
 
     fn wait_low_water(&self) {
-        let _span = tracing::debug_span!("back_pressure").entered();
+        let _span = tracing::debug_span!(
+            "back_pressure",
+            in_flight = self.in_flight.load(Ordering::Relaxed),
+            high_water = self.config.high_water,
+            low_water = self.config.low_water,
+        )
+        .entered();
         self.bp_waiting.fetch_add(1, Ordering::SeqCst);
         let mut g = self.bp_lock.lock();
         while self.in_flight.load(Ordering::SeqCst) > self.config.low_water
@@ -373,6 +389,8 @@ impl VmShared {
     /// has written as the access does for a host one ([`Fetch`]): `wait` passes, `to_vec`
     /// returns `Uninitialized` with the op `Access`, and neither counts as a failure.
     fn host_access(self: &Arc<Self>, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
+        let _span =
+            tracing::debug_span!("host_wait", tensor = t.id(), device = %t.device(), wait_only).entered();
         let slot = AccessSlot::new();
         {
             let mut b = InstructionsBuilder::new(self);
@@ -431,6 +449,7 @@ impl std::fmt::Debug for VirtualMachine {
 impl VirtualMachine {
     /// Start a VM: open the devices, build the stream table and start the threads.
     pub fn new(config: Config) -> Result<Self> {
+        let _span = tracing::debug_span!("start").entered();
         config.validate()?;
         let mut registry = Registry::new(config.mock_devices, &config.mock);
         registry.add_cuda(config.cuda_devices)?;
@@ -538,6 +557,13 @@ impl VirtualMachine {
             recorder: Mutex::new(None),
             config,
         });
+        tracing::debug!(
+            streams = %shared.streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
+            workers = if shared.config.synchronous { 0 } else { shared.ctxs.len() },
+            topology = ?shared.config.threads,
+            synchronous = shared.config.synchronous,
+            "VM started"
+        );
         let scheduler = if shared.config.synchronous {
             None
         } else {
@@ -626,9 +652,13 @@ impl VirtualMachine {
     /// [`Error::Failed`] if any instruction failed since the previous `sync` (the failed
     /// tensors keep their errors either way).
     pub fn sync(&self) -> Result<()> {
+        let _span = tracing::debug_span!("sync", in_flight = self.in_flight()).entered();
         self.shared.barrier_wait()?;
         match self.shared.failures.take() {
-            Some(e) => Err(e),
+            Some(e) => {
+                tracing::debug!(error = %e, "sync found failures");
+                Err(e)
+            }
             None => Ok(()),
         }
     }
@@ -714,6 +744,7 @@ impl VirtualMachine {
 
 impl Drop for VirtualMachine {
     fn drop(&mut self) {
+        let _span = tracing::debug_span!("shutdown", in_flight = self.in_flight()).entered();
         // No builder is left (each borrows the VM): nothing can hold a release back.
         let left = self.shared.releases.take_all();
         self.shared.submit_releases(left);
@@ -722,6 +753,7 @@ impl Drop for VirtualMachine {
         if let Some(h) = self.scheduler.take() {
             let _ = h.join();
         }
+        tracing::debug!("VM shut down: every thread it started has exited");
     }
 }
 
@@ -741,6 +773,8 @@ fn scheduler_main(vm: Arc<VmShared>) {
             vm.mark_dead();
         }
     }
+    let _span = tracing::debug_span!("stop_workers", workers = workers.len(), dead = vm.is_dead()).entered();
+    tracing::debug!(in_flight = vm.in_flight.load(Ordering::Relaxed), "scheduler drained; stopping workers");
     for c in &vm.ctxs {
         c.stop();
     }
