@@ -77,7 +77,6 @@ pub mod bench;
 pub mod cli;
 pub mod eager;
 pub mod ep;
-mod error;
 pub mod framework;
 pub mod kernels;
 pub mod profile;
@@ -86,8 +85,8 @@ pub mod sync;
 pub mod trace;
 pub mod vm;
 
-pub use error::{Error, Result};
 pub use vm::{Config, VirtualMachine};
+pub use vm::{Error, Result};
 
 /// The names most programs need.
 pub mod prelude {

@@ -23,8 +23,8 @@
 use std::time::{Duration, Instant};
 
 use crate::ep::{DeviceId, StreamType};
-use crate::error::Result;
 use crate::framework::{Attrs, DType, Tensor};
+use crate::vm::Result;
 use crate::vm::{Config, VirtualMachine};
 
 /// Sizes of the three benchmarks.
@@ -443,9 +443,9 @@ mod plain {
     use super::*;
     use crate::alloc::{HostAllocator, Storage};
     use crate::ep::Device;
-    use crate::error::Error;
     use crate::framework::{KernelCtx, OpKernel, TensorMeta, TensorView, TensorViewMut};
     use crate::kernels::cuda::{CudaSum, CUDA_MATMUL, ELEMENTWISE};
+    use crate::vm::Error;
 
     fn kernel(name: &str) -> &'static dyn OpKernel {
         ELEMENTWISE.iter().find(|e| e.name == name).expect("a built-in elementwise op")

@@ -27,9 +27,9 @@ mod floor;
 use std::time::{Duration, Instant};
 
 use crate::ep::DeviceId;
-use crate::error::{Error, Result};
 use crate::framework::{Attrs, DType, InstructionsBuilder, Op, Tensor};
 use crate::vm::{Config, StreamId, VirtualMachine};
+use crate::vm::{Error, Result};
 
 /// One of the four workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

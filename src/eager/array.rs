@@ -5,8 +5,8 @@ use std::fmt;
 use super::context::{Binary, Unary};
 use super::Context;
 use crate::ep::{DeviceId, StreamType};
-use crate::error::{Error, Result};
 use crate::framework::{Attrs, DType, Element, Tensor};
+use crate::vm::{Error, Result};
 
 /// An eager tensor: a handle to a VM tensor plus the [`Context`] that runs its ops.
 ///

@@ -48,11 +48,11 @@ use smallvec::SmallVec;
 
 use super::Array;
 use crate::ep::{DeviceId, StreamType};
-use crate::error::{Error, Result};
 use crate::framework::release::Slot;
 use crate::framework::{
     Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta, MAX_INPUTS,
 };
+use crate::vm::{Error, Result};
 use crate::vm::{StreamId, VirtualMachine};
 
 /// How a [`Context`] batches its calls.
@@ -483,7 +483,7 @@ impl<'vm> Context<'vm> {
         let at = |i: usize| move || format!("output {i} of `{}` on {out_device}", op.name());
         let limit = self.vm.config().max_tensor_bytes;
         for (i, s) in specs.iter().enumerate() {
-            crate::framework::shape::check(&s.shape, s.dtype, limit, at(i))?;
+            crate::vm::shape::check(&s.shape, s.dtype, limit, at(i))?;
         }
         // Arrays of other contexts: their writes must reach the VM before our reads.
         for a in inputs {

@@ -58,15 +58,18 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use crate::ep::DeviceId;
-use crate::error::{Error, Result};
 use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
 use crate::framework::release::Slot;
-use crate::framework::shape;
-use crate::framework::tensor::{Element, MetaId, Tensor, TensorInner, TensorMeta, TensorOwner, NO_STREAM};
-use crate::framework::{Attrs, KernelRef, Op, OutSpecs};
+use crate::framework::tensor::Tensor;
+use crate::framework::{Attrs, Op, OutSpecs};
 use crate::vm::instruction::{
     AccessMode, AccessSlot, Batch, Body, Instruction, Operand, Operands, TensorPtr,
 };
+use crate::vm::shape;
+use crate::vm::tensor::{MetaId, TensorInner, TensorOwner, NO_STREAM};
+use crate::vm::KernelRef;
+use crate::vm::{Element, TensorMeta};
+use crate::vm::{Error, Result};
 use crate::vm::{StreamId, VmShared, VmStream};
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).

@@ -19,8 +19,9 @@
 
 use smallvec::SmallVec;
 
-use crate::framework::tensor::MetaId;
-use crate::framework::{Attrs, KernelRef, OutSpecs};
+use crate::framework::{Attrs, OutSpecs};
+use crate::vm::tensor::MetaId;
+use crate::vm::KernelRef;
 
 /// Entries kept. A loop body rarely uses more distinct signatures than this at a time; a
 /// miss costs one full check, as without the cache.

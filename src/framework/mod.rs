@@ -1,12 +1,12 @@
 //! The front end: tensors, ops and kernels, and the instruction builder.
 
 pub mod op;
-pub mod shape;
 pub mod tensor;
 
-pub(crate) use op::KernelRef;
-pub use op::{Attrs, KernelCtx, Op, OpKernel, OpRegistry, OutSpec, OutSpecs, TensorView, TensorViewMut};
-pub use tensor::{DType, Element, Shape, Tensor, TensorMeta};
+pub use crate::vm::kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};
+pub use crate::vm::{shape, DType, Element, Shape, TensorMeta};
+pub use op::{Op, OpRegistry};
+pub use tensor::Tensor;
 pub mod builder;
 pub(crate) mod infer_cache;
 pub(crate) mod release;

@@ -4,7 +4,7 @@
 //! All three take any inputs and write the outputs the caller gives, unchanged in shape and
 //! dtype; their `infer` never refuses.
 
-use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 /// The given outputs' specs, unchanged (the caller chooses them; none means no outputs).
 fn given_specs(given: &[&TensorMeta], outputs: &mut OutSpecs) {

@@ -1,7 +1,7 @@
 //! Elementwise kernels: `fill`, `copy`, `add`, `mul`, `scale`, `relu`.
 
 use super::{common_dtype, expect_inputs, input, input_dtype, output, output_dtype, spec_of, with_num, Num};
-use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 /// `fill`: no inputs; sets every element of the one output, whose shape and dtype the
 /// caller gives, to `attrs.scalar` (cast with `as`: `i64` truncates toward zero).
@@ -245,8 +245,8 @@ pub(super) fn zip<T: Num>(ctx: &mut KernelCtx<'_, '_>, f: impl Fn(T, T) -> T) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::{TensorView, TensorViewMut};
     use crate::kernels::testing::{as_f32, as_i64, infer_err, run, t_f32, t_i64, Owned};
+    use crate::vm::{TensorView, TensorViewMut};
 
     #[test]
     fn fill_values_both_dtypes() {

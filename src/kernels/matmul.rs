@@ -1,7 +1,7 @@
 //! Matrix product: `matmul`.
 
 use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
-use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `matmul`: inputs `a: [m, k]` and `b: [k, n]` of one dtype, output `[m, n]` with
 /// `out[i][j] = sum over p of a[i][p] * b[p][j]`.

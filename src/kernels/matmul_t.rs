@@ -6,7 +6,7 @@
 //! for `f32`, so results are reproducible bit for bit; `i64` wraps.
 
 use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
-use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// Which operand is transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 
 use super::elementwise::binary_kernel;
 use super::{common_dtype, expect_inputs, input, input_dtype, output, spec_of, with_num, Num};
-use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 binary_kernel!(
     /// `sub`: two inputs of one shape and dtype, elementwise difference `a - b` (wrapping
@@ -151,8 +151,8 @@ fn sum_rows<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::DType;
     use crate::kernels::testing::{as_f32, as_i64, infer_err, run, t_f32, t_i64};
+    use crate::vm::DType;
 
     #[test]
     fn sub_both_dtypes() {

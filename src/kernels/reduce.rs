@@ -1,7 +1,7 @@
 //! Reductions: `sum`.
 
 use super::{expect_inputs, input, input_dtype, output, with_num, Num};
-use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `sum`: one input, a scalar output (shape `[]`, same dtype) holding the sum of all
 /// elements. `f32` adds in `f32`, one element at a time in index order, so the result does
@@ -46,8 +46,8 @@ fn sum<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::DType;
     use crate::kernels::testing::{as_f32, as_i64, infer_err, run, t_f32, t_i64};
+    use crate::vm::DType;
 
     #[test]
     fn sum_both_dtypes() {

@@ -6,7 +6,7 @@ use std::sync::{Arc, OnceLock};
 use super::Num;
 use crate::alloc::{HostAllocator, Storage};
 use crate::ep::DeviceId;
-use crate::framework::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta, TensorView, TensorViewMut};
+use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta, TensorView, TensorViewMut};
 
 /// A tensor made by the tests: its meta and its storage.
 pub(crate) type Owned = (TensorMeta, Storage);

@@ -18,9 +18,9 @@ use serde::Serialize;
 use super::{agrees, bit_exact_on, Rng, CUDA_REL};
 use crate::eager::Context;
 use crate::ep::DeviceId;
-use crate::error::{Error, Result};
 use crate::framework::{Attrs, DType, OutSpec, Tensor};
 use crate::vm::VirtualMachine;
+use crate::vm::{Error, Result};
 
 /// Options of [`failure()`].
 #[derive(Debug, Clone, PartialEq)]

@@ -22,8 +22,8 @@ use serde::Serialize;
 use super::Rng;
 use crate::eager::{Array, Context};
 use crate::ep::DeviceId;
-use crate::error::Result;
 use crate::framework::{DType, Tensor};
+use crate::vm::Result;
 use crate::vm::VirtualMachine;
 
 /// Options of [`mlp()`].

@@ -42,8 +42,8 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::ep::{DeviceId, DeviceType};
-use crate::error::Result;
 use crate::framework::Tensor;
+use crate::vm::Result;
 use crate::vm::VirtualMachine;
 
 pub mod failure;

@@ -22,8 +22,8 @@ use serde::Serialize;
 use super::{agrees, bit_exact_on, Rng, CUDA_REL};
 use crate::eager::{Array, Context};
 use crate::ep::DeviceId;
-use crate::error::Result;
 use crate::framework::Tensor;
+use crate::vm::Result;
 use crate::vm::VirtualMachine;
 
 /// Options of [`pipeline()`].

@@ -45,9 +45,9 @@ use smallvec::SmallVec;
 use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION};
 use super::sync::TensorSync;
 use super::{checksum, TraceError};
-use crate::error::Error;
 use crate::framework::{DType, Tensor, TensorMeta};
 use crate::vm::instruction::{Batch, Body};
+use crate::vm::Error;
 use crate::vm::VmShared;
 use crate::VirtualMachine;
 

@@ -28,11 +28,11 @@ use super::record::failure_of;
 use super::validate::{kernel_device, validate, ValidateOptions};
 use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
-use crate::error::Error;
-use crate::framework::tensor::TensorOwner;
 use crate::framework::{Attrs, DType, Tensor};
 use crate::profile::Profile;
 use crate::vm::instruction::{AccessMode, AccessSlot, Body, Operand, Operands, TensorPtr};
+use crate::vm::tensor::TensorOwner;
+use crate::vm::Error;
 use crate::vm::StreamId;
 use crate::{Config, VirtualMachine};
 

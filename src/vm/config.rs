@@ -3,9 +3,9 @@
 
 use crate::alloc::AllocFaults;
 use crate::ep::mock::MockConfig;
-use crate::error::{Error, Result};
 use crate::sync::notify::{default_yields, Backoff, DEFAULT_SPIN};
 use crate::sync::{AtomicU64, Ordering};
+use crate::vm::{Error, Result};
 
 /// How streams map to `ThreadCtx` worker threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

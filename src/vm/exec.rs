@@ -25,9 +25,9 @@ use smallvec::SmallVec;
 
 use crate::alloc::HostAllocator;
 use crate::ep::EpError;
-use crate::error::Error;
-use crate::framework::tensor::Fetch;
-use crate::framework::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
+use crate::vm::tensor::Fetch;
+use crate::vm::Error;
+use crate::vm::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
 
 use super::instruction::{AccessSlot, Body, Instruction, Operand};
 
@@ -464,8 +464,9 @@ fn write_access(op: &Operand, bytes: &[u8], program: u64, env: &ExecEnv) {
 mod tests {
     use super::*;
     use crate::ep::DeviceId;
-    use crate::framework::{DType, OutSpecs, Tensor, TensorMeta};
     use crate::vm::instruction::{AccessMode, TensorPtr};
+    use crate::vm::tensor::TensorInner;
+    use crate::vm::{DType, OutSpecs, TensorMeta};
 
     fn first(b: &[u8]) -> f32 {
         f32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
@@ -511,17 +512,17 @@ mod tests {
             failures: Arc::new(FailureLog::default()),
         };
         let meta = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
-        let tensors: Vec<Tensor> =
-            (0..24).map(|i| Tensor::new(i, meta.clone(), std::sync::Weak::new())).collect();
+        let tensors: Vec<Box<TensorInner>> =
+            (0..24).map(|i| TensorInner::for_test(i, meta.clone())).collect();
         // Inputs: tensor j holds j + 1.
         for (j, t) in tensors.iter().enumerate().take(18) {
             let mut s = env.alloc.alloc(4);
             s.as_bytes_mut().copy_from_slice(&(j as f32 + 1.0).to_le_bytes());
             // SAFETY: nothing else touches these tensors.
-            unsafe { t.inner().value_mut() }.storage = Some(s);
+            unsafe { t.as_ref().value_mut() }.storage = Some(s);
         }
         // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
-        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].inner()) }, mode);
+        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].as_ref()) }, mode);
         // The shapes run inline, then fewer than, as many as, and more than the fixed buffers
         // take (16 inputs, 4 outputs); outputs 23, 22, ...
         let shapes = [
@@ -547,7 +548,7 @@ mod tests {
             let sum: f32 = (0..n_in).map(|j| ((j + 1) * (j + 1)) as f32).sum();
             for k in 0..n_out {
                 // SAFETY: nothing else touches these tensors.
-                let v = unsafe { tensors[23 - k].inner().value() };
+                let v = unsafe { tensors[23 - k].as_ref().value() };
                 let got = first(v.storage.as_ref().expect("written").as_bytes());
                 assert_eq!(got, sum + k as f32 + 1.0, "output {k} of {n_in} + {n_out}");
             }

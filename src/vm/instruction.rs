@@ -30,9 +30,9 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::ep::Event;
-use crate::error::Error;
-use crate::framework::tensor::{TensorInner, TensorOwner};
-use crate::framework::{Attrs, KernelRef};
+use crate::vm::tensor::{TensorInner, TensorOwner};
+use crate::vm::Error;
+use crate::vm::{Attrs, KernelRef};
 use parking_lot::{Condvar, Mutex};
 
 use super::stream::StreamId;
@@ -582,25 +582,27 @@ mod tests {
     #[test]
     fn an_operand_gives_back_its_tensor_and_mode() {
         use crate::ep::DeviceId;
-        use crate::framework::{DType, Tensor, TensorMeta};
-        let t = Tensor::new(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU), std::sync::Weak::new());
+        use crate::vm::tensor::TensorInner;
+        use crate::vm::{DType, TensorMeta};
+        let t = TensorInner::for_test(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU));
         // SAFETY: `t` outlives every operand made here, and none is put in an instruction.
-        let p = unsafe { TensorPtr::new(t.inner()) };
+        let p = unsafe { TensorPtr::new(t.as_ref()) };
         for mode in [AccessMode::Read, AccessMode::Write] {
             let o = Operand::new(p, mode);
             assert_eq!((o.mode(), o.ptr()), (mode, p));
             assert_eq!(o.tensor().id, 7);
-            assert!(std::ptr::eq(o.tensor(), t.inner()));
+            assert!(std::ptr::eq(o.tensor(), t.as_ref()));
         }
     }
 
     #[test]
     fn batches_number_their_instructions_and_keep_their_operands() {
         use crate::ep::DeviceId;
-        use crate::framework::{DType, Tensor, TensorMeta};
-        let t = Tensor::new(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU), std::sync::Weak::new());
+        use crate::vm::tensor::TensorInner;
+        use crate::vm::{DType, TensorMeta};
+        let t = TensorInner::for_test(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU));
         // SAFETY: `t` outlives every operand made here, and no instruction here ever runs.
-        let op = |mode| Operand::new(unsafe { TensorPtr::new(t.inner()) }, mode);
+        let op = |mode| Operand::new(unsafe { TensorPtr::new(t.as_ref()) }, mode);
         let (r, w) = (op(AccessMode::Read), op(AccessMode::Write));
         let inert = || Instruction::new(Body::RecordEvent { id: 1 }, StreamId(0));
         let mut b = Batch::with_capacity(4);
@@ -630,11 +632,32 @@ mod tests {
         assert_eq!((moved.program(0), moved.program(1)), (7, 3));
     }
 
+    /// A kernel that does nothing.
+    struct Noop;
+
+    impl crate::vm::OpKernel for Noop {
+        fn name(&self) -> &'static str {
+            "noop"
+        }
+        fn infer(
+            &self,
+            _: &[&crate::vm::TensorMeta],
+            _: &[&crate::vm::TensorMeta],
+            _: &crate::vm::Attrs,
+            _: &mut crate::vm::OutSpecs,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+        fn compute(&self, _: &mut crate::vm::KernelCtx<'_, '_>) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
     #[test]
     fn emptying_a_batch_drops_what_its_instructions_hold() {
-        use crate::framework::{Attrs, KernelRef};
+        use crate::vm::{Attrs, KernelRef};
         let slot = AccessSlot::new();
-        static NOOP: &dyn crate::framework::OpKernel = &crate::kernels::NoopKernel;
+        static NOOP: &dyn crate::vm::OpKernel = &Noop;
         let kernel = KernelRef::new(&NOOP);
         let mut b = Batch::with_capacity(4);
         for _ in 0..3 {

@@ -53,11 +53,11 @@ use std::thread::JoinHandle;
 use crossbeam_queue::SegQueue;
 
 use crate::ep::Event;
-use crate::error::Error;
 use crate::profile::recorder::{Nanos, Rec, Recorder};
 use crate::profile::ThreadRole;
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, Ordering};
+use crate::vm::Error;
 
 use super::exec::{execute, execute_catching, panicked, ExecEnv};
 use super::instruction::{Batch, Body, Instruction, Operands};

@@ -36,15 +36,18 @@ use crossbeam_queue::SegQueue;
 
 use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, Registry, StreamType};
-use crate::error::{Error, Result};
 use crate::framework::builder::{push_release, InstructionsBuilder};
 use crate::framework::infer_cache::InferCache;
 use crate::framework::release::Releases;
-use crate::framework::tensor::{Fetch, MetaId, Tensor, TensorInner, TensorMeta, TensorOwner};
-use crate::framework::{Attrs, DType, Element, Op, OpRegistry};
+use crate::framework::tensor::Tensor;
+use crate::framework::{Op, OpRegistry};
 use crate::profile::{Profile, ProfileError, Profiler, ThreadRole};
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner};
+use crate::vm::TensorMeta;
+use crate::vm::{Attrs, DType, Element};
+use crate::vm::{Error, Result};
 
 use super::config::{Config, ThreadTopology};
 use super::dependence::InstrRef;
@@ -618,7 +621,7 @@ impl VirtualMachine {
         at: impl FnOnce() -> String,
     ) -> Result<Tensor> {
         self.shared.registry.get(device)?;
-        crate::framework::shape::check(shape, dtype, self.shared.config.max_tensor_bytes, at)?;
+        crate::vm::shape::check(shape, dtype, self.shared.config.max_tensor_bytes, at)?;
         Ok(self.shared.new_tensor(TensorMeta::new(shape, dtype, device)))
     }
 

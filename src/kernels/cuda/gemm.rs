@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn sgemm_arguments_compute_the_cpu_kernels_products() {
         for product in Product::ALL {
-            let cpu: &'static dyn crate::framework::OpKernel = match product {
+            let cpu: &'static dyn crate::vm::OpKernel = match product {
                 Product::Nn => &MatmulKernel,
                 Product::Tn => &MatmulTnKernel,
                 Product::Nt => &MatmulNtKernel,

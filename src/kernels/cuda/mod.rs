@@ -32,8 +32,7 @@ use super::{
     MulKernel, ReluGradKernel, ReluKernel, ScaleKernel, SubKernel, SumKernel, SumRowsKernel,
 };
 use crate::ep::cuda::{with_current, CudaEpStream};
-use crate::ep::DeviceType;
-use crate::framework::{Attrs, DType, KernelCtx, OpKernel, OpRegistry, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 pub mod gemm;
 
@@ -750,21 +749,23 @@ impl OpKernel for CudaCopy {
     }
 }
 
-/// Register the CUDA kernels, plus the diagnostic kernels that touch no memory.
-pub fn register(r: &mut OpRegistry) {
-    for e in ELEMENTWISE {
-        r.register(DeviceType::Cuda, e);
-    }
-    r.register(DeviceType::Cuda, &CudaSum);
-    r.register(DeviceType::Cuda, &CudaAddBias);
-    r.register(DeviceType::Cuda, &CudaSumRows);
-    for gemm in [&CUDA_MATMUL, &CUDA_MATMUL_TN, &CUDA_MATMUL_NT] {
-        r.register(DeviceType::Cuda, gemm);
-    }
-    r.register(DeviceType::Cuda, &CudaCopy);
-    r.register(DeviceType::Cuda, &super::NoopKernel);
-    r.register(DeviceType::Cuda, &super::FailKernel);
-    r.register(DeviceType::Cuda, &super::PanicKernel);
+/// The CUDA kernels, plus the diagnostic kernels that touch no memory; the op registry
+/// (`framework::op`) registers them for `cuda` devices.
+pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
+    let ew = ELEMENTWISE.iter().map(|e| e as &'static dyn OpKernel);
+    let others: [&'static dyn OpKernel; 10] = [
+        &CudaSum,
+        &CudaAddBias,
+        &CudaSumRows,
+        &CUDA_MATMUL,
+        &CUDA_MATMUL_TN,
+        &CUDA_MATMUL_NT,
+        &CudaCopy,
+        &super::NoopKernel,
+        &super::FailKernel,
+        &super::PanicKernel,
+    ];
+    ew.chain(others)
 }
 
 #[cfg(test)]
@@ -797,34 +798,32 @@ mod tests {
 
     #[test]
     fn every_cpu_op_has_a_cuda_kernel_unless_allowed() {
-        let r = OpRegistry::with_builtins();
+        let cuda: Vec<&'static dyn OpKernel> = kernels().collect();
         let mut missing = Vec::new();
-        for name in r.names() {
-            let op = r.get(name).unwrap();
-            let Some(cpu) = op.kernel(DeviceType::Cpu) else { continue };
-            match op.kernel(DeviceType::Cuda) {
-                Some(cuda) => {
+        for cpu in crate::kernels::BUILTINS {
+            let name = cpu.name();
+            match cuda.iter().find(|k| k.name() == name) {
+                Some(k) => {
                     assert!(
                         !CPU_ONLY.contains(&name),
                         "{name} is allowed to be CPU-only but has a CUDA kernel"
                     );
-                    assert_eq!(cuda.name(), name);
-                    assert_eq!(cuda.cross_device(), cpu.cross_device(), "{name}");
+                    assert_eq!(k.cross_device(), cpu.cross_device(), "{name}");
                 }
                 None if CPU_ONLY.contains(&name) => {}
                 None => missing.push(name),
             }
         }
         assert!(missing.is_empty(), "ops on the CPU without a CUDA kernel: {missing:?}");
+        assert_eq!(cuda.len(), crate::kernels::BUILTINS.len() - CPU_ONLY.len(), "one CUDA kernel per op");
         // The training ops in particular.
         for name in ["sub", "relu_grad", "add_bias", "sum_rows", "matmul_tn", "matmul_nt"] {
-            assert!(r.get(name).and_then(|op| op.kernel(DeviceType::Cuda)).is_some(), "{name}");
+            assert!(cuda.iter().any(|k| k.name() == name), "{name}");
         }
     }
 
     #[test]
     fn shape_rules_are_the_cpus() {
-        let r = OpRegistry::with_builtins();
         let cuda = crate::ep::DeviceId::cuda(0);
         let metas: Vec<TensorMeta> = [
             (&[2, 3][..], DType::F32),
@@ -845,11 +844,9 @@ mod tests {
             calls.extend(metas.iter().map(|b| vec![a, b]));
         }
         let given = TensorMeta::new(&[2, 3], DType::F32, cuda);
-        for name in r.names() {
-            let op = r.get(name).unwrap();
-            let (Some(cpu), Some(gpu)) = (op.kernel(DeviceType::Cpu), op.kernel(DeviceType::Cuda)) else {
-                continue;
-            };
+        for gpu in kernels() {
+            let name = gpu.name();
+            let Some(&cpu) = crate::kernels::BUILTINS.iter().find(|k| k.name() == name) else { continue };
             for inputs in &calls {
                 let infer = |k: &dyn OpKernel| {
                     let mut out = OutSpecs::new();

@@ -7,7 +7,7 @@
 //! `docs/errors.md` lists each variant with what to do about it.
 
 use crate::ep::{DeviceId, EpError};
-use crate::framework::DType;
+use crate::vm::DType;
 
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -140,7 +140,7 @@ pub enum Error {
     /// count or size overflows. Refused before anything runs, by the one size check
     /// (`framework::shape::check`) that `vm.empty`, `vm.from_slice`, the builder, the eager
     /// front end and the trace validator share.
-    #[error("{at}: {} is too large: {}", crate::framework::shape::describe(*dtype, shape), crate::framework::shape::why_too_large(*dtype, *bytes, *limit))]
+    #[error("{at}: {} is too large: {}", crate::vm::shape::describe(*dtype, shape), crate::vm::shape::why_too_large(*dtype, *bytes, *limit))]
     TooLarge {
         /// Where it was asked for: `` `empty` on cpu:0 ``, `` output 0 of `matmul` on cpu:0 ``,
         /// `tensor t3` (of a trace).

@@ -26,8 +26,8 @@
 //! The check runs once per distinct call signature: the builder caches a signature only
 //! after its outputs passed, and a cached call makes outputs of the same shapes.
 
-use crate::error::{Error, Result};
-use crate::framework::tensor::DType;
+use crate::vm::DType;
+use crate::vm::{Error, Result};
 
 /// The size in bytes of a tensor of `shape` and `dtype`, if it passes the rule of the module
 /// docs under the cap `limit`; otherwise [`Error::TooLarge`], whose `at` is `at()` (where
