@@ -85,13 +85,15 @@ pub mod sync;
 pub mod trace;
 pub mod vm;
 
-pub use vm::{Config, VirtualMachine};
+pub use framework::VirtualMachine;
+pub use vm::Config;
 pub use vm::{Error, Result};
 
 /// The names most programs need.
 pub mod prelude {
     pub use crate::ep::{DeviceId, StreamType};
+    pub use crate::framework::VirtualMachine;
     pub use crate::framework::{Attrs, DType, InstructionsBuilder, Tensor};
-    pub use crate::vm::{Config, StreamId, VirtualMachine};
+    pub use crate::vm::{Config, StreamId};
     pub use crate::{Error, Result};
 }

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::{Attrs, DType, Tensor};
+use crate::vm::Config;
 use crate::vm::Result;
-use crate::vm::{Config, VirtualMachine};
+use crate::VirtualMachine;
 
 /// Sizes of the three benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

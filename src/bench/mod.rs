@@ -28,8 +28,9 @@ use std::time::{Duration, Instant};
 
 use crate::ep::DeviceId;
 use crate::framework::{Attrs, DType, InstructionsBuilder, Op, Tensor};
-use crate::vm::{Config, StreamId, VirtualMachine};
+use crate::vm::{Config, StreamId};
 use crate::vm::{Error, Result};
+use crate::VirtualMachine;
 
 /// One of the four workloads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -76,7 +76,7 @@ fn describe(t: &Tensor) -> String {
 
 /// A tensor's bytes, whatever its dtype: the host read's own copy, with no second one.
 fn bytes_of(t: &Tensor) -> crate::Result<Vec<u8>> {
-    t.vm()?.read_bytes(t)
+    t.read_bytes()
 }
 
 /// Run the built-in program `p` on a VM with `config` (plus the mock devices it needs).

@@ -229,8 +229,6 @@ impl<'a> Array<'a> {
     /// clone, are refused with [`Error::Released`]. Flushes the context first.
     pub fn release(&self) -> Result<()> {
         self.cx.flush()?;
-        let vm = self.t.vm()?;
-        vm.release_tensor(self.t.inner());
-        Ok(())
+        self.t.release_now()
     }
 }

@@ -49,11 +49,12 @@ use smallvec::SmallVec;
 use super::Array;
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::release::Slot;
+use crate::framework::VirtualMachine;
 use crate::framework::{
     Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta, MAX_INPUTS,
 };
+use crate::vm::StreamId;
 use crate::vm::{Error, Result};
-use crate::vm::{StreamId, VirtualMachine};
 
 /// How a [`Context`] batches its calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -192,7 +193,7 @@ impl<'vm> Context<'vm> {
             calls: Cell::new(0),
             flushes: Cell::new(0),
             deferred: RefCell::new(None),
-            slot: vm.shared().releases.register(),
+            slot: vm.front().releases.register(),
             open: Cell::new(false),
         }
     }
@@ -324,7 +325,7 @@ impl<'vm> Context<'vm> {
                 // A refused call takes nothing else with it (`flush`'s docs).
                 if let Err(e) = r {
                     tracing::error!(error = %e, "a call the context accepted was refused at its flush");
-                    self.vm.shared().failures.record_external(e.clone());
+                    self.vm.engine().record_failure(e.clone());
                     first.get_or_insert(e);
                 }
             }
@@ -344,7 +345,7 @@ impl<'vm> Context<'vm> {
     /// of a call that may be queued (module docs).
     fn hold(&self) {
         if !self.open.replace(true) {
-            self.vm.shared().releases.open(&self.slot);
+            self.vm.front().releases.open(&self.slot);
         }
     }
 
@@ -353,9 +354,8 @@ impl<'vm> Context<'vm> {
     fn close_if_idle(&self) {
         if self.open.get() && self.pending.borrow().is_empty() {
             self.open.set(false);
-            let vm = self.vm.shared();
-            let ready = vm.releases.close(&self.slot);
-            vm.submit_releases(ready);
+            let ready = self.vm.front().releases.close(&self.slot);
+            crate::framework::virtual_machine::submit_releases(self.vm.engine(), ready);
         }
     }
 
@@ -440,7 +440,7 @@ impl<'vm> Context<'vm> {
                 detail: format!("has {} inputs; a call takes at most {MAX_INPUTS}", inputs.len()),
             });
         }
-        let me = &self.vm.shared().me;
+        let me = self.vm.engine().identity();
         for a in inputs {
             let t = a.tensor_unflushed();
             if !t.inner().belongs_to(me) {
@@ -529,7 +529,7 @@ impl Drop for Context<'_> {
         // A refusal here is not lost: `flush` counts it for the VM's next `sync`.
         let _ = self.flush();
         self.close_if_idle();
-        self.vm.shared().releases.unregister(&self.slot);
+        self.vm.front().releases.unregister(&self.slot);
     }
 }
 

@@ -1,6 +1,6 @@
 //! `InstructionsBuilder`: turns op calls into instructions, with soft sync.
 //!
-//! A builder is lent to the closure of [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
+//! A builder is lent to the closure of [`VirtualMachine::run`](crate::VirtualMachine::run).
 //! Each call is checked (op known on the stream's device, operand count, shapes and dtypes
 //! through the kernel's `infer`, devices, aliasing, released tensors) and refused with a
 //! typed [`Error`] before anything is emitted; an accepted call appends instructions to a
@@ -62,15 +62,13 @@ use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
 use crate::framework::{Attrs, Op, OutSpecs};
-use crate::vm::instruction::{
-    AccessMode, AccessSlot, Batch, Body, Instruction, Operand, Operands, TensorPtr,
-};
+use crate::vm::instruction::{AccessSlot, AsObject, Batch};
 use crate::vm::shape;
-use crate::vm::tensor::{MetaId, TensorInner, TensorOwner, NO_STREAM};
+use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
 use crate::vm::KernelRef;
-use crate::vm::{Element, TensorMeta};
-use crate::vm::{Error, Result};
-use crate::vm::{StreamId, VmShared, VmStream};
+use crate::vm::{Element, Engine, Error, PolicyKind, Result, StreamId, TensorMeta, VmStream};
+
+use super::virtual_machine::{front, new_tensor, submit_releases, Front};
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
@@ -78,11 +76,13 @@ pub const MAX_INPUTS: usize = u8::MAX as usize;
 /// The most operands a call may have to take the fast path (`fast_call`).
 const WIDE_OPS: usize = 16;
 
-/// Builds instructions for one [`VirtualMachine::run`](crate::vm::VirtualMachine::run).
+/// Builds instructions for one [`VirtualMachine::run`](crate::VirtualMachine::run).
 pub struct InstructionsBuilder<'vm> {
-    vm: &'vm Arc<VmShared>,
+    vm: &'vm Arc<Engine>,
+    /// The front end's state of this VM (`virtual_machine::Front`).
+    front: &'vm Front,
     /// The VM's identity, which every operand's must equal (`TensorInner::belongs_to`).
-    me: &'vm Weak<VmShared>,
+    me: &'vm Weak<Engine>,
     /// The VM's streams (`vm.streams`, one load nearer).
     streams: &'vm [VmStream],
     batch: Batch,
@@ -108,16 +108,18 @@ struct Checked {
 }
 
 impl<'vm> InstructionsBuilder<'vm> {
-    pub(crate) fn new(vm: &'vm Arc<VmShared>) -> Self {
+    pub(crate) fn new(vm: &'vm Arc<Engine>) -> Self {
+        let front = front(vm);
         InstructionsBuilder {
             vm,
-            me: &vm.me,
-            streams: &vm.streams,
+            front,
+            me: vm.identity(),
+            streams: vm.streams(),
             batch: vm.take_batch(),
-            batch_size: vm.config.batch_size,
-            slot: vm.releases.register(),
+            batch_size: vm.config().batch_size,
+            slot: front.releases.register(),
             open: false,
-            infer: vm.take_infer_cache(),
+            infer: front.take_infer_cache(),
             uncached: Default::default(),
         }
     }
@@ -138,8 +140,8 @@ impl<'vm> InstructionsBuilder<'vm> {
                 .iter()
                 .zip(ids)
                 .map(|(s, &id)| {
-                    self.vm
-                        .new_tensor_with_id(TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }, id)
+                    let meta = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device };
+                    new_tensor(self.vm, meta, id, Fetch::No)
                 })
                 .collect()
         };
@@ -329,7 +331,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
         let n = inputs.len() + outputs.len();
         // At most `WIDE_OPS` operands on this path: the count fits the byte.
-        self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
+        let _ = n;
+        // SAFETY: the caller holds a handle of each operand while it builds, and a `Release`
+        // of a tensor is submitted only after the batch being built (`framework::release`).
+        unsafe { self.batch.push_call_of(kernel, attrs, stream, inputs, outputs) };
         self.flush_if_full();
     }
 
@@ -371,8 +376,13 @@ impl<'vm> InstructionsBuilder<'vm> {
         let bytes = T::try_to_bytes(data).map_err(|e| {
             super::tensor::out_of_host_memory(t.id(), std::mem::size_of_val(data), "a copy of the data", e)
         })?;
-        let ops = operands(&[], &[t]);
-        self.emit(Body::Write(bytes.into_boxed_slice()), self.vm.host_stream, ops);
+        let host = self.vm.host_stream();
+        self.sync_operands(host, std::iter::once(t.inner()));
+        self.open_if_idle();
+        // SAFETY: the caller holds `t`'s handle while it builds, and a `Release` of `t` is
+        // submitted only after the batch being built (`framework::release`).
+        unsafe { self.batch.push_write(t.inner(), host, bytes.into_boxed_slice()) };
+        self.flush_if_full();
         Ok(())
     }
 
@@ -381,9 +391,12 @@ impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn read_into(&mut self, t: &Tensor, slot: Arc<AccessSlot>, wait_only: bool) -> Result<()> {
         self.open_if_idle();
         t.check_live()?;
-        let ops = operands(&[t], &[]);
-        let body = if wait_only { Body::Wait(slot) } else { Body::Read(slot) };
-        self.emit(body, self.vm.host_stream, ops);
+        let host = self.vm.host_stream();
+        self.sync_operands(host, std::iter::once(t.inner()));
+        self.open_if_idle();
+        // SAFETY: as in `write_checked`.
+        unsafe { self.batch.push_read(t.inner(), host, slot, wait_only) };
+        self.flush_if_full();
         Ok(())
     }
 
@@ -396,18 +409,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         if self.open {
             // Now that the batch is in the inbox, releases waiting for it may follow it.
             self.open = false;
-            let ready = self.vm.releases.close(&self.slot);
-            self.vm.submit_releases(ready);
+            let ready = self.front.releases.close(&self.slot);
+            submit_releases(self.vm, ready);
         }
-    }
-
-    /// Append `ins` with the operands `ops` to the batch (opening it first if it is idle).
-    /// Never flushes: a batch is submitted only between calls, so that the one a call was
-    /// checked in holds all of its instructions (`open_if_idle`).
-    #[inline]
-    fn push(&mut self, ins: Instruction, ops: &[Operand]) {
-        self.open_if_idle();
-        self.batch.push(ins, ops);
     }
 
     /// Before a call's checks, if no batch is open: tell the release rule a batch is open.
@@ -421,7 +425,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     fn open_if_idle(&mut self) {
         if !self.open {
             self.open = true;
-            self.vm.releases.open(&self.slot);
+            self.front.releases.open(&self.slot);
         }
     }
 
@@ -453,7 +457,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.open_if_idle();
         let device = self.vm.stream(stream)?.device;
         let Some(kernel) = op.kernel_ref(device.ty) else {
-            return Err(self.vm.unknown_op(op.name(), device));
+            return Err(self.front.unknown_op(op.name(), device));
         };
         if inputs.len() > MAX_INPUTS {
             return Err(Error::InvalidOperands {
@@ -527,7 +531,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         // Every output the call would create passes the one size check (`framework::shape`)
         // here, before the signature is cached: a cached call makes outputs of the same
         // shapes, so it needs no check. Given outputs must equal these (below).
-        let limit = self.vm.config.max_tensor_bytes;
+        let limit = self.vm.config().max_tensor_bytes;
         for (i, s) in specs.iter().enumerate() {
             shape::check(&s.shape, s.dtype, limit, || format!("output {i} of `{}` on {device}", op.name()))?;
         }
@@ -565,7 +569,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     }
 
     /// Emit an `OpCall` (after `check`), written where it lies in the batch
-    /// (`Batch::push_call`): nothing as large as an instruction or an operand list is
+    /// (`Batch::push_call_of`): nothing as large as an instruction or an operand list is
     /// built on the stack and copied.
     #[inline]
     fn emit_call(
@@ -576,43 +580,97 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) {
-        let tensors = inputs.iter().chain(outputs).map(|t| t.inner());
-        self.sync_operands(stream, tensors, || operands(inputs, outputs));
+        self.sync_operands(stream, inputs.iter().chain(outputs).map(|t| t.inner()));
         self.open_if_idle();
-        let n = inputs.len() + outputs.len();
-        // `check` refused more than `MAX_INPUTS` inputs: the count fits the byte.
-        self.batch.push_call(kernel, attrs, stream, inputs.len() as u8, n, call_operands(inputs, outputs));
+        // SAFETY: the caller holds a handle of each operand while it builds, and a `Release`
+        // of a tensor is submitted only after the batch being built (`framework::release`);
+        // `check` refused more than `MAX_INPUTS` inputs.
+        unsafe { self.batch.push_call_of(kernel, attrs, stream, inputs, outputs) };
         self.flush_if_full();
     }
 
-    fn emit(&mut self, body: Body, stream: StreamId, ops: Operands) {
-        self.sync_operands(stream, ops.iter().map(|o| o.tensor()), || ops.clone());
-        self.push(Instruction::new(body, stream), &ops);
-        self.flush_if_full();
-    }
-
-    /// Emit an instruction exactly as given: no checks and no soft sync. For trace replay
-    /// without `--resync`, where the trace (validated beforehand) carries its own
+    /// Mark `tensors` used on `stream`, with no soft sync: for trace replay without
+    /// `--resync`, where the trace (validated beforehand) carries its own
     /// `RecordEvent`/`StreamWaitEvent` instructions.
-    pub(crate) fn emit_raw(&mut self, body: Body, stream: StreamId, ops: Operands, n_inputs: u8) {
-        for o in &ops {
-            o.tensor().last_stream.store(stream.0, Ordering::Relaxed);
+    fn mark_raw<'t>(&mut self, stream: StreamId, tensors: impl Iterator<Item = &'t Tensor>) {
+        self.open_if_idle();
+        for t in tensors {
+            t.inner().last_stream.store(stream.0, Ordering::Relaxed);
         }
-        let mut ins = Instruction::new(body, stream);
-        ins.n_inputs = n_inputs;
-        self.push(ins, &ops);
+    }
+
+    /// Emit an `OpCall` exactly as given: no checks and no soft sync (trace replay, as
+    /// [`mark_raw`](Self::mark_raw) says). At most [`MAX_INPUTS`] inputs.
+    pub(crate) fn emit_raw_call(
+        &mut self,
+        kernel: KernelRef,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) {
+        self.mark_raw(stream, inputs.iter().chain(outputs).copied());
+        // SAFETY: the replay holds every tensor's handle until it emits the tensor's
+        // `Release`, after this batch.
+        unsafe { self.batch.push_call_of(kernel, attrs, stream, inputs, outputs) };
+        self.flush_if_full();
+    }
+
+    /// Emit a `RecordEvent` of event `id` on `stream` after `tensors`' uses, as given.
+    pub(crate) fn emit_raw_record(&mut self, id: u64, stream: StreamId, tensors: &[&Tensor]) {
+        self.mark_raw(stream, tensors.iter().copied());
+        // SAFETY: as in `emit_raw_call`.
+        unsafe { self.batch.push_record_event(id, stream, tensors.iter().map(|t| t.inner())) };
+        self.flush_if_full();
+    }
+
+    /// Emit a `StreamWaitEvent` on `stream` for event `id`, as given.
+    pub(crate) fn emit_raw_wait(&mut self, id: u64, stream: StreamId) {
+        self.open_if_idle();
+        self.batch.push_stream_wait(id, stream);
+        self.flush_if_full();
+    }
+
+    /// Emit `t`'s `Release` on `stream`, as given; `t` is marked released, so that dropping
+    /// its handles emits nothing more.
+    pub(crate) fn emit_raw_release(&mut self, t: &Tensor, stream: StreamId) {
+        self.mark_raw(stream, std::iter::once(t));
+        t.inner().released.store(true, Ordering::Relaxed);
+        self.batch.push_release(TensorOwner::counted(t.inner()), stream);
+        self.flush_if_full();
+    }
+
+    /// Emit a host write of `bytes` into `t` on `stream`, as given.
+    pub(crate) fn emit_raw_write(&mut self, t: &Tensor, bytes: Box<[u8]>, stream: StreamId) {
+        self.mark_raw(stream, std::iter::once(t));
+        // SAFETY: as in `emit_raw_call`.
+        unsafe { self.batch.push_write(t.inner(), stream, bytes) };
+        self.flush_if_full();
+    }
+
+    /// Emit a host read (`wait_only`: of the error state) of `t` into `slot` on `stream`, as
+    /// given.
+    pub(crate) fn emit_raw_read(
+        &mut self,
+        t: &Tensor,
+        stream: StreamId,
+        slot: Arc<AccessSlot>,
+        wait_only: bool,
+    ) {
+        self.mark_raw(stream, std::iter::once(t));
+        // SAFETY: as in `emit_raw_call`.
+        unsafe { self.batch.push_read(t.inner(), stream, slot, wait_only) };
         self.flush_if_full();
     }
 
     /// Soft sync before an instruction on `stream` that uses `tensors` (module docs): emit
     /// the synchronisation for those last used on other streams, and mark them all used on
-    /// `stream`. `ops` gives the instruction's operand list, needed only in the first case.
+    /// `stream`.
     #[inline]
     fn sync_operands<'t>(
         &mut self,
         stream: StreamId,
         tensors: impl Iterator<Item = &'t TensorInner> + Clone,
-        ops: impl FnOnce() -> Operands,
     ) {
         let me = stream.0;
         let mut foreign = false;
@@ -626,7 +684,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
         }
         if foreign {
-            self.soft_sync(stream, &ops());
+            self.soft_sync(stream, tensors.clone());
             for t in tensors {
                 t.last_stream.store(me, Ordering::Relaxed);
             }
@@ -635,34 +693,36 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Emit the synchronisation for operands last used on other streams (module docs).
     #[cold]
-    fn soft_sync(&mut self, me: StreamId, ops: &Operands) {
-        let mut groups: SmallVec<[(u32, Operands); 2]> = SmallVec::new();
-        for o in ops {
-            let last = o.tensor().last_stream.load(Ordering::Relaxed);
+    fn soft_sync<'t>(&mut self, me: StreamId, tensors: impl Iterator<Item = &'t TensorInner>) {
+        let mut groups: SmallVec<[(u32, SmallVec<[&TensorInner; 4]>); 2]> = SmallVec::new();
+        for t in tensors {
+            let last = t.last_stream.load(Ordering::Relaxed);
             if last == me.0 || last == NO_STREAM {
                 continue;
             }
-            let read = Operand::new(o.ptr(), AccessMode::Read);
             match groups.iter_mut().find(|(s, _)| *s == last) {
                 Some((_, g)) => {
-                    if !g.iter().any(|x| x.ptr() == o.ptr()) {
-                        g.push(read)
+                    if !g.iter().any(|x| std::ptr::eq(*x, t)) {
+                        g.push(t)
                     }
                 }
-                None => groups.push((last, SmallVec::from_iter([read]))),
+                None => groups.push((last, SmallVec::from_iter([t]))),
             }
         }
+        self.open_if_idle();
         for (src, reads) in groups {
             // Both are streams of this VM: `me` passed `check` (or is the host stream), and
             // `src` is the `last_stream` of a tensor of this VM, set by one of its builders
             // (a tensor of another VM is refused before it gets here).
-            let (s, t) = (&self.vm.streams[src as usize], &self.vm.streams[me.index()]);
+            let (s, t) = (&self.streams[src as usize], &self.streams[me.index()]);
             let id = self.vm.next_event_id();
+            // SAFETY: the caller holds a handle of each tensor while it builds, and a
+            // `Release` of one is submitted only after the batch being built.
             if s.device == t.device && s.device_waits {
-                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src)), &reads);
-                self.push(Instruction::new(Body::StreamWaitEvent { id }, me), &[]);
-            } else if s.policy == crate::vm::PolicyKind::Event {
-                self.push(Instruction::new(Body::RecordEvent { id }, StreamId(src)), &reads);
+                unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
+                self.batch.push_stream_wait(id, me);
+            } else if s.policy == PolicyKind::Event {
+                unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
             }
         }
     }
@@ -671,10 +731,10 @@ impl<'vm> InstructionsBuilder<'vm> {
 impl Drop for InstructionsBuilder<'_> {
     fn drop(&mut self) {
         self.flush();
-        self.vm.releases.unregister(&self.slot);
+        self.front.releases.unregister(&self.slot);
         let empty = std::mem::take(&mut self.batch);
         self.vm.recycle(empty);
-        self.vm.recycle_infer_cache(std::mem::take(&mut self.infer));
+        self.front.recycle_infer_cache(std::mem::take(&mut self.infer));
     }
 }
 
@@ -702,11 +762,6 @@ fn wrong_device(
     }
 }
 
-/// The operand list of a call.
-fn operands(inputs: &[&Tensor], outputs: &[&Tensor]) -> Operands {
-    call_operands(inputs, outputs).collect()
-}
-
 /// One pass over a call's operands for the fast path: their meta ids into `ids` (inputs,
 /// then outputs; `ids` has room for them all), and whether the call can take the fast path
 /// on stream `me` of the VM `vm`: `None` if an operand belongs to another VM, is released,
@@ -718,7 +773,7 @@ fn scan_operands(
     inputs: &[&Tensor],
     outputs: &[&Tensor],
     me: u32,
-    vm: &Weak<VmShared>,
+    vm: &Weak<Engine>,
 ) -> Option<bool> {
     let mut other = false;
     let mut first_use = false;
@@ -741,16 +796,11 @@ fn scan_operands(
     (!other).then_some(first_use)
 }
 
-/// The operands of a call: inputs read, then outputs written. The caller holds a handle of
-/// each tensor while it builds the instruction, and a `Release` of a tensor is submitted
-/// only after the batch being built (`framework::release`), which is `TensorPtr`'s rule.
-#[inline]
-fn call_operands<'t>(inputs: &'t [&Tensor], outputs: &'t [&Tensor]) -> impl Iterator<Item = Operand> + 't {
-    // SAFETY (both maps): `TensorPtr`'s rule holds, as above.
-    let reads = inputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Read));
-    let writes =
-        outputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
-    reads.chain(writes)
+impl AsObject for Tensor {
+    #[inline(always)]
+    fn object(&self) -> &TensorInner {
+        self.inner()
+    }
 }
 
 /// Append the `Release` of `t` to `batch`, on the stream that used it last; nothing (and `t`
@@ -760,7 +810,5 @@ pub(crate) fn push_release(batch: &mut Batch, t: TensorOwner) {
     if last == NO_STREAM {
         return;
     }
-    // SAFETY: the instruction owns `t` (its `owner`), so the pointer lives as long as it.
-    let op = Operand::new(unsafe { TensorPtr::new(&t) }, AccessMode::Write);
-    batch.push(Instruction::new(Body::Release { owner: Some(t) }, StreamId(last)), &[op]);
+    batch.push_release(t, StreamId(last));
 }

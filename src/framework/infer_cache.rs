@@ -8,7 +8,7 @@
 //! for one such signature holds for every later call with the same signature. OneFlow keeps
 //! a similar cache per op expression.
 //!
-//! Metas are compared by the number the VM gives each distinct meta (`VmShared::intern`),
+//! Metas are compared by the number the VM gives each distinct meta (`Engine::intern`),
 //! so a signature is a handful of words and a lookup compares words, not shapes. A
 //! signature of at most [`KEY_OPS`] operands (nearly every call) is packed into a [`Key`]
 //! of five words, and the keys of all entries lie side by side, so a lookup is a scan of

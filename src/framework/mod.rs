@@ -2,6 +2,7 @@
 
 pub mod op;
 pub mod tensor;
+pub(crate) mod virtual_machine;
 
 pub use crate::vm::kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};
 pub use crate::vm::{shape, DType, Element, Shape, TensorMeta};
@@ -11,3 +12,4 @@ pub mod builder;
 pub(crate) mod infer_cache;
 pub(crate) mod release;
 pub use builder::{InstructionsBuilder, MAX_INPUTS};
+pub use virtual_machine::VirtualMachine;

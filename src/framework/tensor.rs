@@ -15,7 +15,7 @@ use std::sync::{Arc, Weak};
 
 use crate::ep::DeviceId;
 use crate::vm::tensor::{add_ref, drop_ref, free, Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
-use crate::vm::{DType, Element, Error, Result, TensorMeta, VmShared};
+use crate::vm::{DType, Element, Engine, Error, Result, TensorMeta};
 
 /// The user's handle to a tensor. Cloning is cheap (one counter on the tensor's first
 /// cache line); when the last clone drops, the tensor's storage is released by a `Release`
@@ -61,7 +61,7 @@ unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
         if let Some(vm) = t.vm.upgrade() {
             // SAFETY: the count reached zero on this thread (the contract), and the object
             // is alive.
-            vm.release_owned(unsafe { TensorOwner::adopt(p) });
+            super::virtual_machine::release_owned(&vm, unsafe { TensorOwner::adopt(p) });
             return;
         }
     }
@@ -80,7 +80,7 @@ impl Tensor {
         id: u64,
         meta: TensorMeta,
         meta_id: MetaId,
-        vm: Weak<VmShared>,
+        vm: Weak<Engine>,
         fetch: Fetch,
     ) -> Self {
         Tensor(NonNull::from(Box::leak(Box::new(TensorInner::new(id, meta, meta_id, vm, fetch)))))
@@ -111,7 +111,7 @@ impl Tensor {
         self.inner().meta.numel()
     }
 
-    pub(crate) fn vm(&self) -> Result<Arc<VmShared>> {
+    pub(crate) fn vm(&self) -> Result<Arc<Engine>> {
         self.inner().vm.upgrade().ok_or(Error::ShutDown)
     }
 
@@ -128,12 +128,23 @@ impl Tensor {
         Ok(())
     }
 
+    /// The tensor's bytes, once every instruction issued so far that writes it has finished.
+    pub(crate) fn read_bytes(&self) -> Result<Vec<u8>> {
+        super::virtual_machine::read_bytes(&self.vm()?, self)
+    }
+
+    /// Release the tensor while handles of it may still be alive (`Array::release`).
+    pub(crate) fn release_now(&self) -> Result<()> {
+        super::virtual_machine::release_tensor(&*self.vm()?, self.inner());
+        Ok(())
+    }
+
     /// Wait until every instruction issued so far that writes this tensor has finished.
     /// Returns the error the tensor carries, if the instruction that last wrote it failed
     /// (or read a failed tensor). Every call returns it again; a later successful write
     /// clears it.
     pub fn wait(&self) -> Result<()> {
-        self.vm()?.wait_tensor(self)
+        super::virtual_machine::wait_tensor(&self.vm()?, self)
     }
 
     /// Copy the tensor's elements to a `Vec` (waiting for pending writes first). Tensors on
@@ -146,7 +157,7 @@ impl Tensor {
         if T::DTYPE != self.dtype() {
             return Err(Error::DType { expected: self.dtype(), found: T::DTYPE });
         }
-        let bytes = self.vm()?.read_bytes(self)?;
+        let bytes = self.read_bytes()?;
         T::try_from_bytes(&bytes)
             .map_err(|e| out_of_host_memory(self.id(), bytes.len(), "the values read", e))
     }

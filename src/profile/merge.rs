@@ -8,9 +8,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::recorder::{Chunk, Link, Nanos, Rec};
 use super::{CounterSample, Flow, FlowKind, InstrSpan, Profile, ThreadRole, ThreadSlice};
-use crate::vm::dependence::InstrRef;
+use crate::vm::observe::{Chunk, InstrRef, Link, Nanos, Rec};
 use crate::vm::StreamId;
 
 #[derive(Default)]

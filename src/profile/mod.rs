@@ -27,13 +27,12 @@
 //! ```
 //!
 //! `docs/profiling.md` describes every track, slice, arrow and counter of the trace, and
-//! the cost of profiling. How the threads record is in [`recorder`](self) (module docs of
-//! `recorder.rs`): per-thread buffers handed in once per batch, no lock per instruction,
+//! the cost of profiling. How the threads record is in the engine's timeline observer (module docs of
+//! `src/vm/observe/timeline.rs`): per-thread buffers handed in once per batch, no lock per instruction,
 //! one relaxed load and one branch per batch when no session is open.
 
 mod chrome;
 mod merge;
-pub(crate) mod recorder;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -41,19 +40,8 @@ use std::time::Duration;
 
 use crate::vm::StreamId;
 
+pub use crate::vm::observe::ThreadRole;
 pub(crate) use merge::build;
-pub(crate) use recorder::Profiler;
-
-/// A VM thread that records: the scheduler, a worker, or an asynchronous stream's watcher.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ThreadRole {
-    /// The scheduler thread (`eagervm-scheduler`).
-    Scheduler,
-    /// Worker `i` (`eagervm-worker-<i>`).
-    Worker(u32),
-    /// The watcher of the asynchronous stream with this index (`eagervm-watch-<stream>`).
-    Watcher(u32),
-}
 
 /// One instruction's way through the VM. Times are measured from the VM's start.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,8 +18,8 @@ use serde::Serialize;
 use super::{agrees, bit_exact_on, Rng, CUDA_REL};
 use crate::eager::Context;
 use crate::ep::DeviceId;
+use crate::framework::VirtualMachine;
 use crate::framework::{Attrs, DType, OutSpec, Tensor};
-use crate::vm::VirtualMachine;
 use crate::vm::{Error, Result};
 
 /// Options of [`failure()`].

@@ -22,9 +22,9 @@ use serde::Serialize;
 use super::Rng;
 use crate::eager::{Array, Context};
 use crate::ep::DeviceId;
+use crate::framework::VirtualMachine;
 use crate::framework::{DType, Tensor};
 use crate::vm::Result;
-use crate::vm::VirtualMachine;
 
 /// Options of [`mlp()`].
 #[derive(Debug, Clone, PartialEq)]

@@ -43,8 +43,8 @@ use serde::Serialize;
 
 use crate::ep::{DeviceId, DeviceType};
 use crate::framework::Tensor;
+use crate::framework::VirtualMachine;
 use crate::vm::Result;
-use crate::vm::VirtualMachine;
 
 pub mod failure;
 pub mod fanout;

@@ -23,8 +23,8 @@ use super::{agrees, bit_exact_on, Rng, CUDA_REL};
 use crate::eager::{Array, Context};
 use crate::ep::DeviceId;
 use crate::framework::Tensor;
+use crate::framework::VirtualMachine;
 use crate::vm::Result;
-use crate::vm::VirtualMachine;
 
 /// Options of [`pipeline()`].
 #[derive(Debug, Clone, PartialEq)]

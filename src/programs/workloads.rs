@@ -8,9 +8,9 @@
 //! a function here and one entry in [`WORKLOADS`].
 
 use crate::ep::{DeviceId, StreamType};
+use crate::framework::VirtualMachine;
 use crate::framework::{Attrs, DType, Tensor};
 use crate::vm::Result;
-use crate::vm::VirtualMachine;
 
 /// A built-in workload: its name, what it does, and how to run it.
 #[derive(Debug, Clone, Copy)]

@@ -39,7 +39,6 @@ pub use format::{
     TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
 };
 pub use parse::parse_str;
-pub(crate) use record::Capture;
 pub use record::{RecordSummary, Recorder};
 pub use replay::{replay, replay_with, DeviceMap, ReadResult, ReplayOptions, ReplayReport};
 pub use validate::{validate, ValidateOptions, MAX_MOCK_DEVICES};

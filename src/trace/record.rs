@@ -2,7 +2,7 @@
 //!
 //! # Cost on the hot path
 //!
-//! The VM calls [`Capture::capture`] once per batch it receives (`VmShared::submit`, a few
+//! The VM calls [`Capture::capture`] once per batch it receives (`Engine::submit`, a few
 //! hundred instructions at a time), under a lock that also covers the splice into the
 //! inbox, so the trace lists batches exactly in the order the scheduler receives them.
 //! `capture` only copies a compact description of each instruction (op name pointer,
@@ -46,9 +46,9 @@ use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT,
 use super::sync::TensorSync;
 use super::{checksum, TraceError};
 use crate::framework::{DType, Tensor, TensorMeta};
-use crate::vm::instruction::{Batch, Body};
+use crate::vm::observe::{InstrKind, SubmitObserver, Submitted};
+use crate::vm::Engine;
 use crate::vm::Error;
-use crate::vm::VmShared;
 use crate::VirtualMachine;
 
 /// Messages in flight between the VM and the writer thread before the VM waits.
@@ -96,7 +96,7 @@ enum Msg {
 }
 
 /// The part of a recorder that the VM holds while it is attached (see the module docs).
-pub(crate) struct Capture {
+struct Capture {
     /// Which recorder this is (a recorder only ever detaches its own capture).
     owner: u64,
     tx: SyncSender<Msg>,
@@ -117,36 +117,32 @@ impl std::fmt::Debug for Capture {
 
 impl Capture {
     /// Copy the description of `batch` and hand it to the writer thread.
-    pub(crate) fn capture(&mut self, batch: &Batch) {
+    fn capture(&mut self, batch: Submitted<'_>) {
         let recs = &mut self.pending;
-        for ins in &batch.ins {
-            let ops = batch.operands(ins);
-            for o in ops.iter() {
-                let id = o.tensor().id;
+        for ins in batch.instructions() {
+            for o in ins.operands() {
+                let id = o.id;
                 let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
                 if word >= self.seen.len() {
                     self.seen.resize(word + 1 + word / 2, 0);
                 }
                 if self.seen[word] & bit == 0 {
                     self.seen[word] |= bit;
-                    recs.push(Rec::Tensor { id, meta: o.tensor().meta.clone() });
+                    recs.push(Rec::Tensor { id, meta: o.meta.clone() });
                 }
             }
-            let kind = match &ins.body {
-                Body::OpCall { kernel, attrs } => {
-                    RecKind::Call { op: kernel.name(), scalar: attrs.scalar, n_inputs: ins.n_inputs }
-                }
-                Body::RecordEvent { id } => RecKind::Record { id: *id },
-                Body::StreamWaitEvent { id } => RecKind::Wait { id: *id },
-                Body::WaitEvent { .. } => unreachable!("the scheduler makes these, after recording"),
-                Body::Barrier { .. } => RecKind::Barrier,
-                Body::Release { .. } => RecKind::Release,
-                Body::Read(_) => RecKind::Read,
-                Body::Wait(_) => RecKind::AccessWait,
-                Body::Write(bytes) => RecKind::Write(bytes.to_vec()),
+            let kind = match ins.kind() {
+                InstrKind::Call { op, scalar, n_inputs } => RecKind::Call { op, scalar, n_inputs },
+                InstrKind::RecordEvent { id } => RecKind::Record { id },
+                InstrKind::StreamWaitEvent { id } => RecKind::Wait { id },
+                InstrKind::Barrier => RecKind::Barrier,
+                InstrKind::Release => RecKind::Release,
+                InstrKind::Read => RecKind::Read,
+                InstrKind::Wait => RecKind::AccessWait,
+                InstrKind::Write(bytes) => RecKind::Write(bytes.to_vec()),
             };
-            let tensors = ops.iter().map(|o| o.tensor().id).collect();
-            recs.push(Rec::Instr { kind, stream: ins.stream.0, tensors });
+            let tensors = ins.operands().map(|o| o.id).collect();
+            recs.push(Rec::Instr { kind, stream: ins.stream().index() as u32, tensors });
         }
         if recs.len() >= SEND_AT {
             self.send();
@@ -162,6 +158,16 @@ impl Capture {
         let recs = std::mem::replace(&mut self.pending, fresh);
         // A writer that died has kept its error for `finish`; nothing to do here.
         let _ = self.tx.send(Msg::Batch(recs));
+    }
+}
+
+impl SubmitObserver for Capture {
+    fn submitted(&mut self, batch: Submitted<'_>) {
+        self.capture(batch);
+    }
+
+    fn owner(&self) -> u64 {
+        self.owner
     }
 }
 
@@ -210,7 +216,7 @@ pub struct RecordSummary {
 pub struct Recorder {
     id: u64,
     path: PathBuf,
-    vm: Weak<VmShared>,
+    vm: Weak<Engine>,
     tx: Option<SyncSender<Msg>>,
     writer: Option<JoinHandle<Result<RecordSummary, TraceError>>>,
 }
@@ -249,12 +255,13 @@ impl Recorder {
             .name("eagervm-trace-writer".into())
             .spawn(move || w.run(rx))
             .map_err(|e| TraceError::io(&path, e))?;
-        let shared = vm.shared();
+        let engine = vm.engine();
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let pending = Vec::with_capacity(SEND_AT + SEND_AT / 2);
-        shared.set_recorder(Some(Capture { owner: id, tx: tx.clone(), pool, seen: Vec::new(), pending }));
-        Ok(Recorder { id, path, vm: Arc::downgrade(shared), tx: Some(tx), writer: Some(writer) })
+        let capture = Capture { owner: id, tx: tx.clone(), pool, seen: Vec::new(), pending };
+        engine.set_submit_observer(Some(Box::new(capture)));
+        Ok(Recorder { id, path, vm: Arc::downgrade(engine), tx: Some(tx), writer: Some(writer) })
     }
 
     /// Stop recording, and end the trace with what a replay must reproduce: an `expect`
@@ -267,14 +274,14 @@ impl Recorder {
         outputs: &[&Tensor],
         result: Option<&Error>,
     ) -> Result<RecordSummary, TraceError> {
-        detach(vm.shared(), self.id);
+        detach(vm.engine(), self.id);
         let mut failures: Vec<Error> = result.into_iter().cloned().collect();
         if let Err(e) = vm.sync() {
             failures.push(e);
         }
         let mut expects = Vec::new();
         for t in outputs {
-            match t.vm().and_then(|shared| shared.read_bytes(t)) {
+            match t.read_bytes() {
                 Ok(bytes) => expects.push((t.id(), checksum(&bytes))),
                 Err(e) => failures.push(e),
             }
@@ -314,9 +321,9 @@ impl Drop for Recorder {
 
 /// Detach recorder `id`'s capture from `vm`, leaving another recorder attached since alone.
 /// The detached capture sends what it still holds as it drops.
-fn detach(vm: &VmShared, id: u64) {
-    if let Some(other) = vm.set_recorder(None).filter(|c| c.owner != id) {
-        vm.set_recorder(Some(other));
+fn detach(vm: &Engine, id: u64) {
+    if let Some(other) = vm.set_submit_observer(None).filter(|c| c.owner() != id) {
+        vm.set_submit_observer(Some(other));
     }
 }
 

@@ -30,8 +30,7 @@ use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
 use crate::framework::{Attrs, DType, Tensor};
 use crate::profile::Profile;
-use crate::vm::instruction::{AccessMode, AccessSlot, Body, Operand, Operands, TensorPtr};
-use crate::vm::tensor::TensorOwner;
+use crate::vm::instruction::AccessSlot;
 use crate::vm::Error;
 use crate::vm::StreamId;
 use crate::{Config, VirtualMachine};
@@ -368,7 +367,7 @@ impl Replayer<'_> {
     /// Report progress while the submitted instructions finish (the caller submits far
     /// ahead of the devices; the VM's in-flight count says how far behind they are).
     fn drain(&mut self, progress: &mut dyn FnMut(u64, u64)) {
-        let shared = self.vm.shared();
+        let shared = self.vm.engine();
         let t0 = Instant::now();
         let mut done = 0;
         loop {
@@ -399,14 +398,10 @@ impl Replayer<'_> {
         }
     }
 
-    fn operands(&self, reads: &[Ref], writes: &[Ref]) -> Operands {
-        // SAFETY: the replay holds every tensor's handle until it emits the tensor's
-        // Release (or the replay ends, which drops the handles after its last batch).
-        let op = |r: &Ref, mode| Operand::new(unsafe { TensorPtr::new(self.tensor(*r).inner()) }, mode);
-        let mut ops = Operands::new();
-        ops.extend(reads.iter().map(|r| op(r, AccessMode::Read)));
-        ops.extend(writes.iter().map(|r| op(r, AccessMode::Write)));
-        ops
+    /// The tensors `refs` name (the replay holds every tensor's handle until it emits the
+    /// tensor's `Release`, or until it ends, after its last batch).
+    fn tensors_of(&self, refs: &[Ref]) -> SmallVec<[&Tensor; 4]> {
+        refs.iter().map(|r| self.tensor(*r)).collect()
     }
 
     fn statement(
@@ -439,12 +434,9 @@ impl Replayer<'_> {
                         self.err(l, *op_col, Error::Config(format!("no kernel for `{op}`")))
                     })?;
                     // Cannot truncate: the validator allows at most `MAX_INPUTS` (255) inputs.
-                    b.emit_raw(
-                        Body::OpCall { kernel, attrs },
-                        s,
-                        self.operands(inputs, outputs),
-                        inputs.len() as u8,
-                    );
+                    let ins = self.tensors_of(inputs);
+                    let outs = self.tensors_of(outputs);
+                    b.emit_raw_call(kernel, &ins, &outs, attrs, s);
                 } else {
                     let ins: SmallVec<[&Tensor; 4]> = inputs.iter().map(|r| self.tensor(*r)).collect();
                     let outs: SmallVec<[&Tensor; 2]> = outputs.iter().map(|r| self.tensor(*r)).collect();
@@ -453,29 +445,22 @@ impl Replayer<'_> {
             }
             Stmt::Record { stream, event, tensors } => {
                 if raw {
-                    let id = self.vm.shared().next_event_id();
+                    let id = self.vm.engine().next_event_id();
                     self.events.insert(event.id, id);
-                    b.emit_raw(
-                        Body::RecordEvent { id },
-                        self.stream(*stream),
-                        self.operands(tensors, &[]),
-                        0,
-                    );
+                    b.emit_raw_record(id, self.stream(*stream), &self.tensors_of(tensors));
                 }
             }
             Stmt::Wait { stream, event } => {
                 if raw {
                     let id = self.events[&event.id];
-                    b.emit_raw(Body::StreamWaitEvent { id }, self.stream(*stream), Operands::new(), 0);
+                    b.emit_raw_wait(id, self.stream(*stream));
                 }
             }
             Stmt::Release { stream, tensor } => {
                 let t = self.tensors.remove(&tensor.id).expect("validated: declared and live");
                 if raw {
-                    // Marked released first, so that dropping the handle emits nothing more.
-                    t.inner().released.store(true, std::sync::atomic::Ordering::Relaxed);
-                    let owner = Some(TensorOwner::counted(t.inner()));
-                    b.emit_raw(Body::Release { owner }, self.stream(*stream), self.operands_of(&t), 0);
+                    // Marked released, so that dropping the handle emits nothing more.
+                    b.emit_raw_release(&t, self.stream(*stream));
                 }
                 drop(t);
             }
@@ -483,8 +468,7 @@ impl Replayer<'_> {
                 let bytes = self.data(l, data)?;
                 let t = self.tensor(*tensor);
                 if raw {
-                    let ops = self.operands(&[], &[*tensor]);
-                    b.emit_raw(Body::Write(bytes.into_boxed_slice()), self.stream(*stream), ops, 0);
+                    b.emit_raw_write(t, bytes.into_boxed_slice(), self.stream(*stream));
                 } else {
                     use crate::framework::Element;
                     let oom = |e| {
@@ -502,13 +486,6 @@ impl Replayer<'_> {
         Ok(())
     }
 
-    fn operands_of(&self, t: &Tensor) -> Operands {
-        let mut ops = Operands::new();
-        // SAFETY: the Release built with these operands owns `t` (its `owner`).
-        ops.push(Operand::new(unsafe { TensorPtr::new(t.inner()) }, AccessMode::Write));
-        ops
-    }
-
     fn blocking(&mut self, l: &Line) -> Result<(), TraceError> {
         match &l.stmt {
             Stmt::Barrier { .. } => {
@@ -523,16 +500,13 @@ impl Replayer<'_> {
                     if wait {
                         t.wait().map(|()| Vec::new())
                     } else {
-                        self.vm.shared().read_bytes(&t)
+                        t.read_bytes()
                     }
                 } else {
                     let slot = AccessSlot::new();
-                    let access = if wait { Body::Wait(slot.clone()) } else { Body::Read(slot.clone()) };
-                    let ops = self.operands(&[*tensor], &[]);
                     let s = self.stream(*stream);
-                    self.vm.run(|b| b.emit_raw(access, s, ops, 0));
-                    let shared = self.vm.shared().clone();
-                    slot.wait(|| shared.is_dead())
+                    self.vm.run(|b| b.emit_raw_read(&t, s, slot.clone(), wait));
+                    self.vm.engine().wait_access(&slot)
                 };
                 if let Err(e) = &result {
                     self.failed(l.pos.line, e.clone());
@@ -593,7 +567,7 @@ impl Replayer<'_> {
             match &l.stmt {
                 Stmt::Expect { tensor, checksum: want } => {
                     let t = self.tensor(*tensor).clone();
-                    let bytes = self.vm.shared().read_bytes(&t).map_err(|e| self.err(l, tensor.col, e))?;
+                    let bytes = t.read_bytes().map_err(|e| self.err(l, tensor.col, e))?;
                     if let Expected::Within { rel, reference } = against {
                         let Some(want) = reference.get(k) else {
                             unreachable!("the reference replay ran the same trace")

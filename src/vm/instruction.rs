@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::tensor::{TensorInner, TensorOwner};
 use crate::ep::Event;
-use crate::vm::tensor::{TensorInner, TensorOwner};
 use crate::vm::Error;
 use crate::vm::{Attrs, KernelRef};
 use parking_lot::{Condvar, Mutex};
@@ -62,7 +62,7 @@ pub(crate) enum AccessMode {
 /// So a `TensorPtr` is dereferenced only while its tensor is alive: by the scheduler when
 /// it admits the instruction, and by the instruction's execution. Dropping one does
 /// nothing. Instructions that can no longer run (a dead VM) are kept, not dropped, until
-/// every VM thread has exited (`VmShared::bury`).
+/// every VM thread has exited (`Engine::bury`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct TensorPtr(NonNull<TensorInner>);
 
@@ -89,6 +89,20 @@ impl TensorPtr {
 impl std::fmt::Debug for TensorPtr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "tensor@{:p}", self.0)
+    }
+}
+
+/// A tensor as the layer above hands it to a [`Batch`]: whatever lends the engine's
+/// tensor object (the user's handle does).
+pub(crate) trait AsObject {
+    /// The engine's object of this tensor.
+    fn object(&self) -> &TensorInner;
+}
+
+impl AsObject for TensorInner {
+    #[inline(always)]
+    fn object(&self) -> &TensorInner {
+        self
     }
 }
 
@@ -377,8 +391,13 @@ impl Batch {
     /// buffer cannot forward: a stall on every call, longer than the rest of the call's
     /// emission. So the body is made here, after the room, from values in registers, and
     /// this is always inlined.
+    ///
+    /// `n_ops` is how many operands `ops` yields, which picks where they go; the list's
+    /// length is what was really written, so a caller that passes a wrong count gets a
+    /// shorter or longer list, never one that reads an unwritten slot. `n_inputs` is
+    /// clamped to that length.
     #[inline(always)]
-    pub(crate) fn push_call(
+    pub(super) fn push_call(
         &mut self,
         kernel: KernelRef,
         attrs: Attrs,
@@ -390,53 +409,178 @@ impl Batch {
         // The iterator is moved whole into the arena's `extend` (not lent to it), so that a
         // chain of slice maps keeps its exact length there and is copied without a capacity
         // check and a length store per operand.
-        let (at, inline) =
-            if n_ops > INLINE_OPS { (self.append_to_arena(n_ops, ops), None) } else { (0, Some(ops)) };
+        let to_arena = n_ops > INLINE_OPS;
+        let (at, len, inline) = if to_arena {
+            let (at, len) = self.append_to_arena(ops);
+            (at, len, None)
+        } else {
+            (0, 0, Some(ops))
+        };
         self.ins.reserve(1);
-        let len = self.ins.len();
-        // SAFETY: `reserve(1)` left room for an element at index `len`; every field is
-        // written before `set_len` makes it part of the vector. An inline list gets its
-        // first `n_ops` slots written (the rest stay uninitialised, which `OpList` allows).
+        let len_now = self.ins.len();
+        // SAFETY: `reserve(1)` left room for an element at index `len_now`; every field is
+        // written before `set_len` makes it part of the vector. An inline list gets as its
+        // length the number of slots written (the rest stay uninitialised, which `OpList`
+        // allows); an arena list the number of operands appended, and one of at most
+        // `INLINE_OPS` there (a wrong `n_ops`) is moved inline by `settle`.
         unsafe {
-            let p = self.ins.as_mut_ptr().add(len);
+            let p = self.ins.as_mut_ptr().add(len_now);
             std::ptr::addr_of_mut!((*p).body).write(Body::OpCall { kernel, attrs });
             let l = std::ptr::addr_of_mut!((*p).ops);
-            std::ptr::addr_of_mut!((*l).len).write(n_ops as u32);
             std::ptr::addr_of_mut!((*l).at).write(at);
+            let mut written = len;
             if let Some(ops) = inline {
                 let slots = std::ptr::addr_of_mut!((*l).inline).cast::<MaybeUninit<Operand>>();
-                for (k, op) in ops.take(INLINE_OPS).enumerate() {
-                    slots.add(k).write(MaybeUninit::new(op));
+                written = 0;
+                for op in ops.take(INLINE_OPS) {
+                    slots.add(written as usize).write(MaybeUninit::new(op));
+                    written += 1;
                 }
             }
+            std::ptr::addr_of_mut!((*l).len).write(written);
             std::ptr::addr_of_mut!((*p).stream).write(stream);
-            std::ptr::addr_of_mut!((*p).n_inputs).write(n_inputs);
-            self.ins.set_len(len + 1);
+            std::ptr::addr_of_mut!((*p).n_inputs).write(n_inputs.min(written.min(u32::from(u8::MAX)) as u8));
+            self.ins.set_len(len_now + 1);
+        }
+        if to_arena && len as usize <= INLINE_OPS {
+            self.settle_last();
         }
     }
 
-    /// Put the `n` operands `ops` at the end of the arena; returns where they start.
-    #[inline]
-    fn append_to_arena(&mut self, n: usize, ops: impl Iterator<Item = Operand>) -> u32 {
-        let at = self.ops.len();
-        self.ops.extend(ops);
-        debug_assert_eq!(self.ops.len() - at, n);
-        u32::try_from(at).expect("a batch holds fewer than 2^32 operands")
+    /// The last instruction's operands went to the arena but fit in it: move them inline
+    /// (only a caller whose operand count was wrong gets here).
+    #[cold]
+    fn settle_last(&mut self) {
+        let Some(ins) = self.ins.last_mut() else { return };
+        let (at, n) = (ins.ops.at as usize, ins.ops.len as usize);
+        let moved: SmallVec<[Operand; INLINE_OPS]> = self.ops[at..at + n].iter().copied().collect();
+        self.ops.truncate(at);
+        let mut l = OpList { len: n as u32, ..OpList::EMPTY };
+        for (slot, op) in l.inline.iter_mut().zip(moved) {
+            *slot = MaybeUninit::new(op);
+        }
+        ins.ops = l;
     }
 
-    /// Where the `n` operands `ops` go for an instruction of this batch: in the instruction
-    /// if they fit, else at the end of the arena.
+    /// Put the operands `ops` at the end of the arena; returns where they start and how many
+    /// were put there.
     #[inline]
-    pub(crate) fn place(&mut self, n: usize, ops: impl Iterator<Item = Operand>) -> OpList {
-        let mut l = OpList { len: n as u32, ..OpList::EMPTY };
+    fn append_to_arena(&mut self, ops: impl Iterator<Item = Operand>) -> (u32, u32) {
+        let at = self.ops.len();
+        self.ops.extend(ops);
+        let n = self.ops.len() - at;
+        (
+            u32::try_from(at).expect("a batch holds fewer than 2^32 operands"),
+            u32::try_from(n).expect("an instruction has fewer than 2^32 operands"),
+        )
+    }
+
+    /// Where the operands `ops` go for an instruction of this batch: in the instruction if
+    /// they fit, else at the end of the arena. The list's length is the number of operands
+    /// `ops` really yields, whatever `n` says (`n` only picks the place first).
+    #[inline]
+    pub(super) fn place(&mut self, n: usize, ops: impl Iterator<Item = Operand>) -> OpList {
+        let mut l = OpList::EMPTY;
         if n <= INLINE_OPS {
             for (slot, op) in l.inline.iter_mut().zip(ops) {
                 *slot = MaybeUninit::new(op);
+                l.len += 1;
             }
         } else {
-            l.at = self.append_to_arena(n, ops);
+            let (at, len) = self.append_to_arena(ops);
+            if len as usize <= INLINE_OPS {
+                let start = at as usize;
+                for (slot, op) in l.inline.iter_mut().zip(self.ops.drain(start..)) {
+                    *slot = MaybeUninit::new(op);
+                }
+            } else {
+                l.at = at;
+            }
+            l.len = len;
         }
         l
+    }
+
+    /// Append an `OpCall` of `kernel` with `attrs` on `stream`, reading `inputs` and writing
+    /// `outputs` (at most [`u8::MAX`] inputs: the builder refuses more).
+    ///
+    /// # Safety
+    /// Every tensor of `inputs` and `outputs` must stay alive while this batch is built and
+    /// get its `Release` only after the batch is submitted: [`TensorPtr::new`]'s contract.
+    #[inline(always)]
+    pub(crate) unsafe fn push_call_of<T: AsObject>(
+        &mut self,
+        kernel: KernelRef,
+        attrs: Attrs,
+        stream: StreamId,
+        inputs: &[&T],
+        outputs: &[&T],
+    ) {
+        debug_assert!(inputs.len() <= usize::from(u8::MAX));
+        // SAFETY (both maps): the caller's contract is `TensorPtr::new`'s.
+        let reads =
+            inputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.object()) }, AccessMode::Read));
+        let writes =
+            outputs.iter().map(|t| Operand::new(unsafe { TensorPtr::new(t.object()) }, AccessMode::Write));
+        let n = inputs.len() + outputs.len();
+        self.push_call(kernel, attrs, stream, inputs.len() as u8, n, reads.chain(writes));
+    }
+
+    /// Append a `RecordEvent` of event `id` on `stream`, after `tensors`' uses there.
+    ///
+    /// # Safety
+    /// As for [`push_call_of`](Self::push_call_of), for each of `tensors`.
+    pub(crate) unsafe fn push_record_event<'t>(
+        &mut self,
+        id: u64,
+        stream: StreamId,
+        tensors: impl Iterator<Item = &'t TensorInner>,
+    ) {
+        // SAFETY: the caller's contract is `TensorPtr::new`'s.
+        let ops: Operands =
+            tensors.map(|t| Operand::new(unsafe { TensorPtr::new(t) }, AccessMode::Read)).collect();
+        self.push(Instruction::new(Body::RecordEvent { id }, stream), &ops);
+    }
+
+    /// Append a `StreamWaitEvent` on `stream` for event `id`.
+    pub(crate) fn push_stream_wait(&mut self, id: u64, stream: StreamId) {
+        self.push(Instruction::new(Body::StreamWaitEvent { id }, stream), &[]);
+    }
+
+    /// Append a host access on `stream` that reads `t` into `slot` (`wait_only`: only its
+    /// error state).
+    ///
+    /// # Safety
+    /// As for [`push_call_of`](Self::push_call_of), for `t`.
+    pub(crate) unsafe fn push_read(
+        &mut self,
+        t: &TensorInner,
+        stream: StreamId,
+        slot: Arc<AccessSlot>,
+        wait_only: bool,
+    ) {
+        // SAFETY: the caller's contract is `TensorPtr::new`'s.
+        let op = Operand::new(unsafe { TensorPtr::new(t) }, AccessMode::Read);
+        let body = if wait_only { Body::Wait(slot) } else { Body::Read(slot) };
+        self.push(Instruction::new(body, stream), &[op]);
+    }
+
+    /// Append a host access on `stream` that overwrites `t` with `bytes`.
+    ///
+    /// # Safety
+    /// As for [`push_call_of`](Self::push_call_of), for `t`.
+    pub(crate) unsafe fn push_write(&mut self, t: &TensorInner, stream: StreamId, bytes: Box<[u8]>) {
+        // SAFETY: the caller's contract is `TensorPtr::new`'s.
+        let op = Operand::new(unsafe { TensorPtr::new(t) }, AccessMode::Write);
+        self.push(Instruction::new(Body::Write(bytes), stream), &[op]);
+    }
+
+    /// Append the `Release` of the tensor `owner` holds, on `stream`. Safe: the instruction
+    /// owns the count that keeps the tensor alive.
+    pub(crate) fn push_release(&mut self, owner: TensorOwner, stream: StreamId) {
+        // SAFETY: the instruction owns `owner`, so the pointer lives as long as it.
+        let op = Operand::new(unsafe { TensorPtr::new(&owner) }, AccessMode::Write);
+        self.push(Instruction::new(Body::Release { owner: Some(owner) }, stream), &[op]);
     }
 
     /// Number the instructions consecutively from `first`.

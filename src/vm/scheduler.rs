@@ -67,15 +67,15 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::ep::Event;
-use crate::profile::recorder::{Rec, Recorder};
-use crate::profile::ThreadRole;
 use crate::sync::Ordering;
+use crate::vm::observe::ThreadRole;
+use crate::vm::observe::{Rec, Recorder};
 
 use super::dependence::{EdgeSink, InstrRef};
 use super::instruction::{AccessMode, Batch, Body, Instruction, Operand};
 use super::stream::PolicyKind;
 use super::stream::StreamId;
-use super::VmShared;
+use super::Engine;
 
 /// What a completion report says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +167,7 @@ enum Admit {
 }
 
 pub(crate) struct Scheduler {
-    vm: Arc<VmShared>,
+    vm: Arc<Engine>,
     streams: Vec<StreamState>,
     /// `covers[dst * n + src]` (see [`Cover`]).
     covers: Vec<Cover>,
@@ -187,7 +187,7 @@ pub(crate) struct Scheduler {
 }
 
 impl Scheduler {
-    pub(crate) fn new(vm: Arc<VmShared>) -> Self {
+    pub(crate) fn new(vm: Arc<Engine>) -> Self {
         let n = vm.streams.len();
         let ctxs = vm.ctxs.len();
         Scheduler {
@@ -213,7 +213,7 @@ impl Scheduler {
     pub(crate) fn run(mut self) {
         let vm = self.vm.clone();
         loop {
-            self.prof = vm.profiler.begin(ThreadRole::Scheduler);
+            self.prof = vm.timeline.begin(ThreadRole::Scheduler);
             let t0 = self.prof.as_ref().map_or(0, Recorder::now);
             let mut n = 0;
             while let Some(mut batch) = vm.completions.pop() {
@@ -247,9 +247,9 @@ impl Scheduler {
             self.flush();
             if let Some(mut r) = self.prof.take() {
                 if busy {
-                    r.sample(&vm.profiler, vm.in_flight.load(Ordering::Relaxed), false);
+                    r.sample(&vm.timeline, vm.in_flight.load(Ordering::Relaxed), false);
                 }
-                r.finish(&vm.profiler);
+                r.finish(&vm.timeline);
             }
             if busy {
                 continue;
@@ -641,9 +641,9 @@ impl Scheduler {
             // end of a profiling session) finds them there. The rest of the loop records
             // afresh if a session is open (one may just have been started).
             if let Some(r) = self.prof.take() {
-                r.finish(&self.vm.profiler);
+                r.finish(&self.vm.timeline);
             }
-            self.prof = self.vm.profiler.begin(ThreadRole::Scheduler);
+            self.prof = self.vm.timeline.begin(ThreadRole::Scheduler);
             // One span per barrier (a sync, a profiling session's edge), not per instruction.
             let _span = tracing::debug_span!("barrier", program = b.program).entered();
             (b.callback)();

@@ -29,7 +29,7 @@ use crate::ep::DeviceId;
 
 use super::dependence::DepObject;
 use super::error::Error;
-use super::VmShared;
+use super::Engine;
 
 /// Element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,7 +79,7 @@ pub struct TensorMeta {
 
 impl PartialEq for TensorMeta {
     /// Field by field, dimensions in a plain loop: shapes are short, and metas are compared
-    /// whenever the VM numbers one (`VmShared::intern`) and on every call the builder
+    /// whenever the VM numbers one (`Engine::intern`) and on every call the builder
     /// checks in full.
     #[inline]
     fn eq(&self, other: &Self) -> bool {
@@ -170,13 +170,13 @@ pub(crate) struct TensorInner {
     /// tensor reads (immutable; read only when that copy finds its input unwritten).
     pub(crate) fetch: Fetch,
     pub(crate) id: u64,
-    pub(crate) vm: Weak<VmShared>,
+    pub(crate) vm: Weak<Engine>,
     pub(crate) meta: TensorMeta,
     value: Line<UnsafeCell<TensorValue>>,
     dep: Line<UnsafeCell<DepObject>>,
 }
 
-/// A VM's number for a [`TensorMeta`] (see `VmShared::intern`): two tensors of one VM have
+/// A VM's number for a [`TensorMeta`] (see `Engine::intern`): two tensors of one VM have
 /// the same meta exactly when they have the same number, unless it is [`MetaId::NONE`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct MetaId(pub(crate) u32);
@@ -213,7 +213,7 @@ unsafe impl Sync for TensorInner {}
 unsafe impl Send for TensorInner {}
 
 impl TensorInner {
-    pub(crate) fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<VmShared>, fetch: Fetch) -> Self {
+    pub(crate) fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<Engine>, fetch: Fetch) -> Self {
         TensorInner {
             refs: AtomicUsize::new(1),
             last_stream: AtomicU32::new(NO_STREAM),
@@ -258,11 +258,11 @@ impl TensorInner {
     }
 
     /// Whether this tensor was made by the VM whose self-reference is `vm`
-    /// (`VmShared::me`). Compares the two references' addresses, one comparison: nothing is
+    /// (`Engine::me`). Compares the two references' addresses, one comparison: nothing is
     /// upgraded or counted. A tensor's reference keeps its VM's allocation, so no other VM
     /// can ever sit at the address it names, even after its VM is gone.
     #[inline(always)]
-    pub(crate) fn belongs_to(&self, vm: &Weak<VmShared>) -> bool {
+    pub(crate) fn belongs_to(&self, vm: &Weak<Engine>) -> bool {
         Weak::ptr_eq(&self.vm, vm)
     }
 

@@ -53,17 +53,17 @@ use std::thread::JoinHandle;
 use crossbeam_queue::SegQueue;
 
 use crate::ep::Event;
-use crate::profile::recorder::{Nanos, Rec, Recorder};
-use crate::profile::ThreadRole;
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, Ordering};
+use crate::vm::observe::ThreadRole;
+use crate::vm::observe::{Nanos, Rec, Recorder};
 use crate::vm::Error;
 
 use super::exec::{execute, execute_catching, panicked, ExecEnv};
 use super::instruction::{Batch, Body, Instruction, Operands};
 use super::scheduler::{Completion, Report};
 use super::stream::PolicyKind;
-use super::VmShared;
+use super::Engine;
 
 /// The shared half of a worker: its queue, its parking spot, its stop flag.
 #[derive(Debug, Default)]
@@ -107,7 +107,7 @@ struct Watcher {
 
 /// Start the worker thread of ctx `index`, which serves `streams`.
 pub(crate) fn spawn_worker(
-    vm: Arc<VmShared>,
+    vm: Arc<Engine>,
     index: usize,
     streams: Vec<usize>,
 ) -> std::io::Result<JoinHandle<()>> {
@@ -148,7 +148,7 @@ impl Lanes {
     /// after each panic), not once per instruction. With `prof`, each instruction is timed.
     fn run_batch(
         &mut self,
-        vm: &VmShared,
+        vm: &Engine,
         batch: &mut Batch,
         done: &mut Vec<Completion>,
         mut prof: Option<&mut Recorder>,
@@ -177,7 +177,7 @@ impl Lanes {
     /// instructions on one synchronous stream, the common case, take a comparison each
     /// besides their execution: their lane is looked up once per run.
     #[inline]
-    fn run_from(&mut self, vm: &VmShared, batch: &mut Batch, i: &mut usize, done: &mut Vec<Completion>) {
+    fn run_from(&mut self, vm: &Engine, batch: &mut Batch, i: &mut usize, done: &mut Vec<Completion>) {
         let n = batch.len();
         while *i < n {
             let s = batch.ins[*i].stream.index();
@@ -210,7 +210,7 @@ impl Lanes {
     #[inline]
     fn run(
         &mut self,
-        vm: &VmShared,
+        vm: &Engine,
         batch: &mut Batch,
         i: usize,
         done: &mut Vec<Completion>,
@@ -260,7 +260,7 @@ impl Lanes {
     /// panicked, and it fails; on an asynchronous stream the device panicked while taking
     /// the launch, which is a device failure, and its position is still reported, in turn.
     #[cold]
-    fn unwound(&mut self, vm: &VmShared, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
+    fn unwound(&mut self, vm: &Engine, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
         let ins = &batch.ins[i];
         let ops = batch.operands(ins);
         let lane = &mut self.lanes[ins.stream.index()];
@@ -268,7 +268,7 @@ impl Lanes {
         match &lane.watcher {
             None => panicked(ins, &ops, batch.program(i), payload, env),
             Some(w) => {
-                vm.device_failure(Error::Device(crate::ep::EpError::Device {
+                vm.record_failure(Error::Device(crate::ep::EpError::Device {
                     device: vm.streams[ins.stream.index()].device,
                     what: format!("launching on {} panicked", env.stream_name),
                 }));
@@ -306,7 +306,7 @@ fn prefetch_ahead(batch: &Batch, i: usize) {
     let _ = (batch, i);
 }
 
-fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
+fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
     let ctx = &vm.ctxs[index];
     let n = vm.streams.len();
     let mut lanes =
@@ -350,14 +350,14 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
                 n = batch.len(),
             )
             .entered();
-            match vm.profiler.begin(ThreadRole::Worker(index as u32)) {
+            match vm.timeline.begin(ThreadRole::Worker(index as u32)) {
                 None => lanes.run_batch(&vm, &mut batch, &mut done, None),
                 Some(mut r) => {
                     let start = r.now();
                     lanes.run_batch(&vm, &mut batch, &mut done, Some(&mut r));
                     r.slice("execute", start, batch.len());
                     // Before the reports: see the module docs of `crate::profile::recorder`.
-                    r.finish(&vm.profiler);
+                    r.finish(&vm.timeline);
                 }
             }
             batch.clear();
@@ -403,7 +403,7 @@ fn worker_main(vm: Arc<VmShared>, index: usize, streams: Vec<usize>) {
 /// stream position now covered by watches (`watched` or `seq`).
 #[allow(clippy::too_many_arguments)]
 fn launch_async(
-    vm: &VmShared,
+    vm: &Engine,
     s: usize,
     seq: u64,
     watched: u64,
@@ -437,7 +437,7 @@ fn launch_async(
         // The device refused the launch: the instruction is over (its work did not run).
         // Record the failure; the launches before it get their event, and its watcher
         // reports this one done in turn after them, so that nothing waits for it forever.
-        vm.device_failure(e.into());
+        vm.record_failure(e.into());
         watch_through(vm, s, seq - 1, watched, watcher);
         watcher.queue.push(Watch { seq, event: None, prof });
         watcher.notify.notify();
@@ -456,7 +456,7 @@ fn launch_async(
         }
         Err(e) => {
             // Its watcher reports it done in turn (see above).
-            vm.device_failure(e);
+            vm.record_failure(e);
             None
         }
     };
@@ -474,11 +474,11 @@ fn record_event(stream: &super::stream::VmStream) -> Result<Arc<dyn Event>, Erro
 
 /// Cover stream `s`'s launches after `watched` through `seq` with one event, handed to its
 /// watcher; returns the new covered position (`seq`, or `watched` if nothing was left).
-fn watch_through(vm: &VmShared, s: usize, seq: u64, watched: u64, watcher: &Watcher) -> u64 {
+fn watch_through(vm: &Engine, s: usize, seq: u64, watched: u64, watcher: &Watcher) -> u64 {
     if watched >= seq {
         return watched;
     }
-    let event = record_event(&vm.streams[s]).map_err(|e| vm.device_failure(e)).ok();
+    let event = record_event(&vm.streams[s]).map_err(|e| vm.record_failure(e)).ok();
     watcher.queue.push(Watch { seq, event, prof: None });
     watcher.notify.notify();
     seq
@@ -488,14 +488,14 @@ fn watch_through(vm: &VmShared, s: usize, seq: u64, watched: u64, watcher: &Watc
 type WatchRecords = Option<(Recorder, Nanos, usize)>;
 
 /// Hand a watcher's records in (before its report).
-fn finish_watch(vm: &VmShared, rec: &mut WatchRecords) {
+fn finish_watch(vm: &Engine, rec: &mut WatchRecords) {
     if let Some((mut r, start, n)) = rec.take() {
         r.slice("watch", start, n);
-        r.finish(&vm.profiler);
+        r.finish(&vm.timeline);
     }
 }
 
-fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>, stream: u32) {
+fn watcher_main(vm: Arc<Engine>, w: Arc<Watcher>, stream: u32) {
     let mut done = vm.take_completions();
     let mut rec: WatchRecords = None;
     loop {
@@ -508,13 +508,13 @@ fn watcher_main(vm: Arc<VmShared>, w: Arc<Watcher>, stream: u32) {
                         finish_watch(&vm, &mut rec);
                         vm.report(std::mem::replace(&mut done, vm.take_completions()));
                     }
-                    let start = watch.prof.map(|_| vm.profiler.now());
+                    let start = watch.prof.map(|_| vm.timeline.now());
                     if let Err(e) = event.wait() {
-                        vm.device_failure(e.into());
+                        vm.record_failure(e.into());
                     }
                     if let (Some((program, launched)), Some(start)) = (watch.prof, start) {
                         if rec.is_none() {
-                            rec = vm.profiler.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
+                            rec = vm.timeline.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
                         }
                         if let Some((r, _, n)) = &mut rec {
                             r.push(Rec::Async { program, launched, done: r.now() });

@@ -1,8 +1,9 @@
-//! Recording: the profiler state a VM's threads share, and the per-thread buffers.
+//! The timeline observer: the session state a VM's threads share, and their per-thread
+//! record buffers. `profile` turns a session's records into a [`Profile`](crate::profile::Profile).
 //!
 //! # Cost when off
 //!
-//! Each VM thread asks [`Profiler::begin`] once per batch (the scheduler once per loop, a
+//! Each VM thread asks [`Timeline::begin`] once per batch (the scheduler once per loop, a
 //! worker once per batch it pops, a watcher once per event it watches). That is one
 //! relaxed load of the session word and one branch; nothing is allocated, locked or read
 //! from the clock while no session is open.
@@ -12,7 +13,7 @@
 //! A thread that got a [`Recorder`] appends plain records to a `Vec` it owns (no lock per
 //! instruction) and hands the whole `Vec` to the shared sink, a lock-free queue, once per
 //! batch, *before* it reports the batch's completions to the scheduler. So once
-//! `VirtualMachine::stop_profiling` has seen everything submitted before it retire, every
+//! `VirtualMachine::stop_profiling` (through `Engine::timeline`) has seen everything submitted before it retire, every
 //! record about those instructions is in the sink. Timestamps are nanoseconds since the
 //! VM started, read from one monotonic clock (`Instant`).
 //!
@@ -30,11 +31,11 @@ use crossbeam_queue::SegQueue;
 use smallvec::SmallVec;
 
 use crate::alloc::HostAllocator;
+
+use super::ThreadRole;
 use crate::vm::dependence::InstrRef;
 use crate::vm::instruction::{Body, Operand};
 use crate::vm::StreamId;
-
-use super::ThreadRole;
 
 /// Nanoseconds since the VM started.
 pub(crate) type Nanos = u64;
@@ -97,7 +98,7 @@ pub(crate) struct Chunk {
 
 /// The profiler state shared by a VM's threads.
 #[derive(Debug)]
-pub(crate) struct Profiler {
+pub(crate) struct Timeline {
     origin: Instant,
     /// 0: off; otherwise the open session's number.
     session: AtomicU32,
@@ -109,10 +110,10 @@ pub(crate) struct Profiler {
     last_sample: AtomicU64,
 }
 
-impl Profiler {
+impl Timeline {
     /// A profiler for a VM whose devices use `allocators`; `on` opens session 1 at once.
     pub(crate) fn new(on: bool, allocators: Vec<(String, Arc<HostAllocator>)>) -> Self {
-        Profiler {
+        Timeline {
             origin: Instant::now(),
             session: AtomicU32::new(u32::from(on)),
             next_session: AtomicU32::new(2),
@@ -242,7 +243,7 @@ impl Recorder {
     }
 
     /// Sample the counters if the last sample is old enough, or if `force`.
-    pub(crate) fn sample(&mut self, prof: &Profiler, in_flight: usize, force: bool) {
+    pub(crate) fn sample(&mut self, prof: &Timeline, in_flight: usize, force: bool) {
         let t = self.now();
         if !force && t.saturating_sub(prof.last_sample.load(Ordering::Relaxed)) < SAMPLE_EVERY {
             return;
@@ -255,7 +256,7 @@ impl Recorder {
     }
 
     /// Hand the records to the profiler.
-    pub(crate) fn finish(self, prof: &Profiler) {
+    pub(crate) fn finish(self, prof: &Timeline) {
         if !self.recs.is_empty() {
             prof.sink.push(Chunk { session: self.session, thread: self.thread, recs: self.recs });
         }

@@ -1,0 +1,372 @@
+//! [`VirtualMachine`]: the user's handle to a VM, and the front end's per-VM state.
+//!
+//! A `VirtualMachine` owns a running engine (`vm::Engine`) and is the only way in: it makes
+//! tensors, lends [`InstructionsBuilder`]s to [`run`](VirtualMachine::run), reads tensors
+//! back, syncs and profiles. What the front end keeps per VM ([`Front`]: the op registry,
+//! the release rule, the pooled inference caches) lives with the engine as the opaque value
+//! the engine keeps for the layer above, so that a tensor, which knows only its engine,
+//! reaches it when its last handle drops.
+//!
+//! # Tracing
+//!
+//! `sync` and `host_wait` (`Tensor::wait`, `to_vec`) are DEBUG spans, one per call.
+
+use std::sync::Arc;
+
+use crossbeam_queue::SegQueue;
+
+use crate::ep::{DeviceId, StreamType};
+use crate::profile::{Profile, ProfileError};
+use crate::vm::engine::{Engine, EngineHandle};
+use crate::vm::instruction::AccessSlot;
+use crate::vm::observe::ThreadRole;
+use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner};
+use crate::vm::{Attrs, Config, DType, Element, Error, Result, StreamId, TensorMeta};
+
+use super::builder::{push_release, InstructionsBuilder};
+use super::infer_cache::InferCache;
+use super::op::{Op, OpRegistry};
+use super::release::Releases;
+use super::tensor::Tensor;
+
+/// What the front end keeps per VM, with the engine (`Engine::front`).
+pub(crate) struct Front {
+    pub(crate) ops: OpRegistry,
+    /// When a tensor's `Release` may be submitted (`framework::release`).
+    pub(crate) releases: Releases<TensorOwner>,
+    /// Inference caches left by finished builders, for the next ones.
+    infer_caches: SegQueue<Box<InferCache>>,
+}
+
+/// The front end's state kept with `engine`.
+#[inline]
+pub(crate) fn front(engine: &Engine) -> &Front {
+    engine.front().downcast_ref::<Front>().expect("every engine is started by `VirtualMachine::new`")
+}
+
+impl Front {
+    /// A shape-inference cache for a new builder (warm if an earlier builder left one).
+    pub(crate) fn take_infer_cache(&self) -> Box<InferCache> {
+        self.infer_caches.pop().unwrap_or_default()
+    }
+
+    /// Keep a builder's inference cache for the next builder.
+    pub(crate) fn recycle_infer_cache(&self, cache: Box<InferCache>) {
+        self.infer_caches.push(cache);
+    }
+
+    /// The error for an op with no kernel on `device`.
+    pub(crate) fn unknown_op(&self, name: &str, device: DeviceId) -> Error {
+        match self.ops.resolve(name, device) {
+            Err(e) => e,
+            Ok(_) => unreachable!("asked only for missing kernels"),
+        }
+    }
+}
+
+/// A new tensor of `engine` for the use `fetch` says; `meta_id` is the engine's number for
+/// `meta`.
+pub(crate) fn new_tensor(engine: &Engine, meta: TensorMeta, meta_id: MetaId, fetch: Fetch) -> Tensor {
+    Tensor::made_for(engine.next_tensor_id(), meta, meta_id, engine.identity().clone(), fetch)
+}
+
+/// Submit the `Release`s of `owners` (`framework::release`), without waiting for
+/// back-pressure.
+pub(crate) fn submit_releases(engine: &Engine, owners: impl IntoIterator<Item = TensorOwner>) {
+    let mut b = None;
+    for t in owners {
+        push_release(b.get_or_insert_with(|| engine.take_batch()), t);
+    }
+    if let Some(b) = b {
+        engine.submit_unbounded(b);
+    }
+}
+
+/// Emit the `Release` that `t` (marked released) will be owned by, once every builder batch
+/// open now has been submitted (`framework::release`).
+pub(crate) fn release_owned(engine: &Engine, t: TensorOwner) {
+    let ready = front(engine).releases.release(t);
+    submit_releases(engine, ready);
+}
+
+/// Release `t` while handles of it may still be alive (`Array::release`): its `Release`
+/// follows every use already built, on any thread (`framework::release`), and later calls
+/// on it are refused.
+pub(crate) fn release_tensor(engine: &Engine, t: &TensorInner) {
+    if t.released.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    release_owned(engine, TensorOwner::counted(t));
+}
+
+/// Wait until every instruction issued so far that writes `t` has finished.
+pub(crate) fn wait_tensor(engine: &Arc<Engine>, t: &Tensor) -> Result<()> {
+    host_access(engine, t, true).map(|_| ())
+}
+
+/// `t`'s bytes, once every instruction issued so far that writes it has finished.
+pub(crate) fn read_bytes(engine: &Arc<Engine>, t: &Tensor) -> Result<Vec<u8>> {
+    host_access(engine, t, false)
+}
+
+/// A host access of `t` (a tensor of this VM): its bytes, or for `wait_only` nothing,
+/// or the error it carries. A device tensor is first copied to a new host tensor on
+/// the device's device-to-host stream; that copy answers for a device tensor nothing
+/// has written as the access does for a host one ([`Fetch`]): `wait` passes, `to_vec`
+/// returns `Uninitialized` with the op `Access`, and neither counts as a failure.
+fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
+    let _span = tracing::debug_span!("host_wait", tensor = t.id(), device = %t.device(), wait_only).entered();
+    let slot = AccessSlot::new();
+    {
+        let mut b = InstructionsBuilder::new(engine);
+        if t.device().is_host() {
+            b.read_into(t, slot.clone(), wait_only)?;
+        } else {
+            let d2h = engine.stream_of(t.device(), StreamType::D2H)?;
+            let copy = front(engine).ops.resolve("copy", t.device())?;
+            let meta = TensorMeta { device: DeviceId::CPU, ..t.meta().clone() };
+            let fetch = if wait_only { Fetch::Wait } else { Fetch::Read };
+            let host = new_tensor(engine, meta.clone(), engine.intern(&meta), fetch);
+            b.call_into(copy, &[t], &[&host], Attrs::default(), d2h)?;
+            b.read_into(&host, slot.clone(), wait_only)?;
+        }
+    }
+    engine.wait_access(&slot)
+}
+
+/// The eager-execution virtual machine.
+///
+/// ```
+/// use eagervm::prelude::*;
+///
+/// let vm = VirtualMachine::new(Config::default())?;
+/// let cpu = vm.compute_stream(DeviceId::CPU)?;
+/// let a = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], DeviceId::CPU)?;
+/// let (relu, sum) = (vm.op("relu")?, vm.op("sum")?);
+/// let total = vm.run(|b| {
+///     let r = b.call(relu, &[&a], Attrs::default(), cpu)?;
+///     b.call(sum, &[&r], Attrs::default(), cpu)
+/// })?;
+/// assert_eq!(total.to_vec::<f32>()?, vec![4.0]);
+/// # Ok::<(), eagervm::Error>(())
+/// ```
+pub struct VirtualMachine {
+    handle: EngineHandle,
+}
+
+impl std::fmt::Debug for VirtualMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.engine().fmt(f)
+    }
+}
+
+impl VirtualMachine {
+    /// Start a VM: open the devices, build the stream table and start the threads.
+    pub fn new(config: Config) -> Result<Self> {
+        let front = Front {
+            ops: OpRegistry::with_builtins(),
+            releases: Releases::default(),
+            infer_caches: SegQueue::new(),
+        };
+        Ok(VirtualMachine { handle: Engine::start(config, Box::new(front))? })
+    }
+
+    #[inline]
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        self.handle.engine()
+    }
+
+    pub(crate) fn front(&self) -> &Front {
+        front(self.engine())
+    }
+
+    /// The op called `name` (with its kernel for each device type).
+    pub fn op(&self, name: &str) -> Result<Op> {
+        self.front().ops.get(name).ok_or_else(|| Error::UnknownOp {
+            op: name.into(),
+            device: DeviceId::CPU,
+            known: self.front().ops.names().join(", "),
+        })
+    }
+
+    /// The stream of type `ty` on `device` (`cpu:0` has a single stream for every type).
+    pub fn stream(&self, device: DeviceId, ty: StreamType) -> Result<StreamId> {
+        self.engine().stream_of(device, ty)
+    }
+
+    /// The compute stream of `device`.
+    pub fn compute_stream(&self, device: DeviceId) -> Result<StreamId> {
+        self.stream(device, StreamType::Compute)
+    }
+
+    /// Every stream: id, device, type and name.
+    pub fn streams(&self) -> Vec<(StreamId, DeviceId, StreamType, String)> {
+        self.engine().streams().iter().map(|s| (s.id, s.device, s.ty, s.name.clone())).collect()
+    }
+
+    /// A new tensor with no storage yet (allocated by the first instruction that writes it).
+    /// Refused with [`Error::TooLarge`] if its size overflows or is over
+    /// [`Config::max_tensor_bytes`].
+    pub fn empty(&self, shape: &[usize], dtype: DType, device: DeviceId) -> Result<Tensor> {
+        self.empty_at(shape, dtype, device, || format!("`empty` on {device}"))
+    }
+
+    /// [`empty`](Self::empty), naming the tensor `at()` if it is too large.
+    pub(crate) fn empty_at(
+        &self,
+        shape: &[usize],
+        dtype: DType,
+        device: DeviceId,
+        at: impl FnOnce() -> String,
+    ) -> Result<Tensor> {
+        let engine = self.engine();
+        engine.check_device(device)?;
+        crate::vm::shape::check(shape, dtype, engine.config().max_tensor_bytes, at)?;
+        let meta = TensorMeta::new(shape, dtype, device);
+        let id = engine.intern(&meta);
+        Ok(new_tensor(engine, meta, id, Fetch::No))
+    }
+
+    /// A new tensor holding `data`, on `device` (copied there through its host-to-device
+    /// stream if it is not the host). Refused as [`empty`](Self::empty) refuses a shape.
+    pub fn from_slice<T: Element>(&self, data: &[T], shape: &[usize], device: DeviceId) -> Result<Tensor> {
+        let at = || format!("`from_slice` on {device}");
+        let host = self.empty_at(shape, T::DTYPE, DeviceId::CPU, at)?;
+        if device.is_host() {
+            self.run(|b| b.write(&host, data))?;
+            return Ok(host);
+        }
+        let dst = self.empty_at(shape, T::DTYPE, device, at)?;
+        let h2d = self.stream(device, StreamType::H2D)?;
+        let copy = self.front().ops.resolve("copy", device)?;
+        self.run(|b| {
+            b.write(&host, data)?;
+            b.call_into(copy, &[&host], &[&dst], Attrs::default(), h2d)
+        })?;
+        Ok(dst)
+    }
+
+    /// Build instructions with `f` and submit them. Returns what `f` returns. Instructions
+    /// built before an error inside `f` are still submitted (they were valid).
+    pub fn run<R>(&self, f: impl FnOnce(&mut InstructionsBuilder<'_>) -> R) -> R {
+        let mut b = InstructionsBuilder::new(self.engine());
+        f(&mut b)
+    }
+
+    /// Wait until every instruction submitted so far has finished. Returns
+    /// [`Error::Failed`] if any instruction failed since the previous `sync` (the failed
+    /// tensors keep their errors either way).
+    pub fn sync(&self) -> Result<()> {
+        let _span = tracing::debug_span!("sync", in_flight = self.in_flight()).entered();
+        self.engine().barrier_wait()?;
+        match self.engine().take_failures() {
+            Some(e) => {
+                tracing::debug!(error = %e, "sync found failures");
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Instructions submitted and not yet retired.
+    pub fn in_flight(&self) -> usize {
+        self.engine().in_flight()
+    }
+
+    /// The configuration the VM runs with.
+    pub fn config(&self) -> &Config {
+        self.engine().config()
+    }
+
+    /// Open a profiling session (closing any open one, whose records are dropped). Every
+    /// instruction submitted after this returns is recorded; see [`crate::profile`]. Waits
+    /// for the scheduler to see the session open (a barrier, as [`sync`](Self::sync) does,
+    /// but leaving failures for the next `sync` to report).
+    pub fn start_profiling(&self) -> std::result::Result<(), ProfileError> {
+        if self.engine().config().synchronous {
+            return Err(ProfileError::Synchronous);
+        }
+        self.engine().timeline().start();
+        self.engine().barrier_wait().map_err(|_| ProfileError::ShutDown)
+    }
+
+    /// Whether a profiling session is open.
+    pub fn is_profiling(&self) -> bool {
+        self.engine().timeline().is_on()
+    }
+
+    /// Close the profiling session and return what it recorded. Waits first until every
+    /// instruction submitted so far has finished (like [`sync`](Self::sync), but leaving
+    /// failures for the next `sync` to report).
+    pub fn stop_profiling(&self) -> std::result::Result<Profile, ProfileError> {
+        let sh = self.engine();
+        if sh.config().synchronous {
+            return Err(ProfileError::Synchronous);
+        }
+        if !sh.timeline().is_on() {
+            return Err(ProfileError::NotProfiling);
+        }
+        sh.barrier_wait().map_err(|_| ProfileError::ShutDown)?;
+        // A last counter sample, so that every session has one.
+        let timeline = sh.timeline();
+        if let Some(mut r) = timeline.begin(ThreadRole::Scheduler) {
+            r.sample(timeline, sh.in_flight(), true);
+            r.finish(timeline);
+        }
+        let session = timeline.stop().ok_or(ProfileError::NotProfiling)?;
+        // The scheduler hands its records in before running a barrier's callback and then
+        // records afresh while a session is open; the loop that ran the first barrier's
+        // callback may still hold records of this session. Workers and watchers hand theirs
+        // in before reporting, so they are all in. After this second barrier nothing of
+        // the session is left outside the sink.
+        sh.barrier_wait().map_err(|_| ProfileError::ShutDown)?;
+        let threads = sh.thread_names();
+        let streams = sh.streams().iter().map(|s| s.name.clone()).collect();
+        Ok(crate::profile::build(timeline.drain(session), streams, threads, &timeline.allocator_names()))
+    }
+
+    /// Names of the registered ops.
+    pub fn op_names(&self) -> Vec<&'static str> {
+        self.front().ops.names()
+    }
+}
+
+impl Drop for VirtualMachine {
+    fn drop(&mut self) {
+        // No builder is left (each borrows the VM): nothing can hold a release back. Dropping
+        // the handle afterwards shuts the engine down and joins its threads.
+        let engine = self.engine();
+        let left = front(engine).releases.take_all();
+        submit_releases(engine, left);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ep::mock::MockConfig;
+
+    fn work(vm: &VirtualMachine) {
+        let dev = DeviceId::mock(0);
+        let (relu, add) = (vm.op("relu").unwrap(), vm.op("add").unwrap());
+        let x = vm.from_slice(&[1.0f32, -1.0], &[2], dev).unwrap();
+        let (g, cpu) = (vm.compute_stream(dev).unwrap(), vm.compute_stream(DeviceId::CPU).unwrap());
+        let y = vm.run(|b| b.call(relu, &[&x], Attrs::default(), g)).unwrap();
+        let h = vm.from_slice(&y.to_vec::<f32>().unwrap(), &[2], DeviceId::CPU).unwrap();
+        vm.run(|b| b.call(add, &[&h, &h], Attrs::default(), cpu)).unwrap();
+        vm.sync().unwrap();
+    }
+
+    #[test]
+    fn no_thread_records_anything_while_no_session_is_open() {
+        let vm = VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::jittery())).unwrap();
+        work(&vm);
+        assert_eq!(vm.engine().timeline().pending(), 0);
+        vm.start_profiling().unwrap();
+        work(&vm);
+        assert!(vm.engine().timeline().pending() > 0);
+        assert!(!vm.stop_profiling().unwrap().instructions().is_empty());
+        work(&vm);
+        assert_eq!(vm.engine().timeline().pending(), 0);
+    }
+}

@@ -1,0 +1,626 @@
+//! The engine: the state the scheduler, the workers and the front end share, start-up,
+//! submission, back-pressure and shutdown.
+//!
+//! The engine knows nothing above it. The front end (`framework`) starts one with
+//! [`Engine::start`], handing it an opaque value of its own to keep ([`Engine::front`]), and
+//! submits [`Batch`]es of instructions; observers attach through [`observe`](super::observe).
+//!
+//! # Threads
+//!
+//! `Engine::start` starts one scheduler thread and one `ThreadCtx` worker per stream (or per
+//! device, or one in all: [`ThreadTopology`]); each asynchronous stream's worker starts a
+//! watcher. In synchronous mode none are started and the caller runs every instruction
+//! itself.
+//!
+//! # Shutdown protocol
+//!
+//! 1. Dropping the [`EngineHandle`] sets `shutdown` and notifies the scheduler.
+//! 2. The scheduler keeps receiving and completing until nothing is in flight (everything
+//!    submitted before the drop runs to completion: drain, not cancel), then stops each
+//!    worker (`ThreadCtx::stop`) and joins it; each worker stops and joins its watchers.
+//! 3. The drop joins the scheduler. Every thread the engine started has exited when it
+//!    returns.
+//!
+//! If the scheduler thread ever panics (a bug in eagervm, not in a kernel: kernel panics
+//! are caught where they run), it marks the engine dead and wakes every waiter, whose waits
+//! then return [`Error::ShutDown`] instead of hanging.
+//!
+//! # Memory ordering
+//!
+//! - `in_flight` and `bp_waiting` (back-pressure): a submitter adds its batch's size to
+//!   `in_flight` before the batch enters the inbox, and the scheduler subtracts what it
+//!   retires. Both counts, and the checks made under `bp_lock`, are `SeqCst`, so that a
+//!   submitter that announced itself in `bp_waiting` and a scheduler that lowered
+//!   `in_flight` cannot both miss the other: either the waiter sees the lowered count when
+//!   it checks under the lock, or the scheduler sees the waiter and notifies under the same
+//!   lock (the waiter is then inside `Condvar::wait`, or has not yet checked).
+//! - `shutdown`: stored with `Release` by the handle's drop, after everything its owner
+//!   submitted is in the inbox; loaded with `Acquire` by the scheduler, which then still
+//!   drains the inbox before it stops.
+//! - `dead`: stored `SeqCst`, then notified under `bp_lock` and through the scheduler's
+//!   notifier; waiters load it after they wake, so a waiter that missed the store before
+//!   sleeping is woken by the notification that follows it.
+//!
+//! # Tracing
+//!
+//! The engine opens `tracing` spans (`docs/profiling.md`, "Logging with `RUST_LOG`"):
+//! `start` (and a `VM started` event), `back_pressure`, `stop_workers` and `shutdown` at
+//! DEBUG here; `batch` at TRACE in each worker and `barrier` at DEBUG on the scheduler. A
+//! span is made once per wait or per batch, never per instruction: with no subscriber, or
+//! one that filters it out, a span costs a check of its callsite's cached interest (an
+//! atomic load and a branch), and its fields are not evaluated.
+
+use std::any::Any;
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+
+use crossbeam_queue::SegQueue;
+
+use crate::alloc::HostAllocator;
+use crate::ep::{DeviceId, Registry, StreamType};
+use crate::sync::notify::Notifier;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+
+use super::config::{Config, ThreadTopology};
+use super::dependence::InstrRef;
+use super::error::{Error, Result};
+use super::exec::{execute_catching, ExecEnv, FailureLog};
+use super::instruction::{AccessSlot, Batch, Body, Instruction, Operand, Operands};
+use super::observe::{SubmitObserver, Submitted, ThreadRole, Timeline};
+use super::scheduler::{Completion, Scheduler};
+use super::stream::{PolicyKind, StreamId, VmStream};
+use super::tensor::{MetaId, TensorMeta};
+use super::thread_ctx::{spawn_worker, ThreadCtx};
+
+/// The state shared by the front end, the scheduler, the workers and the tensors' objects.
+pub(crate) struct Engine {
+    /// A weak reference to this object: the identity a tensor's own reference to its engine
+    /// is compared with (`TensorInner::belongs_to`), with no upgrade and no count per use.
+    me: Weak<Engine>,
+    pub(super) config: Config,
+    pub(super) streams: Vec<VmStream>,
+    pub(super) ctxs: Vec<ThreadCtx>,
+    ctx_streams: Vec<Vec<usize>>,
+    host_stream: StreamId,
+    registry: Registry,
+    pub(super) inbox: SegQueue<Batch>,
+    pub(super) completions: SegQueue<Vec<Completion>>,
+    pub(super) sched_notify: Notifier,
+    batch_pool: SegQueue<Batch>,
+    /// The number of each distinct tensor meta seen (`intern`).
+    metas: Mutex<std::collections::HashMap<TensorMeta, MetaId>>,
+    pub(super) completion_pool: SegQueue<Vec<Completion>>,
+    pub(super) in_flight: AtomicUsize,
+    bp_waiting: AtomicUsize,
+    bp_lock: Mutex<()>,
+    bp_cv: Condvar,
+    pub(super) shutdown: AtomicBool,
+    dead: AtomicBool,
+    next_tensor: AtomicU64,
+    next_event: AtomicU64,
+    /// Program numbers of instructions run in synchronous mode.
+    next_inline: AtomicU64,
+    pub(super) failures: Arc<FailureLog>,
+    pub(super) fault: super::config::FaultInjection,
+    /// In synchronous mode: the executor environment of each stream.
+    sync_envs: Vec<ExecEnv>,
+    /// The timeline observer (`observe::timeline`); records nothing unless a session is open.
+    pub(super) timeline: Timeline,
+    /// Whether a submit observer is attached (checked on every submit, without the lock).
+    observing: AtomicBool,
+    /// The attached submit observer; its lock also orders observation and inbox splicing, so
+    /// the observer sees batches exactly in the order the scheduler receives them.
+    observer: Mutex<Option<Box<dyn SubmitObserver>>>,
+    /// Instructions of a dead engine that never ran: kept until this object drops, which is
+    /// after every engine thread has exited, because other instructions may still point to
+    /// the tensors their `Release`s own (`TensorPtr`).
+    graveyard: Mutex<Vec<Batch>>,
+    /// What the layer above keeps with the engine (the front end's per-VM state). The engine
+    /// never looks inside; it keeps it alive as long as itself, so that a tensor, which
+    /// knows only its engine, reaches it.
+    front: Box<dyn Any + Send + Sync>,
+}
+
+/// Distinct metas an engine numbers; metas beyond this get [`MetaId::NONE`] (their calls
+/// are checked in full every time), which bounds the table in programs whose shapes never
+/// repeat.
+const MAX_METAS: usize = 1 << 20;
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("streams", &self.streams).finish_non_exhaustive()
+    }
+}
+
+/// Owns a running engine: dropping it shuts the engine down (the module docs' shutdown
+/// protocol) and joins every thread it started.
+#[derive(Debug)]
+pub(crate) struct EngineHandle {
+    engine: Arc<Engine>,
+    scheduler: Option<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// The engine.
+    #[inline]
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        let _span = tracing::debug_span!("shutdown", in_flight = self.engine.in_flight()).entered();
+        self.engine.shutdown.store(true, Ordering::Release);
+        self.engine.sched_notify.notify();
+        if let Some(h) = self.scheduler.take() {
+            let _ = h.join();
+        }
+        tracing::debug!("VM shut down: every thread it started has exited");
+    }
+}
+
+impl Engine {
+    /// Start an engine: open the devices, build the stream table and start the threads.
+    /// `front` is kept for the layer above ([`front`](Self::front)).
+    pub(crate) fn start(config: Config, front: Box<dyn Any + Send + Sync>) -> Result<EngineHandle> {
+        let _span = tracing::debug_span!("start").entered();
+        config.validate()?;
+        let mut registry = Registry::new(config.mock_devices, &config.mock);
+        registry.add_cuda(config.cuda_devices)?;
+        let mut streams = Vec::new();
+        let mut ctx_streams: Vec<Vec<usize>> = Vec::new();
+        let mut ctx_of_device: Vec<(DeviceId, usize)> = Vec::new();
+        for entry in registry.devices() {
+            let dev = &entry.device;
+            let id = dev.id();
+            let alloc =
+                HostAllocator::with_faults(&id.to_string(), dev.memory(), config.fault.alloc_faults());
+            let types: &[StreamType] = if id.is_host() { &[StreamType::Compute] } else { &StreamType::ALL };
+            for &ty in types {
+                let index = streams.len();
+                let ctx = match config.threads {
+                    ThreadTopology::PerStream => {
+                        ctx_streams.push(Vec::new());
+                        ctx_streams.len() - 1
+                    }
+                    ThreadTopology::PerDevice => match ctx_of_device.iter().find(|(d, _)| *d == id) {
+                        Some(&(_, c)) => c,
+                        None => {
+                            ctx_streams.push(Vec::new());
+                            ctx_of_device.push((id, ctx_streams.len() - 1));
+                            ctx_streams.len() - 1
+                        }
+                    },
+                    ThreadTopology::Single => {
+                        if ctx_streams.is_empty() {
+                            ctx_streams.push(Vec::new());
+                        }
+                        0
+                    }
+                };
+                ctx_streams[ctx].push(index);
+                let name = if id.is_host() { id.to_string() } else { format!("{}:{}", id, ty.name()) };
+                streams.push(VmStream {
+                    id: StreamId(index as u32),
+                    device: id,
+                    ty,
+                    policy: if dev.is_async() { PolicyKind::Event } else { PolicyKind::Sync },
+                    device_waits: dev.supports_stream_wait(),
+                    ep: dev.create_stream(ty)?,
+                    events: entry.events.clone(),
+                    alloc: alloc.clone(),
+                    ctx,
+                    name,
+                });
+            }
+        }
+        if streams.len() > InstrRef::MAX_STREAMS {
+            return Err(Error::Config(format!(
+                "{} streams asked for; a VM runs at most {}",
+                streams.len(),
+                InstrRef::MAX_STREAMS
+            )));
+        }
+        let failures = Arc::new(FailureLog::default());
+        // One allocator per device: the counters sample each once.
+        let mut allocators: Vec<(String, Arc<HostAllocator>)> = Vec::new();
+        for s in &streams {
+            if !allocators.iter().any(|(_, a)| Arc::ptr_eq(a, &s.alloc)) {
+                allocators.push((s.device.to_string(), s.alloc.clone()));
+            }
+        }
+        let sync_envs = streams
+            .iter()
+            .map(|s| ExecEnv {
+                stream_name: s.name.clone(),
+                alloc: s.alloc.clone(),
+                failures: failures.clone(),
+            })
+            .collect();
+        let shared = Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
+            ctxs: ctx_streams.iter().map(|_| ThreadCtx::default()).collect(),
+            ctx_streams,
+            host_stream: StreamId(0),
+            streams,
+            registry,
+            inbox: SegQueue::new(),
+            completions: SegQueue::new(),
+            sched_notify: Notifier::new(),
+            batch_pool: SegQueue::new(),
+            metas: Mutex::new(std::collections::HashMap::new()),
+            completion_pool: SegQueue::new(),
+            in_flight: AtomicUsize::new(0),
+            bp_waiting: AtomicUsize::new(0),
+            bp_lock: Mutex::new(()),
+            bp_cv: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            dead: AtomicBool::new(false),
+            graveyard: Mutex::new(Vec::new()),
+            next_tensor: AtomicU64::new(0),
+            next_event: AtomicU64::new(1),
+            next_inline: AtomicU64::new(1),
+            failures,
+            fault: config.fault.clone(),
+            sync_envs,
+            timeline: Timeline::new(config.profile, allocators),
+            observing: AtomicBool::new(false),
+            observer: Mutex::new(None),
+            front,
+            config,
+        });
+        tracing::debug!(
+            streams = %shared.streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", "),
+            workers = if shared.config.synchronous { 0 } else { shared.ctxs.len() },
+            topology = ?shared.config.threads,
+            synchronous = shared.config.synchronous,
+            "VM started"
+        );
+        let scheduler = if shared.config.synchronous {
+            None
+        } else {
+            let vm = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("eagervm-scheduler".into())
+                    .spawn(move || scheduler_main(vm))
+                    .map_err(|e| Error::Config(format!("cannot start the scheduler thread: {e}")))?,
+            )
+        };
+        Ok(EngineHandle { engine: shared, scheduler })
+    }
+
+    /// The engine's identity, which every tensor it made names (`TensorInner::belongs_to`).
+    #[inline]
+    pub(crate) fn identity(&self) -> &Weak<Engine> {
+        &self.me
+    }
+
+    /// What the layer above keeps with the engine ([`start`](Self::start)'s `front`).
+    #[inline]
+    pub(crate) fn front(&self) -> &(dyn Any + Send + Sync) {
+        &*self.front
+    }
+
+    /// The configuration the engine runs with.
+    #[inline]
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The stream table.
+    #[inline]
+    pub(crate) fn streams(&self) -> &[VmStream] {
+        &self.streams
+    }
+
+    /// Stream `s`, or [`Error::Config`] if the engine has none such.
+    pub(crate) fn stream(&self, s: StreamId) -> Result<&VmStream> {
+        self.streams
+            .get(s.index())
+            .ok_or_else(|| Error::Config(format!("stream {} does not exist in this VM", s.0)))
+    }
+
+    /// The stream of type `ty` on `device` (`cpu:0` has a single stream for every type).
+    pub(crate) fn stream_of(&self, device: DeviceId, ty: StreamType) -> Result<StreamId> {
+        let ty = if device.is_host() { StreamType::Compute } else { ty };
+        self.streams
+            .iter()
+            .find(|s| s.device == device && s.ty == ty)
+            .map(|s| s.id)
+            .ok_or(Error::Device(crate::ep::EpError::Unavailable(device)))
+    }
+
+    /// The host stream, where host accesses and barriers go.
+    #[inline]
+    pub(crate) fn host_stream(&self) -> StreamId {
+        self.host_stream
+    }
+
+    /// Whether `device` is one of the engine's devices.
+    pub(crate) fn check_device(&self, device: DeviceId) -> Result<()> {
+        self.registry.get(device).map(|_| ()).map_err(Error::from)
+    }
+
+    /// This engine's number for `meta`: equal metas get equal numbers, so the front end
+    /// compares call signatures by number ([`MetaId::NONE`] once [`MAX_METAS`] are numbered).
+    pub(crate) fn intern(&self, meta: &TensorMeta) -> MetaId {
+        let mut metas = self.metas.lock();
+        if let Some(&id) = metas.get(meta) {
+            return id;
+        }
+        if metas.len() >= MAX_METAS {
+            return MetaId::NONE;
+        }
+        let id = MetaId(metas.len() as u32);
+        metas.insert(meta.clone(), id);
+        id
+    }
+
+    /// A new tensor id, unique within this engine.
+    #[inline]
+    pub(crate) fn next_tensor_id(&self) -> u64 {
+        self.next_tensor.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A new event id, unique within this engine (`RecordEvent`/`StreamWaitEvent` pairs).
+    pub(crate) fn next_event_id(&self) -> u64 {
+        self.next_event.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// An empty batch (pooled: workers hand back the batches they have run and emptied).
+    pub(crate) fn take_batch(&self) -> Batch {
+        self.batch_pool.pop().unwrap_or_else(|| Batch::with_capacity(self.config.batch_size))
+    }
+
+    /// Give an emptied batch back to the pool.
+    pub(crate) fn recycle(&self, batch: Batch) {
+        debug_assert!(batch.is_empty());
+        if batch.has_capacity() {
+            self.batch_pool.push(batch);
+        }
+    }
+
+    pub(super) fn take_completions(&self) -> Vec<Completion> {
+        self.completion_pool.pop().unwrap_or_else(|| Vec::with_capacity(self.config.batch_size))
+    }
+
+    /// Hand completion reports to the scheduler (workers and watchers).
+    pub(super) fn report(&self, batch: Vec<Completion>) {
+        self.completions.push(batch);
+        self.sched_notify.notify();
+    }
+
+    pub(super) fn exec_env(&self, s: usize) -> ExecEnv {
+        let st = &self.streams[s];
+        ExecEnv { stream_name: st.name.clone(), alloc: st.alloc.clone(), failures: self.failures.clone() }
+    }
+
+    /// Record a failure that no tensor carries (a device that refused a launch, a call the
+    /// front end refused after accepting it); the next `sync` reports it.
+    pub(crate) fn record_failure(&self, e: Error) {
+        tracing::error!(error = %e, "failure outside any tensor");
+        self.failures.record_external(e);
+    }
+
+    /// Take the failures recorded since the last call: their count and the first, as
+    /// [`Error::Failed`].
+    pub(crate) fn take_failures(&self) -> Option<Error> {
+        self.failures.take()
+    }
+
+    /// Splice a batch into the inbox (or run it, in synchronous mode); block while too
+    /// much is in flight.
+    pub(crate) fn submit(&self, batch: Batch) {
+        if self.enqueue(batch) > self.config.high_water {
+            self.wait_low_water();
+        }
+    }
+
+    /// Splice a batch into the inbox without waiting for back-pressure: for `Release`s,
+    /// which only free memory, so that the thread that drops a handle does not block on
+    /// other threads' work.
+    pub(crate) fn submit_unbounded(&self, batch: Batch) {
+        if batch.is_empty() {
+            self.recycle(batch);
+        } else {
+            self.enqueue(batch);
+        }
+    }
+
+    /// Splice a batch into the inbox (or run it, in synchronous mode); returns how many
+    /// instructions are in flight now.
+    fn enqueue(&self, mut batch: Batch) -> usize {
+        let observed = if self.observing.load(Ordering::Relaxed) { self.observe(&batch) } else { None };
+        if self.config.synchronous {
+            batch.drain_each(|ins, ops, _| {
+                let program = self.next_inline.fetch_add(1, Ordering::Relaxed);
+                self.run_inline(ins, ops, program);
+            });
+            self.recycle(batch);
+            return 0;
+        }
+        if self.dead.load(Ordering::Acquire) {
+            // Nothing will run it.
+            self.bury(batch);
+            return 0;
+        }
+        let n = batch.len();
+        let now = self.in_flight.fetch_add(n, Ordering::SeqCst) + n;
+        self.inbox.push(batch);
+        drop(observed);
+        self.sched_notify.notify();
+        now
+    }
+
+    /// Show `batch` to the attached submit observer; the returned guard keeps other
+    /// submitters out until the batch is in the inbox.
+    #[cold]
+    fn observe(&self, batch: &Batch) -> Option<crate::sync::MutexGuard<'_, Option<Box<dyn SubmitObserver>>>> {
+        let mut g = self.observer.lock();
+        g.as_mut()?.submitted(Submitted::new(batch));
+        Some(g)
+    }
+
+    /// Attach (`Some`) or detach (`None`) the submit observer; returns the one detached.
+    pub(crate) fn set_submit_observer(
+        &self,
+        observer: Option<Box<dyn SubmitObserver>>,
+    ) -> Option<Box<dyn SubmitObserver>> {
+        let mut g = self.observer.lock();
+        self.observing.store(observer.is_some(), Ordering::Relaxed);
+        std::mem::replace(&mut *g, observer)
+    }
+
+    /// The timeline observer (`observe::timeline`).
+    pub(crate) fn timeline(&self) -> &Timeline {
+        &self.timeline
+    }
+
+    /// Every thread the timeline may name, with its name.
+    pub(crate) fn thread_names(&self) -> Vec<(ThreadRole, String)> {
+        let mut threads = vec![(ThreadRole::Scheduler, "eagervm-scheduler".to_string())];
+        for i in 0..self.ctxs.len() {
+            threads.push((ThreadRole::Worker(i as u32), format!("eagervm-worker-{i}")));
+        }
+        for (i, st) in self.streams.iter().enumerate() {
+            if st.policy == PolicyKind::Event {
+                threads.push((ThreadRole::Watcher(i as u32), format!("eagervm-watch-{}", st.name)));
+            }
+        }
+        threads
+    }
+
+    fn wait_low_water(&self) {
+        let _span = tracing::debug_span!(
+            "back_pressure",
+            in_flight = self.in_flight.load(Ordering::Relaxed),
+            high_water = self.config.high_water,
+            low_water = self.config.low_water,
+        )
+        .entered();
+        self.bp_waiting.fetch_add(1, Ordering::SeqCst);
+        let mut g = self.bp_lock.lock();
+        while self.in_flight.load(Ordering::SeqCst) > self.config.low_water
+            && !self.dead.load(Ordering::SeqCst)
+        {
+            self.bp_cv.wait(&mut g);
+        }
+        drop(g);
+        self.bp_waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// `n` instructions left flight (scheduler thread).
+    pub(super) fn retired(&self, n: usize) {
+        let now = self.in_flight.fetch_sub(n, Ordering::SeqCst) - n;
+        if now <= self.config.low_water && self.bp_waiting.load(Ordering::SeqCst) > 0 {
+            let _g = self.bp_lock.lock();
+            self.bp_cv.notify_all();
+        }
+    }
+
+    /// Instructions submitted and not yet retired.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    fn run_inline(&self, mut ins: Instruction, ops: &[Operand], program: u64) {
+        let s = ins.stream.index();
+        let st = &self.streams[s];
+        match (&ins.body, st.policy) {
+            (Body::RecordEvent { .. } | Body::StreamWaitEvent { .. }, _) => {}
+            (_, PolicyKind::Sync) => execute_catching(&mut ins, ops, program, &self.sync_envs[s]),
+            (_, PolicyKind::Event) => {
+                let env = Arc::new(self.exec_env(s));
+                let ops = Operands::from_slice(ops);
+                let r = st
+                    .ep
+                    .launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
+                    .and_then(|()| st.ep.synchronize());
+                if let Err(e) = r {
+                    self.record_failure(e.into());
+                }
+            }
+        }
+    }
+
+    /// Keep instructions that will never run until the engine's threads have all exited (see
+    /// the `graveyard` field). Only a dead engine's instructions come here.
+    pub(crate) fn bury(&self, batch: Batch) {
+        if !batch.is_empty() {
+            self.graveyard.lock().push(batch);
+        }
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Acquire)
+    }
+
+    /// Mark the VM dead and wake everything that waits on it: its waits then return
+    /// [`Error::ShutDown`] and new submissions are dropped instead of hanging.
+    pub(super) fn mark_dead(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        self.sched_notify.notify();
+        let _g = self.bp_lock.lock();
+        self.bp_cv.notify_all();
+    }
+
+    /// A thread the VM needs could not be started (the system is out of threads or memory):
+    /// record why, so that `sync` reports it, and mark the VM dead.
+    pub(super) fn fail_startup(&self, why: String) {
+        tracing::error!(%why, "the VM cannot run");
+        self.failures.record_external(Error::Config(why));
+        self.mark_dead();
+    }
+
+    /// Wait until everything submitted so far has retired, leaving the failure log alone.
+    pub(crate) fn barrier_wait(&self) -> Result<()> {
+        let slot = AccessSlot::new();
+        let s2 = slot.clone();
+        let barrier = Body::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
+        let mut b = self.take_batch();
+        b.push(Instruction::new(barrier, self.host_stream), &[]);
+        self.submit(b);
+        self.wait_access(&slot).map(|_| ())
+    }
+
+    /// Wait for a host access of this engine to be fulfilled, or for the engine to die.
+    pub(crate) fn wait_access(&self, slot: &AccessSlot) -> Result<Vec<u8>> {
+        slot.wait(|| self.is_dead())
+    }
+}
+
+fn scheduler_main(vm: Arc<Engine>) {
+    let mut workers = Vec::new();
+    for (i, streams) in vm.ctx_streams.iter().enumerate() {
+        match spawn_worker(vm.clone(), i, streams.clone()) {
+            Ok(w) => workers.push(w),
+            Err(e) => vm.fail_startup(format!("cannot start worker thread {i}: {e}")),
+        }
+    }
+    if !vm.is_dead() {
+        let sched = Scheduler::new(vm.clone());
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sched.run()));
+        if r.is_err() {
+            tracing::error!("the scheduler thread panicked; the VM is dead");
+            vm.mark_dead();
+        }
+    }
+    let _span = tracing::debug_span!("stop_workers", workers = workers.len(), dead = vm.is_dead()).entered();
+    tracing::debug!(in_flight = vm.in_flight.load(Ordering::Relaxed), "scheduler drained; stopping workers");
+    for c in &vm.ctxs {
+        c.stop();
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    // Let every device stream run what was launched on it (nothing is left after a clean
+    // shutdown; a dead VM may leave some). Once this thread ends, the VM's last strong
+    // reference can go, and from then on a tensor's last handle frees the tensor at once
+    // (`tensor::last_reference_dropped`): no device thread may still be running an
+    // instruction on it.
+    for s in &vm.streams {
+        let _ = s.ep.synchronize();
+    }
+}
