@@ -257,8 +257,7 @@ mod tests {
 
     #[test]
     fn an_item_is_as_large_as_an_instruction() {
-        use crate::vm::instruction::Instruction;
-        assert_eq!(std::mem::size_of::<Item>(), std::mem::size_of::<Instruction>());
-        assert_eq!(std::mem::align_of::<Item>(), std::mem::align_of::<Instruction>());
+        use crate::vm::instruction::INSTRUCTION_LAYOUT;
+        assert_eq!((std::mem::size_of::<Item>(), std::mem::align_of::<Item>()), INSTRUCTION_LAYOUT);
     }
 }

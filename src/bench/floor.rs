@@ -293,7 +293,7 @@ mod tests {
 
     #[test]
     fn an_instruction_is_as_large_as_the_vms() {
-        use crate::vm::instruction::Instruction;
-        assert_eq!(std::mem::size_of::<Instr>(), std::mem::size_of::<Instruction>());
+        use crate::vm::instruction::INSTRUCTION_LAYOUT;
+        assert_eq!(std::mem::size_of::<Instr>(), INSTRUCTION_LAYOUT.0);
     }
 }

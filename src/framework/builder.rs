@@ -73,6 +73,10 @@ use super::virtual_machine::{front, new_tensor, submit_releases, Front};
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
 
+/// Tensors a call uses that were last used on one other stream (soft sync): that stream's
+/// index and the tensors.
+type SyncGroup<'t> = (u32, SmallVec<[&'t TensorInner; 4]>);
+
 /// The most operands a call may have to take the fast path (`fast_call`).
 const WIDE_OPS: usize = 16;
 
@@ -694,7 +698,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// Emit the synchronisation for operands last used on other streams (module docs).
     #[cold]
     fn soft_sync<'t>(&mut self, me: StreamId, tensors: impl Iterator<Item = &'t TensorInner>) {
-        let mut groups: SmallVec<[(u32, SmallVec<[&TensorInner; 4]>); 2]> = SmallVec::new();
+        let mut groups: SmallVec<[SyncGroup<'_>; 2]> = SmallVec::new();
         for t in tensors {
             let last = t.last_stream.load(Ordering::Relaxed);
             if last == me.0 || last == NO_STREAM {

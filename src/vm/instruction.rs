@@ -39,7 +39,7 @@ use super::stream::StreamId;
 
 /// How an instruction uses an operand.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AccessMode {
+pub(super) enum AccessMode {
     /// Reads the tensor; may run alongside other readers.
     Read,
     /// Writes the tensor; runs alone, after every earlier access.
@@ -64,7 +64,7 @@ pub(crate) enum AccessMode {
 /// nothing. Instructions that can no longer run (a dead VM) are kept, not dropped, until
 /// every VM thread has exited (`Engine::bury`).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct TensorPtr(NonNull<TensorInner>);
+pub(super) struct TensorPtr(NonNull<TensorInner>);
 
 // SAFETY: a TensorPtr is a shared reference in all but lifetime, and TensorInner is Sync
 // (its own SAFETY comment), so it may be sent to and shared between threads.
@@ -81,7 +81,7 @@ impl TensorPtr {
     /// `t` must get a `Release` (or outlive the VM) after it: see the type's docs. Every
     /// caller is in `framework::builder` or in trace replay, which keeps each tensor's
     /// handle until it emits the tensor's `Release`.
-    pub(crate) unsafe fn new(t: &TensorInner) -> Self {
+    pub(super) unsafe fn new(t: &TensorInner) -> Self {
         TensorPtr(NonNull::from(t))
     }
 }
@@ -109,7 +109,7 @@ impl AsObject for TensorInner {
 /// One operand: a tensor and how it is used, in one word. Tensor objects are 64-byte
 /// aligned, so the pointer's lowest bit is free to say "written".
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Operand(NonNull<TensorInner>);
+pub(super) struct Operand(NonNull<TensorInner>);
 
 // SAFETY: an Operand is a TensorPtr and a flag (TensorPtr's SAFETY comments).
 unsafe impl Send for Operand {}
@@ -123,7 +123,7 @@ const _: () = assert!(std::mem::align_of::<TensorInner>() > WRITE_BIT);
 impl Operand {
     /// `tensor`, used as `mode` says.
     #[inline]
-    pub(crate) fn new(tensor: TensorPtr, mode: AccessMode) -> Self {
+    pub(super) fn new(tensor: TensorPtr, mode: AccessMode) -> Self {
         let bit = match mode {
             AccessMode::Read => 0,
             AccessMode::Write => WRITE_BIT,
@@ -133,7 +133,7 @@ impl Operand {
 
     /// The tensor (see [`TensorPtr`] for why it is alive).
     #[inline]
-    pub(crate) fn tensor(&self) -> &TensorInner {
+    pub(super) fn tensor(&self) -> &TensorInner {
         // SAFETY: the untagged pointer is the TensorPtr this operand was made from, alive
         // for as long as the instruction holding it can be admitted or run (TensorPtr).
         unsafe { self.ptr().0.as_ref() }
@@ -141,14 +141,14 @@ impl Operand {
 
     /// The tensor as a pointer.
     #[inline]
-    pub(crate) fn ptr(&self) -> TensorPtr {
+    pub(super) fn ptr(&self) -> TensorPtr {
         // SAFETY: clearing the flag bit gives back the non-null, aligned tensor address.
         TensorPtr(unsafe { NonNull::new_unchecked(self.0.as_ptr().map_addr(|a| a & !WRITE_BIT)) })
     }
 
     /// How the instruction uses the tensor.
     #[inline]
-    pub(crate) fn mode(&self) -> AccessMode {
+    pub(super) fn mode(&self) -> AccessMode {
         if self.0.addr().get() & WRITE_BIT != 0 {
             AccessMode::Write
         } else {
@@ -165,11 +165,11 @@ impl std::fmt::Debug for Operand {
 
 /// An operand list being put together (by soft sync, trace replay, the host accesses) before
 /// it goes into a batch: inputs first (reads), then outputs (writes).
-pub(crate) type Operands = SmallVec<[Operand; 4]>;
+pub(super) type Operands = SmallVec<[Operand; 4]>;
 
 /// What an instruction does; the policy of DESIGN.md's instruction table. Every payload is
 /// at most two words, so that the body takes three.
-pub(crate) enum Body {
+pub(super) enum Body {
     /// Run a kernel: reads `operands[..n_inputs]`, writes the rest.
     OpCall { kernel: KernelRef, attrs: Attrs },
     /// Record an event on the stream after everything before it; `id` names it for the
@@ -203,7 +203,7 @@ impl std::fmt::Debug for Body {
 
 impl Body {
     /// The instruction's name in messages, timelines and traces.
-    pub(crate) fn name(&self) -> &'static str {
+    pub(super) fn name(&self) -> &'static str {
         match self {
             Body::OpCall { kernel, .. } => kernel.name(),
             Body::RecordEvent { .. } => "RecordEvent",
@@ -216,13 +216,13 @@ impl Body {
 }
 
 /// Operands an instruction keeps in itself.
-pub(crate) const INLINE_OPS: usize = 3;
+pub(super) const INLINE_OPS: usize = 3;
 
 /// An instruction's operands: up to [`INLINE_OPS`] in the instruction (`inline`), more in
 /// its batch's operand arena (at `at`). Invariant: when `len <= INLINE_OPS`, the first `len`
 /// slots of `inline` are initialised; the others are never read as operands.
 #[derive(Clone, Copy)]
-pub(crate) struct OpList {
+pub(super) struct OpList {
     len: u32,
     at: u32,
     inline: [MaybeUninit<Operand>; INLINE_OPS],
@@ -230,7 +230,7 @@ pub(crate) struct OpList {
 
 impl OpList {
     /// No operands.
-    pub(crate) const EMPTY: OpList = OpList { len: 0, at: 0, inline: [MaybeUninit::uninit(); INLINE_OPS] };
+    pub(super) const EMPTY: OpList = OpList { len: 0, at: 0, inline: [MaybeUninit::uninit(); INLINE_OPS] };
 
     /// Whether the operands are in the batch's arena.
     #[inline]
@@ -286,7 +286,7 @@ impl std::fmt::Debug for OpList {
 
 /// An instruction's operands as a reader sees them: a copy of the inline ones, or the
 /// arena's slice. Dereferences to `[Operand]`.
-pub(crate) enum OpsRef<'a> {
+pub(super) enum OpsRef<'a> {
     Inline(OpList),
     Arena(&'a [Operand]),
 }
@@ -306,25 +306,31 @@ impl std::ops::Deref for OpsRef<'_> {
 /// one line and no other instruction's. Its operands: [`Batch::operands`].
 #[derive(Debug)]
 #[repr(align(64))]
-pub(crate) struct Instruction {
-    pub(crate) body: Body,
-    pub(crate) ops: OpList,
-    pub(crate) stream: StreamId,
+pub(super) struct Instruction {
+    pub(super) body: Body,
+    pub(super) ops: OpList,
+    pub(super) stream: StreamId,
     /// How many of the operands are inputs (an `OpCall`'s reads); 0 for other kinds.
-    pub(crate) n_inputs: u8,
+    pub(super) n_inputs: u8,
 }
 
 impl Instruction {
     /// An instruction with no operands yet (a batch's `push` places them).
-    pub(crate) fn new(body: Body, stream: StreamId) -> Self {
+    pub(super) fn new(body: Body, stream: StreamId) -> Self {
         Instruction { body, ops: OpList::EMPTY, stream, n_inputs: 0 }
     }
 
     /// Move the instruction out, leaving an inert one (no operands, never run) in its place.
-    pub(crate) fn take(&mut self) -> Instruction {
+    pub(super) fn take(&mut self) -> Instruction {
         std::mem::replace(self, Instruction::new(Body::Release { owner: None }, self.stream))
     }
 }
+
+/// The size and alignment of one instruction: what the bench's pipelines move per item, to
+/// compare like with like.
+#[cfg(all(test, feature = "cli"))]
+pub(crate) const INSTRUCTION_LAYOUT: (usize, usize) =
+    (std::mem::size_of::<Instruction>(), std::mem::align_of::<Instruction>());
 
 /// Instructions in program order (per stream), the operands that do not fit in them, and
 /// their program numbers.
@@ -334,7 +340,7 @@ impl Instruction {
 /// puts together from instructions that waited carries one number per instruction.
 #[derive(Debug, Default)]
 pub(crate) struct Batch {
-    pub(crate) ins: Vec<Instruction>,
+    pub(super) ins: Vec<Instruction>,
     /// The operands of the instructions that have more than [`INLINE_OPS`].
     ops: Vec<Operand>,
     /// The program number of `ins[0]`, when `numbers` is empty.
@@ -363,20 +369,20 @@ impl Batch {
     /// place: the operands are borrowed where they lie (in the instruction or the arena),
     /// beside the body.
     #[inline]
-    pub(crate) fn parts(&mut self, i: usize) -> (&mut Body, StreamId, u8, &[Operand]) {
+    pub(super) fn parts(&mut self, i: usize) -> (&mut Body, StreamId, u8, &[Operand]) {
         let Instruction { body, ops, stream, n_inputs } = &mut self.ins[i];
         (body, *stream, *n_inputs, ops.slice(&self.ops))
     }
 
     /// The operands of `ins`, an instruction of this batch.
     #[inline]
-    pub(crate) fn operands(&self, ins: &Instruction) -> OpsRef<'_> {
+    pub(super) fn operands(&self, ins: &Instruction) -> OpsRef<'_> {
         ins.ops.view(&self.ops)
     }
 
     /// Append `ins` with the operands `ops` (it takes them; whatever it held is replaced).
     #[inline]
-    pub(crate) fn push(&mut self, mut ins: Instruction, ops: &[Operand]) {
+    pub(super) fn push(&mut self, mut ins: Instruction, ops: &[Operand]) {
         ins.ops = self.place(ops.len(), ops.iter().copied());
         self.drops |= !matches!(ins.body, Body::OpCall { .. });
         self.ins.push(ins);
@@ -585,7 +591,7 @@ impl Batch {
 
     /// Number the instructions consecutively from `first`.
     #[inline]
-    pub(crate) fn number_from(&mut self, first: u64) {
+    pub(super) fn number_from(&mut self, first: u64) {
         self.first = first;
         self.numbers.clear();
     }
@@ -593,7 +599,7 @@ impl Batch {
     /// Append an instruction with its operands and its program number (a batch built this
     /// way carries one number per instruction).
     #[inline]
-    pub(crate) fn push_numbered(&mut self, mut ins: Instruction, ops: &[Operand], program: u64) {
+    pub(super) fn push_numbered(&mut self, mut ins: Instruction, ops: &[Operand], program: u64) {
         ins.ops = self.place(ops.len(), ops.iter().copied());
         self.push_placed(ins, program);
     }
@@ -602,7 +608,7 @@ impl Batch {
     /// ([`place`](Self::place)), with its program number (a batch built this way carries
     /// one number per instruction).
     #[inline]
-    pub(crate) fn push_placed(&mut self, ins: Instruction, program: u64) {
+    pub(super) fn push_placed(&mut self, ins: Instruction, program: u64) {
         if self.numbers.len() < self.ins.len() {
             // Consecutive so far: spell the numbers out before this one breaks the run.
             let first = self.first;
@@ -615,7 +621,7 @@ impl Batch {
 
     /// The program number of instruction `i`.
     #[inline]
-    pub(crate) fn program(&self, i: usize) -> u64 {
+    pub(super) fn program(&self, i: usize) -> u64 {
         if self.numbers.is_empty() {
             self.first + i as u64
         } else {
@@ -654,7 +660,7 @@ impl Batch {
 
     /// Move every instruction out, each with its operands and program number, leaving the
     /// batch empty (its memory kept).
-    pub(crate) fn drain_each(&mut self, mut f: impl FnMut(Instruction, &[Operand], u64)) {
+    pub(super) fn drain_each(&mut self, mut f: impl FnMut(Instruction, &[Operand], u64)) {
         let arena = std::mem::take(&mut self.ops);
         for (i, ins) in self.ins.drain(..).enumerate() {
             let program = if self.numbers.is_empty() { self.first + i as u64 } else { self.numbers[i] };

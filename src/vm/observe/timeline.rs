@@ -215,7 +215,7 @@ impl Recorder {
     /// `program`, stream position `at`) at `queued`, and dispatched it at `dispatched` if it
     /// was ready at once.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn admitted(
+    pub(in crate::vm) fn admitted(
         &mut self,
         body: &Body,
         stream: StreamId,
