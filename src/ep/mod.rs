@@ -17,10 +17,18 @@
 //! given back when it retires, so steady-state execution creates none.
 //!
 //! Devices are found through a [`Registry`] keyed by [`DeviceId`] (type and index).
+//!
+//! What a device is called and what can go wrong ([`DeviceId`], [`DeviceType`],
+//! [`StreamType`], [`EpError`]) and what its memory promises ([`memory::DeviceMemory`]) are
+//! defined in a module of this layer that depends on nothing else in the crate; [`memory`]
+//! holds the caching device allocator the CUDA backend builds its memory on, and the
+//! deferred host frees of asynchronous launches. The VM's per-device storage allocator
+//! (`alloc`) sits above this layer and uses it; nothing here uses `alloc`.
 
 pub mod cpu;
 pub mod cuda;
 mod event_pool;
+pub mod memory;
 pub mod mock;
 mod registry;
 mod types;
@@ -50,7 +58,7 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Where tensors on this device get their bytes, if not from host memory: device
     /// backends with memory of their own return it, and the VM's allocator for the device
     /// takes tensor storage from it.
-    fn memory(&self) -> Option<Arc<dyn crate::alloc::DeviceMemory>> {
+    fn memory(&self) -> Option<Arc<dyn memory::DeviceMemory>> {
         None
     }
 }

@@ -1,12 +1,17 @@
 //! The device layer's vocabulary: which device ([`DeviceId`], [`DeviceType`]), which of its
-//! streams ([`StreamType`]), and what can go wrong ([`EpError`], [`CudaUnavailable`]).
+//! streams ([`StreamType`]), what can go wrong ([`EpError`], [`CudaUnavailable`]), and what a
+//! device's memory promises the storage above it ([`DeviceMemory`], [`Block`],
+//! [`DeviceBuffer`]).
 //!
-//! Everything above the device layer names these types, the allocators included. They sit
-//! in a module of their own that depends on nothing else in the crate, so that naming a
-//! device or an error never pulls in a backend: `alloc` uses `ep`, and nothing under `ep`
-//! uses `alloc`.
+//! The backends of `ep` and everything above the device layer name these types, the VM's
+//! allocators (`alloc`) included. They sit in a module that uses nothing else of the crate
+//! (`std` and `thiserror` only), so that the dependence between the two layers runs one way:
+//! `alloc` uses `ep`, and nothing in `ep` uses `alloc`. `ep` re-exports the identifiers and
+//! the error, `ep::memory` the memory contract, `ep::cuda` the CUDA reason; that reason is
+//! defined without the `cuda` feature too, since a build without CUDA reports it.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// The kind of a device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -138,6 +143,80 @@ pub enum EpError {
         /// What went wrong.
         what: String,
     },
+}
+
+/// Device memory behind tensor storage: what a device backend gives the VM's allocator.
+pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// The device the memory is on.
+    fn device(&self) -> DeviceId;
+    /// A block of at least `bytes` bytes, for work of the stream the calling thread is
+    /// launching on (if any). Out of memory is [`EpError::OutOfMemory`].
+    fn allocate(&self, bytes: usize) -> Result<Block, EpError>;
+    /// Give back a block from [`DeviceMemory::allocate`]. Called when the owning
+    /// [`DeviceBuffer`] drops, which in the VM happens inside the `Release` instruction,
+    /// on the stream the tensor was last used on (stream-ordered free).
+    fn release(&self, block: Block);
+}
+
+/// A block of device memory owned by a tensor's storage; dropping it gives the block back.
+pub struct DeviceBuffer {
+    block: Option<Block>,
+    owner: Arc<dyn DeviceMemory>,
+}
+
+impl DeviceBuffer {
+    /// A new buffer of at least `bytes` bytes from `owner`.
+    pub fn new(owner: &Arc<dyn DeviceMemory>, bytes: usize) -> Result<DeviceBuffer, EpError> {
+        let block = owner.allocate(bytes)?;
+        Ok(DeviceBuffer { block: Some(block), owner: owner.clone() })
+    }
+
+    /// The device address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.block.as_ref().map_or(0, |b| b.addr)
+    }
+
+    /// The bytes asked for (the block may be longer).
+    pub fn len(&self) -> usize {
+        self.block.as_ref().map_or(0, |b| b.requested)
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device it is on.
+    pub fn device(&self) -> DeviceId {
+        self.owner.device()
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(b) = self.block.take() {
+            self.owner.release(b);
+        }
+    }
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DeviceBuffer({} bytes at {:#x} on {})", self.len(), self.addr(), self.device())
+    }
+}
+
+/// A block of device memory: handed out by [`DeviceMemory::allocate`] and given back with
+/// [`DeviceMemory::release`]. A plain handle, not an owner ([`DeviceBuffer`] is one): a block
+/// dropped without being given back stays in use until its allocator drops.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Device address of the first byte.
+    pub addr: u64,
+    /// Usable bytes (the rounded request).
+    pub size: usize,
+    /// Bytes asked for.
+    pub requested: usize,
 }
 
 /// Why a CUDA device cannot be used. Defined with and without the `cuda` feature: a build

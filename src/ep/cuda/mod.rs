@@ -27,11 +27,11 @@
 //! - Events are created with `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING` and pooled by
 //!   the VM's `EventPool`; the stream's watcher thread sleeps in `cuEventSynchronize`.
 //!   `Stream::wait_event` is `cuStreamWaitEvent`.
-//! - Tensor memory comes from the caching allocator of [`crate::alloc::device`] over
+//! - Tensor memory comes from the caching allocator of [`crate::ep::memory::caching`] over
 //!   `cuMemAlloc`, with blocks freed on the stream that last used them (stream order).
 //!   Copies between host and device go through pinned staging buffers (not write-combined),
 //!   returned to their pool by a host function enqueued behind the copy. Host memory freed
-//!   during a launch is returned the same way (see [`crate::alloc::defer`]).
+//!   during a launch is returned the same way (see [`crate::ep::memory::defer`]).
 //! - Errors: a failed launch fails its instruction; an asynchronous fault surfaces when the
 //!   watcher waits for the event recorded after the instruction, and is reported (through
 //!   `VirtualMachine::sync`) with the op and stream of the last launch before that event.
