@@ -3,7 +3,7 @@
 //! runs them where there is one (each fails, naming the reason, where there is none). The
 //! paths that need no GPU (the typed absent-driver error, the CPU paths beside it, the
 //! benchmark's report of why it cannot run) always run. The caching allocator's
-//! bookkeeping is tested on host memory in `src/alloc/device.rs`.
+//! bookkeeping is tested on host memory in `src/ep/memory/caching.rs`.
 
 use std::sync::Mutex;
 

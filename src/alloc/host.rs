@@ -74,8 +74,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::device::{DeviceBuffer, DeviceMemory};
 use super::fault::AllocFaults;
+use crate::ep::memory::defer;
+use crate::ep::memory::{DeviceBuffer, DeviceMemory};
 use crate::ep::{DeviceId, EpError};
 
 /// Alignment of every block, in bytes.
@@ -622,11 +623,11 @@ impl Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         if let Some(class) = self.class {
-            if super::defer::active() {
+            if defer::active() {
                 // Freed while work is enqueued on an asynchronous stream: return the block
-                // when the stream gets there (see `alloc::defer`).
+                // when the stream gets there (see `ep::memory::defer`).
                 let (allocator, block, len) = (self.allocator.clone(), Block(self.ptr), self.len);
-                super::defer::offer(move || {
+                defer::offer(move || {
                     // Move the whole `Block` (which is `Send`) into the closure.
                     let block = block;
                     allocator.give_back(class, len, block.0)
@@ -956,5 +957,29 @@ mod tests {
         drop(a);
         assert_eq!(s.as_bytes().len(), 64);
         drop(s); // returns the block, then frees the allocator and its cache
+    }
+
+    #[test]
+    fn storage_freed_inside_a_launch_returns_when_the_list_drops() {
+        let host = HostAllocator::new("t");
+        let s = host.alloc(100);
+        let ((), pending) = defer::collect(|| drop(s));
+        assert_eq!(pending.len(), 1);
+        assert_eq!(host.stats().cached_blocks, 0, "returned before the list dropped");
+        drop(pending);
+        assert_eq!(host.stats().cached_blocks, 1);
+        // Outside a collector, immediate.
+        drop(host.alloc(100));
+        assert_eq!(host.stats().cached_blocks, 1);
+        assert_eq!(host.stats().cache_hits, 1);
+    }
+
+    #[test]
+    fn no_collector_outlives_a_panicking_launch() {
+        let r = std::panic::catch_unwind(|| defer::collect(|| panic!("planted")));
+        assert!(r.is_err());
+        let host = HostAllocator::new("t");
+        drop(host.alloc(8));
+        assert_eq!(host.stats().cached_blocks, 1, "a collector leaked past the panic");
     }
 }

@@ -1,4 +1,4 @@
-//! Caching allocators.
+//! The VM's tensor storage allocator, one per device.
 //!
 //! Tensor storage comes from a caching allocator per device ([`HostAllocator`]): freed
 //! blocks go back to a free list per size class and are handed out again, so a program
@@ -6,21 +6,25 @@
 //! its first iteration. The mock device has its own instance, so that its memory is
 //! accounted separately from the host's.
 //!
-//! Devices with memory of their own (CUDA) implement [`DeviceMemory`]; the VM's allocator
-//! for such a device hands out storages that own a [`DeviceBuffer`] instead of host bytes.
-//! [`device`] holds the caching device allocator behind them, generic over its raw source.
+//! This module sits above the device layer and uses it: for a device with memory of its own
+//! (CUDA), the allocator hands out storages that own a
+//! [`DeviceBuffer`](crate::ep::memory::DeviceBuffer) taken from the device's
+//! [`DeviceMemory`](crate::ep::memory::DeviceMemory) instead of host bytes, and host blocks
+//! freed while a launch on an asynchronous stream is being enqueued wait in
+//! [`ep::memory::defer`](crate::ep::memory::defer) until the stream gets there. The caching
+//! device allocator behind a backend's memory belongs to the backend
+//! ([`ep::memory::caching`](crate::ep::memory::caching)). The arrow runs `alloc` → `ep`
+//! only: nothing in `ep` names this module.
 //!
 //! Every allocation whose size a program chooses is fallible: out of memory is an error
 //! value ([`HostOutOfMemory`], `EpError::OutOfMemory`), never the global allocator's abort,
 //! and each allocator gives its cache back and retries once before reporting it. For tests,
 //! [`AllocFaults`] makes chosen tensors' allocations fail without real memory pressure.
+//! [`pin`] remembers which cached host blocks a device backend has page-locked.
 
-pub mod defer;
-pub mod device;
 mod fault;
 mod host;
 pub mod pin;
 
-pub use device::{DeviceBuffer, DeviceMemory};
 pub use fault::AllocFaults;
 pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};

@@ -17,12 +17,21 @@
 //! given back when it retires, so steady-state execution creates none.
 //!
 //! Devices are found through a [`Registry`] keyed by [`DeviceId`] (type and index).
+//!
+//! What a device is called and what can go wrong ([`DeviceId`], [`DeviceType`],
+//! [`StreamType`], [`EpError`]) and what its memory promises ([`memory::DeviceMemory`]) are
+//! defined in a module of this layer that depends on nothing else in the crate; [`memory`]
+//! holds the caching device allocator the CUDA backend builds its memory on, and the
+//! deferred host frees of asynchronous launches. The VM's per-device storage allocator
+//! (`alloc`) sits above this layer and uses it; nothing here uses `alloc`.
 
 pub mod cpu;
 pub mod cuda;
 mod event_pool;
+pub mod memory;
 pub mod mock;
 mod registry;
+mod types;
 
 use std::any::Any;
 use std::fmt;
@@ -30,138 +39,7 @@ use std::sync::Arc;
 
 pub use event_pool::EventPool;
 pub use registry::Registry;
-
-/// The kind of a device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DeviceType {
-    /// The host CPU; synchronous streams.
-    Cpu,
-    /// The mock asynchronous device (host threads standing in for a GPU).
-    Mock,
-    /// An NVIDIA GPU through CUDA (feature `cuda`).
-    Cuda,
-}
-
-impl DeviceType {
-    /// The name used in device strings (`cpu`, `mock`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DeviceType::Cpu => "cpu",
-            DeviceType::Mock => "mock",
-            DeviceType::Cuda => "cuda",
-        }
-    }
-}
-
-/// A device: its type and its index among devices of that type (`mock:1`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeviceId {
-    /// The device type.
-    pub ty: DeviceType,
-    /// Index among devices of this type.
-    pub index: u16,
-}
-
-impl DeviceId {
-    /// The host CPU, `cpu:0`.
-    pub const CPU: DeviceId = DeviceId { ty: DeviceType::Cpu, index: 0 };
-
-    /// The mock device with the given index.
-    pub const fn mock(index: u16) -> DeviceId {
-        DeviceId { ty: DeviceType::Mock, index }
-    }
-
-    /// The CUDA device with the given ordinal.
-    pub const fn cuda(index: u16) -> DeviceId {
-        DeviceId { ty: DeviceType::Cuda, index }
-    }
-
-    /// Whether tensors on this device live in host memory that the caller may read directly.
-    pub fn is_host(self) -> bool {
-        self.ty == DeviceType::Cpu
-    }
-}
-
-impl fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.ty.name(), self.index)
-    }
-}
-
-impl std::str::FromStr for DeviceId {
-    type Err = EpError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (ty, idx) = s.split_once(':').unwrap_or((s, "0"));
-        let ty = match ty {
-            "cpu" => DeviceType::Cpu,
-            "mock" => DeviceType::Mock,
-            "cuda" => DeviceType::Cuda,
-            _ => return Err(EpError::UnknownDevice(s.to_string())),
-        };
-        let index = idx.parse().map_err(|_| EpError::UnknownDevice(s.to_string()))?;
-        Ok(DeviceId { ty, index })
-    }
-}
-
-/// What a stream is for. One stream of each type per device by default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum StreamType {
-    /// Kernels.
-    Compute,
-    /// Copies from host memory to this device.
-    H2D,
-    /// Copies from this device to host memory.
-    D2H,
-}
-
-impl StreamType {
-    /// All stream types, in index order.
-    pub const ALL: [StreamType; 3] = [StreamType::Compute, StreamType::H2D, StreamType::D2H];
-
-    /// Short name (`compute`, `h2d`, `d2h`).
-    pub fn name(self) -> &'static str {
-        match self {
-            StreamType::Compute => "compute",
-            StreamType::H2D => "h2d",
-            StreamType::D2H => "d2h",
-        }
-    }
-}
-
-/// Errors of the device layer.
-#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
-pub enum EpError {
-    /// A device string that names no known device type or has a bad index.
-    #[error("unknown device `{0}` (expected `cpu:N`, `mock:N` or `cuda:N`)")]
-    UnknownDevice(String),
-    /// The device is not present in the registry.
-    #[error("device {0} is not available")]
-    Unavailable(DeviceId),
-    /// A CUDA device was asked for, but this build or this machine cannot provide it.
-    #[error("{device} is not available: {reason}")]
-    CudaUnavailable {
-        /// The device asked for.
-        device: DeviceId,
-        /// Why not.
-        reason: cuda::CudaUnavailable,
-    },
-    /// The device has no memory left for an allocation, even after freeing its cache.
-    #[error("{device}: {detail}")]
-    OutOfMemory {
-        /// The device.
-        device: DeviceId,
-        /// The request and the allocator's state.
-        detail: String,
-    },
-    /// A device-side operation failed.
-    #[error("device {device}: {what}")]
-    Device {
-        /// The device.
-        device: DeviceId,
-        /// What went wrong.
-        what: String,
-    },
-}
+pub use types::{DeviceId, DeviceType, EpError, StreamType};
 
 /// A device: creates streams and events.
 pub trait Device: Send + Sync + fmt::Debug {
@@ -180,7 +58,7 @@ pub trait Device: Send + Sync + fmt::Debug {
     /// Where tensors on this device get their bytes, if not from host memory: device
     /// backends with memory of their own return it, and the VM's allocator for the device
     /// takes tensor storage from it.
-    fn memory(&self) -> Option<Arc<dyn crate::alloc::DeviceMemory>> {
+    fn memory(&self) -> Option<Arc<dyn memory::DeviceMemory>> {
         None
     }
 }

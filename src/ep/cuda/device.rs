@@ -10,8 +10,8 @@ use cudarc::driver::CudaContext;
 use super::memory::{CudaMemory, PinnedPool};
 use super::stream::{with_current, CudaEpEvent, CudaEpStream};
 use super::CudaUnavailable;
-use crate::alloc::device::{Block, CachingAllocator, DeviceAllocError, DeviceAllocStats, StreamKey};
-use crate::alloc::DeviceMemory;
+use crate::ep::memory::caching::{CachingAllocator, DeviceAllocError, DeviceAllocStats, StreamKey};
+use crate::ep::memory::{Block, DeviceMemory};
 use crate::ep::{Device, DeviceId, EpError, Event, Stream, StreamType};
 
 /// What a device's streams, events and storages share.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaContext, DriverError};
 use parking_lot::Mutex;
 
-use crate::alloc::device::{RawMemory, RawMemoryError};
+use crate::ep::memory::caching::{RawMemory, RawMemoryError};
 
 /// `cuMemAlloc`/`cuMemFree` on one context: the [`RawMemory`] of a CUDA device.
 #[derive(Debug)]

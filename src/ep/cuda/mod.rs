@@ -27,17 +27,16 @@
 //! - Events are created with `CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING` and pooled by
 //!   the VM's `EventPool`; the stream's watcher thread sleeps in `cuEventSynchronize`.
 //!   `Stream::wait_event` is `cuStreamWaitEvent`.
-//! - Tensor memory comes from the caching allocator of [`crate::alloc::device`] over
+//! - Tensor memory comes from the caching allocator of [`crate::ep::memory::caching`] over
 //!   `cuMemAlloc`, with blocks freed on the stream that last used them (stream order).
 //!   Copies between host and device go through pinned staging buffers (not write-combined),
 //!   returned to their pool by a host function enqueued behind the copy. Host memory freed
-//!   during a launch is returned the same way (see [`crate::alloc::defer`]).
+//!   during a launch is returned the same way (see [`crate::ep::memory::defer`]).
 //! - Errors: a failed launch fails its instruction; an asynchronous fault surfaces when the
 //!   watcher waits for the event recorded after the instruction, and is reported (through
 //!   `VirtualMachine::sync`) with the op and stream of the last launch before that event.
 
-use std::fmt;
-
+pub use super::types::CudaUnavailable;
 use super::{DeviceId, EpError};
 
 #[cfg(feature = "cuda")]
@@ -56,54 +55,6 @@ pub use stream::{CudaEpEvent, CudaEpStream};
 /// usual names (`libcuda.so.1`, `libcuda.so`, ...). A name that cannot be loaded makes every
 /// `cuda:N` unavailable with [`CudaUnavailable::DriverMissing`].
 pub const ENV_DRIVER_LIB: &str = "EAGERVM_CUDA_DRIVER_LIB";
-
-/// Why a CUDA device cannot be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CudaUnavailable {
-    /// This build has no CUDA backend (cargo feature `cuda` off).
-    NotBuilt,
-    /// The driver library could not be loaded.
-    DriverMissing {
-        /// The library names tried.
-        tried: String,
-    },
-    /// A CUDA library besides the driver (NVRTC, cuBLAS) could not be loaded.
-    LibraryMissing {
-        /// Which library.
-        library: &'static str,
-    },
-    /// The machine has fewer CUDA devices than the index asked for.
-    NoDevice {
-        /// How many devices the driver reports.
-        count: i32,
-    },
-    /// The driver refused to initialise or to open the device.
-    Driver(String),
-    /// A CUDA library panicked while the device was opened.
-    Panicked(String),
-}
-
-impl fmt::Display for CudaUnavailable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CudaUnavailable::NotBuilt => {
-                f.write_str("this build of eagervm has no CUDA backend (build with the `cuda` feature)")
-            }
-            CudaUnavailable::DriverMissing { tried } => {
-                write!(
-                    f,
-                    "the CUDA driver library is not installed (tried {tried}); install the NVIDIA driver"
-                )
-            }
-            CudaUnavailable::LibraryMissing { library } => {
-                write!(f, "the CUDA library `{library}` is not installed; install the CUDA toolkit's runtime libraries")
-            }
-            CudaUnavailable::NoDevice { count } => write!(f, "the machine has {count} CUDA device(s)"),
-            CudaUnavailable::Driver(e) => write!(f, "the CUDA driver failed: {e}"),
-            CudaUnavailable::Panicked(e) => write!(f, "a CUDA library panicked: {e}"),
-        }
-    }
-}
 
 /// Check, without any CUDA call, that the driver library can be loaded (honouring
 /// [`ENV_DRIVER_LIB`]). `Ok` says nothing about GPUs: [`open`] asks the driver for those.

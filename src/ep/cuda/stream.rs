@@ -10,7 +10,8 @@ use parking_lot::Mutex;
 
 use super::device::DeviceShared;
 use super::memory::launch_host_fn;
-use crate::alloc::device::StreamKey;
+use crate::ep::memory::caching::StreamKey;
+use crate::ep::memory::defer;
 use crate::ep::{DeviceId, EpError, Event, Stream, StreamType};
 
 thread_local! {
@@ -122,13 +123,12 @@ impl Stream for CudaEpStream {
 
     /// Run `work` here, with this stream current: the CUDA kernels it calls enqueue on this
     /// stream and return. Host memory freed by `work` is returned by a host function behind
-    /// it (`alloc::defer`).
+    /// it (`ep::memory::defer`).
     fn launch(&self, work: Box<dyn FnOnce() + Send>) -> Result<(), EpError> {
         self.shared.ctx.bind_to_thread().map_err(|e| self.err("binding the context", e))?;
         let outer = CURRENT.with(|c| c.replace(self as *const _));
         let reset = ResetCurrent(outer);
-        let (ran, deferred) =
-            crate::alloc::defer::collect(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+        let (ran, deferred) = defer::collect(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
         drop(reset);
         if !deferred.is_empty() {
             if let Err(e) = self.then(Box::new(move || drop(deferred))) {

@@ -43,68 +43,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::ep::{DeviceId, EpError};
-
-/// Device memory behind tensor storage: what a device backend gives the VM's allocator.
-pub trait DeviceMemory: Send + Sync + fmt::Debug {
-    /// The device the memory is on.
-    fn device(&self) -> DeviceId;
-    /// A block of at least `bytes` bytes, for work of the stream the calling thread is
-    /// launching on (if any). Out of memory is [`EpError::OutOfMemory`].
-    fn allocate(&self, bytes: usize) -> Result<Block, EpError>;
-    /// Give back a block from [`DeviceMemory::allocate`]. Called when the owning
-    /// [`DeviceBuffer`] drops, which in the VM happens inside the `Release` instruction,
-    /// on the stream the tensor was last used on (stream-ordered free).
-    fn release(&self, block: Block);
-}
-
-/// A block of device memory owned by a tensor's storage; dropping it gives the block back.
-pub struct DeviceBuffer {
-    block: Option<Block>,
-    owner: Arc<dyn DeviceMemory>,
-}
-
-impl DeviceBuffer {
-    /// A new buffer of at least `bytes` bytes from `owner`.
-    pub fn new(owner: &Arc<dyn DeviceMemory>, bytes: usize) -> Result<DeviceBuffer, EpError> {
-        let block = owner.allocate(bytes)?;
-        Ok(DeviceBuffer { block: Some(block), owner: owner.clone() })
-    }
-
-    /// The device address of the first byte.
-    pub fn addr(&self) -> u64 {
-        self.block.as_ref().map_or(0, |b| b.addr)
-    }
-
-    /// The bytes asked for (the block may be longer).
-    pub fn len(&self) -> usize {
-        self.block.as_ref().map_or(0, |b| b.requested)
-    }
-
-    /// Whether the buffer holds no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The device it is on.
-    pub fn device(&self) -> DeviceId {
-        self.owner.device()
-    }
-}
-
-impl Drop for DeviceBuffer {
-    fn drop(&mut self) {
-        if let Some(b) = self.block.take() {
-            self.owner.release(b);
-        }
-    }
-}
-
-impl fmt::Debug for DeviceBuffer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DeviceBuffer({} bytes at {:#x} on {})", self.len(), self.addr(), self.device())
-    }
-}
+use super::Block;
 
 /// Every request is rounded up to a multiple of this many bytes (and so is every block).
 pub const ROUND: usize = 512;
@@ -178,19 +117,6 @@ pub enum DeviceAllocError {
         /// The source's message.
         what: String,
     },
-}
-
-/// A block handed out by [`CachingAllocator::allocate`]. Give it back with
-/// [`CachingAllocator::free`]; the allocator does not track handles that are dropped
-/// without being freed (their memory stays in use until the allocator drops).
-#[derive(Debug, PartialEq, Eq)]
-pub struct Block {
-    /// Device address of the first byte.
-    pub addr: u64,
-    /// Usable bytes (the rounded request).
-    pub size: usize,
-    /// Bytes asked for.
-    pub requested: usize,
 }
 
 /// One block of a segment, as the bookkeeping knows it.

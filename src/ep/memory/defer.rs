@@ -79,30 +79,61 @@ pub(crate) fn offer(free: impl FnOnce() + Send + 'static) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
     use super::*;
-    use crate::alloc::HostAllocator;
+
+    /// A free that counts itself.
+    fn counted(freed: &Arc<AtomicUsize>) -> impl FnOnce() + Send + 'static {
+        let freed = freed.clone();
+        move || {
+            freed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
 
     #[test]
     fn frees_inside_collect_wait_for_the_list() {
-        let host = HostAllocator::new("t");
-        let s = host.alloc(100);
-        let ((), pending) = collect(|| drop(s));
+        let freed = Arc::new(AtomicUsize::new(0));
+        assert!(!active());
+        let (inside, pending) = collect(|| {
+            offer(counted(&freed));
+            active()
+        });
+        assert!(inside, "no collector installed during collect");
         assert_eq!(pending.len(), 1);
-        assert_eq!(host.stats().cached_blocks, 0, "returned before the list dropped");
+        assert_eq!(freed.load(Ordering::SeqCst), 0, "freed before the list dropped");
         drop(pending);
-        assert_eq!(host.stats().cached_blocks, 1);
+        assert_eq!(freed.load(Ordering::SeqCst), 1);
         // Outside a collector, immediate.
-        drop(host.alloc(100));
-        assert_eq!(host.stats().cached_blocks, 1);
-        assert_eq!(host.stats().cache_hits, 1);
+        assert!(!active());
+        offer(counted(&freed));
+        assert_eq!(freed.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn nested_collectors_collect_into_the_innermost() {
+        let freed = Arc::new(AtomicUsize::new(0));
+        let ((inner, after_inner), outer) = collect(|| {
+            let ((), inner) = collect(|| offer(counted(&freed)));
+            offer(counted(&freed));
+            (inner.len(), active())
+        });
+        assert_eq!((inner, outer.len()), (1, 1));
+        assert!(after_inner, "the outer collector was not restored");
+        // The inner list was dropped inside the outer call: its free has run.
+        assert_eq!(freed.load(Ordering::SeqCst), 1);
+        drop(outer);
+        assert_eq!(freed.load(Ordering::SeqCst), 2);
     }
 
     #[test]
     fn collector_is_restored_after_a_panic() {
         let r = std::panic::catch_unwind(|| collect(|| panic!("planted")));
         assert!(r.is_err());
-        let host = HostAllocator::new("t");
-        drop(host.alloc(8));
-        assert_eq!(host.stats().cached_blocks, 1, "a collector leaked past the panic");
+        assert!(!active(), "a collector leaked past the panic");
+        let freed = Arc::new(AtomicUsize::new(0));
+        offer(counted(&freed));
+        assert_eq!(freed.load(Ordering::SeqCst), 1);
     }
 }
