@@ -79,6 +79,9 @@ pub mod eager;
 pub mod ep;
 pub mod framework;
 pub mod kernels;
+// The layering of the modules above, and its check (`docs/architecture.md`, "Layers").
+#[cfg(test)]
+mod layers;
 pub mod profile;
 pub mod programs;
 pub mod sync;

@@ -186,7 +186,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.call_into_as(op, inputs, outputs, attrs, stream, false)
     }
 
-    /// `call_into` for a call that a [`Context`](crate::eager::Context) checked when it
+    /// `call_into` for a call that an eager `Context` checked when it
     /// accepted it, while the release rule held its queue open: an operand released since
     /// then is not refused, since its `Release` waits for this batch (`framework::release`).
     /// Every other check runs as in `call_into`.

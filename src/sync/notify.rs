@@ -232,7 +232,5 @@ mod tests {
         let expected = if cores <= FEW_CORES { DEFAULT_YIELDS } else { 0 };
         assert_eq!(default_yields(), expected, "{cores} CPUs");
         assert_eq!(Backoff::default(), Backoff { spins: DEFAULT_SPIN, yields: expected });
-        let config = crate::vm::Config::default();
-        assert_eq!(config.backoff(), Backoff::for_this_machine());
     }
 }

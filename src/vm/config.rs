@@ -109,7 +109,7 @@ pub struct Config {
     pub event_interval: u32,
     /// Deliberate faults, for testing the tests.
     pub fault: FaultInjection,
-    /// Open a profiling session when the VM starts (see [`crate::profile`]); take the
+    /// Open a profiling session when the VM starts (the timeline observer, `observe::timeline`); take the
     /// profile with `VirtualMachine::stop_profiling`. Not available in synchronous mode.
     pub profile: bool,
     /// The most bytes one tensor may hold: `vm.empty`, `vm.from_slice`, the builder (every
@@ -326,5 +326,16 @@ impl Config {
             return over("mock.jitter", &shown(self.mock.jitter), &shown(MAX_MOCK_DELAY));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::notify::Backoff;
+
+    #[test]
+    fn the_default_backoff_is_this_machines() {
+        assert_eq!(Config::default().backoff(), Backoff::for_this_machine());
     }
 }

@@ -57,7 +57,7 @@
 //! Each loop asks the profiler once for a recorder (`None` when no session is open) and
 //! hands the loop's records in at its end; with a recorder, the loop records its intake
 //! and completion slices, each received instruction, later dispatches, the done-edges
-//! between streams and, at most every 50 µs, the counters (`crate::profile`). It hands them
+//! between streams and, at most every 50 µs, the counters (`observe::timeline`). It hands them
 //! in before running a barrier's callback, so a caller that waited on a barrier finds every
 //! record the scheduler made before it, and asks for a new recorder after, so that a
 //! session opened before the barrier covers everything after it.

@@ -23,7 +23,7 @@
 //!
 //! # Profiling
 //!
-//! A worker asks the profiler once per batch for a recorder (`crate::profile`); with none
+//! A worker asks the timeline once per batch for a recorder (`observe::timeline`); with none
 //! it runs the batch exactly as without profiling. With one, it times each instruction
 //! (synchronous stream: start and end of `execute`; asynchronous stream: the start of its
 //! launch, which travels to the watcher in the `Watch`) and hands the records in before
@@ -356,7 +356,7 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
                     let start = r.now();
                     lanes.run_batch(&vm, &mut batch, &mut done, Some(&mut r));
                     r.slice("execute", start, batch.len());
-                    // Before the reports: see the module docs of `crate::profile::recorder`.
+                    // Before the reports: see the module docs of `observe::timeline`.
                     r.finish(&vm.timeline);
                 }
             }

@@ -1,5 +1,6 @@
 //! The timeline observer: the session state a VM's threads share, and their per-thread
-//! record buffers. `profile` turns a session's records into a [`Profile`](crate::profile::Profile).
+//! record buffers. the profiler (`profile`, a layer above) turns a session's records
+//! into a timeline.
 //!
 //! # Cost when off
 //!
