@@ -56,6 +56,14 @@
 //! # Ok::<(), eagervm::Error>(())
 //! ```
 //!
+//! # Layers
+//!
+//! The modules form layers, each using only those below it: [`sync`] and [`ep`] (devices) at
+//! the bottom, then [`alloc`], then [`vm`] (the engine, which knows nothing above it), then
+//! [`kernels`] and [`profile`], then [`framework`] (the only way in: [`VirtualMachine`],
+//! tensors, the builder), then [`eager`], then [`trace`] and [`programs`]. A test keeps every
+//! arrow pointing down; `docs/architecture.md` ("Layers") draws the picture.
+//!
 //! [`profile`] records a timeline of every instruction on every stream (Chrome/Perfetto
 //! trace). `docs/architecture.md` has the full picture; `docs/profiling.md` the timeline;
 //! `docs/tuning.md` the knobs; `docs/errors.md` every error; `docs/trace-format.md` the

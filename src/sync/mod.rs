@@ -6,7 +6,7 @@
 //! What goes through it: the sleep/wake protocol itself ([`notify`]: the scheduler's, the
 //! workers', the watchers' and the mock device threads' idle waits), the release rule
 //! (`framework::release`, and the builder's and the eager context's slots in it), the
-//! VM's in-flight count, back-pressure wait and shutdown flags (`vm::virtual_machine`),
+//! VM's in-flight count, back-pressure wait and shutdown flags (`vm::engine`),
 //! the workers' and watchers' stop flags (`vm::thread_ctx`), and the mock device's
 //! events and counters (`ep::mock`).
 //!
@@ -21,9 +21,9 @@
 //! queues (crossbeam's `SegQueue`: the scheduler's inbox and completions, the workers' and
 //! watchers' queues, the mock streams' queues, the event pools, the profiler's sink), which
 //! loom does not model; `Arc` in most of `vm`, `ep` and `framework`; the tensors' atomics
-//! (reference count, last stream, released flag: `framework::tensor`); the host-access
+//! (reference count, last stream, released flag: `vm::tensor`); the host-access
 //! slot (`vm::instruction`) and the failure log (`vm::exec`); the profiler's session word
-//! (`profile::recorder`); the allocators (`alloc::host` says why); the CUDA backend; the
+//! (`vm::observe::timeline`); the allocators (`alloc::host` says why); the CUDA backend; the
 //! trace recorder's channel; and the spawning of every thread (`std::thread`).
 //!
 //! The wrappers give one API for both worlds (`lock()` returns a guard, `Condvar::wait`
