@@ -1,8 +1,11 @@
-//! The virtual machine: scheduler, workers, instructions and their policies.
+//! The engine: the object model, the kernel ABI, instructions, the scheduler, `ThreadCtx`
+//! workers, stream and instruction policies, and the observers' views.
 //!
-//! See [`scheduler`] for the lifecycle of an instruction and the edge rules,
-//! [`thread_ctx`] for the workers' sleep/wake protocol, and [`virtual_machine`] for
-//! start-up and shutdown.
+//! This layer knows nothing above it (`docs/architecture.md`, "Layers"): the front end
+//! (`framework`) starts an engine and submits batches of instructions to it; trace
+//! recording and profiling watch it through `observe`. See [`scheduler`] for the lifecycle
+//! of an instruction and the edge rules, [`thread_ctx`] for the workers' sleep/wake
+//! protocol, and `engine.rs` for start-up, submission, back-pressure and shutdown.
 
 mod config;
 pub(crate) mod dependence;
