@@ -4,6 +4,8 @@
 //! [`thread_ctx`] for the workers' sleep/wake protocol, and [`virtual_machine`] for
 //! start-up and shutdown.
 
+#[allow(dead_code)]
+pub(crate) mod back_pressure;
 mod config;
 pub(crate) mod dependence;
 mod exec;
