@@ -60,7 +60,7 @@
 //! at or after B's start, so B's start is below the tag, and a drain after X's fence reads
 //! B's slot as that start, as idle or as a later start: the release waits for B's batch.
 //! Checking before opening, or closing a batch between a call's check and its
-//! instructions, would lose this (a model in `tests/loom_release.rs` plants the first).
+//! instructions, would lose this (a model in `tests/loom/release.rs` plants the first).
 //!
 //! *Contexts.* A context checks each call it queues as the builder does, after its slot
 //! opened: a release made after the check waits, by the argument above, until the context
@@ -77,7 +77,7 @@
 //! (`crate::sync::notify`): the builder stores its slot, fences, and loads the pending
 //! count; the releaser adds to the pending count, fences, and loads the slots. In the single
 //! total order of the two fences, one comes first, and the load after the other fence sees
-//! the store before it. `tests/loom_release.rs` checks both properties under loom, on every
+//! the store before it. `tests/loom/release.rs` checks both properties under loom, on every
 //! interleaving, for builders and contexts, releases by a last handle and explicit ones.
 //! (Loom models `SeqCst` fences but not `SeqCst` loads and stores, which it treats as
 //! acquire/release: one more reason to state the protocol with fences.)

@@ -6,16 +6,19 @@
 //! What goes through it: the sleep/wake protocol itself ([`notify`]: the scheduler's, the
 //! workers', the watchers' and the mock device threads' idle waits), the release rule
 //! (`framework::release`, and the builder's and the eager context's slots in it), the
-//! VM's in-flight count, back-pressure wait and shutdown flags (`vm::engine`),
-//! the workers' and watchers' stop flags (`vm::thread_ctx`), and the mock device's
-//! events and counters (`ep::mock`).
+//! VM's in-flight count and back-pressure wait (`vm::back_pressure`), its shutdown flags
+//! (`vm::engine`), the workers' and watchers' stop flags (`vm::thread_ctx`), and the mock
+//! device's events and counters (`ep::mock`).
 //!
-//! What is model-checked: the crate is never built under loom. `tests/loom_notify.rs`
-//! compiles this module alone (by path), and `tests/loom_release.rs` this module with
-//! `src/framework/release.rs`, and loom explores their interleavings up to a preemption
-//! bound (`tests/loom_common`): the [`notify`] protocol with its stop-flag shutdown, and
-//! the release rule. The other users above take their primitives from here but are not
-//! in any model yet (the VM's back-pressure and shutdown handshakes among them).
+//! What is model-checked: the crate is never built under loom. One test binary,
+//! `tests/loom`, compiles this module by path, and with it, by path, the modules it
+//! checks, which take nothing from the crate but this facade: `src/framework/release.rs`
+//! and `src/vm/back_pressure.rs`. loom explores their interleavings up to a preemption
+//! bound (`tests/loom/common.rs`): the [`notify`] protocol with its stop-flag shutdown,
+//! the release rule, and the back-pressure handshake (a submitter above high water is
+//! woken once retirements bring the count to low water, or once the VM dies). The other
+//! users above take their primitives from here but are not in any model yet (the VM's
+//! shutdown handshake among them).
 //!
 //! What does not go through it (`std`, `parking_lot` or crossbeam directly): the lock-free
 //! queues (crossbeam's `SegQueue`: the scheduler's inbox and completions, the workers' and

@@ -30,7 +30,7 @@
 //! holds the lock over both and the producer takes the lock before signalling.
 //!
 //! This is the protocol of rayon-core's `sleep` module reduced to one sleeper. It is
-//! model-checked under loom by `tests/loom_notify.rs`, including the shutdown variant
+//! model-checked under loom by `tests/loom/notify.rs`, including the shutdown variant
 //! (a stop flag set by one thread, then `notify`).
 //!
 //! # Memory ordering

@@ -27,19 +27,16 @@
 //!
 //! # Memory ordering
 //!
-//! - `in_flight` and `bp_waiting` (back-pressure): a submitter adds its batch's size to
-//!   `in_flight` before the batch enters the inbox, and the scheduler subtracts what it
-//!   retires. Both counts, and the checks made under `bp_lock`, are `SeqCst`, so that a
-//!   submitter that announced itself in `bp_waiting` and a scheduler that lowered
-//!   `in_flight` cannot both miss the other: either the waiter sees the lowered count when
-//!   it checks under the lock, or the scheduler sees the waiter and notifies under the same
-//!   lock (the waiter is then inside `Condvar::wait`, or has not yet checked).
+//! - The in-flight count and the back-pressure wait: `BackPressure`
+//!   (`vm/back_pressure.rs`), whose module docs give each access's ordering and why no
+//!   wake-up is lost.
 //! - `shutdown`: stored with `Release` by the handle's drop, after everything its owner
 //!   submitted is in the inbox; loaded with `Acquire` by the scheduler, which then still
 //!   drains the inbox before it stops.
-//! - `dead`: stored `SeqCst`, then notified under `bp_lock` and through the scheduler's
-//!   notifier; waiters load it after they wake, so a waiter that missed the store before
-//!   sleeping is woken by the notification that follows it.
+//! - `dead`: stored `SeqCst`, then notified through the scheduler's notifier and
+//!   `BackPressure::wake_all`; waiters load it after they wake (under the back-pressure
+//!   lock, or in the host-access slot's timed re-check), so a waiter that missed the store
+//!   before sleeping is woken by the notification that follows it.
 //!
 //! # Tracing
 //!
@@ -59,8 +56,9 @@ use crossbeam_queue::SegQueue;
 use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, Registry, StreamType};
 use crate::sync::notify::Notifier;
-use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 
+use super::back_pressure::BackPressure;
 use super::config::{Config, ThreadTopology};
 use super::dependence::InstrRef;
 use super::error::{Error, Result};
@@ -90,10 +88,8 @@ pub(crate) struct Engine {
     /// The number of each distinct tensor meta seen (`intern`).
     metas: Mutex<std::collections::HashMap<TensorMeta, MetaId>>,
     pub(super) completion_pool: SegQueue<Vec<Completion>>,
-    pub(super) in_flight: AtomicUsize,
-    bp_waiting: AtomicUsize,
-    bp_lock: Mutex<()>,
-    bp_cv: Condvar,
+    /// The instructions in flight and the submitters waiting for them to fall.
+    pub(super) bp: BackPressure,
     pub(super) shutdown: AtomicBool,
     dead: AtomicBool,
     next_tensor: AtomicU64,
@@ -251,10 +247,7 @@ impl Engine {
             batch_pool: SegQueue::new(),
             metas: Mutex::new(std::collections::HashMap::new()),
             completion_pool: SegQueue::new(),
-            in_flight: AtomicUsize::new(0),
-            bp_waiting: AtomicUsize::new(0),
-            bp_lock: Mutex::new(()),
-            bp_cv: Condvar::new(),
+            bp: BackPressure::new(config.high_water, config.low_water),
             shutdown: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             graveyard: Mutex::new(Vec::new()),
@@ -413,9 +406,8 @@ impl Engine {
     /// Splice a batch into the inbox (or run it, in synchronous mode); block while too
     /// much is in flight.
     pub(crate) fn submit(&self, batch: Batch) {
-        if self.enqueue(batch) > self.config.high_water {
-            self.wait_low_water();
-        }
+        let now = self.enqueue(batch);
+        self.bp.throttle(now, || self.is_dead());
     }
 
     /// Splice a batch into the inbox without waiting for back-pressure: for `Release`s,
@@ -447,7 +439,7 @@ impl Engine {
             return 0;
         }
         let n = batch.len();
-        let now = self.in_flight.fetch_add(n, Ordering::SeqCst) + n;
+        let now = self.bp.admit(n);
         self.inbox.push(batch);
         drop(observed);
         self.sched_notify.notify();
@@ -492,37 +484,14 @@ impl Engine {
         threads
     }
 
-    fn wait_low_water(&self) {
-        let _span = tracing::debug_span!(
-            "back_pressure",
-            in_flight = self.in_flight.load(Ordering::Relaxed),
-            high_water = self.config.high_water,
-            low_water = self.config.low_water,
-        )
-        .entered();
-        self.bp_waiting.fetch_add(1, Ordering::SeqCst);
-        let mut g = self.bp_lock.lock();
-        while self.in_flight.load(Ordering::SeqCst) > self.config.low_water
-            && !self.dead.load(Ordering::SeqCst)
-        {
-            self.bp_cv.wait(&mut g);
-        }
-        drop(g);
-        self.bp_waiting.fetch_sub(1, Ordering::SeqCst);
-    }
-
     /// `n` instructions left flight (scheduler thread).
     pub(super) fn retired(&self, n: usize) {
-        let now = self.in_flight.fetch_sub(n, Ordering::SeqCst) - n;
-        if now <= self.config.low_water && self.bp_waiting.load(Ordering::SeqCst) > 0 {
-            let _g = self.bp_lock.lock();
-            self.bp_cv.notify_all();
-        }
+        self.bp.retire(n);
     }
 
     /// Instructions submitted and not yet retired.
     pub(crate) fn in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Relaxed)
+        self.bp.in_flight()
     }
 
     fn run_inline(&self, mut ins: Instruction, ops: &[Operand], program: u64) {
@@ -562,8 +531,7 @@ impl Engine {
     pub(super) fn mark_dead(&self) {
         self.dead.store(true, Ordering::SeqCst);
         self.sched_notify.notify();
-        let _g = self.bp_lock.lock();
-        self.bp_cv.notify_all();
+        self.bp.wake_all();
     }
 
     /// A thread the VM needs could not be started (the system is out of threads or memory):
@@ -608,7 +576,7 @@ fn scheduler_main(vm: Arc<Engine>) {
         }
     }
     let _span = tracing::debug_span!("stop_workers", workers = workers.len(), dead = vm.is_dead()).entered();
-    tracing::debug!(in_flight = vm.in_flight.load(Ordering::Relaxed), "scheduler drained; stopping workers");
+    tracing::debug!(in_flight = vm.in_flight(), "scheduler drained; stopping workers");
     for c in &vm.ctxs {
         c.stop();
     }

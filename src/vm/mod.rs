@@ -7,6 +7,7 @@
 //! of an instruction and the edge rules, [`thread_ctx`] for the workers' sleep/wake
 //! protocol, and `engine.rs` for start-up, submission, back-pressure and shutdown.
 
+mod back_pressure;
 mod config;
 pub(crate) mod dependence;
 pub(crate) mod engine;

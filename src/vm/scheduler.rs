@@ -247,14 +247,15 @@ impl Scheduler {
             self.flush();
             if let Some(mut r) = self.prof.take() {
                 if busy {
-                    r.sample(&vm.timeline, vm.in_flight.load(Ordering::Relaxed), false);
+                    r.sample(&vm.timeline, vm.in_flight(), false);
                 }
                 r.finish(&vm.timeline);
             }
             if busy {
                 continue;
             }
-            if vm.shutdown.load(Ordering::Acquire) && vm.in_flight.load(Ordering::Acquire) == 0 {
+            // `BackPressure`'s module docs say why a relaxed reading of the count suffices here.
+            if vm.shutdown.load(Ordering::Acquire) && vm.in_flight() == 0 {
                 return;
             }
             if vm.is_dead() {

@@ -1,23 +1,9 @@
 //! Model checks of the sleep/wake and shutdown protocols of [`Notifier`] under loom.
 //!
-//! Run with:
-//!
-//! ```text
-//! RUSTFLAGS="--cfg loom" cargo test --release --test loom_notify
-//! ```
-//!
-//! Only the synchronisation facade is compiled here (`src/sync`), not the crate: under
-//! `--cfg loom` its primitives are loom's, so loom explores every interleaving of the
-//! notifier's fences, flag and lock. A lost wake-up shows up as a deadlock, which loom
-//! reports by failing the model; the last model plants such a bug on purpose and checks
-//! that loom finds it.
-#![cfg(loom)]
-
-#[path = "../src/sync/mod.rs"]
-#[allow(dead_code, unreachable_pub, unused_imports)]
-mod sync;
-
-mod loom_common;
+//! Only the synchronisation facade is under check here: under `--cfg loom` its primitives
+//! are loom's, so loom explores every interleaving of the notifier's fences, flag and lock.
+//! A lost wake-up shows up as a deadlock, which loom reports by failing the model; the last
+//! model plants such a bug on purpose and checks that loom finds it.
 
 use std::collections::VecDeque;
 
@@ -25,8 +11,8 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 
-use loom_common::{check, failure_of};
-use sync::notify::{Backoff, Notifier};
+use crate::common::{check, failure_of};
+use crate::sync::notify::{Backoff, Notifier};
 
 /// Re-checks before sleeping: few, to keep the state space small, but one of each kind so
 /// that the spin and yield paths are explored too.

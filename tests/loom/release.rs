@@ -1,13 +1,7 @@
 //! Model checks of the release rule (`src/framework/release.rs`) under loom.
 //!
-//! Run with:
-//!
-//! ```text
-//! RUSTFLAGS="--cfg loom" cargo test --release --test loom_release
-//! ```
-//!
-//! Only the synchronisation facade and the release rule are compiled here, so their atomics
-//! and locks are loom's and every interleaving is explored. A builder thread opens a batch,
+//! The release rule is compiled here by path, over the loom facade, so its atomics and
+//! locks are loom's and every interleaving is explored. A builder thread opens a batch,
 //! writes a use of tensor T into it, drops its handle of T, pushes the batch into the inbox
 //! and closes it; another thread drops its own handle. Whichever drop is last releases T.
 //! Every model checks both properties the module docs argue: the `Release` enters the inbox
@@ -19,24 +13,17 @@
 //!
 //! Two models plant an ordering bug each (a batch closed before it is in the inbox; a flag
 //! checked before the slot is opened) and check that loom finds it.
-#![cfg(loom)]
 
-#[path = "../src/sync/mod.rs"]
-#[allow(dead_code, unreachable_pub, unused_imports)]
-mod sync;
-
-#[path = "../src/framework/release.rs"]
+#[path = "../../src/framework/release.rs"]
 #[allow(dead_code)]
-mod release;
-
-mod loom_common;
+mod rule;
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use loom_common::{check, failure_of};
-use release::Releases;
+use crate::common::{check, failure_of};
+use rule::Releases;
 
 /// One VM's release state, its inbox, and tensor T's handle count.
 struct World {

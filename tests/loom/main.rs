@@ -1,0 +1,28 @@
+//! Model checks of eagervm's synchronisation protocols under loom.
+//!
+//! Run with:
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" cargo test --release --test loom
+//! ```
+//!
+//! The crate is not compiled here. The synchronisation facade (`src/sync`) is, by path, and
+//! under `--cfg loom` its primitives are loom's; so are the modules under check, which take
+//! nothing from the crate but the facade and are compiled by path inside their models'
+//! modules: the sleep/wake protocol of `sync::notify` ([`notify`]), the release rule of
+//! `src/framework/release.rs` ([`release`]) and the back-pressure handshake of
+//! `src/vm/back_pressure.rs` ([`back_pressure`]). loom explores every interleaving of their
+//! atomics, fences, locks and condition variables up to a preemption bound ([`common`]).
+//! Each has models with a planted bug, which check that loom finds it.
+//!
+//! Without `--cfg loom` this binary is empty.
+#![cfg(loom)]
+
+#[path = "../../src/sync/mod.rs"]
+#[allow(dead_code, unreachable_pub, unused_imports)]
+mod sync;
+
+mod back_pressure;
+mod common;
+mod notify;
+mod release;
