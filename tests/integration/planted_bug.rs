@@ -1,16 +1,15 @@
 //! A test of the serialisability test: a VM that skips the device-side wait of its
 //! `StreamWaitEvent`s must be caught giving wrong results by the same random programs.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{decode, execute, interpret, vm};
 use eagervm::ep::mock::MockConfig;
 use eagervm::vm::{Config, ThreadTopology};
 use eagervm::VirtualMachine;
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
+
+use crate::common::{self, decode, execute, interpret, vm};
 
 fn faulty_vm() -> VirtualMachine {
     let mock = MockConfig { launch_delay: Duration::from_micros(200), ..MockConfig::jittery() };

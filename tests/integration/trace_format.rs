@@ -4,7 +4,7 @@
 use eagervm::trace::{self, parse_str, Diagnostic, ValidateOptions};
 use proptest::prelude::*;
 
-const VALID: &str = include_str!("../instructions/demo.trace");
+const VALID: &str = include_str!("../../instructions/demo.trace");
 
 fn problems(text: &str, resync: bool) -> Vec<Diagnostic> {
     let (t, mut d) = parse_str("t.trace", text);
@@ -198,7 +198,7 @@ fn check_located(bytes: &[u8]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+    #![proptest_config(crate::common::proptest_config(600))]
 
     #[test]
     fn mutated_traces_never_panic_and_errors_carry_a_line(muts in prop::collection::vec(mutation(), 1..6)) {

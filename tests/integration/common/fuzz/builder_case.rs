@@ -18,7 +18,6 @@
 //! After the last step the case flushes both contexts and syncs, then runs a known
 //! computation on every device (and through a context) that must give the right values,
 //! and a final sync that must succeed: whatever the steps did, the VM still works.
-#![allow(dead_code)]
 
 use eagervm::eager::{Array, Context, ContextOptions};
 use eagervm::framework::{Attrs, DType, OutSpec, Tensor};

@@ -1,7 +1,7 @@
 //! Random tensor programs, a plain sequential interpreter for them, and a runner that
 //! executes them on the VM: the pieces of the serialisability property tests. The
 //! interpreter also models failures (`fail` and `panic` steps, allocations that fail), for
-//! the fault-injection soak of `tests/lifecycle.rs`.
+//! the fault-injection soak of `lifecycle`.
 //!
 //! A program's tensors live on the devices of its [`Mix`]: `cpu:0`, `mock:0` and `mock:1`
 //! by default, and `cuda:0` as well in [`Mix::WITH_CUDA`]. On CUDA tensors the programs use
@@ -9,11 +9,77 @@
 //! `mul`, `sub`, `relu_grad`, `scale`, `relu`: one IEEE operation per element), never
 //! `matmul`, whose cuBLAS result may differ in the last bits; so the comparison with the
 //! interpreter stays exact on every device.
-#![allow(dead_code)]
+//!
+//! Beside them: the fuzz targets' helpers ([`fuzz`]), the proptest configuration of the
+//! property tests ([`proptest_config`]), and [`alone`], which runs a test in a process of
+//! its own.
 
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
 use eagervm::vm::ThreadTopology;
+use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
+
+/// The fuzz targets' inputs and harness (`fuzz`).
+pub mod fuzz {
+    pub mod builder_case;
+    pub mod builder_input;
+    pub mod harness;
+    pub mod trace_input;
+}
+
+/// A proptest configuration of `cases` cases whose failures are kept in the
+/// `.proptest-regressions` file beside the test's source file and replayed first on every
+/// run. (Proptest's default, which looks for the directory of a `main.rs`, would keep them
+/// in `tests/proptest-regressions/`.)
+pub fn proptest_config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    }
+}
+
+/// The name the test harness gives the test `name` of the module `module` (its
+/// `module_path!()`): the module path without the crate, then the name.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// Set in a child process that [`alone`] starts: the name of the one test it runs.
+const ALONE: &str = "EAGERVM_TEST_ALONE";
+
+/// For a test that must have its process to itself (it counts the process's threads or
+/// measures its resident memory, installs a process-wide subscriber, or needs its own
+/// environment), as the other tests of this binary run beside it: `true` in a child process
+/// of this test binary that runs that test alone, where the test then runs its body;
+/// elsewhere it starts that child, with `env` added to its environment, checks that the
+/// child ran the test and that it passed (failing with the child's output otherwise), and
+/// returns `false`. `module` is the test's `module_path!()`, `name` its function's name.
+pub fn alone(module: &str, name: &str, env: &[(&str, &str)]) -> bool {
+    let test = test_name(module, name);
+    if std::env::var(ALONE).is_ok_and(|t| t == test) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args(["--exact", &test, "--test-threads=1", "--nocapture"])
+        .env(ALONE, &test)
+        .envs(env.iter().copied())
+        .output()
+        .expect("the test binary runs again");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed"),
+        "{test} in a child process: {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    // Shown with `--nocapture`, as the test's own output would be.
+    print!("{stdout}");
+    eprint!("{stderr}");
+    false
+}
 
 /// Every tensor is f32[2, 2], so that every op (matmul included) applies to any of them.
 pub const SHAPE: [usize; 2] = [2, 2];

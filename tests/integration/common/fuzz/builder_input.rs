@@ -9,7 +9,6 @@
 //! tensor), both dtypes, devices the VM has (`cpu:0`, `mock:0`, `mock:1`) and ones it has
 //! not, every stream type and stream ids of another VM, every registered op and unknown
 //! names, any scalar, data of the wrong length, up to 256 inputs.
-#![allow(dead_code)]
 
 use eagervm::ep::{DeviceId, StreamType};
 use eagervm::framework::DType;

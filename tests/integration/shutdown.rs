@@ -1,5 +1,5 @@
 //! Shutdown with work in flight: dropping the VM drains what was submitted and joins every
-//! thread it started. (Alone in its test binary, so that no other test's threads are
+//! thread it started. (Run alone in a child process, so that no other test's threads are
 //! counted.)
 
 use std::time::Duration;
@@ -19,6 +19,9 @@ fn threads_named_eagervm() -> usize {
 
 #[test]
 fn drop_drains_work_in_flight_and_joins_every_thread() {
+    if !crate::common::alone(module_path!(), "drop_drains_work_in_flight_and_joins_every_thread", &[]) {
+        return;
+    }
     let mock = MockConfig { launch_delay: Duration::from_micros(300), ..MockConfig::default() };
     let before = threads_named_eagervm();
     let result;

@@ -905,9 +905,9 @@ fn child_allocations_beyond_the_machine() {
 /// exit status and output are checked here.
 #[test]
 fn allocations_beyond_the_machine_fail_as_errors_and_the_vm_runs_on() {
-    let name = "child_allocations_beyond_the_machine";
+    let name = crate::common::test_name(module_path!(), "child_allocations_beyond_the_machine");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", name, "--test-threads=1", "--nocapture"])
+        .args(["--ignored", "--exact", &name, "--test-threads=1", "--nocapture"])
         .output()
         .expect("the test binary runs again");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

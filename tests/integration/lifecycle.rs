@@ -1,13 +1,13 @@
 //! Shutdown with work in flight, back-pressure, releases, synchronous mode, and the
 //! fault-injection soak.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
 use eagervm::vm::ThreadTopology;
+
+use crate::common;
 
 #[test]
 fn back_pressure_bounds_instructions_in_flight() {
@@ -241,7 +241,7 @@ const SOAK_ALLOC_ONE_IN: u64 = 64;
 /// The most the process's resident memory may grow from the end of the soak's first tenth
 /// to its end. A VM that kept a tensor object (256 bytes) per step would grow by about
 /// 23 MiB over 10^5 steps and 230 MiB over 10^6; the bound leaves room for the allocator's
-/// settling and for the other tests of this binary, which run beside the soak.
+/// settling.
 const SOAK_RSS_GROWTH_KIB: u64 = 12 << 10;
 
 /// The process's resident memory, in KiB (`VmRSS` of `/proc/self/status`).
@@ -443,9 +443,13 @@ fn soak_program(rng: &mut SoakRng, count: usize, tag: &mut u32) -> Vec<common::S
 /// unable to get storage. The VM survives; every read (random ones, and every tensor at
 /// each tenth of the run) gives what a sequential reference of the same program gives,
 /// value or failure, the failure named by its origin; `sync` counts exactly the
-/// instructions that failed; and resident memory stays flat.
+/// instructions that failed; and resident memory stays flat. Run alone in a child process,
+/// so that the resident memory it measures is its own.
 #[test]
 fn soak_with_failing_kernels_panics_and_allocations() {
+    if !common::alone(module_path!(), "soak_with_failing_kernels_panics_and_allocations", &[]) {
+        return;
+    }
     quiet_expected_panics();
     let total = soak_steps();
     let mut c = Config::default().with_mock_devices(2, MockConfig::default());
@@ -499,9 +503,9 @@ fn soak_with_failing_kernels_panics_and_allocations() {
 }
 
 /// Every distinct span opened in this process, as `name{field=value ...}`: a subscriber of
-/// the smallest kind, installed process-wide because the VM's spans open on its own threads.
-/// Numbers are kept only for the water marks (the rest show their names), so the set stays
-/// small however long the other tests of this binary run (the soak bounds memory growth).
+/// the smallest kind, installed process-wide because the VM's spans open on its own threads
+/// (so the test that installs it runs alone in a child process). Numbers are kept only for
+/// the water marks (the rest show their names), so the set stays small.
 mod spans {
     use std::collections::BTreeSet;
     use std::fmt::Write as _;
@@ -560,7 +564,7 @@ mod spans {
         static ONCE: Once = Once::new();
         ONCE.call_once(|| {
             tracing::subscriber::set_global_default(Spans { next: AtomicU64::new(1) })
-                .expect("no other subscriber in this test binary");
+                .expect("no other subscriber in this process");
         });
     }
 
@@ -573,6 +577,13 @@ mod spans {
 
 #[test]
 fn a_run_opens_batch_sync_barrier_wait_back_pressure_and_shutdown_spans() {
+    if !common::alone(
+        module_path!(),
+        "a_run_opens_batch_sync_barrier_wait_back_pressure_and_shutdown_spans",
+        &[],
+    ) {
+        return;
+    }
     spans::record();
     let mut c = Config::default().with_mock_devices(1, MockConfig::jittery());
     // Water marks no other test uses, so that the back-pressure span found is this VM's.

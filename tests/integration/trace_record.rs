@@ -2,14 +2,13 @@
 //! run, replay with the same results (every host read bit for bit, every final checksum),
 //! as recorded and with the synchronisation derived again on another device layout.
 
-mod common;
-
-use common::{decode, execute, vm, Raw};
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
 use eagervm::trace::{self, DeviceMap, Recorder, ReplayOptions};
 use eagervm::vm::ThreadTopology;
 use proptest::prelude::*;
+
+use crate::common::{self, decode, execute, vm, Raw};
 
 fn temp(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("eagervm-trace-tests-{}", std::process::id()));
@@ -59,7 +58,7 @@ fn record_replay(name: &str, raw: &Raw) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(common::proptest_config(24))]
     #[test]
     fn random_programs_replay_to_the_same_reads(raw in prop::collection::vec(any::<(u8, u8, u8, u8, u8, i8)>(), 1..40)) {
         record_replay("random.trace", &raw);
@@ -400,7 +399,7 @@ fn interleaved(raw: &Raw, inner: &[bool], batch: usize) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(common::proptest_config(48))]
     #[test]
     fn interleaved_builders_replay_as_recorded(
         raw in prop::collection::vec(any::<(u8, u8, u8, u8, u8, i8)>(), 1..32),

@@ -11,8 +11,8 @@
 //!
 //! Cases of all targets run one at a time (a process-wide lock), so that a panic on a VM
 //! thread is charged to the case that caused it, and a case has the machine's cores to
-//! itself.
-#![allow(dead_code)]
+//! itself. (The other tests of the binary run beside the cases: their expected panics are
+//! all the `panic` op's, so a panic of theirs charged to a case is a failure of theirs too.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};

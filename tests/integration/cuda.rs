@@ -1,9 +1,10 @@
 //! The CUDA backend. The tests that need a GPU are `#[ignore = "needs a GPU"]`: a plain
-//! `cargo test` lists them as ignored, and `cargo test --release --test cuda -- --ignored`
-//! runs them where there is one (each fails, naming the reason, where there is none). The
-//! paths that need no GPU (the typed absent-driver error, the CPU paths beside it, the
-//! benchmark's report of why it cannot run) always run. The caching allocator's
-//! bookkeeping is tested on host memory in `src/ep/memory/caching.rs`.
+//! `cargo test` lists them as ignored, and
+//! `cargo test --release --test integration cuda:: -- --ignored` runs them where there is
+//! one (each fails, naming the reason, where there is none). The paths that need no GPU
+//! (the typed absent-driver error, the CPU paths beside it, the benchmark's report of why
+//! it cannot run) always run. The caching allocator's bookkeeping is tested on host memory
+//! in `src/ep/memory/caching.rs`.
 
 use std::sync::Mutex;
 
@@ -11,11 +12,11 @@ use eagervm::ep::cuda::{CudaUnavailable, ENV_DRIVER_LIB};
 use eagervm::ep::EpError;
 use eagervm::prelude::*;
 
-/// Tests here change the driver-library variable; they run one at a time.
-static ENV: Mutex<()> = Mutex::new(());
+/// The tests here that use the GPU run one at a time.
+static GPU: Mutex<()> = Mutex::new(());
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
-    ENV.lock().unwrap_or_else(|p| p.into_inner())
+    GPU.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A VM with `cuda:0`; the tests that call it are ignored unless asked for, and then fail
@@ -27,12 +28,19 @@ fn gpu_vm() -> VirtualMachine {
     }
 }
 
+/// A driver library that exists nowhere.
+const NO_DRIVER: &str = "libeagervm-no-such-driver.so.1";
+
+/// Run in a child process whose environment names a driver library that does not exist
+/// (changing this process's environment would reach the other tests that open `cuda:0`).
 #[test]
 fn absent_driver_is_a_typed_error_and_cpu_paths_run() {
-    let _g = lock();
-    std::env::set_var(ENV_DRIVER_LIB, "libeagervm-no-such-driver.so.1");
+    let name = "absent_driver_is_a_typed_error_and_cpu_paths_run";
+    if !crate::common::alone(module_path!(), name, &[(ENV_DRIVER_LIB, NO_DRIVER)]) {
+        return;
+    }
+    assert_eq!(std::env::var(ENV_DRIVER_LIB).as_deref(), Ok(NO_DRIVER));
     let r = VirtualMachine::new(Config::default().with_cuda_devices(1));
-    std::env::remove_var(ENV_DRIVER_LIB);
     match r {
         Err(Error::Device(EpError::CudaUnavailable { device, reason })) => {
             assert_eq!(device, DeviceId::cuda(0));
@@ -310,7 +318,7 @@ fn benchmarks_report_or_skip() {
     }
 }
 
-/// A CUDA tensor that nothing wrote reads as a host tensor does (`tests/errors.rs` checks
+/// A CUDA tensor that nothing wrote reads as a host tensor does (`errors` checks
 /// the CPU and the mock device): `wait` passes, `to_vec` reports it uninitialized by the
 /// access, and neither counts for `sync`.
 #[test]

@@ -4,16 +4,15 @@
 //! property holds with `cuda:0` (three streams) in the mix: that test is
 //! `#[ignore = "needs a GPU"]` (run it with `-- --ignored` on a machine with one).
 
-mod common;
-
 use std::sync::OnceLock;
 
-use common::{decode, decode_on, execute, interpret, vm, vm_on, Mix};
 use eagervm::ep::mock::MockConfig;
 use eagervm::vm::ThreadTopology;
 use eagervm::VirtualMachine;
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
+
+use crate::common::{self, decode, decode_on, execute, interpret, vm, vm_on, Mix};
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
@@ -26,7 +25,7 @@ fn raw_program() -> impl Strategy<Value = (usize, common::Raw)> {
 macro_rules! serialisable_on {
     ($name:ident, $topology:expr, $sync:expr) => {
         proptest! {
-            #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+            #![proptest_config(common::proptest_config(cases()))]
             #[test]
             fn $name((tensors, raw) in raw_program()) {
                 static VM: OnceLock<VirtualMachine> = OnceLock::new();

@@ -24,21 +24,13 @@
 //! In every target a panic on any thread, or a case that does not finish within its time
 //! bound, fails the target with the input (`common/fuzz/harness.rs`).
 
-#[path = "common/fuzz/builder_case.rs"]
-mod builder_case;
-#[path = "common/fuzz/builder_input.rs"]
-mod builder_input;
-#[path = "common/fuzz/harness.rs"]
-mod harness;
-#[path = "common/fuzz/trace_input.rs"]
-mod trace_input;
-
 use eagervm::trace::{
     self, parse_str, Data, DeviceMap, Diagnostic, ReplayOptions, ReplayReport, Stmt, TraceError,
     ValidateOptions,
 };
 use proptest::test_runner::{TestCaseError, TestRunner};
 
+use crate::common::fuzz::{builder_case, builder_input, harness, trace_input};
 use harness::{bounded, cases, oversized, proptest_config, setup, temp_path, Knobs, Stats, TENSOR_CAP};
 use trace_input::{corpus_dir, mutate_bin, seeds, NUMBERS};
 

@@ -1,7 +1,5 @@
 //! The `eagervm` binary end to end: record → validate → analyze → replay, help on every
 //! command, and non-zero exits with file, line and cause on bad input.
-// The binary is built only with the `cli` feature.
-#![cfg(feature = "cli")]
 
 use std::process::{Command, Output};
 

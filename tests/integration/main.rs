@@ -1,0 +1,22 @@
+//! The integration tests: one test binary, one module per area. A test's name is its
+//! module path, so `cargo test --release --test integration lifecycle::` runs one area
+//! (`docs/testing.md`). The loom models are test binaries of their own (`tests/loom_*.rs`).
+
+// The `eagervm` binary is built only with the `cli` feature.
+#[cfg(feature = "cli")]
+mod cli;
+mod common;
+mod cuda;
+mod eager;
+mod errors;
+mod fuzz;
+mod lifecycle;
+mod planted_bug;
+mod profile;
+mod programs;
+mod serializability;
+mod shutdown;
+mod trace_analyze;
+mod trace_format;
+mod trace_record;
+mod trace_shipped;
