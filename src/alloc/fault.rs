@@ -3,7 +3,7 @@
 //!
 //! The choice depends on the tensor's id and a seed alone, not on the order in which
 //! threads allocate, so a test can tell in advance which instructions fail and compare the
-//! VM with a sequential reference (`tests/lifecycle.rs`, the soak).
+//! VM with a sequential reference (`tests/integration/lifecycle.rs`, the soak).
 
 /// Deliberate allocation failures, for tests (see the module docs): the storage of about
 /// one tensor in `one_in` fails to allocate, the tensors chosen by a hash of the tensor's

@@ -151,8 +151,9 @@ mod tests {
 
     /// The probe of a library name that exists nowhere. (The environment variable that
     /// names it, and the error through `open` and `VirtualMachine::new`, are tested in
-    /// `tests/cuda.rs`, which changes the environment under a lock; a unit test must not,
-    /// as other unit tests of this process open CUDA devices meanwhile.)
+    /// `tests/integration/cuda.rs`, which sets the variable only in a child process of its
+    /// own; a unit test must not, as other unit tests of this process open CUDA devices
+    /// meanwhile.)
     #[test]
     fn absent_driver_is_a_typed_error() {
         #[cfg(feature = "cuda")]
