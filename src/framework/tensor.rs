@@ -1,7 +1,7 @@
 //! The user's tensor handle.
 //!
 //! A [`Tensor`] is a counted reference to the engine's tensor object
-//! ([`TensorInner`](crate::vm::tensor)): cloning adds to the object's count, and dropping
+//! (`vm::tensor::TensorInner`): cloning adds to the object's count, and dropping
 //! the last handle of a tensor that some instruction used has its `Release` emitted under
 //! the release rule (`framework::release`), ordered after every instruction that used it,
 //! so dropping a handle never waits. Waiting for and reading a tensor (`wait`, `to_vec`)

@@ -71,7 +71,7 @@ impl FaultInjection {
     }
 }
 
-/// Configuration of a [`VirtualMachine`](super::VirtualMachine).
+/// Configuration of a VM (`VirtualMachine::new` takes one).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Number of mock asynchronous devices (`mock:0` ..). Default 0.
@@ -120,7 +120,7 @@ pub struct Config {
     pub max_tensor_bytes: u64,
 }
 
-/// Bounds of the sizes in [`Config`] that [`VirtualMachine::new`](super::VirtualMachine::new)
+/// Bounds of the sizes in [`Config`] that `VirtualMachine::new`
 /// checks (`docs/tuning.md`): far beyond any useful setting, and short of the values that
 /// would exhaust memory or threads before the first instruction ran.
 pub mod bounds {

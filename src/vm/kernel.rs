@@ -54,7 +54,7 @@ pub trait OpKernel: Send + Sync + 'static {
 
     /// Check the inputs (count, shapes, dtypes) and push one [`OutSpec`] per output. The
     /// error message names the operand at fault; the builder wraps it in
-    /// [`Error::InvalidOperands`].
+    /// [`Error::InvalidOperands`](super::Error::InvalidOperands).
     ///
     /// `outputs` holds the specs of the outputs the caller gave, if it gave any (for ops
     /// like `fill` whose output shape is the caller's choice); it is empty otherwise.
