@@ -1,20 +1,28 @@
-//! The virtual machine: scheduler, workers, instructions and their policies.
+//! The engine: the object model, the kernel ABI, instructions, the scheduler, `ThreadCtx`
+//! workers, stream and instruction policies, and the observers' views.
 //!
-//! See [`scheduler`] for the lifecycle of an instruction and the edge rules,
-//! [`thread_ctx`] for the workers' sleep/wake protocol, and [`virtual_machine`] for
-//! start-up and shutdown.
+//! This layer knows nothing above it (`docs/architecture.md`, "Layers"): the front end
+//! (`framework`) starts an engine and submits batches of instructions to it; trace
+//! recording and profiling watch it through `observe`. See [`scheduler`] for the lifecycle
+//! of an instruction and the edge rules, [`thread_ctx`] for the workers' sleep/wake
+//! protocol, and `engine.rs` for start-up, submission, back-pressure and shutdown.
+//! `stream_policy/` has how each stream's instructions run and complete, one file per
+//! stream policy (synchronous, event-recorded, on the scheduler thread), with the one
+//! registration of a stream's policy; `instruction_policy/` what each kind of instruction
+//! does to its tensors, one file per kind.
 
 mod config;
 pub(crate) mod dependence;
 pub(crate) mod engine;
 mod error;
-mod exec;
 pub(crate) mod instruction;
+mod instruction_policy;
 pub mod kernel;
 pub(crate) mod observe;
 pub mod scheduler;
 pub mod shape;
 mod stream;
+mod stream_policy;
 pub(crate) mod tensor;
 pub mod thread_ctx;
 
@@ -25,5 +33,6 @@ pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
 pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};
 pub use stream::StreamId;
-pub(crate) use stream::{PolicyKind, VmStream};
+pub(crate) use stream::VmStream;
+pub(crate) use stream_policy::StreamPolicy;
 pub use tensor::{DType, Element, Shape, TensorMeta};

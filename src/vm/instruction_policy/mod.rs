@@ -1,11 +1,22 @@
-//! Instruction policies: what running each kind of instruction does to its tensors.
+//! Instruction policies: what running each kind of instruction does to its tensors, one
+//! file per kind.
 //!
 //! [`execute`] runs on whichever thread executes the stream's work: the `ThreadCtx`
 //! worker for synchronous (CPU) streams and for CUDA launches (which enqueue the kernels on
 //! the device stream), the device's own thread for the mock device (the worker launches a
-//! closure that calls it), or the caller in synchronous mode. The
-//! dependence rules guarantee that while it runs, no other instruction writes the tensors
-//! it reads or touches the tensors it writes.
+//! closure that calls it), or the caller in synchronous mode (the stream policies,
+//! `vm::stream_policy`, say which). The dependence rules guarantee that while it runs, no
+//! other instruction writes the tensors it reads or touches the tensors it writes.
+//!
+//! | instruction kind (`Body`) | file | what running it does |
+//! | --- | --- | --- |
+//! | `OpCall` | `op_call.rs` | allocate the outputs written for the first time, run the kernel on views of the operands |
+//! | `Release` | `release.rs` | free the tensor's storage and clear its error |
+//! | `Read`, `Wait`, `Write` | `access.rs` | host accesses: copy the bytes or the error out to the caller, or overwrite the tensor |
+//! | `RecordEvent`, `StreamWaitEvent`, `WaitEvent` | `event.rs` | on a synchronous stream, nothing (the work before them is done); an event-recorded stream's worker handles them itself (`stream_policy::event`) |
+//! | `Barrier` | `barrier.rs` | in synchronous mode, run its callback (otherwise the scheduler runs it: `stream_policy::scheduler`) |
+//!
+//! # Errors are values
 //!
 //! Errors are values (DESIGN.md): a kernel that fails or panics stores an [`Error`] on
 //! every tensor it writes; an instruction that reads a tensor carrying an error skips its
@@ -16,20 +27,37 @@
 //! allocation that fails stores [`Error::Alloc`] on every tensor the instruction writes, and
 //! the kernel does not run. A host read's copy for the caller is allocated fallibly too; if
 //! it fails, the read returns `Error::Alloc` to its caller and the tensor is untouched.
+//!
+//! # How to add an instruction kind
+//!
+//! 1. Its `Body` variant in `src/vm/instruction.rs`, with its name in `Body::name`.
+//! 2. Its file here, `src/vm/instruction_policy/<kind>.rs`, declared below, with the
+//!    function that runs it.
+//! 3. The one `match` arm in [`execute_other`] that calls it.
+//! 4. Its observer view: an `InstrKind` variant in `src/vm/observe/mod.rs` and its arm in
+//!    `InstrView::kind`.
+//! 5. If traces record it: its record in the trace format (`src/trace/record.rs`,
+//!    `src/trace/parse.rs`, `docs/trace-format.md`).
+//!
+//! A kind the scheduler runs itself, rather than a worker, also takes the scheduler-thread
+//! stream policy: `StreamPolicy::on_scheduler` in `src/vm/stream_policy/mod.rs`.
+
+mod access;
+mod barrier;
+mod event;
+mod op_call;
+mod release;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
-use smallvec::SmallVec;
 
 use crate::alloc::HostAllocator;
-use crate::ep::EpError;
-use crate::vm::tensor::Fetch;
 use crate::vm::Error;
-use crate::vm::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
 
-use super::instruction::{AccessSlot, Body, Instruction, Operand};
+use super::instruction::{Body, Instruction, Operand};
+use op_call::{fail, op_call};
 
 /// Failures since the last `sync`, shared by every executor of a VM.
 #[derive(Debug, Default)]
@@ -89,29 +117,19 @@ pub(crate) fn execute(body: &mut Body, n_inputs: u8, ops: &[Operand], program: u
     }
 }
 
-/// [`execute`] for everything but a call.
+/// [`execute`] for everything but a call: the one `match` over the other kinds, each arm a
+/// call into its kind's file.
 #[inline(never)]
 fn execute_other(body: &mut Body, ops: &[Operand], program: u64, env: &ExecEnv) {
     match body {
         Body::OpCall { .. } => unreachable!("calls are run by `execute`"),
-        Body::Release { .. } => {
-            for op in ops {
-                // SAFETY: a Release holds the write access to its operand: every earlier
-                // access has finished (or precedes it on this stream's FIFO).
-                let v = unsafe { op.tensor().value_mut() };
-                v.storage = None;
-                v.error = None;
-            }
-        }
-        Body::Read(slot) => read_access(&ops[0], slot, false, program, env),
-        Body::Wait(slot) => read_access(&ops[0], slot, true, program, env),
-        Body::Write(bytes) => write_access(&ops[0], bytes, program, env),
-        // On a synchronous stream events are complete when recorded; asynchronous streams
-        // handle these in the worker (`thread_ctx`), which owns the device stream.
-        Body::RecordEvent { .. } | Body::StreamWaitEvent { .. } => {}
-        // Give a pooled event back now, not when the batch is emptied.
-        Body::WaitEvent { event } => drop(event.take()),
-        Body::Barrier { callback } => std::mem::replace(callback, Box::new(|| {}))(),
+        Body::Release { .. } => release::release(ops),
+        Body::Read(slot) => access::read_access(&ops[0], slot, false, program, env),
+        Body::Wait(slot) => access::read_access(&ops[0], slot, true, program, env),
+        Body::Write(bytes) => access::write_access(&ops[0], bytes, program, env),
+        Body::RecordEvent { .. } | Body::StreamWaitEvent { .. } => event::record_or_wait(),
+        Body::WaitEvent { event } => event::wait_event(event),
+        Body::Barrier { callback } => barrier::run(callback),
     }
 }
 
@@ -143,415 +161,4 @@ pub(crate) fn panicked(
     let e =
         Error::Panic { instr: program, op: ins.body.name().into(), stream: env.stream_name.clone(), message };
     fail(&ops[ins.n_inputs as usize..], e, env);
-}
-
-/// Views of a call's operands, made in place as the operands are read: a buffer that
-/// takes view `k` into slot `k` and lends the first `n` slots out as a slice.
-trait Views<T> {
-    fn new() -> Self;
-    /// Put view `k` in slot `k`.
-    fn put(&mut self, k: usize, v: T);
-    /// The views in slots `0..n`.
-    ///
-    /// # Safety
-    /// Each of slots `0..n` has been given a view by [`put`](Self::put).
-    unsafe fn as_mut_slice(&mut self, n: usize) -> &mut [T];
-}
-
-impl<T, const N: usize> Views<T> for SmallVec<[T; N]> {
-    #[inline(always)]
-    fn new() -> Self {
-        SmallVec::new()
-    }
-    #[inline(always)]
-    fn put(&mut self, _k: usize, v: T) {
-        // Views are put in order, so slot `k` is the next one; after a gap (an input without
-        // storage) they shift, but then none is lent.
-        SmallVec::push(self, v)
-    }
-    #[inline(always)]
-    unsafe fn as_mut_slice(&mut self, n: usize) -> &mut [T] {
-        &mut self[..n]
-    }
-}
-
-/// At most `N` views, kept in the frame with no length: view `k` goes to slot `k`, so the
-/// common call (few operands, their number known where the call is inlined) pays no
-/// bookkeeping per view.
-struct Fixed<T, const N: usize> {
-    buf: [std::mem::MaybeUninit<T>; N],
-}
-
-impl<T, const N: usize> Views<T> for Fixed<T, N> {
-    #[inline(always)]
-    fn new() -> Self {
-        Fixed { buf: [const { std::mem::MaybeUninit::uninit() }; N] }
-    }
-    #[inline(always)]
-    fn put(&mut self, k: usize, v: T) {
-        // `op_call` picks the buffer by operand count; the index check keeps a slot beyond
-        // the buffer from being written if a caller did otherwise.
-        self.buf[k].write(v);
-    }
-    #[inline(always)]
-    unsafe fn as_mut_slice(&mut self, n: usize) -> &mut [T] {
-        // SAFETY: slots `0..n` were written by `put` (the caller's contract) and never
-        // moved out; the slicing checks that `n` is within the buffer.
-        unsafe { std::slice::from_raw_parts_mut(self.buf[..n].as_mut_ptr().cast::<T>(), n) }
-    }
-}
-
-// Views are references only: forgetting them (`Fixed` has no `Drop`) leaks nothing.
-const _: () = assert!(!std::mem::needs_drop::<TensorView<'static>>());
-const _: () = assert!(!std::mem::needs_drop::<TensorViewMut<'static>>());
-
-/// Inputs and outputs a call may have for its views to live in fixed buffers.
-const FIXED_INPUTS: usize = 16;
-const FIXED_OUTPUTS: usize = 4;
-/// The fixed buffers of the common shapes of call, inlined into the worker's loop (at most
-/// two inputs and one output).
-const INLINE_INPUTS: usize = 2;
-const INLINE_OUTPUTS: usize = 1;
-
-/// Run a call's kernel on its operands (the module docs say what happens on errors).
-///
-/// The common shapes of call (no input or one or two, and one output: fills, unary and
-/// binary ops) are run here, inlined into the worker's loop, each with its operand counts
-/// known, so that the loops over operands unroll and the views go straight to their slots;
-/// every other shape goes to [`op_call_general`], out of line. (With the counts known, a
-/// no-op call costs the worker much less: `docs/performance.md`, "Why the hot paths are
-/// shaped so", has the measurement.)
-#[inline(always)]
-fn op_call(
-    kernel: &'static dyn OpKernel,
-    attrs: Attrs,
-    inputs: &[Operand],
-    outputs: &[Operand],
-    program: u64,
-    env: &ExecEnv,
-) {
-    type In<'t> = Fixed<TensorView<'t>, INLINE_INPUTS>;
-    type Out<'t> = Fixed<TensorViewMut<'t>, INLINE_OUTPUTS>;
-    match (inputs.len(), outputs.len()) {
-        (0, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..0], &outputs[..1], program, env),
-        (1, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..1], &outputs[..1], program, env),
-        (2, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..2], &outputs[..1], program, env),
-        _ => op_call_general(kernel, attrs, inputs, outputs, program, env),
-    }
-}
-
-/// [`op_call`] for calls of any shape: views in fixed buffers up to [`FIXED_INPUTS`] inputs
-/// and [`FIXED_OUTPUTS`] outputs, in small vectors beyond. (A small vector keeps its length
-/// in memory and reloads it for every view it takes, a chain through memory that a fixed
-/// buffer does not have: `docs/performance.md`, "Why the hot paths are shaped so", has the
-/// measurement.)
-#[inline(never)]
-fn op_call_general(
-    kernel: &'static dyn OpKernel,
-    attrs: Attrs,
-    inputs: &[Operand],
-    outputs: &[Operand],
-    program: u64,
-    env: &ExecEnv,
-) {
-    if inputs.len() <= FIXED_INPUTS && outputs.len() <= FIXED_OUTPUTS {
-        op_call_with::<Fixed<_, FIXED_INPUTS>, Fixed<_, FIXED_OUTPUTS>>(
-            kernel, attrs, inputs, outputs, program, env,
-        )
-    } else {
-        op_call_many(kernel, attrs, inputs, outputs, program, env)
-    }
-}
-
-/// A call with more operands than the fixed buffers take.
-#[inline(never)]
-fn op_call_many(
-    kernel: &'static dyn OpKernel,
-    attrs: Attrs,
-    inputs: &[Operand],
-    outputs: &[Operand],
-    program: u64,
-    env: &ExecEnv,
-) {
-    op_call_with::<SmallVec<[_; 8]>, SmallVec<[_; 2]>>(kernel, attrs, inputs, outputs, program, env)
-}
-
-/// [`op_call`], its views made in buffers of types `I` (inputs) and `O` (outputs).
-#[inline(always)]
-fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
-    kernel: &'static dyn OpKernel,
-    attrs: Attrs,
-    inputs: &'t [Operand],
-    outputs: &'t [Operand],
-    program: u64,
-    env: &ExecEnv,
-) {
-    // Inputs, in one pass: one carrying an error makes this instruction skip its kernel and
-    // carry the error on (whatever else is wrong); failing that, an input nothing has
-    // written yet is an error of this instruction. Views are made as the inputs are read.
-    // (Views are pushed in place, not collected and moved: a collected small vector is
-    // written word by word and then copied in wider loads that the store buffer cannot
-    // forward, a stall that costs more than the rest of a no-op's execution.)
-    let mut ins = I::new();
-    let mut uninitialized = None;
-    for (k, op) in inputs.iter().enumerate() {
-        // SAFETY: this OpCall holds a read access to each input (dependence rules).
-        let v = unsafe { op.tensor().value() };
-        if let Some(e) = &v.error {
-            set_error(outputs, e.clone());
-            return;
-        }
-        match &v.storage {
-            Some(data) => ins.put(k, TensorView { meta: &op.tensor().meta, data }),
-            None => uninitialized = uninitialized.or(Some(op.tensor().id)),
-        }
-    }
-    if let Some(tensor) = uninitialized {
-        read_unwritten(kernel, outputs, tensor, program, env);
-        return;
-    }
-    // Outputs, in one pass: allocate those written for the first time, note those that
-    // carry an error from an earlier failed write, and make their views.
-    let mut outs = O::new();
-    let mut clear_errors = false;
-    for (k, op) in outputs.iter().enumerate() {
-        // SAFETY: this OpCall holds the write access to each output, and outputs are
-        // distinct from inputs and from each other (the builder refuses aliases); each
-        // output's value is borrowed once here and not through any other path while
-        // `outs` lives.
-        let v = unsafe { op.tensor().value_mut() };
-        clear_errors |= v.error.is_some();
-        if v.storage.is_none() {
-            let t = op.tensor();
-            match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
-                Ok(s) => v.storage = Some(s),
-                Err(source) => {
-                    drop(outs);
-                    let e = Error::Alloc {
-                        instr: program,
-                        op: kernel.name().into(),
-                        stream: env.stream_name.clone(),
-                        source,
-                    };
-                    fail(outputs, e, env);
-                    return;
-                }
-            }
-        }
-        let data = v.storage.as_mut().expect("allocated above");
-        outs.put(k, TensorViewMut { meta: &op.tensor().meta, data });
-    }
-    // SAFETY: every input and every output got its view (an input without storage, the one
-    // way to skip a view, returned above).
-    let (in_views, out_views) = unsafe { (ins.as_mut_slice(inputs.len()), outs.as_mut_slice(outputs.len())) };
-    let result = kernel.compute(&mut KernelCtx { attrs, inputs: in_views, outputs: out_views });
-    drop((ins, outs));
-    match result {
-        Ok(()) => {
-            if clear_errors {
-                for op in outputs {
-                    // SAFETY: write access, as above; the views are dropped.
-                    unsafe { op.tensor().value_mut() }.error = None;
-                }
-            }
-        }
-        Err(message) => {
-            let e = Error::Kernel {
-                instr: program,
-                op: kernel.name().into(),
-                stream: env.stream_name.clone(),
-                message,
-            };
-            fail(outputs, e, env);
-        }
-    }
-}
-
-/// A call read `tensor`, which nothing has written: an error of the call, stored on its
-/// outputs and counted, unless the call is the copy to the host that `Tensor::wait` or
-/// `Tensor::to_vec` of a device tensor makes (its one output is the VM's [`Fetch`] tensor).
-/// That copy is part of a host access and answers as the access of an unwritten host
-/// tensor does, on every device alike: for `wait` it leaves its output unwritten (the wait
-/// then passes); for `to_vec` it stores `Uninitialized` with the op `Access` on it (the
-/// read returns it). Neither is counted: a read is not a failed instruction.
-#[cold]
-#[inline(never)]
-fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, program: u64, env: &ExecEnv) {
-    match outputs {
-        [o] if o.tensor().fetch == Fetch::Wait => {}
-        [o] if o.tensor().fetch == Fetch::Read => {
-            set_error(outputs, Arc::new(Error::Uninitialized { instr: program, op: "Access".into(), tensor }))
-        }
-        _ => fail(outputs, Error::Uninitialized { instr: program, op: kernel.name().into(), tensor }, env),
-    }
-}
-
-fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
-    tracing::debug!(error = %e, "instruction failed");
-    env.failures.record(&e);
-    set_error(outputs, Arc::new(e));
-}
-
-fn set_error(outputs: &[Operand], e: Arc<Error>) {
-    for op in outputs {
-        // SAFETY: the caller holds the write access to every output.
-        unsafe { op.tensor().value_mut() }.error = Some(e.clone());
-    }
-}
-
-/// A host read (`wait_only`: only the error state) of `op`'s tensor into `slot`.
-fn read_access(op: &Operand, slot: &AccessSlot, wait_only: bool, program: u64, env: &ExecEnv) {
-    let t = op.tensor();
-    // SAFETY: a read Access holds the read access to its operand.
-    let v = unsafe { t.value() };
-    let r = match (&v.error, &v.storage) {
-        (Some(e), _) => Err((**e).clone()),
-        (None, _) if wait_only => Ok(Vec::new()),
-        (None, Some(s)) => copy_out(s.as_bytes()).map_err(|source| Error::Alloc {
-            instr: program,
-            op: "Access".into(),
-            stream: env.stream_name.clone(),
-            source: EpError::OutOfMemory {
-                device: t.meta.device,
-                detail: format!("tensor {}: {source}, for the caller's copy of its values", t.id),
-            },
-        }),
-        (None, None) => Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id }),
-    };
-    slot.fulfil(r);
-}
-
-/// The caller's copy of a tensor's bytes, or the error of a refused allocation (never the
-/// global allocator's abort): its size is the program's.
-fn copy_out(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    out.try_reserve_exact(bytes.len())
-        .map_err(|e| format!("out of memory allocating {} bytes ({e})", bytes.len()))?;
-    out.extend_from_slice(bytes);
-    Ok(out)
-}
-
-/// A host write of `bytes` into `op`'s tensor. A tensor without storage gets it here; if
-/// that fails, the tensor carries [`Error::Alloc`] instead of the bytes.
-fn write_access(op: &Operand, bytes: &[u8], program: u64, env: &ExecEnv) {
-    let t = op.tensor();
-    // SAFETY: a write Access holds the write access to its operand.
-    let v = unsafe { t.value_mut() };
-    if v.storage.is_none() {
-        // Accesses run on the host stream, whose allocator is the host's; the builder allows
-        // them on host tensors only.
-        match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
-            Ok(s) => v.storage = Some(s),
-            Err(source) => {
-                let e = Error::Alloc {
-                    instr: program,
-                    op: "Access".into(),
-                    stream: env.stream_name.clone(),
-                    source,
-                };
-                fail(std::slice::from_ref(op), e, env);
-                return;
-            }
-        }
-    }
-    if let Some(storage) = &mut v.storage {
-        storage.as_bytes_mut().copy_from_slice(bytes);
-    }
-    v.error = None;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ep::DeviceId;
-    use crate::vm::instruction::{AccessMode, TensorPtr};
-    use crate::vm::tensor::TensorInner;
-    use crate::vm::{DType, OutSpecs, TensorMeta};
-
-    fn first(b: &[u8]) -> f32 {
-        f32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
-    }
-
-    /// Writes, into output `k`, the sum over inputs `j` of `(j + 1) * x_j` plus `k + 1`,
-    /// where `x_j` is input `j`'s first element (so a view of the wrong tensor, or in the
-    /// wrong place, changes the result); fails unless it got as many views as the
-    /// attributes say.
-    struct Probe;
-
-    impl OpKernel for Probe {
-        fn name(&self) -> &'static str {
-            "probe"
-        }
-        fn infer(
-            &self,
-            _: &[&TensorMeta],
-            _: &[&TensorMeta],
-            _: &Attrs,
-            _: &mut OutSpecs,
-        ) -> Result<(), String> {
-            Ok(())
-        }
-        fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-            if ctx.inputs.len() + ctx.outputs.len() != ctx.attrs.scalar as usize {
-                return Err(format!("{} + {} views", ctx.inputs.len(), ctx.outputs.len()));
-            }
-            let sum: f32 =
-                ctx.inputs.iter().enumerate().map(|(j, v)| (j + 1) as f32 * first(v.data.as_bytes())).sum();
-            for (k, o) in ctx.outputs.iter_mut().enumerate() {
-                o.data.as_bytes_mut()[..4].copy_from_slice(&(sum + k as f32 + 1.0).to_le_bytes());
-            }
-            Ok(())
-        }
-    }
-
-    #[test]
-    fn calls_with_few_and_many_operands_see_each_operand_in_place() {
-        let env = ExecEnv {
-            stream_name: "cpu:0/compute".into(),
-            alloc: HostAllocator::new("test"),
-            failures: Arc::new(FailureLog::default()),
-        };
-        let meta = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
-        let tensors: Vec<Box<TensorInner>> =
-            (0..24).map(|i| TensorInner::for_test(i, meta.clone())).collect();
-        // Inputs: tensor j holds j + 1.
-        for (j, t) in tensors.iter().enumerate().take(18) {
-            let mut s = env.alloc.alloc(4);
-            s.as_bytes_mut().copy_from_slice(&(j as f32 + 1.0).to_le_bytes());
-            // SAFETY: nothing else touches these tensors.
-            unsafe { t.as_ref().value_mut() }.storage = Some(s);
-        }
-        // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
-        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].as_ref()) }, mode);
-        // The shapes run inline, then fewer than, as many as, and more than the fixed buffers
-        // take (16 inputs, 4 outputs); outputs 23, 22, ...
-        let shapes = [
-            (0, 1),
-            (1, 1),
-            (2, 1),
-            (0, 2),
-            (1, 2),
-            (4, 2),
-            (0, 3),
-            (5, 1),
-            (8, 3),
-            (16, 4),
-            (17, 1),
-            (2, 5),
-            (18, 5),
-        ];
-        for (n_in, n_out) in shapes {
-            let ins: Vec<_> = (0..n_in).map(|j| op(j, AccessMode::Read)).collect();
-            let outs: Vec<_> = (0..n_out).map(|k| op(23 - k, AccessMode::Write)).collect();
-            op_call(&Probe, Attrs::scalar((n_in + n_out) as f64), &ins, &outs, 7, &env);
-            assert!(env.failures.take().is_none(), "{n_in} inputs, {n_out} outputs");
-            let sum: f32 = (0..n_in).map(|j| ((j + 1) * (j + 1)) as f32).sum();
-            for k in 0..n_out {
-                // SAFETY: nothing else touches these tensors.
-                let v = unsafe { tensors[23 - k].as_ref().value() };
-                let got = first(v.storage.as_ref().expect("written").as_bytes());
-                assert_eq!(got, sum + k as f32 + 1.0, "output {k} of {n_in} + {n_out}");
-            }
-        }
-    }
 }

@@ -1,0 +1,372 @@
+//! The call path: running an `OpCall`'s kernel on its operands.
+//!
+//! A call, the common instruction, runs inlined into the worker's loop ([`execute`]); the
+//! common shapes of call run with their operand counts known, every other shape out of line
+//! ([`op_call_general`], [`op_call_many`]). A call skips its kernel and carries an input's
+//! error on to its outputs; a kernel that fails, and an output that cannot be allocated,
+//! store an error on every output ([`fail`], the parent module's docs).
+//!
+//! [`execute`]: super::execute
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::vm::tensor::Fetch;
+use crate::vm::Error;
+use crate::vm::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
+
+use super::super::instruction::Operand;
+use super::ExecEnv;
+
+/// Views of a call's operands, made in place as the operands are read: a buffer that
+/// takes view `k` into slot `k` and lends the first `n` slots out as a slice.
+trait Views<T> {
+    fn new() -> Self;
+    /// Put view `k` in slot `k`.
+    fn put(&mut self, k: usize, v: T);
+    /// The views in slots `0..n`.
+    ///
+    /// # Safety
+    /// Each of slots `0..n` has been given a view by [`put`](Self::put).
+    unsafe fn as_mut_slice(&mut self, n: usize) -> &mut [T];
+}
+
+impl<T, const N: usize> Views<T> for SmallVec<[T; N]> {
+    #[inline(always)]
+    fn new() -> Self {
+        SmallVec::new()
+    }
+    #[inline(always)]
+    fn put(&mut self, _k: usize, v: T) {
+        // Views are put in order, so slot `k` is the next one; after a gap (an input without
+        // storage) they shift, but then none is lent.
+        SmallVec::push(self, v)
+    }
+    #[inline(always)]
+    unsafe fn as_mut_slice(&mut self, n: usize) -> &mut [T] {
+        &mut self[..n]
+    }
+}
+
+/// At most `N` views, kept in the frame with no length: view `k` goes to slot `k`, so the
+/// common call (few operands, their number known where the call is inlined) pays no
+/// bookkeeping per view.
+struct Fixed<T, const N: usize> {
+    buf: [std::mem::MaybeUninit<T>; N],
+}
+
+impl<T, const N: usize> Views<T> for Fixed<T, N> {
+    #[inline(always)]
+    fn new() -> Self {
+        Fixed { buf: [const { std::mem::MaybeUninit::uninit() }; N] }
+    }
+    #[inline(always)]
+    fn put(&mut self, k: usize, v: T) {
+        // `op_call` picks the buffer by operand count; the index check keeps a slot beyond
+        // the buffer from being written if a caller did otherwise.
+        self.buf[k].write(v);
+    }
+    #[inline(always)]
+    unsafe fn as_mut_slice(&mut self, n: usize) -> &mut [T] {
+        // SAFETY: slots `0..n` were written by `put` (the caller's contract) and never
+        // moved out; the slicing checks that `n` is within the buffer.
+        unsafe { std::slice::from_raw_parts_mut(self.buf[..n].as_mut_ptr().cast::<T>(), n) }
+    }
+}
+
+// Views are references only: forgetting them (`Fixed` has no `Drop`) leaks nothing.
+const _: () = assert!(!std::mem::needs_drop::<TensorView<'static>>());
+const _: () = assert!(!std::mem::needs_drop::<TensorViewMut<'static>>());
+
+/// Inputs and outputs a call may have for its views to live in fixed buffers.
+const FIXED_INPUTS: usize = 16;
+const FIXED_OUTPUTS: usize = 4;
+/// The fixed buffers of the common shapes of call, inlined into the worker's loop (at most
+/// two inputs and one output).
+const INLINE_INPUTS: usize = 2;
+const INLINE_OUTPUTS: usize = 1;
+
+/// Run a call's kernel on its operands (the module docs say what happens on errors).
+///
+/// The common shapes of call (no input or one or two, and one output: fills, unary and
+/// binary ops) are run here, inlined into the worker's loop, each with its operand counts
+/// known, so that the loops over operands unroll and the views go straight to their slots;
+/// every other shape goes to [`op_call_general`], out of line. (With the counts known, a
+/// no-op call costs the worker much less: `docs/performance.md`, "Why the hot paths are
+/// shaped so", has the measurement.)
+#[inline(always)]
+pub(super) fn op_call(
+    kernel: &'static dyn OpKernel,
+    attrs: Attrs,
+    inputs: &[Operand],
+    outputs: &[Operand],
+    program: u64,
+    env: &ExecEnv,
+) {
+    type In<'t> = Fixed<TensorView<'t>, INLINE_INPUTS>;
+    type Out<'t> = Fixed<TensorViewMut<'t>, INLINE_OUTPUTS>;
+    match (inputs.len(), outputs.len()) {
+        (0, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..0], &outputs[..1], program, env),
+        (1, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..1], &outputs[..1], program, env),
+        (2, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..2], &outputs[..1], program, env),
+        _ => op_call_general(kernel, attrs, inputs, outputs, program, env),
+    }
+}
+
+/// [`op_call`] for calls of any shape: views in fixed buffers up to [`FIXED_INPUTS`] inputs
+/// and [`FIXED_OUTPUTS`] outputs, in small vectors beyond. (A small vector keeps its length
+/// in memory and reloads it for every view it takes, a chain through memory that a fixed
+/// buffer does not have: `docs/performance.md`, "Why the hot paths are shaped so", has the
+/// measurement.)
+#[inline(never)]
+fn op_call_general(
+    kernel: &'static dyn OpKernel,
+    attrs: Attrs,
+    inputs: &[Operand],
+    outputs: &[Operand],
+    program: u64,
+    env: &ExecEnv,
+) {
+    if inputs.len() <= FIXED_INPUTS && outputs.len() <= FIXED_OUTPUTS {
+        op_call_with::<Fixed<_, FIXED_INPUTS>, Fixed<_, FIXED_OUTPUTS>>(
+            kernel, attrs, inputs, outputs, program, env,
+        )
+    } else {
+        op_call_many(kernel, attrs, inputs, outputs, program, env)
+    }
+}
+
+/// A call with more operands than the fixed buffers take.
+#[inline(never)]
+fn op_call_many(
+    kernel: &'static dyn OpKernel,
+    attrs: Attrs,
+    inputs: &[Operand],
+    outputs: &[Operand],
+    program: u64,
+    env: &ExecEnv,
+) {
+    op_call_with::<SmallVec<[_; 8]>, SmallVec<[_; 2]>>(kernel, attrs, inputs, outputs, program, env)
+}
+
+/// [`op_call`], its views made in buffers of types `I` (inputs) and `O` (outputs).
+#[inline(always)]
+fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
+    kernel: &'static dyn OpKernel,
+    attrs: Attrs,
+    inputs: &'t [Operand],
+    outputs: &'t [Operand],
+    program: u64,
+    env: &ExecEnv,
+) {
+    // Inputs, in one pass: one carrying an error makes this instruction skip its kernel and
+    // carry the error on (whatever else is wrong); failing that, an input nothing has
+    // written yet is an error of this instruction. Views are made as the inputs are read.
+    // (Views are pushed in place, not collected and moved: a collected small vector is
+    // written word by word and then copied in wider loads that the store buffer cannot
+    // forward, a stall that costs more than the rest of a no-op's execution.)
+    let mut ins = I::new();
+    let mut uninitialized = None;
+    for (k, op) in inputs.iter().enumerate() {
+        // SAFETY: this OpCall holds a read access to each input (dependence rules).
+        let v = unsafe { op.tensor().value() };
+        if let Some(e) = &v.error {
+            set_error(outputs, e.clone());
+            return;
+        }
+        match &v.storage {
+            Some(data) => ins.put(k, TensorView { meta: &op.tensor().meta, data }),
+            None => uninitialized = uninitialized.or(Some(op.tensor().id)),
+        }
+    }
+    if let Some(tensor) = uninitialized {
+        read_unwritten(kernel, outputs, tensor, program, env);
+        return;
+    }
+    // Outputs, in one pass: allocate those written for the first time, note those that
+    // carry an error from an earlier failed write, and make their views.
+    let mut outs = O::new();
+    let mut clear_errors = false;
+    for (k, op) in outputs.iter().enumerate() {
+        // SAFETY: this OpCall holds the write access to each output, and outputs are
+        // distinct from inputs and from each other (the builder refuses aliases); each
+        // output's value is borrowed once here and not through any other path while
+        // `outs` lives.
+        let v = unsafe { op.tensor().value_mut() };
+        clear_errors |= v.error.is_some();
+        if v.storage.is_none() {
+            let t = op.tensor();
+            match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
+                Ok(s) => v.storage = Some(s),
+                Err(source) => {
+                    drop(outs);
+                    let e = Error::Alloc {
+                        instr: program,
+                        op: kernel.name().into(),
+                        stream: env.stream_name.clone(),
+                        source,
+                    };
+                    fail(outputs, e, env);
+                    return;
+                }
+            }
+        }
+        let data = v.storage.as_mut().expect("allocated above");
+        outs.put(k, TensorViewMut { meta: &op.tensor().meta, data });
+    }
+    // SAFETY: every input and every output got its view (an input without storage, the one
+    // way to skip a view, returned above).
+    let (in_views, out_views) = unsafe { (ins.as_mut_slice(inputs.len()), outs.as_mut_slice(outputs.len())) };
+    let result = kernel.compute(&mut KernelCtx { attrs, inputs: in_views, outputs: out_views });
+    drop((ins, outs));
+    match result {
+        Ok(()) => {
+            if clear_errors {
+                for op in outputs {
+                    // SAFETY: write access, as above; the views are dropped.
+                    unsafe { op.tensor().value_mut() }.error = None;
+                }
+            }
+        }
+        Err(message) => {
+            let e = Error::Kernel {
+                instr: program,
+                op: kernel.name().into(),
+                stream: env.stream_name.clone(),
+                message,
+            };
+            fail(outputs, e, env);
+        }
+    }
+}
+
+/// A call read `tensor`, which nothing has written: an error of the call, stored on its
+/// outputs and counted, unless the call is the copy to the host that `Tensor::wait` or
+/// `Tensor::to_vec` of a device tensor makes (its one output is the VM's [`Fetch`] tensor).
+/// That copy is part of a host access and answers as the access of an unwritten host
+/// tensor does, on every device alike: for `wait` it leaves its output unwritten (the wait
+/// then passes); for `to_vec` it stores `Uninitialized` with the op `Access` on it (the
+/// read returns it). Neither is counted: a read is not a failed instruction.
+#[cold]
+#[inline(never)]
+fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, program: u64, env: &ExecEnv) {
+    match outputs {
+        [o] if o.tensor().fetch == Fetch::Wait => {}
+        [o] if o.tensor().fetch == Fetch::Read => {
+            set_error(outputs, Arc::new(Error::Uninitialized { instr: program, op: "Access".into(), tensor }))
+        }
+        _ => fail(outputs, Error::Uninitialized { instr: program, op: kernel.name().into(), tensor }, env),
+    }
+}
+
+pub(super) fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
+    tracing::debug!(error = %e, "instruction failed");
+    env.failures.record(&e);
+    set_error(outputs, Arc::new(e));
+}
+
+fn set_error(outputs: &[Operand], e: Arc<Error>) {
+    for op in outputs {
+        // SAFETY: the caller holds the write access to every output.
+        unsafe { op.tensor().value_mut() }.error = Some(e.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::FailureLog;
+    use super::*;
+    use crate::alloc::HostAllocator;
+    use crate::ep::DeviceId;
+    use crate::vm::instruction::{AccessMode, TensorPtr};
+    use crate::vm::tensor::TensorInner;
+    use crate::vm::{DType, OutSpecs, TensorMeta};
+
+    fn first(b: &[u8]) -> f32 {
+        f32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
+    }
+
+    /// Writes, into output `k`, the sum over inputs `j` of `(j + 1) * x_j` plus `k + 1`,
+    /// where `x_j` is input `j`'s first element (so a view of the wrong tensor, or in the
+    /// wrong place, changes the result); fails unless it got as many views as the
+    /// attributes say.
+    struct Probe;
+
+    impl OpKernel for Probe {
+        fn name(&self) -> &'static str {
+            "probe"
+        }
+        fn infer(
+            &self,
+            _: &[&TensorMeta],
+            _: &[&TensorMeta],
+            _: &Attrs,
+            _: &mut OutSpecs,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+        fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+            if ctx.inputs.len() + ctx.outputs.len() != ctx.attrs.scalar as usize {
+                return Err(format!("{} + {} views", ctx.inputs.len(), ctx.outputs.len()));
+            }
+            let sum: f32 =
+                ctx.inputs.iter().enumerate().map(|(j, v)| (j + 1) as f32 * first(v.data.as_bytes())).sum();
+            for (k, o) in ctx.outputs.iter_mut().enumerate() {
+                o.data.as_bytes_mut()[..4].copy_from_slice(&(sum + k as f32 + 1.0).to_le_bytes());
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn calls_with_few_and_many_operands_see_each_operand_in_place() {
+        let env = ExecEnv {
+            stream_name: "cpu:0/compute".into(),
+            alloc: HostAllocator::new("test"),
+            failures: Arc::new(FailureLog::default()),
+        };
+        let meta = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
+        let tensors: Vec<Box<TensorInner>> =
+            (0..24).map(|i| TensorInner::for_test(i, meta.clone())).collect();
+        // Inputs: tensor j holds j + 1.
+        for (j, t) in tensors.iter().enumerate().take(18) {
+            let mut s = env.alloc.alloc(4);
+            s.as_bytes_mut().copy_from_slice(&(j as f32 + 1.0).to_le_bytes());
+            // SAFETY: nothing else touches these tensors.
+            unsafe { t.as_ref().value_mut() }.storage = Some(s);
+        }
+        // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
+        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].as_ref()) }, mode);
+        // The shapes run inline, then fewer than, as many as, and more than the fixed buffers
+        // take (16 inputs, 4 outputs); outputs 23, 22, ...
+        let shapes = [
+            (0, 1),
+            (1, 1),
+            (2, 1),
+            (0, 2),
+            (1, 2),
+            (4, 2),
+            (0, 3),
+            (5, 1),
+            (8, 3),
+            (16, 4),
+            (17, 1),
+            (2, 5),
+            (18, 5),
+        ];
+        for (n_in, n_out) in shapes {
+            let ins: Vec<_> = (0..n_in).map(|j| op(j, AccessMode::Read)).collect();
+            let outs: Vec<_> = (0..n_out).map(|k| op(23 - k, AccessMode::Write)).collect();
+            op_call(&Probe, Attrs::scalar((n_in + n_out) as f64), &ins, &outs, 7, &env);
+            assert!(env.failures.take().is_none(), "{n_in} inputs, {n_out} outputs");
+            let sum: f32 = (0..n_in).map(|j| ((j + 1) * (j + 1)) as f32).sum();
+            for k in 0..n_out {
+                // SAFETY: nothing else touches these tensors.
+                let v = unsafe { tensors[23 - k].as_ref().value() };
+                let got = first(v.storage.as_ref().expect("written").as_bytes());
+                assert_eq!(got, sum + k as f32 + 1.0, "output {k} of {n_in} + {n_out}");
+            }
+        }
+    }
+}
