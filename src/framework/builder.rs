@@ -66,7 +66,7 @@ use crate::vm::instruction::{AccessSlot, AsObject, Batch};
 use crate::vm::shape;
 use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
 use crate::vm::KernelRef;
-use crate::vm::{Element, Engine, Error, PolicyKind, Result, StreamId, TensorMeta, VmStream};
+use crate::vm::{Element, Engine, Error, Result, StreamId, TensorMeta, VmStream};
 
 use super::virtual_machine::{front, new_tensor, submit_releases, Front};
 
@@ -725,7 +725,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             if s.device == t.device && s.device_waits {
                 unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
                 self.batch.push_stream_wait(id, me);
-            } else if s.policy == PolicyKind::Event {
+            } else if s.policy.is_asynchronous() {
                 unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
             }
         }

@@ -25,7 +25,7 @@
 //! watchers' queues, the mock streams' queues, the event pools, the profiler's sink), which
 //! loom does not model; `Arc` in most of `vm`, `ep` and `framework`; the tensors' atomics
 //! (reference count, last stream, released flag: `vm::tensor`); the host-access
-//! slot (`vm::instruction`) and the failure log (`vm::exec`); the profiler's session word
+//! slot (`vm::instruction`) and the failure log (`vm::instruction_policy`); the profiler's session word
 //! (`vm::observe::timeline`); the allocators (`alloc::host` says why); the CUDA backend; the
 //! trace recorder's channel; and the spawning of every thread (`std::thread`).
 //!

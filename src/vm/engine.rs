@@ -7,10 +7,12 @@
 //!
 //! # Threads
 //!
-//! `Engine::start` starts one scheduler thread and one `ThreadCtx` worker per stream (or per
-//! device, or one in all: [`ThreadTopology`]); each asynchronous stream's worker starts a
-//! watcher. In synchronous mode none are started and the caller runs every instruction
-//! itself.
+//! `Engine::start` builds the stream table, each stream with the stream policy of its
+//! device (`StreamPolicy::for_device`, `vm::stream_policy`), and starts one scheduler thread
+//! and one `ThreadCtx` worker per stream (or per device, or one in all: [`ThreadTopology`]);
+//! each event-recorded stream's worker starts a watcher. In synchronous mode none are
+//! started and the caller runs every instruction itself, under its stream's policy
+//! (`stream_policy::run_inline`).
 //!
 //! # Shutdown protocol
 //!
@@ -62,13 +64,15 @@ use super::back_pressure::BackPressure;
 use super::config::{Config, ThreadTopology};
 use super::dependence::InstrRef;
 use super::error::{Error, Result};
-use super::exec::{execute_catching, ExecEnv, FailureLog};
-use super::instruction::{AccessSlot, Batch, Body, Instruction, Operand, Operands};
+use super::instruction::{AccessSlot, Batch, Body, Instruction, Operand};
+use super::instruction_policy::{ExecEnv, FailureLog};
 use super::observe::{SubmitObserver, Submitted, ThreadRole, Timeline};
 use super::scheduler::{Completion, Scheduler};
-use super::stream::{PolicyKind, StreamId, VmStream};
+use super::stream::{StreamId, VmStream};
+use super::stream_policy;
 use super::tensor::{MetaId, TensorMeta};
 use super::thread_ctx::{spawn_worker, ThreadCtx};
+use super::StreamPolicy;
 
 /// The state shared by the front end, the scheduler, the workers and the tensors' objects.
 pub(crate) struct Engine {
@@ -201,7 +205,7 @@ impl Engine {
                     id: StreamId(index as u32),
                     device: id,
                     ty,
-                    policy: if dev.is_async() { PolicyKind::Event } else { PolicyKind::Sync },
+                    policy: StreamPolicy::for_device(&**dev),
                     device_waits: dev.supports_stream_wait(),
                     ep: dev.create_stream(ty)?,
                     events: entry.events.clone(),
@@ -477,7 +481,7 @@ impl Engine {
             threads.push((ThreadRole::Worker(i as u32), format!("eagervm-worker-{i}")));
         }
         for (i, st) in self.streams.iter().enumerate() {
-            if st.policy == PolicyKind::Event {
+            if st.policy.has_watcher() {
                 threads.push((ThreadRole::Watcher(i as u32), format!("eagervm-watch-{}", st.name)));
             }
         }
@@ -494,24 +498,10 @@ impl Engine {
         self.bp.in_flight()
     }
 
-    fn run_inline(&self, mut ins: Instruction, ops: &[Operand], program: u64) {
-        let s = ins.stream.index();
-        let st = &self.streams[s];
-        match (&ins.body, st.policy) {
-            (Body::RecordEvent { .. } | Body::StreamWaitEvent { .. }, _) => {}
-            (_, PolicyKind::Sync) => execute_catching(&mut ins, ops, program, &self.sync_envs[s]),
-            (_, PolicyKind::Event) => {
-                let env = Arc::new(self.exec_env(s));
-                let ops = Operands::from_slice(ops);
-                let r = st
-                    .ep
-                    .launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
-                    .and_then(|()| st.ep.synchronize());
-                if let Err(e) = r {
-                    self.record_failure(e.into());
-                }
-            }
-        }
+    /// Synchronous mode: run `ins` now, on this thread, under its stream policy.
+    fn run_inline(&self, ins: Instruction, ops: &[Operand], program: u64) {
+        let env = &self.sync_envs[ins.stream.index()];
+        stream_policy::run_inline(self, ins, ops, program, env);
     }
 
     /// Keep instructions that will never run until the engine's threads have all exited (see

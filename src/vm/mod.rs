@@ -6,19 +6,24 @@
 //! recording and profiling watch it through `observe`. See [`scheduler`] for the lifecycle
 //! of an instruction and the edge rules, [`thread_ctx`] for the workers' sleep/wake
 //! protocol, and `engine.rs` for start-up, submission, back-pressure and shutdown.
+//! `stream_policy/` has how each stream's instructions run and complete, one file per
+//! stream policy (synchronous, event-recorded, on the scheduler thread), with the one
+//! registration of a stream's policy; `instruction_policy/` what each kind of instruction
+//! does to its tensors, one file per kind.
 
 mod back_pressure;
 mod config;
 pub(crate) mod dependence;
 pub(crate) mod engine;
 mod error;
-mod exec;
 pub(crate) mod instruction;
+mod instruction_policy;
 pub mod kernel;
 pub(crate) mod observe;
 pub mod scheduler;
 pub mod shape;
 mod stream;
+mod stream_policy;
 pub(crate) mod tensor;
 pub mod thread_ctx;
 
@@ -29,5 +34,6 @@ pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
 pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};
 pub use stream::StreamId;
-pub(crate) use stream::{PolicyKind, VmStream};
+pub(crate) use stream::VmStream;
+pub(crate) use stream_policy::StreamPolicy;
 pub use tensor::{DType, Element, Shape, TensorMeta};

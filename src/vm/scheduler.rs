@@ -42,9 +42,10 @@
 //!
 //! # Barriers
 //!
-//! A `Barrier` has no operands and never reaches a worker. On receipt it notes each
-//! stream's last position; its callback runs on this thread once every stream is done
-//! through the position noted for it.
+//! A `Barrier` has no operands and never reaches a worker: it takes the scheduler-thread
+//! stream policy (`vm::stream_policy::scheduler`). On receipt it notes each stream's last
+//! position; its callback runs on this thread once every stream is done through the
+//! position noted for it.
 //!
 //! # Tracing
 //!
@@ -73,9 +74,9 @@ use crate::vm::observe::{Rec, Recorder};
 
 use super::dependence::{EdgeSink, InstrRef};
 use super::instruction::{AccessMode, Batch, Body, Instruction, Operand};
-use super::stream::PolicyKind;
 use super::stream::StreamId;
-use super::Engine;
+use super::stream_policy::Barriers;
+use super::{Engine, StreamPolicy};
 
 /// What a completion report says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,14 +145,6 @@ struct StreamState {
     records: VecDeque<(u64, u64)>,
 }
 
-/// A received barrier: the positions each stream must be done through, and its callback.
-struct PendingBarrier {
-    /// Its program number (named in its `tracing` span).
-    program: u64,
-    need: Vec<u64>,
-    callback: Box<dyn FnOnce() + Send>,
-}
-
 /// What admitting an instruction decided.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Admit {
@@ -160,7 +153,7 @@ enum Admit {
     /// It must wait for this many in-edges (or for earlier instructions of its stream):
     /// park it.
     Park(u32),
-    /// Taken in by the scheduler itself (a barrier).
+    /// Taken in by the scheduler itself (the scheduler-thread stream policy: a barrier).
     Consumed,
     /// Its stream has no position left: the VM stops.
     Exhausted,
@@ -173,7 +166,8 @@ pub(crate) struct Scheduler {
     covers: Vec<Cover>,
     /// Live `RecordEvent`s by event id.
     events: HashMap<u64, LiveRecord>,
-    barriers: VecDeque<PendingBarrier>,
+    /// Received barriers not yet run (the scheduler-thread stream policy).
+    barriers: Barriers,
     program: u64,
     /// In-edges of the instruction being admitted.
     pending: u32,
@@ -198,7 +192,7 @@ impl Scheduler {
                 .collect(),
             covers: vec![0; n * n],
             events: HashMap::new(),
-            barriers: VecDeque::new(),
+            barriers: Barriers::default(),
             program: 0,
             pending: 0,
             wake: Vec::new(),
@@ -341,7 +335,8 @@ impl Scheduler {
             // those it parked (moved out), and the consumed barriers.
             batch.number_from(first);
             batch.drain_each(|ins, ops, program| match ins.body {
-                Body::Barrier { .. } | Body::Release { owner: None } => {}
+                Body::Release { owner: None } => {}
+                ref body if StreamPolicy::on_scheduler(body) => {}
                 _ => {
                     let ctx = self.streams[ins.stream.index()].ctx as usize;
                     self.outgoing[ctx].push_numbered(ins, ops, program);
@@ -407,13 +402,8 @@ impl Scheduler {
     /// apply the dependence rules, and dispatch it if nothing holds it back. The caller
     /// moves a ready one where it belongs, or parks it.
     fn admit(&mut self, body: &mut Body, stream: StreamId, ops: &[Operand], program: u64) -> Admit {
-        if let Body::Barrier { callback } = body {
-            let callback = std::mem::replace(callback, Box::new(|| {}));
-            if let Some(r) = &mut self.prof {
-                r.push(Rec::Barrier { program, t: r.now() });
-            }
-            let need = self.streams.iter().map(|s| s.last).collect();
-            self.barriers.push_back(PendingBarrier { program, need, callback });
+        if StreamPolicy::on_scheduler(body) {
+            self.barriers.admit(body, program, self.streams.iter().map(|s| s.last), self.prof.as_mut());
             // A barrier is not an instruction in flight: settle the count the caller added.
             self.retired_this_loop += 1;
             self.run_barriers();
@@ -511,7 +501,7 @@ impl Scheduler {
                     // Only a stream that really waits on the device covers the source
                     // stream (a synchronous stream has nothing to wait with).
                     let target = &self.vm.streams[stream as usize];
-                    if target.policy == PolicyKind::Event && target.device_waits {
+                    if target.policy.is_asynchronous() && target.device_waits {
                         let n = self.streams.len();
                         let c = &mut self.covers[stream as usize * n + rec.stream() as usize];
                         *c = (*c).max(rec.seq());
@@ -633,11 +623,7 @@ impl Scheduler {
     /// Run the callbacks of the barriers whose streams are done through their positions,
     /// in order.
     fn run_barriers(&mut self) {
-        while let Some(b) = self.barriers.front() {
-            if !b.need.iter().zip(&self.streams).all(|(&need, s)| s.done >= need) {
-                break;
-            }
-            let b = self.barriers.pop_front().expect("front checked");
+        while let Some(b) = self.barriers.pop_ready(self.streams.iter().map(|s| s.done)) {
             // Hand the loop's records in first: whoever waits on the barrier (a sync, the
             // end of a profiling session) finds them there. The rest of the loop records
             // afresh if a session is open (one may just have been started).
@@ -645,9 +631,7 @@ impl Scheduler {
                 r.finish(&self.vm.timeline);
             }
             self.prof = self.vm.timeline.begin(ThreadRole::Scheduler);
-            // One span per barrier (a sync, a profiling session's edge), not per instruction.
-            let _span = tracing::debug_span!("barrier", program = b.program).entered();
-            (b.callback)();
+            b.run();
         }
     }
 }

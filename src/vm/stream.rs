@@ -3,13 +3,17 @@
 //! The VM's stream table is fixed when the VM starts: `cpu:0` has one compute stream (CPU
 //! copies and host accesses run there too); each asynchronous device has one stream per
 //! [`StreamType`]. A [`StreamId`] indexes that table; it is what the builder takes and
-//! what a tensor remembers as its last-used stream (OneFlow's `last_used_stream`).
+//! what a tensor remembers as its last-used stream (OneFlow's `last_used_stream`). Each
+//! stream has a stream policy, picked from its device (`vm::stream_policy`): how its
+//! instructions run and who reports them done.
 
 use std::fmt;
 use std::sync::Arc;
 
 use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, EventPool, Stream, StreamType};
+
+use super::StreamPolicy;
 
 /// A stream of the VM, as the builder names it. Cheap to copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -22,22 +26,13 @@ impl StreamId {
     }
 }
 
-/// How a stream's instructions complete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum PolicyKind {
-    /// Synchronous: run on the worker; launched means done (CPU).
-    Sync,
-    /// Asynchronous: launch on the device stream, record a pooled event, and let the
-    /// stream's watcher report completion when the event is reached (mock, CUDA).
-    Event,
-}
-
 /// One entry of the stream table.
 pub(crate) struct VmStream {
     pub(crate) id: StreamId,
     pub(crate) device: DeviceId,
     pub(crate) ty: StreamType,
-    pub(crate) policy: PolicyKind,
+    /// How its instructions run and complete (`vm::stream_policy`), picked from its device.
+    pub(crate) policy: StreamPolicy,
     /// Whether another stream of this device can wait for this one's events on the device.
     pub(crate) device_waits: bool,
     pub(crate) ep: Arc<dyn Stream>,

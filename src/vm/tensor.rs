@@ -188,7 +188,8 @@ impl MetaId {
 
 /// What a tensor is for, if the VM made it as the host copy that `Tensor::wait` or
 /// `Tensor::to_vec` of a device tensor reads: the copy then answers for an unwritten device
-/// tensor as the access of an unwritten host tensor does (`vm::exec`).
+/// tensor as the access of an unwritten host tensor does
+/// (`vm::instruction_policy::op_call`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Fetch {

@@ -1,5 +1,5 @@
-//! `ThreadCtx`: the worker loops that run dispatched instructions, and the event watchers
-//! of asynchronous streams.
+//! `ThreadCtx`: the worker loops that run dispatched instructions, each stream's under its
+//! stream policy.
 //!
 //! # Sleep/wake protocol
 //!
@@ -10,25 +10,24 @@
 //! notifier's protocol (`crate::sync::notify`), re-checking the queue and its stop flag
 //! after announcing that it sleeps, so no batch and no stop request is missed.
 //!
-//! # Policies
+//! # Stream policies
 //!
-//! - **Sync** (CPU): run the instruction on this thread. Such a stream runs in program
-//!   order, so one `done through` report per stream per batch covers every instruction of
-//!   it in the batch.
-//! - **Event** (mock, CUDA): launch the work on the device stream, record a pooled
-//!   event after it and pass the event to the stream's watcher thread, which sleeps in
-//!   `Event::wait` on the oldest pending event and reports `done` (never a poll loop). A
-//!   `RecordEvent` also reports `launched` at once, which releases the `StreamWaitEvent`s
-//!   that wait on it.
+//! A worker keeps a lane for each stream it serves, and each lane follows its stream's
+//! policy (`vm::stream_policy`, which has the table and how to add one): a synchronous
+//! stream's instructions run here, an event-recorded stream's are launched on the device
+//! and reported done by the stream's watcher thread, which the worker starts with the lane.
+//! The worker picks a lane's policy once per run of instructions on one stream, and at the
+//! end of each batch asks each stream it touched for its reports (a synchronous stream's
+//! one "done through p").
 //!
 //! # Profiling
 //!
 //! A worker asks the timeline once per batch for a recorder (`observe::timeline`); with none
 //! it runs the batch exactly as without profiling. With one, it times each instruction
 //! (synchronous stream: start and end of `execute`; asynchronous stream: the start of its
-//! launch, which travels to the watcher in the `Watch`) and hands the records in before
-//! reporting the batch's completions. A watcher records an instruction's launch and done
-//! times together, and hands them in before each report.
+//! launch, which travels to the watcher) and hands the records in before reporting the
+//! batch's completions. A watcher records an instruction's launch and done times together,
+//! and hands them in before each report.
 //!
 //! # Tracing
 //!
@@ -43,8 +42,23 @@
 //! 1. The scheduler, once asked to stop and with nothing in flight, sets each ctx's stop
 //!    flag and notifies it.
 //! 2. A worker exits when its queue is empty and the flag is set; before exiting it stops
-//!    its watchers the same way and joins them.
+//!    the threads its lanes started (the watchers) the same way and joins them.
 //! 3. The VM joins the scheduler, which joined the workers.
+//!
+//! # Memory ordering
+//!
+//! Each `stop` flag is set once: a ctx's by the scheduler (`ThreadCtx::stop`), a watcher's
+//! by its worker on exit. The store is `Release` and pairs with the `Acquire` loads in the
+//! loop and in the closure given to `Notifier::wait`: a thread that sees the flag sees what
+//! its stopper did before, so a pop after that load finds every batch or watch pushed
+//! before the stop. No stop request is missed by a sleeper: `notify`, after the store,
+//! fences (`SeqCst`) before it loads `sleeping`, and `wait` re-checks the flag after setting
+//! `sleeping` and fencing, so either the stopper wakes the sleeper or the re-check sees the
+//! flag (`crate::sync::notify`); `Release`/`Acquire` alone would not order that store before
+//! that load. The loops check the flag after a pop found the queue empty, so a batch pushed
+//! between that pop and the store would be left; none is: the scheduler stops the workers
+//! only once nothing is in flight, and a worker stops its watchers only after that, when
+//! every watch has been reported (a dead VM leaves work unrun anyway).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -52,17 +66,15 @@ use std::thread::JoinHandle;
 
 use crossbeam_queue::SegQueue;
 
-use crate::ep::Event;
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, Ordering};
+use crate::vm::observe::Recorder;
 use crate::vm::observe::ThreadRole;
-use crate::vm::observe::{Nanos, Rec, Recorder};
-use crate::vm::Error;
 
-use super::exec::{execute, execute_catching, panicked, ExecEnv};
-use super::instruction::{Batch, Body, Instruction, Operands};
-use super::scheduler::{Completion, Report};
-use super::stream::PolicyKind;
+use super::instruction::Batch;
+use super::instruction_policy::{execute, ExecEnv};
+use super::scheduler::Completion;
+use super::stream_policy::LanePolicy;
 use super::Engine;
 
 /// The shared half of a worker: its queue, its parking spot, its stop flag.
@@ -87,24 +99,6 @@ impl ThreadCtx {
     }
 }
 
-/// One event the watcher waits for, and the stream position it reports done.
-struct Watch {
-    seq: u64,
-    /// `None` when the launch or the record failed: nothing to wait for, but the position
-    /// is reported done in its turn, so that reports stay in stream order.
-    event: Option<Arc<dyn Event>>,
-    /// When profiling: the instruction's program number and when its launch began.
-    prof: Option<(u64, Nanos)>,
-}
-
-/// A watcher: one per asynchronous stream.
-#[derive(Default)]
-struct Watcher {
-    queue: SegQueue<Watch>,
-    notify: Notifier,
-    stop: AtomicBool,
-}
-
 /// Start the worker thread of ctx `index`, which serves `streams`.
 pub(crate) fn spawn_worker(
     vm: Arc<Engine>,
@@ -119,17 +113,11 @@ pub(crate) fn spawn_worker(
 #[derive(Default)]
 struct Lane {
     env: Option<Arc<ExecEnv>>,
-    /// The stream's watcher, if it is asynchronous.
-    watcher: Option<Arc<Watcher>>,
+    /// What the stream's policy keeps here (an event-recorded stream's watcher).
+    policy: LanePolicy,
     /// The position of the last instruction run or launched. The scheduler dispatches each
     /// stream's instructions in order, so counting them gives their positions.
     seq: u64,
-    /// Asynchronous stream: the last position handed to the watcher. A launch gets an event
-    /// of its own only when it is a `RecordEvent`, when profiling, or when
-    /// `Config::event_interval` launches are waiting for one; the others are covered by the
-    /// next event on the stream, at the latest the one recorded when the batch ends (the
-    /// watcher's report "done through p" retires them all, as the stream runs in order).
-    watched: u64,
     /// Whether the current batch ran or launched any of its instructions.
     touched: bool,
 }
@@ -137,7 +125,7 @@ struct Lane {
 /// A worker's lanes, one per stream of the VM (only those it serves are set up).
 struct Lanes {
     lanes: Vec<Lane>,
-    /// Synchronous streams run in the current batch.
+    /// Streams run or launched in the current batch.
     touched: Vec<usize>,
 }
 
@@ -182,7 +170,7 @@ impl Lanes {
         while *i < n {
             let s = batch.ins[*i].stream.index();
             let lane = &mut self.lanes[s];
-            if lane.watcher.is_some() {
+            if !lane.policy.runs_on_worker() {
                 self.run(vm, batch, *i, done, None);
                 *i += 1;
                 continue;
@@ -192,6 +180,8 @@ impl Lanes {
                 self.touched.push(s);
             }
             let env = lane.env.as_deref().expect("ctx serves the instruction's stream");
+            // The synchronous policy's run (`stream_policy::synchronous`), here so that the
+            // lane is looked up once per run of the stream.
             loop {
                 lane.seq += 1;
                 let program = batch.program(*i);
@@ -206,7 +196,8 @@ impl Lanes {
         }
     }
 
-    /// Run (synchronous stream) or launch (asynchronous stream) instruction `i` of `batch`.
+    /// Run (synchronous stream) or launch (asynchronous stream) instruction `i` of `batch`,
+    /// under its stream's policy.
     #[inline]
     fn run(
         &mut self,
@@ -221,39 +212,11 @@ impl Lanes {
         let lane = &mut self.lanes[s];
         let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
         lane.seq += 1;
-        match &lane.watcher {
-            None => {
-                if !lane.touched {
-                    lane.touched = true;
-                    self.touched.push(s);
-                }
-                let (body, _, n_inputs, ops) = batch.parts(i);
-                match prof {
-                    None => execute(body, n_inputs, ops, program, env),
-                    Some(r) => {
-                        let t = r.now();
-                        execute(body, n_inputs, ops, program, env);
-                        r.push(Rec::Exec { program, start: t, end: r.now() });
-                    }
-                }
-            }
-            Some(w) => {
-                if !lane.touched {
-                    lane.touched = true;
-                    self.touched.push(s);
-                }
-                let prof = prof.map(|r| (program, r.now()));
-                let ops = Operands::from_slice(&batch.operands(&batch.ins[i]));
-                let ins = batch.ins[i].take();
-                // An event behind this launch now, or later behind a later one (see `Lane`).
-                let record = matches!(ins.body, Body::RecordEvent { .. })
-                    || prof.is_some()
-                    || lane.seq - lane.watched >= u64::from(vm.config.event_interval);
-                let seq = lane.seq;
-                lane.watched =
-                    launch_async(vm, s, seq, lane.watched, record, ins, ops, program, env, w, done, prof);
-            }
+        if !lane.touched {
+            lane.touched = true;
+            self.touched.push(s);
         }
+        lane.policy.run(vm, s, lane.seq, batch, i, program, env, done, prof);
     }
 
     /// Instruction `i` of `batch` unwound out of `run`: on a synchronous stream its kernel
@@ -261,26 +224,10 @@ impl Lanes {
     /// the launch, which is a device failure, and its position is still reported, in turn.
     #[cold]
     fn unwound(&mut self, vm: &Engine, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
-        let ins = &batch.ins[i];
-        let ops = batch.operands(ins);
-        let lane = &mut self.lanes[ins.stream.index()];
+        let s = batch.ins[i].stream.index();
+        let lane = &mut self.lanes[s];
         let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
-        match &lane.watcher {
-            None => panicked(ins, &ops, batch.program(i), payload, env),
-            Some(w) => {
-                vm.record_failure(Error::Device(crate::ep::EpError::Device {
-                    device: vm.streams[ins.stream.index()].device,
-                    what: format!("launching on {} panicked", env.stream_name),
-                }));
-                if lane.watched < lane.seq {
-                    // The launches before this one get an event behind them first.
-                    watch_through(vm, ins.stream.index(), lane.seq - 1, lane.watched, w);
-                    lane.watched = lane.seq;
-                    w.queue.push(Watch { seq: lane.seq, event: None, prof: None });
-                    w.notify.notify();
-                }
-            }
-        }
+        lane.policy.unwound(vm, s, lane.seq, batch, i, env, payload);
     }
 }
 
@@ -315,24 +262,7 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
     for &s in &streams {
         let lane = &mut lanes.lanes[s];
         lane.env = Some(Arc::new(vm.exec_env(s)));
-        if vm.streams[s].policy == PolicyKind::Event {
-            let w = Arc::new(Watcher::default());
-            let (vm2, w2) = (vm.clone(), w.clone());
-            let name = format!("eagervm-watch-{}", vm.streams[s].name);
-            let spawned = if vm.fault.refuse_watcher_threads {
-                Err(std::io::Error::other("refused by fault injection"))
-            } else {
-                std::thread::Builder::new().name(name).spawn(move || watcher_main(vm2, w2, s as u32))
-            };
-            match spawned {
-                Ok(j) => joins.push(j),
-                Err(e) => {
-                    // Without its watcher nothing on this stream would ever complete.
-                    vm.fail_startup(format!("cannot start the watcher of {}: {e}", vm.streams[s].name));
-                }
-            }
-            lane.watcher = Some(w);
-        }
+        lane.policy = LanePolicy::start(&vm, s, &mut joins);
     }
     tracing::debug!(
         worker = index,
@@ -367,15 +297,7 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
             for s in lanes.touched.drain(..) {
                 let lane = &mut lanes.lanes[s];
                 lane.touched = false;
-                match &lane.watcher {
-                    None => done.push(Completion {
-                        stream: s as u32,
-                        seq: lane.seq,
-                        report: Report::Done,
-                        event: None,
-                    }),
-                    Some(w) => lane.watched = watch_through(&vm, s, lane.seq, lane.watched, w),
-                }
+                lane.policy.end_batch(&vm, s, lane.seq, &mut done);
             }
             if !done.is_empty() {
                 vm.report(std::mem::replace(&mut done, vm.take_completions()));
@@ -387,153 +309,11 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
         }
         ctx.notify.wait(vm.config.backoff(), || !ctx.queue.is_empty() || ctx.stop.load(Ordering::Acquire));
     }
-    for w in lanes.lanes.iter().filter_map(|l| l.watcher.as_ref()) {
-        w.stop.store(true, Ordering::Release);
-        w.notify.notify();
+    for lane in &lanes.lanes {
+        lane.policy.stop();
     }
     for j in joins {
         let _ = j.join();
     }
     tracing::debug!(worker = index, "worker stopped");
-}
-
-/// The Event policy: launch on the device stream; with `record`, record an event behind the
-/// launch and hand it to the watcher, which reports the stream done through `seq` when the
-/// event is reached. Without it the launch waits for a later event (see `Lane`). Returns the
-/// stream position now covered by watches (`watched` or `seq`).
-#[allow(clippy::too_many_arguments)]
-fn launch_async(
-    vm: &Engine,
-    s: usize,
-    seq: u64,
-    watched: u64,
-    record: bool,
-    ins: Instruction,
-    ops: Operands,
-    program: u64,
-    env: &Arc<ExecEnv>,
-    watcher: &Watcher,
-    done: &mut Vec<Completion>,
-    prof: Option<(u64, Nanos)>,
-) -> u64 {
-    let stream = &vm.streams[s];
-    let mut record_id = None;
-    let launched = match &ins.body {
-        Body::RecordEvent { id } => {
-            record_id = Some(*id);
-            Ok(())
-        }
-        Body::WaitEvent { event } => match event {
-            Some(ev) if !vm.fault.skip_stream_wait() => stream.ep.wait_event(ev.as_ref()),
-            _ => Ok(()),
-        },
-        _ => {
-            let env = env.clone();
-            let mut ins = ins;
-            stream.ep.launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
-        }
-    };
-    if let Err(e) = launched {
-        // The device refused the launch: the instruction is over (its work did not run).
-        // Record the failure; the launches before it get their event, and its watcher
-        // reports this one done in turn after them, so that nothing waits for it forever.
-        vm.record_failure(e.into());
-        watch_through(vm, s, seq - 1, watched, watcher);
-        watcher.queue.push(Watch { seq, event: None, prof });
-        watcher.notify.notify();
-        return seq;
-    }
-    if !record {
-        return watched;
-    }
-    let event = match record_event(stream) {
-        Ok(ev) => {
-            if let Some(id) = record_id {
-                let report = Report::Launched { id };
-                done.push(Completion { stream: s as u32, seq, report, event: Some(ev.clone()) });
-            }
-            Some(ev)
-        }
-        Err(e) => {
-            // Its watcher reports it done in turn (see above).
-            vm.record_failure(e);
-            None
-        }
-    };
-    watcher.queue.push(Watch { seq, event, prof });
-    watcher.notify.notify();
-    seq
-}
-
-/// Take a pooled event and record it on `stream`'s device stream.
-fn record_event(stream: &super::stream::VmStream) -> Result<Arc<dyn Event>, Error> {
-    let ev = stream.events.take()?;
-    stream.ep.record(ev.as_ref())?;
-    Ok(ev)
-}
-
-/// Cover stream `s`'s launches after `watched` through `seq` with one event, handed to its
-/// watcher; returns the new covered position (`seq`, or `watched` if nothing was left).
-fn watch_through(vm: &Engine, s: usize, seq: u64, watched: u64, watcher: &Watcher) -> u64 {
-    if watched >= seq {
-        return watched;
-    }
-    let event = record_event(&vm.streams[s]).map_err(|e| vm.record_failure(e)).ok();
-    watcher.queue.push(Watch { seq, event, prof: None });
-    watcher.notify.notify();
-    seq
-}
-
-/// A watcher's records since its last report: the recorder and the slice's start.
-type WatchRecords = Option<(Recorder, Nanos, usize)>;
-
-/// Hand a watcher's records in (before its report).
-fn finish_watch(vm: &Engine, rec: &mut WatchRecords) {
-    if let Some((mut r, start, n)) = rec.take() {
-        r.slice("watch", start, n);
-        r.finish(&vm.timeline);
-    }
-}
-
-fn watcher_main(vm: Arc<Engine>, w: Arc<Watcher>, stream: u32) {
-    let mut done = vm.take_completions();
-    let mut rec: WatchRecords = None;
-    loop {
-        match w.queue.pop() {
-            Some(watch) => {
-                if let Some(event) = &watch.event {
-                    // Report what is already complete without blocking; block only on the
-                    // oldest incomplete event, after handing over what we have.
-                    if !event.query() && !done.is_empty() {
-                        finish_watch(&vm, &mut rec);
-                        vm.report(std::mem::replace(&mut done, vm.take_completions()));
-                    }
-                    let start = watch.prof.map(|_| vm.timeline.now());
-                    if let Err(e) = event.wait() {
-                        vm.record_failure(e.into());
-                    }
-                    if let (Some((program, launched)), Some(start)) = (watch.prof, start) {
-                        if rec.is_none() {
-                            rec = vm.timeline.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
-                        }
-                        if let Some((r, _, n)) = &mut rec {
-                            r.push(Rec::Async { program, launched, done: r.now() });
-                            *n += 1;
-                        }
-                    }
-                }
-                done.push(Completion { stream, seq: watch.seq, report: Report::Done, event: watch.event });
-                if w.queue.is_empty() {
-                    finish_watch(&vm, &mut rec);
-                    vm.report(std::mem::replace(&mut done, vm.take_completions()));
-                }
-            }
-            None => {
-                if w.stop.load(Ordering::Acquire) {
-                    break;
-                }
-                w.notify.wait(vm.config.backoff(), || !w.queue.is_empty() || w.stop.load(Ordering::Acquire));
-            }
-        }
-    }
 }

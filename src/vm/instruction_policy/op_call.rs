@@ -1,149 +1,23 @@
-//! Instruction policies: what running each kind of instruction does to its tensors.
+//! The call path: running an `OpCall`'s kernel on its operands.
 //!
-//! [`execute`] runs on whichever thread executes the stream's work: the `ThreadCtx`
-//! worker for synchronous (CPU) streams and for CUDA launches (which enqueue the kernels on
-//! the device stream), the device's own thread for the mock device (the worker launches a
-//! closure that calls it), or the caller in synchronous mode. The
-//! dependence rules guarantee that while it runs, no other instruction writes the tensors
-//! it reads or touches the tensors it writes.
+//! A call, the common instruction, runs inlined into the worker's loop ([`execute`]); the
+//! common shapes of call run with their operand counts known, every other shape out of line
+//! ([`op_call_general`], [`op_call_many`]). A call skips its kernel and carries an input's
+//! error on to its outputs; a kernel that fails, and an output that cannot be allocated,
+//! store an error on every output ([`fail`], the parent module's docs).
 //!
-//! Errors are values (DESIGN.md): a kernel that fails or panics stores an [`Error`] on
-//! every tensor it writes; an instruction that reads a tensor carrying an error skips its
-//! kernel and stores the same error on its outputs; a later successful write clears it.
-//!
-//! Out of memory is one of those errors: storage is allocated here, fallibly
-//! ([`HostAllocator::alloc_tensor`]), when a call or a host write first writes a tensor; an
-//! allocation that fails stores [`Error::Alloc`] on every tensor the instruction writes, and
-//! the kernel does not run. A host read's copy for the caller is allocated fallibly too; if
-//! it fails, the read returns `Error::Alloc` to its caller and the tensor is untouched.
+//! [`execute`]: super::execute
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use smallvec::SmallVec;
 
-use crate::alloc::HostAllocator;
-use crate::ep::EpError;
 use crate::vm::tensor::Fetch;
 use crate::vm::Error;
 use crate::vm::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
 
-use super::instruction::{AccessSlot, Body, Instruction, Operand};
-
-/// Failures since the last `sync`, shared by every executor of a VM.
-#[derive(Debug, Default)]
-pub(crate) struct FailureLog {
-    inner: Mutex<(u64, Option<Error>)>,
-}
-
-impl FailureLog {
-    fn record(&self, e: &Error) {
-        let mut g = self.inner.lock();
-        g.0 += 1;
-        if g.1.is_none() {
-            g.1 = Some(e.clone());
-        }
-    }
-
-    /// Record a failure that no tensor carries (a device that refused a launch).
-    pub(crate) fn record_external(&self, e: Error) {
-        self.record(&e);
-    }
-
-    /// Take the failures recorded so far (count and first), resetting the log.
-    pub(crate) fn take(&self) -> Option<Error> {
-        let mut g = self.inner.lock();
-        let (count, first) = std::mem::take(&mut *g);
-        first.map(|f| Error::Failed { count, first: Box::new(f) })
-    }
-}
-
-/// What an executor needs besides the instruction.
-#[derive(Debug)]
-pub(crate) struct ExecEnv {
-    pub(crate) stream_name: String,
-    pub(crate) alloc: Arc<HostAllocator>,
-    pub(crate) failures: Arc<FailureLog>,
-}
-
-/// Run `ins` in place. `program` is its program number, for the errors it may raise. A
-/// `Barrier` reaches here only in synchronous mode (the scheduler runs barriers itself
-/// otherwise); its callback is taken out and called. A synchronous worker then empties the
-/// batch, dropping what the instructions still hold, and hands it back to the pool.
-///
-/// A kernel's panic unwinds out of this function: the caller catches it (a worker once per
-/// batch; [`execute_catching`] once per instruction, for work launched on an asynchronous
-/// stream and in synchronous mode) and hands it to [`panicked`]. Catching once per batch
-/// keeps the landing pad, and the indirect call it takes, off every instruction.
-///
-/// A call, the common case, is run here, inlined into the worker's loop; every other kind
-/// goes to [`execute_other`], kept out of line.
-#[inline(always)]
-pub(crate) fn execute(body: &mut Body, n_inputs: u8, ops: &[Operand], program: u64, env: &ExecEnv) {
-    if let &mut Body::OpCall { kernel, attrs } = body {
-        let (inputs, outputs) = ops.split_at(n_inputs as usize);
-        op_call(kernel.get(), attrs, inputs, outputs, program, env);
-    } else {
-        execute_other(body, ops, program, env);
-    }
-}
-
-/// [`execute`] for everything but a call.
-#[inline(never)]
-fn execute_other(body: &mut Body, ops: &[Operand], program: u64, env: &ExecEnv) {
-    match body {
-        Body::OpCall { .. } => unreachable!("calls are run by `execute`"),
-        Body::Release { .. } => {
-            for op in ops {
-                // SAFETY: a Release holds the write access to its operand: every earlier
-                // access has finished (or precedes it on this stream's FIFO).
-                let v = unsafe { op.tensor().value_mut() };
-                v.storage = None;
-                v.error = None;
-            }
-        }
-        Body::Read(slot) => read_access(&ops[0], slot, false, program, env),
-        Body::Wait(slot) => read_access(&ops[0], slot, true, program, env),
-        Body::Write(bytes) => write_access(&ops[0], bytes, program, env),
-        // On a synchronous stream events are complete when recorded; asynchronous streams
-        // handle these in the worker (`thread_ctx`), which owns the device stream.
-        Body::RecordEvent { .. } | Body::StreamWaitEvent { .. } => {}
-        // Give a pooled event back now, not when the batch is emptied.
-        Body::WaitEvent { event } => drop(event.take()),
-        Body::Barrier { callback } => std::mem::replace(callback, Box::new(|| {}))(),
-    }
-}
-
-/// [`execute`], catching a panic: for work launched on an asynchronous stream (run on the
-/// mock device's thread, or on the worker by a CUDA launch) and in synchronous mode.
-pub(crate) fn execute_catching(ins: &mut Instruction, ops: &[Operand], program: u64, env: &ExecEnv) {
-    if let Err(payload) =
-        catch_unwind(AssertUnwindSafe(|| execute(&mut ins.body, ins.n_inputs, ops, program, env)))
-    {
-        panicked(ins, ops, program, payload, env);
-    }
-}
-
-/// `ins` panicked while it ran (its kernel, as a rule): it failed, and the tensors it
-/// writes carry an [`Error::Panic`] with the panic's message.
-#[cold]
-pub(crate) fn panicked(
-    ins: &Instruction,
-    ops: &[Operand],
-    program: u64,
-    payload: Box<dyn std::any::Any + Send>,
-    env: &ExecEnv,
-) {
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into());
-    let e =
-        Error::Panic { instr: program, op: ins.body.name().into(), stream: env.stream_name.clone(), message };
-    fail(&ops[ins.n_inputs as usize..], e, env);
-}
+use super::super::instruction::Operand;
+use super::ExecEnv;
 
 /// Views of a call's operands, made in place as the operands are read: a buffer that
 /// takes view `k` into slot `k` and lends the first `n` slots out as a slice.
@@ -222,7 +96,7 @@ const INLINE_OUTPUTS: usize = 1;
 /// no-op call costs the worker much less: `docs/performance.md`, "Why the hot paths are
 /// shaped so", has the measurement.)
 #[inline(always)]
-fn op_call(
+pub(super) fn op_call(
     kernel: &'static dyn OpKernel,
     attrs: Attrs,
     inputs: &[Operand],
@@ -386,7 +260,7 @@ fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, progr
     }
 }
 
-fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
+pub(super) fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
     tracing::debug!(error = %e, "instruction failed");
     env.failures.record(&e);
     set_error(outputs, Arc::new(e));
@@ -399,70 +273,11 @@ fn set_error(outputs: &[Operand], e: Arc<Error>) {
     }
 }
 
-/// A host read (`wait_only`: only the error state) of `op`'s tensor into `slot`.
-fn read_access(op: &Operand, slot: &AccessSlot, wait_only: bool, program: u64, env: &ExecEnv) {
-    let t = op.tensor();
-    // SAFETY: a read Access holds the read access to its operand.
-    let v = unsafe { t.value() };
-    let r = match (&v.error, &v.storage) {
-        (Some(e), _) => Err((**e).clone()),
-        (None, _) if wait_only => Ok(Vec::new()),
-        (None, Some(s)) => copy_out(s.as_bytes()).map_err(|source| Error::Alloc {
-            instr: program,
-            op: "Access".into(),
-            stream: env.stream_name.clone(),
-            source: EpError::OutOfMemory {
-                device: t.meta.device,
-                detail: format!("tensor {}: {source}, for the caller's copy of its values", t.id),
-            },
-        }),
-        (None, None) => Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id }),
-    };
-    slot.fulfil(r);
-}
-
-/// The caller's copy of a tensor's bytes, or the error of a refused allocation (never the
-/// global allocator's abort): its size is the program's.
-fn copy_out(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    out.try_reserve_exact(bytes.len())
-        .map_err(|e| format!("out of memory allocating {} bytes ({e})", bytes.len()))?;
-    out.extend_from_slice(bytes);
-    Ok(out)
-}
-
-/// A host write of `bytes` into `op`'s tensor. A tensor without storage gets it here; if
-/// that fails, the tensor carries [`Error::Alloc`] instead of the bytes.
-fn write_access(op: &Operand, bytes: &[u8], program: u64, env: &ExecEnv) {
-    let t = op.tensor();
-    // SAFETY: a write Access holds the write access to its operand.
-    let v = unsafe { t.value_mut() };
-    if v.storage.is_none() {
-        // Accesses run on the host stream, whose allocator is the host's; the builder allows
-        // them on host tensors only.
-        match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
-            Ok(s) => v.storage = Some(s),
-            Err(source) => {
-                let e = Error::Alloc {
-                    instr: program,
-                    op: "Access".into(),
-                    stream: env.stream_name.clone(),
-                    source,
-                };
-                fail(std::slice::from_ref(op), e, env);
-                return;
-            }
-        }
-    }
-    if let Some(storage) = &mut v.storage {
-        storage.as_bytes_mut().copy_from_slice(bytes);
-    }
-    v.error = None;
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::FailureLog;
     use super::*;
+    use crate::alloc::HostAllocator;
     use crate::ep::DeviceId;
     use crate::vm::instruction::{AccessMode, TensorPtr};
     use crate::vm::tensor::TensorInner;

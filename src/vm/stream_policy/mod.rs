@@ -1,0 +1,229 @@
+//! Stream policies: how a stream's instructions run and how their completion reaches the
+//! scheduler, one file per policy.
+//!
+//! The scheduler knows a stream only by positions and by the reports "launched" (a
+//! `RecordEvent`'s event is recorded) and "done through p" (`vm::scheduler`). A stream
+//! policy is what makes those reports true: what a worker does with each instruction of
+//! the stream, who reports it done, and when. Each policy reports a stream's positions in
+//! stream order. Every stream has one policy, picked from its device when the engine starts
+//! ([`StreamPolicy::for_device`]); the instruction kinds that the scheduler runs itself take
+//! the scheduler-thread policy whatever their stream ([`StreamPolicy::on_scheduler`]).
+//!
+//! | policy | file | runs | "launched" means | "done" means | who reports done |
+//! | --- | --- | --- | --- | --- | --- |
+//! | `Synchronous` | `synchronous.rs` | the streams of synchronous devices (CPU) | run on the worker: launched is done | run on the worker | the worker, once per stream per batch ("done through" the batch's last position on the stream) |
+//! | `EventRecorded` | `event.rs` | the streams of asynchronous devices (mock, CUDA) | enqueued on the device stream; for a `RecordEvent`, its pooled event recorded behind the work before it, which the worker reports at once | the device has reached an event recorded on the stream at or after it | the stream's watcher thread, sleeping in `Event::wait` on the oldest event it was handed (never a poll loop) |
+//! | `OnScheduler` | `scheduler.rs` | `Barrier` (it carries the host stream but takes no position on it) | taken in by the scheduler at receipt; it never reaches a worker, and counts as retired at once | every stream is done through the position noted at receipt, and the scheduler has run its callback | the scheduler, on its own thread |
+//!
+//! In synchronous mode (`Config::synchronous`) there are no workers: the caller runs each
+//! instruction as it submits it ([`run_inline`]) under the same policies: a synchronous
+//! stream's on its own thread, an event-recorded stream's launched and then waited for, a
+//! barrier's callback at once.
+//!
+//! The policy is an enum, not a trait object: a worker picks a stream's policy with one
+//! `match` per run of instructions, which the compiler inlines into the worker's loop (the
+//! synchronous arm into its run of one stream), where a call through a vtable would stay a
+//! call for every instruction.
+//!
+//! # How to add a stream policy or a stream type
+//!
+//! A stream type whose streams complete as an existing policy's do (a new copy engine) takes
+//! only step 1. A stream with a completion of its own, as the collective stream will have
+//! (its work is done when every peer's part is), takes every step:
+//!
+//! 1. The stream type: its `StreamType` variant, in `StreamType::ALL` and
+//!    `StreamType::name` (`src/ep/types.rs`), and the stream each device makes for it
+//!    (`Device::create_stream` in `src/ep/cpu.rs`, `src/ep/mock.rs`, `src/ep/cuda/`).
+//! 2. The policy's file, `src/vm/stream_policy/<policy>.rs`: what a worker keeps for one of
+//!    its streams, and the functions that start a lane (and any thread it needs), run or
+//!    launch one instruction, handle a panic while doing so, end a batch (its reports),
+//!    stop the lane, and run one instruction in synchronous mode.
+//! 3. This file: the [`StreamPolicy`] variant and its answers in
+//!    [`is_asynchronous`](StreamPolicy::is_asynchronous) and
+//!    [`has_watcher`](StreamPolicy::has_watcher), the [`LanePolicy`] variant, and one arm in
+//!    each `match` of [`LanePolicy`] and [`run_inline`].
+//! 4. The one registration: [`StreamPolicy::for_device`] picks the policy for the streams
+//!    that take it (given the stream type as well, when the policy goes by stream type, as
+//!    the collective stream's will).
+//!
+//! Nothing else changes: the workers (`vm::thread_ctx`), the engine (`vm::engine`) and the
+//! scheduler (`vm::scheduler`) reach the policies only through this file.
+
+mod event;
+mod scheduler;
+mod synchronous;
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use crate::ep::Device;
+use crate::vm::observe::Recorder;
+
+use super::instruction::{Batch, Body, Instruction, Operand};
+use super::instruction_policy::ExecEnv;
+use super::scheduler::Completion;
+use super::Engine;
+
+pub(crate) use scheduler::Barriers;
+
+/// How a stream's instructions run and complete (the module docs' table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamPolicy {
+    /// Run on the worker; launched means done (CPU).
+    Synchronous,
+    /// Launched on the device stream, with pooled events recorded behind the launches; the
+    /// stream's watcher reports completion when an event is reached (mock, CUDA).
+    EventRecorded,
+    /// Run by the scheduler on its own thread, never by a worker (`Barrier`). No stream has
+    /// it: instructions take it by kind ([`on_scheduler`](Self::on_scheduler)).
+    OnScheduler,
+}
+
+impl StreamPolicy {
+    /// The registration: the policy of the streams of `device`.
+    pub(crate) fn for_device(device: &dyn Device) -> StreamPolicy {
+        if device.is_async() {
+            StreamPolicy::EventRecorded
+        } else {
+            StreamPolicy::Synchronous
+        }
+    }
+
+    /// Whether instructions of this kind take the scheduler-thread policy, whatever their
+    /// stream.
+    #[inline(always)]
+    pub(super) fn on_scheduler(body: &Body) -> bool {
+        matches!(body, Body::Barrier { .. })
+    }
+
+    /// The policy `body` runs under on a stream of policy `stream`.
+    #[inline(always)]
+    pub(super) fn of(body: &Body, stream: StreamPolicy) -> StreamPolicy {
+        if Self::on_scheduler(body) {
+            StreamPolicy::OnScheduler
+        } else {
+            stream
+        }
+    }
+
+    /// Whether a stream of this policy finishes its work after the worker has moved on: a
+    /// stream that uses its results is ordered behind an event recorded on it (the builder's
+    /// soft sync), and, when the device lets it, waits for one on the device (the
+    /// scheduler's covering rule).
+    pub(crate) fn is_asynchronous(self) -> bool {
+        match self {
+            StreamPolicy::EventRecorded => true,
+            StreamPolicy::Synchronous | StreamPolicy::OnScheduler => false,
+        }
+    }
+
+    /// Whether each stream of this policy has a watcher thread (`eagervm-watch-<stream>`).
+    pub(crate) fn has_watcher(self) -> bool {
+        match self {
+            StreamPolicy::EventRecorded => true,
+            StreamPolicy::Synchronous | StreamPolicy::OnScheduler => false,
+        }
+    }
+}
+
+/// What a worker keeps for one stream under the stream's policy.
+#[derive(Default)]
+pub(crate) enum LanePolicy {
+    /// A synchronous stream, or a stream the worker does not serve: nothing to keep.
+    #[default]
+    Synchronous,
+    /// An event-recorded stream: its watcher, and what it covers.
+    EventRecorded(event::EventLane),
+}
+
+impl LanePolicy {
+    /// Set up the lane of stream `s` on its worker; the threads its policy starts are pushed
+    /// to `threads`, for the worker to join after [`stop`](Self::stop).
+    pub(crate) fn start(vm: &Arc<Engine>, s: usize, threads: &mut Vec<JoinHandle<()>>) -> LanePolicy {
+        match vm.streams[s].policy {
+            StreamPolicy::Synchronous => LanePolicy::Synchronous,
+            StreamPolicy::EventRecorded => LanePolicy::EventRecorded(event::EventLane::start(vm, s, threads)),
+            StreamPolicy::OnScheduler => unreachable!("no stream has the scheduler policy"),
+        }
+    }
+
+    /// Whether the worker runs the stream's instructions itself, so that a run of them takes
+    /// the worker's run-of-one-stream loop.
+    #[inline(always)]
+    pub(crate) fn runs_on_worker(&self) -> bool {
+        matches!(self, LanePolicy::Synchronous)
+    }
+
+    /// Run or launch instruction `i` of `batch` (program number `program`), at position
+    /// `seq` of its stream `s`. With `prof`, it is timed.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn run(
+        &mut self,
+        vm: &Engine,
+        s: usize,
+        seq: u64,
+        batch: &mut Batch,
+        i: usize,
+        program: u64,
+        env: &Arc<ExecEnv>,
+        done: &mut Vec<Completion>,
+        prof: Option<&mut Recorder>,
+    ) {
+        match self {
+            LanePolicy::Synchronous => synchronous::run(batch, i, program, env, prof),
+            LanePolicy::EventRecorded(lane) => lane.launch(vm, s, seq, batch, i, program, env, done, prof),
+        }
+    }
+
+    /// Instruction `i` of `batch`, at position `seq` of its stream `s`, unwound out of
+    /// [`run`](Self::run) with `payload`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn unwound(
+        &mut self,
+        vm: &Engine,
+        s: usize,
+        seq: u64,
+        batch: &Batch,
+        i: usize,
+        env: &ExecEnv,
+        payload: Box<dyn std::any::Any + Send>,
+    ) {
+        match self {
+            LanePolicy::Synchronous => synchronous::unwound(batch, i, env, payload),
+            LanePolicy::EventRecorded(lane) => lane.unwound(vm, s, seq, env),
+        }
+    }
+
+    /// The batch ran or launched stream `s`'s instructions through position `seq`: report
+    /// (or arrange to report) them.
+    #[inline(always)]
+    pub(crate) fn end_batch(&mut self, vm: &Engine, s: usize, seq: u64, done: &mut Vec<Completion>) {
+        match self {
+            LanePolicy::Synchronous => synchronous::end_batch(s, seq, done),
+            LanePolicy::EventRecorded(lane) => lane.end_batch(vm, s, seq),
+        }
+    }
+
+    /// Ask the lane's threads to exit (the worker joins them).
+    pub(crate) fn stop(&self) {
+        match self {
+            LanePolicy::Synchronous => {}
+            LanePolicy::EventRecorded(lane) => lane.stop(),
+        }
+    }
+}
+
+/// Synchronous mode: run `ins` (program number `program`, operands `ops`) on the caller's
+/// thread under its policy, and return once it is done. `env` is its stream's environment.
+pub(crate) fn run_inline(vm: &Engine, mut ins: Instruction, ops: &[Operand], program: u64, env: &ExecEnv) {
+    let s = ins.stream.index();
+    match (&ins.body, StreamPolicy::of(&ins.body, vm.streams[s].policy)) {
+        // Everything submitted before has finished: no event is left to record or wait for.
+        (Body::RecordEvent { .. } | Body::StreamWaitEvent { .. }, _) => {}
+        (_, StreamPolicy::Synchronous) => synchronous::run_inline(&mut ins, ops, program, env),
+        (_, StreamPolicy::EventRecorded) => event::run_inline(vm, s, ins, ops, program),
+        (_, StreamPolicy::OnScheduler) => scheduler::run_inline(&mut ins, ops, program, env),
+    }
+}
