@@ -135,7 +135,7 @@ impl Tensor {
 
     /// Release the tensor while handles of it may still be alive (`Array::release`).
     pub(crate) fn release_now(&self) -> Result<()> {
-        super::virtual_machine::release_tensor(&*self.vm()?, self.inner());
+        super::virtual_machine::release_tensor(&*self.vm()?, self);
         Ok(())
     }
 

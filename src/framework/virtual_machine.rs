@@ -20,7 +20,7 @@ use crate::profile::{Profile, ProfileError};
 use crate::vm::engine::{Engine, EngineHandle};
 use crate::vm::instruction::AccessSlot;
 use crate::vm::observe::ThreadRole;
-use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner};
+use crate::vm::tensor::{Fetch, MetaId, TensorOwner};
 use crate::vm::{Attrs, Config, DType, Element, Error, Result, StreamId, TensorMeta};
 
 use super::builder::{push_release, InstructionsBuilder};
@@ -91,8 +91,10 @@ pub(crate) fn release_owned(engine: &Engine, t: TensorOwner) {
 
 /// Release `t` while handles of it may still be alive (`Array::release`): its `Release`
 /// follows every use already built, on any thread (`framework::release`), and later calls
-/// on it are refused.
-pub(crate) fn release_tensor(engine: &Engine, t: &TensorInner) {
+/// on it are refused. The handle proves the tensor alive; the `Release` gets a count of its
+/// own.
+pub(crate) fn release_tensor(engine: &Engine, t: &Tensor) {
+    let t = t.inner();
     if t.released.swap(true, std::sync::atomic::Ordering::Relaxed) {
         return;
     }

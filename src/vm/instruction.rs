@@ -131,11 +131,16 @@ impl Operand {
         Operand(tensor.0.map_addr(|a| a | bit))
     }
 
-    /// The tensor (see [`TensorPtr`] for why it is alive).
+    /// The tensor.
+    ///
+    /// # Safety
+    /// The instruction holding this operand is being submitted, admitted or run, so its
+    /// tensor is alive ([`TensorPtr`]'s rule). An operand copied out of its instruction and
+    /// kept after that may name a freed tensor: this call is what must not follow it.
     #[inline]
-    pub(super) fn tensor(&self) -> &TensorInner {
+    pub(super) unsafe fn tensor(&self) -> &TensorInner {
         // SAFETY: the untagged pointer is the TensorPtr this operand was made from, alive
-        // for as long as the instruction holding it can be admitted or run (TensorPtr).
+        // while the instruction holding it is submitted, admitted or run (the contract).
         unsafe { self.ptr().0.as_ref() }
     }
 
@@ -740,8 +745,10 @@ mod tests {
         for mode in [AccessMode::Read, AccessMode::Write] {
             let o = Operand::new(p, mode);
             assert_eq!((o.mode(), o.ptr()), (mode, p));
-            assert_eq!(o.tensor().id, 7);
-            assert!(std::ptr::eq(o.tensor(), t.as_ref()));
+            // SAFETY: `t` outlives the operand.
+            let back = unsafe { o.tensor() };
+            assert_eq!(back.id, 7);
+            assert!(std::ptr::eq(back, t.as_ref()));
         }
     }
 

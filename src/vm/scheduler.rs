@@ -446,8 +446,9 @@ impl Scheduler {
     #[inline(always)]
     fn apply_rules(&mut self, me: InstrRef, ops: &[Operand]) {
         for op in ops {
-            // SAFETY: only the scheduler thread (this one) touches dependence objects, and
-            // no other reference to this one is held across this call.
+            // SAFETY: the instruction is being admitted, so its operands' tensors are alive
+            // (`Operand::tensor`); only the scheduler thread (this one) touches dependence
+            // objects, and no other reference to this one is held across this call.
             let dep = unsafe { op.tensor().dep_mut() };
             match op.mode() {
                 AccessMode::Read => dep.read(me, self),

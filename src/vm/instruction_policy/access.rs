@@ -12,7 +12,8 @@ use super::ExecEnv;
 
 /// A host read (`wait_only`: only the error state) of `op`'s tensor into `slot`.
 pub(super) fn read_access(op: &Operand, slot: &AccessSlot, wait_only: bool, program: u64, env: &ExecEnv) {
-    let t = op.tensor();
+    // SAFETY: the access is running, so its operand's tensor is alive.
+    let t = unsafe { op.tensor() };
     // SAFETY: a read Access holds the read access to its operand.
     let v = unsafe { t.value() };
     let r = match (&v.error, &v.storage) {
@@ -45,7 +46,8 @@ fn copy_out(bytes: &[u8]) -> Result<Vec<u8>, String> {
 /// A host write of `bytes` into `op`'s tensor. A tensor without storage gets it here; if
 /// that fails, the tensor carries [`Error::Alloc`] instead of the bytes.
 pub(super) fn write_access(op: &Operand, bytes: &[u8], program: u64, env: &ExecEnv) {
-    let t = op.tensor();
+    // SAFETY: the access is running, so its operand's tensor is alive.
+    let t = unsafe { op.tensor() };
     // SAFETY: a write Access holds the write access to its operand.
     let v = unsafe { t.value_mut() };
     if v.storage.is_none() {

@@ -169,15 +169,19 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     let mut ins = I::new();
     let mut uninitialized = None;
     for (k, op) in inputs.iter().enumerate() {
-        // SAFETY: this OpCall holds a read access to each input (dependence rules).
-        let v = unsafe { op.tensor().value() };
+        // SAFETY: this OpCall is running, so each operand's tensor is alive
+        // (`Operand::tensor`), and it holds a read access to each input (dependence rules).
+        let (t, v) = unsafe {
+            let t = op.tensor();
+            (t, t.value())
+        };
         if let Some(e) = &v.error {
             set_error(outputs, e.clone());
             return;
         }
         match &v.storage {
-            Some(data) => ins.put(k, TensorView { meta: &op.tensor().meta, data }),
-            None => uninitialized = uninitialized.or(Some(op.tensor().id)),
+            Some(data) => ins.put(k, TensorView { meta: &t.meta, data }),
+            None => uninitialized = uninitialized.or(Some(t.id)),
         }
     }
     if let Some(tensor) = uninitialized {
@@ -189,14 +193,16 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     let mut outs = O::new();
     let mut clear_errors = false;
     for (k, op) in outputs.iter().enumerate() {
-        // SAFETY: this OpCall holds the write access to each output, and outputs are
-        // distinct from inputs and from each other (the builder refuses aliases); each
-        // output's value is borrowed once here and not through any other path while
-        // `outs` lives.
-        let v = unsafe { op.tensor().value_mut() };
+        // SAFETY: this OpCall is running, so each operand's tensor is alive; it holds the
+        // write access to each output, and outputs are distinct from inputs and from each
+        // other (the builder refuses aliases); each output's value is borrowed once here
+        // and not through any other path while `outs` lives.
+        let (t, v) = unsafe {
+            let t = op.tensor();
+            (t, t.value_mut())
+        };
         clear_errors |= v.error.is_some();
         if v.storage.is_none() {
-            let t = op.tensor();
             match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
                 Ok(s) => v.storage = Some(s),
                 Err(source) => {
@@ -213,7 +219,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
             }
         }
         let data = v.storage.as_mut().expect("allocated above");
-        outs.put(k, TensorViewMut { meta: &op.tensor().meta, data });
+        outs.put(k, TensorViewMut { meta: &t.meta, data });
     }
     // SAFETY: every input and every output got its view (an input without storage, the one
     // way to skip a view, returned above).
@@ -224,7 +230,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         Ok(()) => {
             if clear_errors {
                 for op in outputs {
-                    // SAFETY: write access, as above; the views are dropped.
+                    // SAFETY: alive, with the write access, as above; the views are dropped.
                     unsafe { op.tensor().value_mut() }.error = None;
                 }
             }
@@ -251,9 +257,11 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
 #[cold]
 #[inline(never)]
 fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, program: u64, env: &ExecEnv) {
+    // SAFETY: the call is running, so its one output's tensor is alive.
+    let fetch = |o: &Operand| unsafe { o.tensor() }.fetch;
     match outputs {
-        [o] if o.tensor().fetch == Fetch::Wait => {}
-        [o] if o.tensor().fetch == Fetch::Read => {
+        [o] if fetch(o) == Fetch::Wait => {}
+        [o] if fetch(o) == Fetch::Read => {
             set_error(outputs, Arc::new(Error::Uninitialized { instr: program, op: "Access".into(), tensor }))
         }
         _ => fail(outputs, Error::Uninitialized { instr: program, op: kernel.name().into(), tensor }, env),
@@ -268,7 +276,8 @@ pub(super) fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
 
 fn set_error(outputs: &[Operand], e: Arc<Error>) {
     for op in outputs {
-        // SAFETY: the caller holds the write access to every output.
+        // SAFETY: the caller is running the instruction (its tensors are alive) and holds
+        // the write access to every output.
         unsafe { op.tensor().value_mut() }.error = Some(e.clone());
     }
 }

@@ -7,8 +7,9 @@ use super::super::instruction::Operand;
 #[inline(always)]
 pub(super) fn release(ops: &[Operand]) {
     for op in ops {
-        // SAFETY: a Release holds the write access to its operand: every earlier
-        // access has finished (or precedes it on this stream's FIFO).
+        // SAFETY: the Release is running, and owns its operand's tensor (alive); it holds
+        // the write access to it: every earlier access has finished (or precedes it on
+        // this stream's FIFO).
         let v = unsafe { op.tensor().value_mut() };
         v.storage = None;
         v.error = None;

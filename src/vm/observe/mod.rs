@@ -126,7 +126,8 @@ impl<'a> InstrView<'a> {
         // Every operand of a submitted instruction names a live tensor: the submitter holds
         // a handle of each (or, for a `Release`, the instruction owns one).
         self.ops.iter().map(|o| {
-            let t = o.tensor();
+            // SAFETY: the instruction is being submitted, so its operands' tensors are alive.
+            let t = unsafe { o.tensor() };
             OperandView { id: t.id, meta: &t.meta }
         })
     }

@@ -237,7 +237,8 @@ impl Recorder {
             stream: stream.0,
             name: body.name(),
             link,
-            tensors: ops.iter().map(|o| o.tensor().id).collect(),
+            // SAFETY: the instruction is being admitted, so its operands' tensors are alive.
+            tensors: ops.iter().map(|o| unsafe { o.tensor() }.id).collect(),
             queued,
             dispatched,
         });
