@@ -833,4 +833,35 @@ mod tests {
         b.clear();
         assert_eq!(Arc::strong_count(&slot), 1);
     }
+
+    #[test]
+    fn a_wrong_operand_count_never_exposes_an_unwritten_slot() {
+        use crate::ep::DeviceId;
+        use crate::vm::tensor::TensorInner;
+        use crate::vm::{Attrs, DType, KernelRef, TensorMeta};
+        static NOOP: &dyn crate::vm::OpKernel = &Noop;
+        let kernel = KernelRef::new(&NOOP);
+        let t = TensorInner::for_test(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU));
+        // SAFETY: `t` outlives every operand made here, and no instruction here ever runs.
+        let op = |mode| Operand::new(unsafe { TensorPtr::new(&t) }, mode);
+        let (r, w) = (op(AccessMode::Read), op(AccessMode::Write));
+        let mut b = Batch::with_capacity(4);
+        // Five announced, two given: they end up inline, as two.
+        b.push_call(kernel, Attrs::default(), StreamId(0), 2, 5, [r, w].into_iter());
+        // One announced, four given: the first three fit inline; the input count is clamped.
+        b.push_call(kernel, Attrs::default(), StreamId(0), 9, 1, [r, r, w, w].into_iter());
+        // Five announced and given: in the arena.
+        b.push_call(kernel, Attrs::default(), StreamId(0), 4, 5, [r, r, r, r, w].into_iter());
+        assert_eq!(*b.operands(&b.ins[0]), [r, w]);
+        assert!(!b.ins[0].ops.in_arena());
+        assert_eq!(*b.operands(&b.ins[1]), [r, r, w]);
+        assert_eq!(b.ins[1].n_inputs, 3);
+        assert_eq!(*b.operands(&b.ins[2]), [r, r, r, r, w]);
+        assert!(b.ins[2].ops.in_arena());
+        let placed = b.place(6, [w].into_iter());
+        assert_eq!(placed.len, 1);
+        assert!(!placed.in_arena());
+        let placed = b.place(2, [r, r, r, w].into_iter());
+        assert_eq!(placed.len, 3, "an inline list keeps what fits");
+    }
 }
