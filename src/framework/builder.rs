@@ -333,11 +333,9 @@ impl<'vm> InstructionsBuilder<'vm> {
                 t.inner().last_stream.store(stream.0, Ordering::Relaxed);
             }
         }
-        let n = inputs.len() + outputs.len();
-        // At most `WIDE_OPS` operands on this path: the count fits the byte.
-        let _ = n;
         // SAFETY: the caller holds a handle of each operand while it builds, and a `Release`
-        // of a tensor is submitted only after the batch being built (`framework::release`).
+        // of a tensor is submitted only after the batch being built (`framework::release`);
+        // at most `WIDE_OPS` operands take this path, so the input count fits its byte.
         unsafe { self.batch.push_call_of(kernel, attrs, stream, inputs, outputs) };
         self.flush_if_full();
     }
