@@ -481,7 +481,7 @@ impl Engine {
             threads.push((ThreadRole::Worker(i as u32), format!("eagervm-worker-{i}")));
         }
         for (i, st) in self.streams.iter().enumerate() {
-            if st.policy.has_watcher() {
+            if st.policy.is_asynchronous() {
                 threads.push((ThreadRole::Watcher(i as u32), format!("eagervm-watch-{}", st.name)));
             }
         }

@@ -38,10 +38,9 @@
 //!    its streams, and the functions that start a lane (and any thread it needs), run or
 //!    launch one instruction, handle a panic while doing so, end a batch (its reports),
 //!    stop the lane, and run one instruction in synchronous mode.
-//! 3. This file: the [`StreamPolicy`] variant and its answers in
-//!    [`is_asynchronous`](StreamPolicy::is_asynchronous) and
-//!    [`has_watcher`](StreamPolicy::has_watcher), the [`LanePolicy`] variant, and one arm in
-//!    each `match` of [`LanePolicy`] and [`run_inline`].
+//! 3. This file: the [`StreamPolicy`] variant and its answer in
+//!    [`is_asynchronous`](StreamPolicy::is_asynchronous), the [`LanePolicy`] variant, and
+//!    one arm in each `match` of [`LanePolicy`] and [`run_inline`].
 //! 4. The one registration: [`StreamPolicy::for_device`] picks the policy for the streams
 //!    that take it (given the stream type as well, when the policy goes by stream type, as
 //!    the collective stream's will).
@@ -109,16 +108,9 @@ impl StreamPolicy {
     /// Whether a stream of this policy finishes its work after the worker has moved on: a
     /// stream that uses its results is ordered behind an event recorded on it (the builder's
     /// soft sync), and, when the device lets it, waits for one on the device (the
-    /// scheduler's covering rule).
+    /// scheduler's covering rule). Each such stream has a watcher thread
+    /// (`eagervm-watch-<stream>`) that reports its completions.
     pub(crate) fn is_asynchronous(self) -> bool {
-        match self {
-            StreamPolicy::EventRecorded => true,
-            StreamPolicy::Synchronous | StreamPolicy::OnScheduler => false,
-        }
-    }
-
-    /// Whether each stream of this policy has a watcher thread (`eagervm-watch-<stream>`).
-    pub(crate) fn has_watcher(self) -> bool {
         match self {
             StreamPolicy::EventRecorded => true,
             StreamPolicy::Synchronous | StreamPolicy::OnScheduler => false,
