@@ -25,6 +25,7 @@
 //! deferred host frees of asynchronous launches. The VM's per-device storage allocator
 //! (`alloc`) sits above this layer and uses it; nothing here uses `alloc`.
 
+pub mod ccl;
 pub mod cpu;
 pub mod cuda;
 mod event_pool;

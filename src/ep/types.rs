@@ -94,18 +94,28 @@ pub enum StreamType {
     H2D,
     /// Copies from this device to host memory.
     D2H,
+    /// Collectives (`all_reduce`, `broadcast`, ...) of the communicators this device is a
+    /// member of: OneFlow's CCL stream. Every device has one, the CPU too, so that a
+    /// collective that waits for its peers never holds up the device's kernels.
+    Collective,
 }
 
 impl StreamType {
     /// All stream types, in index order.
-    pub const ALL: [StreamType; 3] = [StreamType::Compute, StreamType::H2D, StreamType::D2H];
+    pub const ALL: [StreamType; 4] =
+        [StreamType::Compute, StreamType::H2D, StreamType::D2H, StreamType::Collective];
 
-    /// Short name (`compute`, `h2d`, `d2h`).
+    /// The stream types of an asynchronous device's own work (all but
+    /// [`Collective`](StreamType::Collective)), in index order.
+    pub const DEVICE: [StreamType; 3] = [StreamType::Compute, StreamType::H2D, StreamType::D2H];
+
+    /// Short name (`compute`, `h2d`, `d2h`, `collective`).
     pub fn name(self) -> &'static str {
         match self {
             StreamType::Compute => "compute",
             StreamType::H2D => "h2d",
             StreamType::D2H => "d2h",
+            StreamType::Collective => "collective",
         }
     }
 }

@@ -128,6 +128,12 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
     }
 
+    /// The engine this builder emits into.
+    #[inline]
+    pub(crate) fn engine(&self) -> &'vm Arc<Engine> {
+        self.vm
+    }
+
     /// Call `op` on `stream`, creating its outputs. Returns them in order.
     pub fn call_multi(
         &mut self,

@@ -1,5 +1,6 @@
 //! The front end: tensors, ops and kernels, and the instruction builder.
 
+pub mod collective;
 pub mod op;
 pub mod tensor;
 pub(crate) mod virtual_machine;
@@ -12,4 +13,5 @@ pub mod builder;
 pub(crate) mod infer_cache;
 pub(crate) mod release;
 pub use builder::{InstructionsBuilder, MAX_INPUTS};
+pub use collective::Communicator;
 pub use virtual_machine::VirtualMachine;

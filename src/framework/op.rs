@@ -39,6 +39,16 @@ impl Op {
     pub fn kernel(&self, device: DeviceType) -> Option<&'static dyn OpKernel> {
         self.kernels[slot(device)].map(KernelRef::get)
     }
+    /// An op outside any registry whose kernel for each of `devices` is `kernel`
+    /// (collectives: `framework::collective`).
+    pub(crate) fn of_kernel(kernel: &'static &'static dyn OpKernel, devices: &[DeviceType]) -> Op {
+        let mut op = Op { name: kernel.name(), kernels: [None; DEVICE_TYPES] };
+        for &d in devices {
+            op.kernels[slot(d)] = Some(KernelRef::new(kernel));
+        }
+        op
+    }
+
     /// The kernel for `device` as an instruction holds it.
     #[inline]
     pub(crate) fn kernel_ref(&self, device: DeviceType) -> Option<KernelRef> {

@@ -36,6 +36,8 @@ pub(crate) struct Front {
     pub(crate) releases: Releases<TensorOwner>,
     /// Inference caches left by finished builders, for the next ones.
     infer_caches: SegQueue<Box<InferCache>>,
+    /// The communicators made on this VM (`framework::collective`).
+    pub(crate) communicators: parking_lot::Mutex<Vec<super::collective::Communicator>>,
 }
 
 /// The front end's state kept with `engine`.
@@ -169,6 +171,7 @@ impl VirtualMachine {
             ops: OpRegistry::with_builtins(),
             releases: Releases::default(),
             infer_caches: SegQueue::new(),
+            communicators: Default::default(),
         };
         Ok(VirtualMachine { handle: Engine::start(config, Box::new(front))? })
     }

@@ -32,6 +32,7 @@
 //! The same code serves the CPU and the mock device (which runs host code over its own host
 //! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`, feature `cuda`).
 
+pub mod collective;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod diag;

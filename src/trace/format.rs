@@ -505,12 +505,12 @@ pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
     }
 }
 
-/// Parse `compute`, `h2d` or `d2h`.
+/// Parse `compute`, `h2d`, `d2h` or `collective`.
 pub(crate) fn parse_stream_type(s: &str) -> Result<StreamType, String> {
     StreamType::ALL
         .into_iter()
         .find(|t| t.name() == s)
-        .ok_or_else(|| format!("unknown stream type `{s}` (expected compute, h2d or d2h)"))
+        .ok_or_else(|| format!("unknown stream type `{s}` (expected compute, h2d, d2h or collective)"))
 }
 
 /// Parse `cpu:0`, `mock:1`, `cuda:0`.

@@ -115,6 +115,8 @@ pub(crate) struct Engine {
     /// after every engine thread has exited, because other instructions may still point to
     /// the tensors their `Release`s own (`TensorPtr`).
     graveyard: Mutex<Vec<Batch>>,
+    /// The communicators made on this engine, by name: what the watchdog aborts.
+    communicators: Mutex<Vec<(Arc<str>, Arc<dyn crate::ep::ccl::Backend>)>>,
     /// What the layer above keeps with the engine (the front end's per-VM state). The engine
     /// never looks inside; it keeps it alive as long as itself, so that a tensor, which
     /// knows only its engine, reaches it.
@@ -160,6 +162,15 @@ impl Drop for EngineHandle {
     }
 }
 
+/// The two passes over the devices that build the stream table.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Each device's own streams (compute, copies).
+    Own,
+    /// Each device's collective stream.
+    Collective,
+}
+
 impl Engine {
     /// Start an engine: open the devices, build the stream table and start the threads.
     /// `front` is kept for the layer above ([`front`](Self::front)).
@@ -171,48 +182,68 @@ impl Engine {
         let mut streams = Vec::new();
         let mut ctx_streams: Vec<Vec<usize>> = Vec::new();
         let mut ctx_of_device: Vec<(DeviceId, usize)> = Vec::new();
-        for entry in registry.devices() {
-            let dev = &entry.device;
-            let id = dev.id();
-            let alloc =
-                HostAllocator::with_faults(&id.to_string(), dev.memory(), config.fault.alloc_faults());
-            let types: &[StreamType] = if id.is_host() { &[StreamType::Compute] } else { &StreamType::ALL };
-            for &ty in types {
-                let index = streams.len();
-                let ctx = match config.threads {
-                    ThreadTopology::PerStream => {
-                        ctx_streams.push(Vec::new());
-                        ctx_streams.len() - 1
-                    }
-                    ThreadTopology::PerDevice => match ctx_of_device.iter().find(|(d, _)| *d == id) {
-                        Some(&(_, c)) => c,
-                        None => {
+        // The devices' own streams first, then one collective stream per device: the table
+        // keeps the positions it had before collective streams existed, which traces and
+        // tests name by number.
+        let mut allocs: Vec<Arc<HostAllocator>> = Vec::new();
+        for pass in [Pass::Own, Pass::Collective] {
+            for (d, entry) in registry.devices().enumerate() {
+                let dev = &entry.device;
+                let id = dev.id();
+                if pass == Pass::Own {
+                    allocs.push(HostAllocator::with_faults(
+                        &id.to_string(),
+                        dev.memory(),
+                        config.fault.alloc_faults(),
+                    ));
+                }
+                let alloc = allocs[d].clone();
+                let types: &[StreamType] = match pass {
+                    Pass::Own if id.is_host() => &[StreamType::Compute],
+                    Pass::Own => &StreamType::DEVICE,
+                    Pass::Collective => &[StreamType::Collective],
+                };
+                for &ty in types {
+                    let index = streams.len();
+                    let ctx = match config.threads {
+                        ThreadTopology::PerStream => {
                             ctx_streams.push(Vec::new());
-                            ctx_of_device.push((id, ctx_streams.len() - 1));
                             ctx_streams.len() - 1
                         }
-                    },
-                    ThreadTopology::Single => {
-                        if ctx_streams.is_empty() {
-                            ctx_streams.push(Vec::new());
+                        ThreadTopology::PerDevice => match ctx_of_device.iter().find(|(d, _)| *d == id) {
+                            Some(&(_, c)) => c,
+                            None => {
+                                ctx_streams.push(Vec::new());
+                                ctx_of_device.push((id, ctx_streams.len() - 1));
+                                ctx_streams.len() - 1
+                            }
+                        },
+                        ThreadTopology::Single => {
+                            if ctx_streams.is_empty() {
+                                ctx_streams.push(Vec::new());
+                            }
+                            0
                         }
-                        0
-                    }
-                };
-                ctx_streams[ctx].push(index);
-                let name = if id.is_host() { id.to_string() } else { format!("{}:{}", id, ty.name()) };
-                streams.push(VmStream {
-                    id: StreamId(index as u32),
-                    device: id,
-                    ty,
-                    policy: StreamPolicy::for_device(&**dev),
-                    device_waits: dev.supports_stream_wait(),
-                    ep: dev.create_stream(ty)?,
-                    events: entry.events.clone(),
-                    alloc: alloc.clone(),
-                    ctx,
-                    name,
-                });
+                    };
+                    ctx_streams[ctx].push(index);
+                    let name = if id.is_host() && ty == StreamType::Compute {
+                        id.to_string()
+                    } else {
+                        format!("{}:{}", id, ty.name())
+                    };
+                    streams.push(VmStream {
+                        id: StreamId(index as u32),
+                        device: id,
+                        ty,
+                        policy: StreamPolicy::for_device(&**dev),
+                        device_waits: dev.supports_stream_wait(),
+                        ep: dev.create_stream(ty)?,
+                        events: entry.events.clone(),
+                        alloc: alloc.clone(),
+                        ctx,
+                        name,
+                    });
+                }
             }
         }
         if streams.len() > InstrRef::MAX_STREAMS {
@@ -255,6 +286,7 @@ impl Engine {
             shutdown: AtomicBool::new(false),
             dead: AtomicBool::new(false),
             graveyard: Mutex::new(Vec::new()),
+            communicators: Mutex::new(Vec::new()),
             next_tensor: AtomicU64::new(0),
             next_event: AtomicU64::new(1),
             next_inline: AtomicU64::new(1),
@@ -319,14 +351,38 @@ impl Engine {
             .ok_or_else(|| Error::Config(format!("stream {} does not exist in this VM", s.0)))
     }
 
-    /// The stream of type `ty` on `device` (`cpu:0` has a single stream for every type).
+    /// The stream of type `ty` on `device` (`cpu:0` has one stream for compute and copies,
+    /// and a collective stream).
     pub(crate) fn stream_of(&self, device: DeviceId, ty: StreamType) -> Result<StreamId> {
-        let ty = if device.is_host() { StreamType::Compute } else { ty };
+        let ty = if device.is_host() && ty != StreamType::Collective { StreamType::Compute } else { ty };
         self.streams
             .iter()
             .find(|s| s.device == device && s.ty == ty)
             .map(|s| s.id)
             .ok_or(Error::Device(crate::ep::EpError::Unavailable(device)))
+    }
+
+    /// Note a communicator made on this engine, so that the watchdog can abort it. Fails
+    /// with [`Error::Collective`] if the name is taken.
+    pub(crate) fn add_communicator(
+        &self,
+        name: Arc<str>,
+        backend: Arc<dyn crate::ep::ccl::Backend>,
+    ) -> Result<()> {
+        let mut comms = self.communicators.lock();
+        if comms.iter().any(|(n, _)| *n == name) {
+            return Err(Error::Collective {
+                comm: name.to_string(),
+                detail: "a communicator of this name exists".into(),
+            });
+        }
+        comms.push((name, backend));
+        Ok(())
+    }
+
+    /// The communicators made on this engine, in the order they were made.
+    pub(crate) fn communicators(&self) -> Vec<(Arc<str>, Arc<dyn crate::ep::ccl::Backend>)> {
+        self.communicators.lock().clone()
     }
 
     /// The host stream, where host accesses and barriers go.

@@ -169,6 +169,15 @@ pub enum Error {
     /// A configuration value is out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A collective call or a communicator that cannot be: a name already taken, a member
+    /// on a device this VM lacks, a communicator of another VM, a backend that cannot start.
+    #[error("communicator `{comm}`: {detail}")]
+    Collective {
+        /// The communicator's name.
+        comm: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// The VM has shut down (or its scheduler thread died) and can take no more work.
     #[error("the virtual machine has shut down")]
     ShutDown,

@@ -74,6 +74,15 @@ pub trait OpKernel: Send + Sync + 'static {
     /// Compute the outputs from the inputs. Runs on the stream's execution context; outputs
     /// are allocated (zeroed on first use) before the call.
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String>;
+
+    /// Told, in place of [`compute`](Self::compute), that an instruction of this kernel
+    /// will not run: an input carries an error, an input was never written, or its outputs
+    /// could not be allocated. Its outputs carry the error. Kernels that keep state across
+    /// calls in step with other processes (collectives, which every rank must issue in the
+    /// same order) use it to leave that state consistent; the others ignore it.
+    fn skipped(&self, why: &dyn fmt::Display) {
+        let _ = why;
+    }
 }
 
 impl fmt::Debug for dyn OpKernel {

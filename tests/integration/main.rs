@@ -5,6 +5,7 @@
 // The `eagervm` binary is built only with the `cli` feature.
 #[cfg(feature = "cli")]
 mod cli;
+mod collectives;
 mod common;
 mod cuda;
 mod eager;

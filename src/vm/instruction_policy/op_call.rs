@@ -176,6 +176,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
             (t, t.value())
         };
         if let Some(e) = &v.error {
+            kernel.skipped(e);
             set_error(outputs, e.clone());
             return;
         }
@@ -213,6 +214,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
                         stream: env.stream_name.clone(),
                         source,
                     };
+                    kernel.skipped(&e);
                     fail(outputs, e, env);
                     return;
                 }
@@ -264,7 +266,11 @@ fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, progr
         [o] if fetch(o) == Fetch::Read => {
             set_error(outputs, Arc::new(Error::Uninitialized { instr: program, op: "Access".into(), tensor }))
         }
-        _ => fail(outputs, Error::Uninitialized { instr: program, op: kernel.name().into(), tensor }, env),
+        _ => {
+            let e = Error::Uninitialized { instr: program, op: kernel.name().into(), tensor };
+            kernel.skipped(&e);
+            fail(outputs, e, env)
+        }
     }
 }
 

@@ -134,7 +134,7 @@ impl Mix {
             if d.is_host() {
                 table.push(vm.compute_stream(d)?);
             } else {
-                for ty in StreamType::ALL {
+                for ty in StreamType::DEVICE {
                     table.push(vm.stream(d, ty)?);
                 }
             }
