@@ -6,12 +6,17 @@
    eagervm on cpu:0 and mock:0, the same loop in NumPy, and in PyTorch CPU eager if it is
    importable. Per op, median of the repetitions.
 2. The MLP training step (64 x 8 -> 32 -> 1, about 25 calls) from Python
-   (examples/python/mlp.py), against the same program's instruction stream replayed by the
-   Rust crate (instructions/mlp.trace: 60 steps, recorded from src/programs/mlp.rs).
+   (examples/python/mlp.py), against the same program in Rust (src/programs/mlp.rs, run by
+   the command line, `eagervm run mlp`, whose time includes a timeline it takes; set
+   EAGERVM_BIN or build it with `cargo build --release`), and against the program's
+   recorded instruction stream replayed by the Rust crate (instructions/mlp.trace).
 """
 
 import argparse
+import os
 import pathlib
+import re
+import subprocess
 import runpy
 import statistics
 import time
@@ -66,6 +71,21 @@ def chain_torch(torch, n):
     return run
 
 
+def rust_mlp_step(reps):
+    """Seconds per step of `eagervm run mlp` (60 steps), median of `reps`, or None."""
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    exe = os.environ.get("EAGERVM_BIN", os.path.join(target, "release", "eagervm"))
+    if not os.path.exists(exe):
+        return None
+    times = []
+    for _ in range(reps + 1):
+        out = subprocess.run([exe, "run", "mlp"], capture_output=True, text=True, check=True).stdout
+        m = re.search(r"ran `mlp` in ([0-9.]+)(ms|µs|s)", out)
+        scale = {"ms": 1e-3, "µs": 1e-6, "s": 1.0}[m.group(2)]
+        times.append(float(m.group(1)) * scale / 60)
+    return statistics.median(times[1:])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
@@ -112,8 +132,14 @@ def main():
     eagervm.replay(trace)
     walls = [eagervm.replay(trace)["wall"] for _ in range(reps)]
     rust_step = statistics.median(walls) / 60
-    print(f"MLP step (cpu:0): python {py_step * 1e6:.1f} us, rust (trace replay) {rust_step * 1e6:.1f} us, "
-          f"ratio {py_step / rust_step:.2f}")
+    print(f"MLP step (cpu:0), median of {reps}:")
+    print(f"  python (examples/python/mlp.py)  {py_step * 1e6:8.1f} us")
+    cli = rust_mlp_step(reps)
+    if cli is None:
+        print("  rust (eagervm run mlp)           not built (cargo build --release, or set EAGERVM_BIN)")
+    else:
+        print(f"  rust (eagervm run mlp)           {cli * 1e6:8.1f} us   python / rust {py_step / cli:.2f}")
+    print(f"  rust (replay of mlp.trace)       {rust_step * 1e6:8.1f} us   python / replay {py_step / rust_step:.2f}")
 
 
 if __name__ == "__main__":
