@@ -9,7 +9,9 @@
 
 use std::sync::Arc;
 
-use numpy::{PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
@@ -109,9 +111,7 @@ pub(crate) fn from_numpy(
     })?;
     let dtype = vm_dtype(py, arr.dtype().as_any())?;
     if !arr.is_c_contiguous() {
-        return Err(PyValueError::new_err(
-            "the array is not C-contiguous; pass numpy.ascontiguousarray(x)",
-        ));
+        return Err(PyValueError::new_err("the array is not C-contiguous; pass numpy.ascontiguousarray(x)"));
     }
     let shape = arr.shape().to_vec();
     let vm = shared.vm();
@@ -214,7 +214,13 @@ impl PyArr {
     }
 
     fn __repr__(&self) -> String {
-        format!("Array(id={}, shape={:?}, dtype={}, device={})", self.t.id(), self.t.shape(), self.t.dtype(), self.t.device())
+        format!(
+            "Array(id={}, shape={:?}, dtype={}, device={})",
+            self.t.id(),
+            self.t.shape(),
+            self.t.dtype(),
+            self.t.device()
+        )
     }
 
     /// The values as a new NumPy array (waits for them; raises the error the array
@@ -295,7 +301,9 @@ impl PyArr {
         .py_err()?;
         let out = vm.empty(me.t.shape(), me.t.dtype(), device).py_err()?;
         let copy = me.shared.ops.copy;
-        me.shared.with_builder(py, |b| b.call_into(copy, &[&me.t], &[&out], Attrs::default(), stream)).py_err()?;
+        me.shared
+            .with_builder(py, |b| b.call_into(copy, &[&me.t], &[&out], Attrs::default(), stream))
+            .py_err()?;
         Py::new(py, PyArr { shared: me.shared.clone(), t: out })
     }
 
@@ -347,7 +355,14 @@ impl PyArr {
     /// The gradient of `relu` at `self` given `dy`: `dy` where `self > 0`, else 0.
     fn relu_grad(&self, py: Python<'_>, dy: PyRef<'_, PyArr>) -> PyResult<PyArr> {
         // The kernel takes (dy, x).
-        call1(py, &self.shared, self.shared.ops.relu_grad, &[&dy.t, &self.t], Attrs::default(), self.compute()?)
+        call1(
+            py,
+            &self.shared,
+            self.shared.ops.relu_grad,
+            &[&dy.t, &self.t],
+            Attrs::default(),
+            self.compute()?,
+        )
     }
 
     /// The sum of all elements, as a scalar array (shape `()`).
@@ -362,14 +377,18 @@ impl PyArr {
 
     fn __add__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         match other.downcast::<PyArr>() {
-            Ok(o) => Ok(self.binary(py, self.shared.ops.add, o.get())?.into_pyobject(py)?.into_any().unbind()),
+            Ok(o) => {
+                Ok(self.binary(py, self.shared.ops.add, o.get())?.into_pyobject(py)?.into_any().unbind())
+            }
             Err(_) => Ok(py.NotImplemented()),
         }
     }
 
     fn __sub__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         match other.downcast::<PyArr>() {
-            Ok(o) => Ok(self.binary(py, self.shared.ops.sub, o.get())?.into_pyobject(py)?.into_any().unbind()),
+            Ok(o) => {
+                Ok(self.binary(py, self.shared.ops.sub, o.get())?.into_pyobject(py)?.into_any().unbind())
+            }
             Err(_) => Ok(py.NotImplemented()),
         }
     }
@@ -387,16 +406,22 @@ impl PyArr {
 
     fn __rmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         match Self::scalar_of(other) {
-            Some(f) => Ok(self.unary(py, self.shared.ops.scale, Attrs::scalar(f))?.into_pyobject(py)?.into_any().unbind()),
+            Some(f) => Ok(self
+                .unary(py, self.shared.ops.scale, Attrs::scalar(f))?
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
             None => Ok(py.NotImplemented()),
         }
     }
 
     fn __truediv__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         match Self::scalar_of(other) {
-            Some(f) if f != 0.0 => {
-                Ok(self.unary(py, self.shared.ops.scale, Attrs::scalar(1.0 / f))?.into_pyobject(py)?.into_any().unbind())
-            }
+            Some(f) if f != 0.0 => Ok(self
+                .unary(py, self.shared.ops.scale, Attrs::scalar(1.0 / f))?
+                .into_pyobject(py)?
+                .into_any()
+                .unbind()),
             Some(_) => Err(PyValueError::new_err("division of an eagervm array by zero")),
             None => Ok(py.NotImplemented()),
         }
@@ -408,7 +433,9 @@ impl PyArr {
 
     fn __matmul__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
         match other.downcast::<PyArr>() {
-            Ok(o) => Ok(self.binary(py, self.shared.ops.matmul, o.get())?.into_pyobject(py)?.into_any().unbind()),
+            Ok(o) => {
+                Ok(self.binary(py, self.shared.ops.matmul, o.get())?.into_pyobject(py)?.into_any().unbind())
+            }
             Err(_) => Ok(py.NotImplemented()),
         }
     }
@@ -437,7 +464,9 @@ impl PyArr {
             }
         }
         if stream.is_some_and(|s| !s.is_none()) {
-            return Err(PyBufferError::new_err("a stream applies to device memory; eagervm exports host memory"));
+            return Err(PyBufferError::new_err(
+                "a stream applies to device memory; eagervm exports host memory",
+            ));
         }
         let a = self.numpy(py)?;
         let kw = PyDict::new(py);

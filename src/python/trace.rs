@@ -111,7 +111,11 @@ impl PyRecorder {
     /// writer. Returns what was written.
     #[pyo3(signature = (outputs=Vec::new()))]
     fn finish<'py>(&self, py: Python<'py>, outputs: Vec<PyRef<'py, PyArr>>) -> PyResult<Bound<'py, PyDict>> {
-        let rec = self.rec.lock().take().ok_or_else(|| PyRuntimeError::new_err("the recording is finished already"))?;
+        let rec = self
+            .rec
+            .lock()
+            .take()
+            .ok_or_else(|| PyRuntimeError::new_err("the recording is finished already"))?;
         let tensors: Vec<Tensor> = outputs.iter().map(|a| a.t.clone()).collect();
         self.shared.flush(py);
         let shared = self.shared.clone();
@@ -138,7 +142,13 @@ pub(crate) fn replay<'py>(
     timeline: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let device: DeviceMap = device.parse().map_err(PyValueError::new_err)?;
-    let opts = ReplayOptions { resync, device, config: Config::from_env(), profile: profile || timeline.is_some(), tolerance };
+    let opts = ReplayOptions {
+        resync,
+        device,
+        config: Config::from_env(),
+        profile: profile || timeline.is_some(),
+        tolerance,
+    };
     let r = wait(py, move || trace::load(&path).and_then(|t| trace::replay(&t, &opts)))?.py_err()?;
     if let (Some(p), Some(out)) = (&r.profile, &timeline) {
         py.allow_threads(|| p.write_chrome_json(out)).py_err()?;
@@ -153,7 +163,10 @@ pub(crate) fn replay<'py>(
     d.set_item("per_stream", per)?;
     d.set_item("reads", r.reads.len())?;
     d.set_item("checked", r.checked)?;
-    d.set_item("failures", r.failures.iter().map(|(line, e)| format!("line {line}: {e}")).collect::<Vec<_>>())?;
+    d.set_item(
+        "failures",
+        r.failures.iter().map(|(line, e)| format!("line {line}: {e}")).collect::<Vec<_>>(),
+    )?;
     d.set_item("expected_failure", r.expected_failure.clone())?;
     d.set_item("profile", r.profile.map(PyProfile::new))?;
     Ok(d)

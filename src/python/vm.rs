@@ -16,8 +16,8 @@ use super::trace::{PyProfile, PyRecorder};
 use super::wait::wait;
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::{Attrs, Tensor};
-use crate::vm::ThreadTopology;
 use crate::vm::StreamId;
+use crate::vm::ThreadTopology;
 use crate::{Config, VirtualMachine};
 
 /// A non-negative integer argument no larger than `max`: `TypeError` for a non-integer,
@@ -78,7 +78,14 @@ impl PyVm {
     }
 
     /// `fill` of a new array on `device`'s compute stream.
-    fn filled(&self, py: Python<'_>, shape: Vec<usize>, value: f64, dtype: &Bound<'_, PyAny>, device: &str) -> PyResult<PyArr> {
+    fn filled(
+        &self,
+        py: Python<'_>,
+        shape: Vec<usize>,
+        value: f64,
+        dtype: &Bound<'_, PyAny>,
+        device: &str,
+    ) -> PyResult<PyArr> {
         let dtype = vm_dtype(py, dtype)?;
         let device = parse_device(device)?;
         let vm = self.shared.vm();
@@ -249,8 +256,8 @@ impl PyVm {
 
     /// A new array from any DLPack producer holding host memory (NumPy, PyTorch CPU, ...):
     /// imported through `numpy.from_dlpack`, then copied into the VM.
-    #[pyo3(signature = (x, device="cpu:0"))]
-    fn from_dlpack(&self, py: Python<'_>, x: &Bound<'_, PyAny>, device: &str) -> PyResult<PyArr> {
+    #[pyo3(name = "from_dlpack", signature = (x, device="cpu:0"))]
+    fn import_dlpack(&self, py: Python<'_>, x: &Bound<'_, PyAny>, device: &str) -> PyResult<PyArr> {
         let device = parse_device(device)?;
         let np = py.import("numpy")?;
         let host = np.getattr("from_dlpack")?.call1((x,)).map_err(|e| {
@@ -265,7 +272,13 @@ impl PyVm {
 
     /// A new array of `shape` filled with zeros.
     #[pyo3(signature = (shape, dtype=None, device="cpu:0"))]
-    fn zeros(&self, py: Python<'_>, shape: Vec<usize>, dtype: Option<&Bound<'_, PyAny>>, device: &str) -> PyResult<PyArr> {
+    fn zeros(
+        &self,
+        py: Python<'_>,
+        shape: Vec<usize>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: &str,
+    ) -> PyResult<PyArr> {
         let f32_ = numpy::dtype::<f32>(py).into_any();
         self.filled(py, shape, 0.0, dtype.unwrap_or(&f32_), device)
     }
@@ -286,7 +299,13 @@ impl PyVm {
 
     /// A new array with no value yet (for `Program.call_into` and `Program.write`).
     #[pyo3(signature = (shape, dtype=None, device="cpu:0"))]
-    fn empty(&self, py: Python<'_>, shape: Vec<usize>, dtype: Option<&Bound<'_, PyAny>>, device: &str) -> PyResult<PyArr> {
+    fn empty(
+        &self,
+        py: Python<'_>,
+        shape: Vec<usize>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: &str,
+    ) -> PyResult<PyArr> {
         let dtype = match dtype {
             Some(d) => vm_dtype(py, d)?,
             None => crate::framework::DType::F32,
@@ -319,7 +338,8 @@ impl PyVm {
         let ins: Vec<&Tensor> = inputs.iter().map(|a| &a.t).collect();
         match outputs {
             None => {
-                let outs = self.shared.with_builder(py, |b| b.call_multi(op, &ins, attrs, stream)).py_err()?;
+                let outs =
+                    self.shared.with_builder(py, |b| b.call_multi(op, &ins, attrs, stream)).py_err()?;
                 Ok(outs.into_iter().map(|t| self.arr(t)).collect())
             }
             Some(specs) => {
