@@ -17,7 +17,7 @@ pub(crate) const LAYERS: &[&[&str]] = &[
     &["eager"],
     &["trace", "programs"],
     &["bench"],
-    &["cli"],
+    &["cli", "python"],
 ];
 
 /// The layer of top-level module `name`, if it has one.

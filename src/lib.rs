@@ -75,6 +75,8 @@
 //! - `cli` (default): the `eagervm` binary and the parts of the library only it uses, `cli`
 //!   and `bench`, with clap and indicatif. `default-features = false` builds the library
 //!   without them; [`programs`], the built-in example programs, stays either way.
+//! - `python` (off): the Python extension module, built by maturin (`pyproject.toml`,
+//!   `docs/python.md`); needs a Python interpreter at build time.
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod alloc;
@@ -92,6 +94,9 @@ pub mod kernels;
 mod layers;
 pub mod profile;
 pub mod programs;
+// The Python extension module (`docs/python.md`); nothing public for Rust users.
+#[cfg(feature = "python")]
+mod python;
 pub mod sync;
 pub mod trace;
 pub mod vm;

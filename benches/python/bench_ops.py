@@ -1,0 +1,146 @@
+"""The binding's cost per call, in one run (docs/performance.md, "From Python").
+
+    python benches/python/bench_ops.py [--n 100000] [--reps 3]
+
+1. A Python loop of n tiny ops (`x = x + y` on 16-element float32 arrays, then one wait):
+   eagervm on cpu:0 and mock:0, the same loop in NumPy, and in PyTorch CPU eager if it is
+   importable. Per op, median of the repetitions.
+2. The MLP training step (64 x 8 -> 32 -> 1, about 25 calls) from Python
+   (examples/python/mlp.py), against the same program in Rust (src/programs/mlp.rs, run by
+   the command line, `eagervm run mlp`, whose time includes a timeline it takes; set
+   EAGERVM_BIN or build it with `cargo build --release`), and against the program's
+   recorded instruction stream replayed by the Rust crate (instructions/mlp.trace).
+"""
+
+import argparse
+import os
+import pathlib
+import re
+import subprocess
+import runpy
+import statistics
+import time
+
+import numpy as np
+
+import eagervm
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def median_time(f, reps):
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def chain_eagervm(vm, device, n):
+    y = vm.array(np.ones(16, np.float32), device)
+
+    def run():
+        x = y
+        for _ in range(n):
+            x = x + y
+        x.wait()
+
+    return run
+
+
+def chain_numpy(n):
+    y = np.ones(16, np.float32)
+
+    def run():
+        x = y
+        for _ in range(n):
+            x = x + y
+
+    return run
+
+
+def chain_torch(torch, n):
+    y = torch.ones(16)
+
+    def run():
+        x = y
+        for _ in range(n):
+            x = x + y
+
+    return run
+
+
+def rust_mlp_step(reps):
+    """Seconds per step of `eagervm run mlp` (60 steps), median of `reps`, or None."""
+    target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
+    exe = os.environ.get("EAGERVM_BIN", os.path.join(target, "release", "eagervm"))
+    if not os.path.exists(exe):
+        return None
+    times = []
+    for _ in range(reps + 1):
+        out = subprocess.run([exe, "run", "mlp"], capture_output=True, text=True, check=True).stdout
+        m = re.search(r"ran `mlp` in ([0-9.]+)(ms|µs|s)", out)
+        scale = {"ms": 1e-3, "µs": 1e-6, "s": 1.0}[m.group(2)]
+        times.append(float(m.group(1)) * scale / 60)
+    return statistics.median(times[1:])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=60)
+    args = ap.parse_args()
+    n, reps = args.n, args.reps
+
+    vm = eagervm.VM(mock_devices=1)
+    rows = []
+    # Warm up each (thread pools, caches), then time.
+    for name, f in [
+        ("eagervm cpu:0", chain_eagervm(vm, "cpu:0", n)),
+        ("eagervm mock:0", chain_eagervm(vm, "mock:0", n)),
+        ("numpy", chain_numpy(n)),
+    ]:
+        f()
+        rows.append((name, median_time(f, reps) / n))
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+        f = chain_torch(torch, n)
+        f()
+        rows.append((f"torch {torch.__version__} cpu", median_time(f, reps) / n))
+    except ImportError:
+        rows.append(("torch cpu", None))
+
+    np_cost = dict(rows)["numpy"]
+    print(f"tiny-op loop: n = {n}, median of {reps}")
+    print(f"{'':<22} {'ns/op':>9} {'vs numpy':>9}")
+    for name, t in rows:
+        if t is None:
+            print(f"{name:<22} {'(not installed)':>19}")
+        else:
+            print(f"{name:<22} {t * 1e9:>9.0f} {t / np_cost:>9.2f}")
+
+    mlp = runpy.run_path(str(ROOT / "examples" / "python" / "mlp.py"))
+    steps = args.steps
+    train = lambda: mlp["train"](vm, device="cpu:0", steps=steps)  # noqa: E731
+    train()
+    py_step = median_time(train, reps) / steps
+    trace = ROOT / "instructions" / "mlp.trace"
+    eagervm.replay(trace)
+    walls = [eagervm.replay(trace)["wall"] for _ in range(reps)]
+    rust_step = statistics.median(walls) / 60
+    print(f"MLP step (cpu:0), median of {reps}:")
+    print(f"  python (examples/python/mlp.py)  {py_step * 1e6:8.1f} us")
+    cli = rust_mlp_step(reps)
+    if cli is None:
+        print("  rust (eagervm run mlp)           not built (cargo build --release, or set EAGERVM_BIN)")
+    else:
+        print(f"  rust (eagervm run mlp)           {cli * 1e6:8.1f} us   python / rust {py_step / cli:.2f}")
+    print(f"  rust (replay of mlp.trace)       {rust_step * 1e6:8.1f} us   python / replay {py_step / rust_step:.2f}")
+
+
+if __name__ == "__main__":
+    main()
