@@ -415,7 +415,7 @@ impl Replayer<'_> {
             Stmt::Device(_) | Stmt::Expect { .. } | Stmt::ExpectError { .. } | Stmt::After { .. } => {}
             Stmt::Stream { id, device, ty } => {
                 let d = self.map.devices[device];
-                let ty = if d.is_host() { StreamType::Compute } else { *ty };
+                let ty = if d.is_host() && *ty != StreamType::Collective { StreamType::Compute } else { *ty };
                 let s = self.vm.stream(d, ty).map_err(|e| self.err(l, 0, e))?;
                 self.streams.insert(id.id, (s, *device));
             }

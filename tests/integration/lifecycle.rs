@@ -373,6 +373,7 @@ impl<'vm> Soak<'vm> {
                     Step::Fill { out, .. } | Step::Unary { out, .. } | Step::Binary { out, .. } => out,
                     Step::Copy { dst, .. } => dst,
                     Step::Read { .. } | Step::Recreate { .. } => unreachable!("not in a run"),
+                    Step::Collective { .. } => unreachable!("the soak's programs issue no collectives"),
                 };
                 let failed = self.alloc_fails(&self.ts[out]);
                 self.reference.step(s, &mut |_| failed.clone());

@@ -56,3 +56,45 @@ fn the_same_programs_pass_without_the_fault() {
         assert_eq!(execute(&good, &p).expect("runs"), interpret(&p));
     }
 }
+
+/// Programs of fills, collectives and reads only: every value a collective reads was written
+/// on a compute stream, so reaching the collective stream depends on the device-side wait.
+fn collective_programs(runner: &mut TestRunner) -> common::Program {
+    use common::{decode_on, Mix, Step};
+    loop {
+        let (tensors, raw) = programs().new_tree(runner).expect("strategy").current();
+        let mut p = decode_on(Mix::COLLECTIVES, tensors, &raw);
+        p.steps.retain(|s| matches!(s, Step::Fill { .. } | Step::Collective { .. } | Step::Read { .. }));
+        if p.steps.iter().filter(|s| matches!(s, Step::Collective { .. })).count() >= 3 {
+            return p;
+        }
+    }
+}
+
+#[test]
+fn collectives_that_skip_the_wait_for_their_inputs_are_caught() {
+    let bad = faulty_vm();
+    let mut runner = TestRunner::deterministic();
+    for case in 0..200 {
+        let p = collective_programs(&mut runner);
+        if execute(&bad, &p).ok() != Some(interpret(&p)) {
+            eprintln!("caught after {} programs", case + 1);
+            return;
+        }
+    }
+    panic!("the planted bug went unnoticed in 200 programs of collectives");
+}
+
+#[test]
+fn the_same_collective_programs_pass_without_the_fault() {
+    let good = vm(
+        MockConfig { launch_delay: Duration::from_micros(200), ..MockConfig::jittery() },
+        ThreadTopology::PerStream,
+        false,
+    );
+    let mut runner = TestRunner::deterministic();
+    for _ in 0..20 {
+        let p = collective_programs(&mut runner);
+        assert_eq!(execute(&good, &p).expect("runs"), interpret(&p));
+    }
+}

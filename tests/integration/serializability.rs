@@ -1,7 +1,7 @@
 //! Serialisability: random programs over CPU and two mock devices (three streams each),
 //! with copies between them and host reads, give bit-identical results to a plain
 //! sequential interpreter, with the mock devices' timing jittered. With a GPU, the same
-//! property holds with `cuda:0` (three streams) in the mix: that test is
+//! property holds with collectives over mock communicators mixed in, and with `cuda:0` (three streams) in the mix: that test is
 //! `#[ignore = "needs a GPU"]` (run it with `-- --ignored` on a machine with one).
 
 use std::sync::OnceLock;
@@ -39,6 +39,40 @@ macro_rules! serialisable_on {
 }
 
 serialisable_on!(random_programs_match_the_interpreter, ThreadTopology::PerStream, false);
+
+macro_rules! serialisable_with_collectives_on {
+    ($name:ident, $topology:expr, $sync:expr) => {
+        proptest! {
+            #![proptest_config(common::proptest_config(cases() / 2))]
+            #[test]
+            fn $name((tensors, raw) in raw_program()) {
+                static VM: OnceLock<VirtualMachine> = OnceLock::new();
+                let vm = VM.get_or_init(|| vm(MockConfig::jittery(), $topology, $sync));
+                let p = decode_on(Mix::COLLECTIVES, tensors, &raw);
+                let got = execute(vm, &p).expect("valid programs run");
+                prop_assert_eq!(got, interpret(&p), "program: {:?}", p);
+            }
+        }
+    };
+}
+
+// Collectives over mock communicators of two and three ranks (one led from the host), mixed
+// into the random programs.
+serialisable_with_collectives_on!(
+    programs_with_collectives_match_the_interpreter,
+    ThreadTopology::PerStream,
+    false
+);
+serialisable_with_collectives_on!(
+    programs_with_collectives_match_with_a_single_worker,
+    ThreadTopology::Single,
+    false
+);
+serialisable_with_collectives_on!(
+    programs_with_collectives_match_in_synchronous_mode,
+    ThreadTopology::PerStream,
+    true
+);
 serialisable_on!(random_programs_match_with_one_worker_per_device, ThreadTopology::PerDevice, false);
 serialisable_on!(random_programs_match_with_a_single_worker, ThreadTopology::Single, false);
 serialisable_on!(synchronous_mode_matches_the_interpreter, ThreadTopology::PerStream, true);
@@ -84,7 +118,7 @@ fn the_cuda_mix_puts_tensors_on_cuda_with_bit_exact_ops_only() {
         | Step::Unary { stream, .. }
         | Step::Binary { stream, .. }
         | Step::Copy { stream, .. } => Some(stream),
-        Step::Read { .. } | Step::Recreate { .. } => None,
+        Step::Read { .. } | Step::Recreate { .. } | Step::Collective { .. } => None,
     };
     let p = decode_on(Mix::WITH_CUDA, 8, &raw);
     let cuda = |t: usize| Mix::WITH_CUDA.device_of(t) == DeviceId::cuda(0);
@@ -109,4 +143,33 @@ fn the_cuda_mix_puts_tensors_on_cuda_with_bit_exact_ops_only() {
     // The default mix stays on cpu:0 and the mock devices' streams (0-6).
     let p = decode(8, &raw);
     assert!(p.steps.iter().filter_map(stream).all(|s| s <= 6));
+}
+
+#[test]
+fn the_collective_mix_issues_every_collective_on_both_communicators() {
+    use common::{decode_on, Step};
+    use eagervm::ep::ccl::Collective;
+    let raw: common::Raw = (0..=255u8)
+        .flat_map(|i| {
+            (0..14u8).map(move |k| {
+                (k.wrapping_add(i.wrapping_mul(14)), i, i.wrapping_mul(7), i ^ 0x55, i, i as i8)
+            })
+        })
+        .collect();
+    let p = decode_on(Mix::COLLECTIVES, 9, &raw);
+    let mut seen = std::collections::HashSet::new();
+    for s in &p.steps {
+        if let Step::Collective { comm, op, ins, outs } = s {
+            let kind = match op {
+                Collective::Broadcast { .. } => "broadcast".to_string(),
+                other => format!("{other:?}"),
+            };
+            seen.insert((*comm, kind));
+            assert!(ins.iter().all(|i| !outs.contains(i)), "{s:?}");
+        }
+    }
+    // 2 communicators × (4 reductions + broadcast).
+    assert_eq!(seen.len(), 10, "{seen:?}");
+    // The default mix has none.
+    assert!(!decode(9, &raw).steps.iter().any(|s| matches!(s, Step::Collective { .. })));
 }

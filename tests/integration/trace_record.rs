@@ -349,6 +349,7 @@ fn build_step(
         Step::Copy { src, dst, stream } => {
             b.call_into(op("copy"), &[&ts[src]], &[&ts[dst]], Attrs::default(), streams[stream])
         }
+        Step::Collective { .. } => common::emit(vm, b, s, ts, streams),
         Step::Read { .. } | Step::Recreate { .. } => Ok(()),
     }
 }

@@ -90,13 +90,24 @@ pub const N: usize = 4;
 pub struct Mix {
     /// Whether `cuda:0` is one of them.
     pub cuda: bool,
+    /// Whether programs also issue collectives over the mock communicators of [`COMMS`].
+    pub collectives: bool,
 }
+
+/// The mock communicators the collective steps use: a name and its members, rank order.
+/// The second leads from the host, so its collectives run on `cpu:0`'s collective stream.
+pub const COMMS: [(&str, &[DeviceId]); 2] = [
+    ("pair", &[DeviceId::mock(0), DeviceId::mock(1)]),
+    ("trio", &[DeviceId::CPU, DeviceId::mock(1), DeviceId::mock(0)]),
+];
 
 impl Mix {
     /// `cpu:0`, `mock:0`, `mock:1`: runs everywhere.
-    pub const CPU_MOCK: Mix = Mix { cuda: false };
+    pub const CPU_MOCK: Mix = Mix { cuda: false, collectives: false };
+    /// The default devices, with collectives among them.
+    pub const COLLECTIVES: Mix = Mix { cuda: false, collectives: true };
     /// `cpu:0`, `mock:0`, `mock:1`, `cuda:0`: needs a GPU.
-    pub const WITH_CUDA: Mix = Mix { cuda: true };
+    pub const WITH_CUDA: Mix = Mix { cuda: true, collectives: false };
 
     /// The devices, in the order tensors cycle over them.
     pub fn devices(self) -> &'static [DeviceId] {
@@ -185,6 +196,14 @@ pub enum Step {
         dst: usize,
         stream: usize,
     },
+    /// A collective over communicator `comm` of [`COMMS`]: input and output `k` on its
+    /// member `k`'s device.
+    Collective {
+        comm: usize,
+        op: eagervm::ep::ccl::Collective,
+        ins: Vec<usize>,
+        outs: Vec<usize>,
+    },
     /// Read a tensor back to the host at this point of the program.
     Read {
         t: usize,
@@ -224,9 +243,15 @@ pub fn decode_on(mix: Mix, tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> 
     let device_of = |t: usize| mix.device_of(t);
     let streams_of = |d: DeviceId| mix.streams_of(d);
     let mut steps = Vec::new();
+    let kinds = if mix.collectives { 14 } else { 12 };
     for &(kind, a, b, c, s, v) in raw {
         let t = |x: u8| x as usize % tensors;
         let value = v as f32 / 16.0;
+        if kind % kinds >= 12 {
+            let Some(step) = collective_step(mix, tensors, kind / kinds, [a, b, c, s], v) else { continue };
+            steps.push(step);
+            continue;
+        }
         let step = match kind % 12 {
             0 => {
                 let out = t(a);
@@ -273,6 +298,32 @@ pub fn decode_on(mix: Mix, tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> 
         steps.push(step);
     }
     Program { tensors, steps, mix }
+}
+
+/// A collective step from raw numbers: its communicator and op from `sel`, one input and a
+/// distinct output per member from `picks` (`None` when a device has too few tensors).
+fn collective_step(mix: Mix, tensors: usize, sel: u8, picks: [u8; 4], v: i8) -> Option<Step> {
+    use eagervm::ep::ccl::{Collective, ReduceOp};
+    let comm = usize::from(sel % 2);
+    let members = COMMS[comm].1;
+    let op = match (sel / 2) % 5 {
+        4 => Collective::Broadcast { root: v.unsigned_abs() as usize % members.len() },
+        r => Collective::AllReduce(ReduceOp::ALL[r as usize]),
+    };
+    let (mut ins, mut outs) = (Vec::new(), Vec::new());
+    for (k, &d) in members.iter().enumerate() {
+        let on: Vec<usize> = (0..tensors).filter(|&x| mix.device_of(x) == d).collect();
+        if on.len() < 2 {
+            return None;
+        }
+        let (pick, n) = (picks[k % 4].wrapping_add(k as u8) as usize, on.len());
+        // Distinct: the output is 1 to n - 1 places after the input.
+        ins.push(on[pick % n]);
+        outs.push(on[(pick % n + 1 + (pick / n) % (n - 1)) % n]);
+    }
+    // An output may not be another member's input either (an input and an output of one
+    // call never alias): inputs and outputs of different members are on different devices.
+    Some(Step::Collective { comm, op, ins, outs })
 }
 
 /// Another tensor than `out` on the same device, chosen by `pick`.
@@ -444,6 +495,38 @@ impl Interpreter {
                 })
             }),
             Step::Copy { src, dst, .. } => self.write(dst, &[src], alloc, |x| Ok(x[0].to_vec())),
+            Step::Collective { op, ref ins, ref outs, .. } => {
+                use eagervm::ep::ccl::{Collective, ReduceOp};
+                // The first failed input (in member order) is carried onto every output.
+                let args: Result<Vec<&[f32]>, Origin> =
+                    ins.iter().map(|&i| self.val[i].as_deref().map_err(Clone::clone)).collect();
+                let result: Value = args.map(|x| match op {
+                    Collective::Broadcast { root } => x[root].to_vec(),
+                    Collective::AllReduce(r) => {
+                        // In member order, as the mock backend combines them.
+                        let mut acc = x[0].to_vec();
+                        for y in &x[1..] {
+                            for (a, &b) in acc.iter_mut().zip(y.iter()) {
+                                *a = match r {
+                                    ReduceOp::Sum | ReduceOp::Mean => *a + b,
+                                    ReduceOp::Max if a.is_nan() || b.is_nan() => f32::NAN,
+                                    ReduceOp::Min if a.is_nan() || b.is_nan() => f32::NAN,
+                                    ReduceOp::Max => a.max(b),
+                                    ReduceOp::Min => a.min(b),
+                                };
+                            }
+                        }
+                        if r == ReduceOp::Mean {
+                            acc.iter_mut().for_each(|a| *a /= x.len() as f32);
+                        }
+                        acc
+                    }
+                    other => panic!("the programs issue no {other:?}"),
+                });
+                for &o in outs {
+                    self.val[o] = result.clone();
+                }
+            }
             Step::Read { t } => {
                 return Some(match &self.val[t] {
                     Err(o) => Err(o.clone()),
@@ -519,6 +602,21 @@ pub fn emit(
         Step::Copy { src, dst, stream } => {
             b.call_into(ops("copy"), &[&ts[src]], &[&ts[dst]], Attrs::default(), streams[stream])
         }
+        Step::Collective { comm, op, ref ins, ref outs } => {
+            let comm = communicator(vm, comm)?;
+            let ins: Vec<&Tensor> = ins.iter().map(|&i| &ts[i]).collect();
+            let outs: Vec<&Tensor> = outs.iter().map(|&o| &ts[o]).collect();
+            b.collective_into(&comm, op, &ins, &outs)
+        }
+    }
+}
+
+/// Communicator `k` of [`COMMS`] on `vm`, made on first use.
+pub fn communicator(vm: &VirtualMachine, k: usize) -> eagervm::Result<eagervm::framework::Communicator> {
+    let (name, members) = COMMS[k];
+    match vm.find_communicator(name) {
+        Some(c) => Ok(c),
+        None => vm.mock_communicator(name, members),
     }
 }
 
