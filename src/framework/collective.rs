@@ -68,6 +68,20 @@ fn make_op(name: &Arc<str>, backend: &Arc<dyn Backend>, seq: &Arc<Sequence>, c: 
     Op::of_kernel(kernel, &[DeviceType::Cpu, DeviceType::Mock, DeviceType::Cuda])
 }
 
+/// Every collective op of a communicator called `name` over `backend` (broadcasts from each
+/// rank included), for checking calls without a VM (the trace validator's registry).
+pub(crate) fn ops_of(name: &str, backend: Arc<dyn Backend>) -> Vec<Op> {
+    let name: Arc<str> = name.into();
+    let seq = Arc::new(Sequence::default());
+    let mut all: Vec<Collective> = ReduceOp::ALL
+        .iter()
+        .flat_map(|&r| [Collective::AllReduce(r), Collective::ReduceScatter(r)])
+        .chain([Collective::AllGather, Collective::Barrier])
+        .collect();
+    all.extend((0..backend.world_size()).map(|root| Collective::Broadcast { root }));
+    all.into_iter().map(|c| make_op(&name, &backend, &seq, c)).collect()
+}
+
 impl Communicator {
     /// Its name.
     pub fn name(&self) -> &str {
@@ -137,8 +151,8 @@ impl VirtualMachine {
     /// missing.
     pub fn communicator(&self, name: &str, backend: Arc<dyn Backend>) -> Result<Communicator> {
         let comm_err = |detail: String| Error::Collective { comm: name.to_string(), detail };
-        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '@' || c == ',') {
-            return Err(comm_err("a name must be non-empty, without spaces, `@` or `,`".into()));
+        if name.is_empty() || name.contains(|c: char| c.is_whitespace() || matches!(c, '@' | ',' | '=')) {
+            return Err(comm_err("a name must be non-empty, without spaces, `@`, `,` or `=`".into()));
         }
         let members = backend.members();
         let Some(first) = members.first() else {

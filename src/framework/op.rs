@@ -130,6 +130,11 @@ impl OpRegistry {
         op.kernels[slot(device)] = Some(KernelRef::new(kernel));
     }
 
+    /// Add `op` as it is, under its name (replacing an op of that name).
+    pub(crate) fn insert(&mut self, op: Op) {
+        self.ops.insert(op.name, op);
+    }
+
     /// Register a kernel built at run time (it lives for the rest of the process).
     pub fn register_boxed(&mut self, device: DeviceType, kernel: Box<dyn OpKernel>) {
         self.register(device, Box::leak(kernel));

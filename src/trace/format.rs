@@ -84,7 +84,17 @@ impl DeviceKind {
 }
 
 impl TraceDevice {
-    /// The trace's name for a VM device.
+    /// The device as the VM names it (the same type and index).
+    pub fn device_id(self) -> DeviceId {
+        let ty = match self.kind {
+            DeviceKind::Cpu => DeviceType::Cpu,
+            DeviceKind::Mock => DeviceType::Mock,
+            DeviceKind::Cuda => DeviceType::Cuda,
+        };
+        DeviceId { ty, index: self.index }
+    }
+
+    /// The trace's name of a VM device.
     pub fn of(d: DeviceId) -> Self {
         let kind = match d.ty {
             DeviceType::Cpu => DeviceKind::Cpu,
@@ -189,6 +199,16 @@ pub enum Stmt {
         device: TraceDevice,
         /// Its type.
         ty: StreamType,
+    },
+    /// `comm pair mock mock:0,mock:1`: a communicator the calls of `op@pair` use, with its
+    /// backend and its members in rank order.
+    Comm {
+        /// Its name.
+        name: String,
+        /// Its backend (`mock`, `mpi`, `nccl`).
+        backend: String,
+        /// Its local members' devices, in member order.
+        members: Vec<TraceDevice>,
     },
     /// `tensor t3 f32[2,2] mock:0`.
     Tensor {
@@ -393,6 +413,10 @@ pub fn write_stmt(out: &mut String, stmt: &Stmt) {
     let _ = match stmt {
         Stmt::Device(d) => write!(out, "device {d}"),
         Stmt::Stream { id, device, ty } => write!(out, "stream s{} {device} {}", id.id, ty.name()),
+        Stmt::Comm { name, backend, members } => {
+            let list: Vec<String> = members.iter().map(|d| d.to_string()).collect();
+            write!(out, "comm {name} {backend} {}", list.join(","))
+        }
         Stmt::Tensor { id, dtype, shape, device } => {
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
             write!(out, "tensor t{} {dtype}[{}] {device}", id.id, dims.join(","))

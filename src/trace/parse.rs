@@ -250,6 +250,18 @@ fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
             let ty = parse_stream_type(&t.text).map_err(|m| (t.col, m))?;
             Stmt::Stream { id, device, ty }
         }
+        "comm" => {
+            let t = c.next("the communicator's name")?;
+            let name = t.text.clone();
+            let t = c.next("the communicator's backend (mock, mpi or nccl)")?;
+            let backend = t.text.clone();
+            let t = c.next("the members' devices, like `mock:0,mock:1`")?;
+            let mut members = Vec::new();
+            for d in t.text.split(',') {
+                members.push(parse_device(d).map_err(|m| (t.col, m))?);
+            }
+            Stmt::Comm { name, backend, members }
+        }
         "tensor" => {
             let id = c.tensor()?;
             let t = c.next("the tensor's type, like `f32[2,3]`")?;
@@ -298,9 +310,13 @@ fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
 fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
     let stream = c.stream()?;
     let op = c.next("an op name")?;
-    if !op.text.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.')
-        || op.text.contains('=')
-    {
+    // Letters, digits, `_` and `.`, and a collective's `@communicator` (`all_reduce.sum@dp`).
+    let name_ok = |s: &str| s.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '.');
+    let ok = match op.text.split_once('@') {
+        Some((name, comm)) => name_ok(name) && !comm.is_empty() && !comm.contains('@'),
+        None => name_ok(&op.text),
+    };
+    if !ok || op.text.contains('=') {
         return Err((op.col, format!("expected an op name, found `{}`", op.text)));
     }
     let (mut inputs, mut outputs, mut scalar) = (None, None, None);

@@ -247,6 +247,13 @@ impl Recorder {
             }
             stream_devices[id.index()] = Some(TraceDevice::of(d));
         }
+        // The communicators made so far: their collectives' op names (`all_reduce.sum@pair`)
+        // name them. One made after this is not declared, and a replay refuses its calls.
+        for c in vm.communicators() {
+            let members: Vec<String> =
+                c.members().iter().map(|m| TraceDevice::of(m.device).to_string()).collect();
+            head.push_str(&format!("comm {} {} {}\n", c.name(), c.backend(), members.join(",")));
+        }
         out.write_all(head.as_bytes()).map_err(|e| TraceError::io(&path, e))?;
         let (tx, rx) = sync_channel(CHANNEL_BATCHES);
         let pool = Arc::new(SegQueue::new());

@@ -398,6 +398,17 @@ impl Replayer<'_> {
         }
     }
 
+    /// The op called `name`: a built-in, or a collective of a declared communicator
+    /// (`all_reduce.sum@pair`).
+    fn resolve(&self, name: &str) -> Result<crate::framework::Op, Error> {
+        if let Some((c, comm)) = crate::kernels::collective::parse_op_name(name) {
+            if let Some(op) = self.vm.find_communicator(comm).and_then(|k| k.op(c)) {
+                return Ok(op);
+            }
+        }
+        self.vm.op(name)
+    }
+
     /// The tensors `refs` name (the replay holds every tensor's handle until it emits the
     /// tensor's `Release`, or until it ends, after its last batch).
     fn tensors_of(&self, refs: &[Ref]) -> SmallVec<[&Tensor; 4]> {
@@ -419,6 +430,13 @@ impl Replayer<'_> {
                 let s = self.vm.stream(d, ty).map_err(|e| self.err(l, 0, e))?;
                 self.streams.insert(id.id, (s, *device));
             }
+            Stmt::Comm { name, members, .. } => {
+                // The validator admits mock communicators only.
+                let devices: Vec<DeviceId> = members.iter().map(|d| self.map.devices[d]).collect();
+                if self.vm.find_communicator(name).is_none() {
+                    self.vm.mock_communicator(name, &devices).map_err(|e| self.err(l, 0, e))?;
+                }
+            }
             Stmt::Tensor { id, dtype, shape, device } => {
                 let t =
                     self.vm.empty(shape, *dtype, self.map.devices[device]).map_err(|e| self.err(l, 0, e))?;
@@ -427,7 +445,7 @@ impl Replayer<'_> {
             Stmt::Call { stream, op, op_col, inputs, outputs, scalar } => {
                 let s = self.stream(*stream);
                 let attrs = Attrs::scalar(*scalar);
-                let resolved = self.vm.op(op).map_err(|e| self.err(l, *op_col, e))?;
+                let resolved = self.resolve(op).map_err(|e| self.err(l, *op_col, e))?;
                 if raw {
                     let dev = self.streams[&stream.id].1;
                     let kernel = resolved.kernel_ref(kernel_device(dev)).ok_or_else(|| {

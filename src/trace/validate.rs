@@ -93,6 +93,8 @@ struct Checker<'t> {
     streams: HashMap<u32, (TraceDevice, StreamType)>,
     tensors: HashMap<u32, TensorState>,
     events: HashMap<u32, EventState>,
+    /// Communicators declared so far, by name.
+    comms: HashMap<String, Vec<TraceDevice>>,
     line: u32,
 }
 
@@ -107,6 +109,7 @@ pub(crate) fn check(trace: &Trace, opts: &ValidateOptions) -> Vec<Diagnostic> {
         streams: HashMap::new(),
         tensors: HashMap::new(),
         events: HashMap::new(),
+        comms: HashMap::new(),
         line: 0,
     };
     let mut expects = Vec::new();
@@ -264,6 +267,7 @@ impl Checker<'_> {
                     self.err(id.col, format!("stream s{} is declared twice", id.id));
                 }
             }
+            Stmt::Comm { name, backend, members } => self.comm(col, name, backend, members),
             Stmt::Tensor { id, dtype, shape, device } => {
                 self.device_declared(*device, col);
                 // `vm.empty`'s own check, which replay would meet here.
@@ -371,6 +375,38 @@ impl Checker<'_> {
         }
     }
 
+    /// A `comm` declaration: a mock communicator over declared devices, whose collective
+    /// ops the calls after it may use.
+    fn comm(&mut self, col: u32, name: &str, backend: &str, members: &[TraceDevice]) {
+        for d in members {
+            self.device_declared(*d, col);
+        }
+        if self.comms.contains_key(name) {
+            self.err(col, format!("communicator `{name}` is declared twice"));
+            return;
+        }
+        if backend != "mock" {
+            self.err(
+                col,
+                format!(
+                    "communicator `{name}` uses the {backend} backend: a replay runs the collectives of mock \
+                     communicators only (record with one, or run the program under its launcher)"
+                ),
+            );
+            return;
+        }
+        let devices: Vec<crate::ep::DeviceId> = members.iter().map(|d| d.device_id()).collect();
+        match crate::ep::ccl::mock::MockBackend::new(&devices) {
+            Ok(b) => {
+                for op in crate::framework::collective::ops_of(name, std::sync::Arc::new(b)) {
+                    self.ops.insert(op);
+                }
+                self.comms.insert(name.to_string(), members.to_vec());
+            }
+            Err(e) => self.err(col, format!("communicator `{name}`: {e}")),
+        }
+    }
+
     fn call(&mut self, stream: Ref, op: &str, op_col: u32, inputs: &[Ref], outputs: &[Ref], scalar: f64) {
         let dev = self.stream(stream);
         let kernel = match self.ops.get(op) {
@@ -429,8 +465,7 @@ impl Checker<'_> {
         }
         let meta = |r: &Ref| {
             let t = &self.tensors[&r.id];
-            // Inference only looks at shape and dtype; the VM device stands in for the trace's.
-            TensorMeta::new(&t.shape, t.dtype, crate::ep::DeviceId::CPU)
+            TensorMeta::new(&t.shape, t.dtype, t.device.device_id())
         };
         let in_metas: Vec<TensorMeta> = inputs.iter().map(meta).collect();
         let out_metas: Vec<TensorMeta> = outputs.iter().map(meta).collect();

@@ -36,9 +36,20 @@ fn bits(bytes: &[u8]) -> Vec<u32> {
 
 /// Record `raw`'s program, then replay its trace in every mode; all reads must match.
 fn record_replay(name: &str, raw: &Raw) {
-    let p = decode(5, raw);
+    record_replay_on(name, raw, common::Mix::CPU_MOCK)
+}
+
+fn record_replay_on(name: &str, raw: &Raw, mix: common::Mix) {
+    // Two tensors on each device at least, which a collective step needs.
+    let p = common::decode_on(mix, if mix.collectives { 8 } else { 5 }, raw);
     let path = temp(name);
     let vm = vm(fast_mock(), ThreadTopology::PerStream, false);
+    if mix.collectives {
+        // Made before recording starts, so that the trace declares them.
+        for k in 0..common::COMMS.len() {
+            common::communicator(&vm, k).expect("communicator");
+        }
+    }
     let rec = Recorder::start(&vm, &path).expect("start");
     let outcome = execute(&vm, &p).expect("program runs");
     let summary = rec.finish(&vm, &[], None).expect("finish");
@@ -46,7 +57,9 @@ fn record_replay(name: &str, raw: &Raw) {
     let trace = trace::load(&path).expect("the recorded trace parses");
     trace::validate(&trace, &Default::default()).expect("the recorded trace is valid, syncs included");
     let modes = [(false, DeviceMap::AsRecorded), (true, DeviceMap::AsRecorded), (true, DeviceMap::Cpu)];
-    for (resync, device) in modes {
+    // A mock communicator needs its members on distinct devices: not all on the CPU.
+    let modes = if mix.collectives { &modes[..2] } else { &modes[..] };
+    for &(resync, device) in modes {
         let config = Config { mock: fast_mock(), ..Config::default() };
         let opts = ReplayOptions { resync, device, config, ..Default::default() };
         let report =
@@ -57,11 +70,29 @@ fn record_replay(name: &str, raw: &Raw) {
     }
 }
 
+#[test]
+fn collectives_are_declared_recorded_and_replayed() {
+    // Every step a collective (kind 12 or 13 of 14), over both communicators.
+    let raw: Raw =
+        (0..24u8).map(|i| (12 + (i % 2) + 14 * (i % 5), i, i.wrapping_mul(3), i ^ 5, i, i as i8)).collect();
+    record_replay_on("all-collectives.trace", &raw, common::Mix::COLLECTIVES);
+    let text = std::fs::read_to_string(temp("all-collectives.trace")).unwrap();
+    assert!(text.contains("comm pair mock mock:0,mock:1\n"), "{text}");
+    assert!(text.contains("comm trio mock cpu:0,mock:1,mock:0\n"), "{text}");
+    assert!(text.contains("@pair in=") && text.contains("@trio in="), "{text}");
+    assert!(text.contains("stream s") && text.contains("cpu:0 collective"), "{text}");
+}
+
 proptest! {
     #![proptest_config(common::proptest_config(24))]
     #[test]
     fn random_programs_replay_to_the_same_reads(raw in prop::collection::vec(any::<(u8, u8, u8, u8, u8, i8)>(), 1..40)) {
         record_replay("random.trace", &raw);
+    }
+
+    #[test]
+    fn random_programs_with_collectives_replay_to_the_same_reads(raw in prop::collection::vec(any::<(u8, u8, u8, u8, u8, i8)>(), 1..40)) {
+        record_replay_on("collectives.trace", &raw, common::Mix::COLLECTIVES);
     }
 }
 
