@@ -6,6 +6,7 @@
 #[cfg(feature = "cli")]
 mod cli;
 mod collectives;
+mod data_parallel;
 mod common;
 mod cuda;
 mod eager;
