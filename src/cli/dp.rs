@@ -1,4 +1,4 @@
-//! `eagervm run mlp-dp`: data-parallel training of the MLP ([`crate::programs::mlp_dp`]) as
+//! `eagervm run mlp-dp`: data-parallel training of the MLP ([`mlp_dp`](mod@crate::programs::mlp_dp)) as
 //! the command line runs it, and its comparison with one rank.
 //!
 //! The communicator comes from [`DpBackend`]: `mock` (the default) puts every rank on a mock
@@ -124,7 +124,11 @@ pub fn mock_config(mut config: Config, ranks: usize) -> Config {
 }
 
 /// The VM and the communicator `mlp-dp` runs on: where every backend is chosen.
-pub fn communicator(backend: DpBackend, ranks: usize, config: Config) -> Result<(VirtualMachine, Communicator), CliError> {
+pub fn communicator(
+    backend: DpBackend,
+    ranks: usize,
+    config: Config,
+) -> Result<(VirtualMachine, Communicator), CliError> {
     match backend {
         DpBackend::Mock => {
             if !(1..=64).contains(&ranks) {
@@ -195,7 +199,8 @@ pub fn run_mlp_dp(config: Config, opts: &DpOptions) -> Result<DpRun, CliError> {
 /// The one-rank MLP on the global batch, on `mock:0` of a fresh VM with `mock`'s timing:
 /// its losses and its training's wall time.
 fn one_rank(mock: &MockConfig, opts: &MlpOptions) -> Result<(Vec<f32>, Duration), CliError> {
-    let vm = VirtualMachine::new(Config::default().with_mock_devices(1, mock.clone())).map_err(program_error)?;
+    let vm =
+        VirtualMachine::new(Config::default().with_mock_devices(1, mock.clone())).map_err(program_error)?;
     let t0 = Instant::now();
     let r = mlp(&vm, &MlpOptions { device: DeviceId::mock(0), ..opts.clone() }).map_err(program_error)?;
     Ok((r.losses, t0.elapsed()))
@@ -249,7 +254,12 @@ impl std::fmt::Display for DpComparison {
 }
 
 /// Measure [`DpComparison`]: `reps` runs of each kind, taken in turn.
-pub fn compare(config: Config, ranks: usize, train: &MlpDpOptions, reps: usize) -> Result<DpComparison, CliError> {
+pub fn compare(
+    config: Config,
+    ranks: usize,
+    train: &MlpDpOptions,
+    reps: usize,
+) -> Result<DpComparison, CliError> {
     let config = mock_config(config, ranks);
     let reps = reps.max(1);
     let steps = train.mlp.steps.max(1);

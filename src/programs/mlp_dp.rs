@@ -4,9 +4,9 @@
 //! # The model and the data
 //!
 //! Every rank holds a replica of the same two-layer perceptron, with the same initial
-//! weights ([`initial_weights`](super::mlp::initial_weights), then broadcast from rank 0 as
+//! weights ([`initial_weights`], then broadcast from rank 0 as
 //! a data-parallel trainer does at start), and makes the same global data set
-//! ([`dataset`](super::mlp::dataset)). Rank `r` of `N` trains on its shard: rows
+//! ([`dataset`]). Rank `r` of `N` trains on its shard: rows
 //! `r·n/N .. (r+1)·n/N` of the `n` samples (integer division, so every row is in exactly
 //! one shard).
 //!
@@ -139,7 +139,11 @@ impl fmt::Display for MlpDpReport {
             self.losses.len(),
             self.initial_loss(),
             self.final_loss(),
-            if self.final_loss() < 0.5 * self.initial_loss() { "fell by more than half" } else { "did NOT halve" },
+            if self.final_loss() < 0.5 * self.initial_loss() {
+                "fell by more than half"
+            } else {
+                "did NOT halve"
+            },
             BUCKETS.len(),
             if self.overlap { "overlapping the backward pass" } else { "after the backward pass" },
             self.collectives_per_step,
@@ -537,7 +541,10 @@ mod tests {
 
     #[test]
     fn interval_arithmetic() {
-        assert_eq!(merge(&[(ms(0), ms(2)), (ms(1), ms(3)), (ms(5), ms(6))]), [(ms(0), ms(3)), (ms(5), ms(6))]);
+        assert_eq!(
+            merge(&[(ms(0), ms(2)), (ms(1), ms(3)), (ms(5), ms(6))]),
+            [(ms(0), ms(3)), (ms(5), ms(6))]
+        );
         let a = [(ms(0), ms(3)), (ms(5), ms(6))];
         let b = [(ms(2), ms(5)), (ms(5), ms(10))];
         assert_eq!(intersection(&a, &b), ms(2));

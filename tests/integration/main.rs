@@ -6,9 +6,9 @@
 #[cfg(feature = "cli")]
 mod cli;
 mod collectives;
-mod data_parallel;
 mod common;
 mod cuda;
+mod data_parallel;
 mod eager;
 mod errors;
 mod fuzz;
