@@ -70,16 +70,43 @@ impl ReplayArgs {
     }
 }
 
+/// The options of `run mlp-dp` (data-parallel training of the MLP).
+#[derive(clap::Args, Clone)]
+struct DpArgs {
+    /// mlp-dp: ranks, one mock device each (default 2).
+    #[arg(long, value_name = "N")]
+    ranks: Option<usize>,
+    /// mlp-dp: the collective backend: `mock` (every rank in this process), `mpi` (one rank
+    /// per process under mpirun) or `nccl` (one GPU per process, torchrun's variables).
+    #[arg(long, value_name = "KIND")]
+    backend: Option<cli::dp::DpBackend>,
+    /// mlp-dp: training steps (default 60).
+    #[arg(long, value_name = "N")]
+    steps: Option<usize>,
+    /// mlp-dp: also measure the step time against one rank on the same global batch, and
+    /// against buckets reduced after the backward pass (median of 5 runs each).
+    #[arg(long)]
+    compare: bool,
+}
+
+impl DpArgs {
+    fn given(&self) -> bool {
+        self.ranks.is_some() || self.backend.is_some() || self.steps.is_some() || self.compare
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run a short program on the CPU and a mock asynchronous device, printing what ran.
     Demo,
     /// Run a built-in program (see `eagervm programs`) or replay a trace file.
     Run {
-        /// A built-in program's name, or a trace file.
+        /// A built-in program's name, `mlp-dp`, or a trace file.
         target: String,
         #[command(flatten)]
         replay: ReplayArgs,
+        #[command(flatten)]
+        dp: DpArgs,
     },
     /// Run a built-in program with a recorder attached and write its trace.
     Record {
@@ -188,7 +215,11 @@ fn main() -> ExitCode {
         }
         Command::Bench { n, reps, workloads, json, .. } => run_bench(n, reps, &workloads, json)
             .map_err(|error| CliError::Program { program: "bench".into(), error }),
-        Command::Run { target, replay } => run(&target, &replay),
+        Command::Run { target, replay, dp } if target == "mlp-dp" => run_dp(&replay, &dp),
+        Command::Run { dp, .. } if dp.given() => {
+            Err(CliError::Usage("--ranks, --backend, --steps and --compare apply to `mlp-dp`".into()))
+        }
+        Command::Run { target, replay, .. } => run(&target, &replay),
         Command::Record { program, output, overhead } => record(&program, &output, overhead),
         Command::Replay { file, replay } => replay_file(&file, &replay),
         Command::Validate { file, resync, max_tensor_bytes } => validate(&file, resync, max_tensor_bytes),
@@ -197,6 +228,7 @@ fn main() -> ExitCode {
             for p in eagervm::programs::all() {
                 say!("{:<10} {}", p.name(), p.about());
             }
+            say!("{:<10} {}", "mlp-dp", MLP_DP_ABOUT);
             Ok(())
         }
     };
@@ -208,6 +240,48 @@ fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "eagervm: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// What `eagervm programs` says of `mlp-dp`.
+const MLP_DP_ABOUT: &str =
+    "train the MLP data-parallel on N ranks, gradients all-reduced in buckets overlapping the backward pass";
+
+fn run_dp(args: &ReplayArgs, dp: &DpArgs) -> Result<(), CliError> {
+    if args.resync || args.device != DeviceMap::AsRecorded || args.tolerance.is_some() {
+        return Err(CliError::Usage("--resync, --device and --tolerance apply to trace files".into()));
+    }
+    let mut opts = cli::dp::DpOptions { profile: args.profile.is_some(), ..Default::default() };
+    opts.backend = dp.backend.unwrap_or_default();
+    opts.ranks = dp.ranks.unwrap_or(opts.ranks);
+    opts.train.mlp.steps = dp.steps.unwrap_or(opts.train.mlp.steps);
+    let s = cli::dp::run_mlp_dp(args.config(), &opts)?;
+    if s.report.backend == "mock" {
+        say!(
+            "ran `mlp-dp` in {:.3?} on {} mock devices (one process; {:?} per launch), one rank each",
+            s.wall,
+            s.report.local.len(),
+            s.launch_delay
+        );
+    } else {
+        say!("ran `mlp-dp` in {:.3?} on the {} backend", s.wall, s.report.backend);
+    }
+    write_profile(s.profile.as_ref(), args.profile.as_deref())?;
+    if let Some(o) = &s.overlap {
+        say!("  overlap: {o}");
+    }
+    say!("{}", s.report);
+    say!(
+        "loss curve against one rank on the global batch: largest relative difference {:.2e} (tolerance {:e})",
+        s.max_rel_diff,
+        eagervm::programs::mlp_dp::LOSS_REL_TOLERANCE
+    );
+    if dp.compare {
+        say!("{}", cli::dp::compare(args.config(), opts.ranks, &opts.train, 5)?);
+    }
+    match s.ok() {
+        true => Ok(()),
+        false => Err(CliError::Usage("`mlp-dp` failed its own check".into())),
     }
 }
 

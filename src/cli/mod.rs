@@ -6,6 +6,8 @@
 //! Compiled only with the `cli` cargo feature (on by default), like the binary and
 //! [`crate::bench`]: a library user who turns default features off builds none of it.
 
+pub mod dp;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -14,6 +14,10 @@
 //! | [`fanout`](mod@fanout) | a wide fan-out/fan-in graph: one array read by many independent ops |
 //! | [`failure`](mod@failure) | a failed kernel poisons what it feeds; everything else keeps working |
 //!
+//! [`mlp_dp`](mod@mlp_dp) trains the MLP data-parallel over the ranks of a communicator. It
+//! takes a communicator as well as a VM, so it is not among the programs run by name here;
+//! the command line runs it as `eagervm run mlp-dp`.
+//!
 //! Every program takes a `&VirtualMachine` and an options struct, uses fixed seeds, and
 //! returns a report of plain values (no timings), so two runs give equal reports; each
 //! runs in well under two seconds at its defaults.
@@ -49,12 +53,14 @@ use crate::vm::Result;
 pub mod failure;
 pub mod fanout;
 pub mod mlp;
+pub mod mlp_dp;
 pub mod pipeline;
 pub mod workloads;
 
 pub use failure::{failure, failure_keeping, FailureOptions, FailureReport};
 pub use fanout::{fanout, fanout_keeping, FanoutOptions, FanoutReport};
 pub use mlp::{mlp, mlp_keeping, MlpOptions, MlpReport};
+pub use mlp_dp::{mlp_dp, mlp_dp_keeping, MlpDpOptions, MlpDpReport};
 pub use pipeline::{pipeline, pipeline_keeping, PipelineOptions, PipelineReport};
 pub use workloads::WorkloadInfo;
 

@@ -103,7 +103,9 @@ fn every_command_has_help() {
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(Into::into))
         .collect();
-    let registry: Vec<&str> = eagervm::programs::all().map(|p| p.name()).collect();
+    let mut registry: Vec<&str> = eagervm::programs::all().map(|p| p.name()).collect();
+    // And the data-parallel MLP, which runs on a communicator rather than by name.
+    registry.push("mlp-dp");
     assert_eq!(listed, registry);
     for p in eagervm::programs::all() {
         assert!(text(&o).contains(p.about()), "{}: {}", p.name(), text(&o));
@@ -179,4 +181,37 @@ fn logging_to_a_closed_standard_error_neither_hangs_nor_panics() {
     );
     let o = Command::new("bash").arg("-c").arg(&script).output().expect("bash runs");
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "status 0.", "{}", text(&o));
+}
+
+#[test]
+fn mlp_dp_matches_one_rank_and_writes_an_overlapping_timeline() {
+    let path = temp("mlp-dp-profile.json");
+    let o = eagervm(&["run", "mlp-dp", "--ranks", "4", "--steps", "10", "--profile", &path]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    for want in [
+        "on 4 mock devices",
+        "mock:3:compute",
+        "mock:0:collective",
+        "all-reduces followed by compute work overlapped it",
+        "agree bit for bit",
+        "largest relative difference",
+    ] {
+        assert!(out.contains(want), "{want} missing: {out}");
+    }
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().expect("Trace Event Format");
+    assert!(
+        events.iter().any(|e| e["ph"] == "X" && e["name"] == "all_reduce.mean@dp"),
+        "collectives on the timeline"
+    );
+    // The other backends are refused with what is missing; options are checked.
+    let o = eagervm(&["run", "mlp-dp", "--backend", "mpi"]);
+    assert!(!o.status.success() && text(&o).contains("`mpi` feature"), "{}", text(&o));
+    let o = eagervm(&["run", "mlp-dp", "--backend", "nccl"]);
+    assert!(!o.status.success() && text(&o).contains("NCCL"), "{}", text(&o));
+    let o = eagervm(&["run", "mlp", "--ranks", "2"]);
+    assert!(!o.status.success() && text(&o).contains("apply to `mlp-dp`"), "{}", text(&o));
+    let o = eagervm(&["run", "mlp-dp", "--ranks", "0"]);
+    assert!(!o.status.success(), "{}", text(&o));
 }

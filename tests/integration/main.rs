@@ -8,6 +8,7 @@ mod cli;
 mod collectives;
 mod common;
 mod cuda;
+mod data_parallel;
 mod eager;
 mod errors;
 mod fuzz;
