@@ -116,7 +116,7 @@ pub(crate) struct Engine {
     /// the tensors their `Release`s own (`TensorPtr`).
     graveyard: Mutex<Vec<Batch>>,
     /// The communicators made on this engine, by name: what the watchdog aborts.
-    communicators: Mutex<Vec<(Arc<str>, Arc<dyn crate::ep::ccl::Backend>)>>,
+    communicators: Mutex<Vec<NamedBackend>>,
     /// What the layer above keeps with the engine (the front end's per-VM state). The engine
     /// never looks inside; it keeps it alive as long as itself, so that a tensor, which
     /// knows only its engine, reaches it.
@@ -161,6 +161,9 @@ impl Drop for EngineHandle {
         tracing::debug!("VM shut down: every thread it started has exited");
     }
 }
+
+/// A communicator's name and backend, as the engine keeps them.
+pub(crate) type NamedBackend = (Arc<str>, Arc<dyn crate::ep::ccl::Backend>);
 
 /// The two passes over the devices that build the stream table.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -381,7 +384,8 @@ impl Engine {
     }
 
     /// The communicators made on this engine, in the order they were made.
-    pub(crate) fn communicators(&self) -> Vec<(Arc<str>, Arc<dyn crate::ep::ccl::Backend>)> {
+    #[allow(dead_code)] // the watchdog's
+    pub(crate) fn communicators(&self) -> Vec<NamedBackend> {
         self.communicators.lock().clone()
     }
 
