@@ -66,7 +66,9 @@ use mpi::Threading;
 use parking_lot::Mutex;
 
 use super::reduce::finish;
-use super::{check_parts, Backend, Buf, BufMut, Call, CclError, Collective, Member, Part, ReduceOp, ScalarType};
+use super::{
+    check_parts, Backend, Buf, BufMut, Call, CclError, Collective, Member, Part, ReduceOp, ScalarType,
+};
 use crate::ep::DeviceId;
 
 /// Where MPI stands in this process. Every MPI call of this module is made holding this
@@ -325,9 +327,20 @@ impl MpiBackend {
     }
 
     /// Start `call` on the staging buffers; returns its request.
-    fn start(&self, call: &Call, stage: &mut Stage, send: &[u8], recv_len: usize) -> Result<ffi::MPI_Request, CclError> {
+    fn start(
+        &self,
+        call: &Call,
+        stage: &mut Stage,
+        send: &[u8],
+        recv_len: usize,
+    ) -> Result<ffi::MPI_Request, CclError> {
         let count = c_int::try_from(call.count).map_err(|_| {
-            CclError::Invalid(format!("{} of {} elements: MPI counts stop at {}", call.op.name(), call.count, c_int::MAX))
+            CclError::Invalid(format!(
+                "{} of {} elements: MPI counts stop at {}",
+                call.op.name(),
+                call.count,
+                c_int::MAX
+            ))
         })?;
         let dtype = match call.dtype {
             // SAFETY (both): reading an immutable predefined handle exported by the MPI shim.
@@ -372,14 +385,22 @@ impl MpiBackend {
         // a valid out-pointer.
         let rc = with_mpi(|| unsafe {
             match (call.op, red) {
-                (Collective::AllReduce(_), Some(op)) => ffi::MPI_Iallreduce(sp, rp, count, dtype, op, comm, &mut req),
+                (Collective::AllReduce(_), Some(op)) => {
+                    ffi::MPI_Iallreduce(sp, rp, count, dtype, op, comm, &mut req)
+                }
                 (Collective::ReduceScatter(_), Some(op)) => {
                     ffi::MPI_Ireduce_scatter_block(sp, rp, count / world, dtype, op, comm, &mut req)
                 }
-                (Collective::AllGather, _) => ffi::MPI_Iallgather(sp, count, dtype, rp, count, dtype, comm, &mut req),
-                (Collective::Broadcast { root }, _) => ffi::MPI_Ibcast(rp, count, dtype, root as c_int, comm, &mut req),
+                (Collective::AllGather, _) => {
+                    ffi::MPI_Iallgather(sp, count, dtype, rp, count, dtype, comm, &mut req)
+                }
+                (Collective::Broadcast { root }, _) => {
+                    ffi::MPI_Ibcast(rp, count, dtype, root as c_int, comm, &mut req)
+                }
                 (Collective::Barrier, _) => ffi::MPI_Ibarrier(comm, &mut req),
-                (Collective::AllReduce(_) | Collective::ReduceScatter(_), None) => unreachable!("a reduction has an op"),
+                (Collective::AllReduce(_) | Collective::ReduceScatter(_), None) => {
+                    unreachable!("a reduction has an op")
+                }
             }
         })?;
         check(rc, call.op.name())?;
