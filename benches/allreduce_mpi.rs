@@ -8,11 +8,13 @@
 //! and wait (the VM: `vm.run(|b| b.all_reduce(..))` then `wait` on the output; MPI: a
 //! blocking `MPI_Allreduce` on `f32`s with `MPI_SUM`), the best of 3 rounds, each round
 //! starting after a barrier. Bandwidth is the algorithm bandwidth: bytes per rank / time.
+//! `EAGERVM_MPI_YIELD_US` and `EAGERVM_MPI_MAX_SLEEP_US` set the backend's polling
+//! (`ep::ccl::mpi::Polling`), `EAGERVM_MPI_MAX_BYTES` the largest size.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eagervm::ep::ccl::mpi::MpiBackend;
+use eagervm::ep::ccl::mpi::{MpiBackend, Polling};
 use eagervm::ep::ccl::ReduceOp;
 use eagervm::ep::DeviceId;
 use eagervm::vm::Config;
@@ -38,9 +40,19 @@ fn main() {
             .expect("mpirun starts (is OpenMPI installed?)");
         std::process::exit(status.code().unwrap_or(1));
     }
-    let backend = MpiBackend::world().expect("MPI starts");
+    let us =
+        |var: &str| std::env::var(var).ok().and_then(|v| v.parse::<u64>().ok()).map(Duration::from_micros);
+    let mut polling = Polling::default();
+    if let Some(d) = us("EAGERVM_MPI_YIELD_US") {
+        polling.yield_for = d;
+    }
+    if let Some(d) = us("EAGERVM_MPI_MAX_SLEEP_US") {
+        polling.max_sleep = d;
+    }
+    let max_bytes: usize =
+        std::env::var("EAGERVM_MPI_MAX_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(64 << 20);
+    let backend = MpiBackend::world().expect("MPI starts").with_polling(polling);
     let (rank, n) = (backend.rank(), eagervm::ep::ccl::Backend::world_size(&backend));
-    let polling = backend.polling();
     let vm = VirtualMachine::new(Config::default()).expect("vm starts");
     let comm = vm.communicator("world", Arc::new(backend)).expect("communicator");
     let world = mpi::topology::SimpleCommunicator::world();
@@ -55,7 +67,7 @@ fn main() {
         );
     }
     let mut bytes = 4usize;
-    while bytes <= 64 << 20 {
+    while bytes <= max_bytes {
         let count = bytes / 4;
         let iters = ((256usize << 20) / bytes).clamp(5, 2000);
         let data: Vec<f32> = (0..count).map(|i| (i % 7) as f32 + rank as f32).collect();

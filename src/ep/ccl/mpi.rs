@@ -203,9 +203,11 @@ pub struct Polling {
 }
 
 impl Default for Polling {
-    /// 50 µs of yielding, then sleeps of 50 µs up to 1 ms.
+    /// 50 µs of yielding, then sleeps of 50 µs doubling up to 200 µs: MPI progresses a
+    /// collective only inside MPI calls, so a long sleep stalls a large one between its
+    /// steps (`docs/performance.md`, "Collectives over MPI").
     fn default() -> Self {
-        Polling { yield_for: Duration::from_micros(50), max_sleep: Duration::from_millis(1) }
+        Polling { yield_for: Duration::from_micros(50), max_sleep: Duration::from_micros(200) }
     }
 }
 
