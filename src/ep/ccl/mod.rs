@@ -13,7 +13,8 @@
 //!   result from the parts it is given. A test double, like the mock device: it lets the
 //!   property tests mix collectives into random programs, and its injected hang lets the
 //!   watchdog be tested, without a second process.
-//! - `mpi` (cargo feature `mpi`): host tensors over MPI, one rank per process.
+//! - `mpi` (cargo feature `mpi`): host tensors over MPI, one rank per process, launched by
+//!   `mpirun` (`docs/distributed.md`).
 //! - `nccl` (cargo feature `cuda`): CUDA tensors over NCCL, loaded at run time.
 //!
 //! Every backend can be *aborted* ([`Backend::abort`]): a collective waiting for a peer
@@ -22,6 +23,8 @@
 //! than its timeout (`docs/distributed.md`).
 
 pub mod mock;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod reduce;
 
 use std::fmt;
