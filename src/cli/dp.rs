@@ -138,6 +138,16 @@ pub fn communicator(
             let comm = vm.mock_communicator("dp", &mock_devices(ranks)).map_err(program_error)?;
             Ok((vm, comm))
         }
+        #[cfg(feature = "mpi")]
+        DpBackend::Mpi => {
+            // One rank per process, `cpu:0`; the world is the launcher's (`mpirun -np N`).
+            let backend = crate::ep::ccl::mpi::MpiBackend::world()
+                .map_err(|e| CliError::Usage(format!("--backend mpi: {e}")))?;
+            let vm = VirtualMachine::new(config).map_err(program_error)?;
+            let comm = vm.communicator("dp", std::sync::Arc::new(backend)).map_err(program_error)?;
+            Ok((vm, comm))
+        }
+        #[cfg(not(feature = "mpi"))]
         DpBackend::Mpi => Err(CliError::Usage(
             "--backend mpi: this eagervm was built without the `mpi` feature, which provides the MPI \
              collective backend (build with `--features mpi` and launch with `mpirun -np N eagervm run \
