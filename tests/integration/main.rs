@@ -10,6 +10,7 @@ mod common;
 mod cuda;
 mod eager;
 mod errors;
+mod flight;
 mod fuzz;
 mod lifecycle;
 mod planted_bug;
