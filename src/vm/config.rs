@@ -280,7 +280,9 @@ impl Config {
         if let Some(n) = std::env::var("EAGERVM_FLIGHT_RECORDS").ok().and_then(|v| v.trim().parse().ok()) {
             c.flight_records = n;
         }
-        if let Some(ms) = std::env::var("EAGERVM_WATCHDOG_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok()) {
+        if let Some(ms) =
+            std::env::var("EAGERVM_WATCHDOG_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok())
+        {
             c.watchdog_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
         }
         if let Some(p) = std::env::var_os("EAGERVM_FLIGHT_DUMP").filter(|v| !v.is_empty()) {

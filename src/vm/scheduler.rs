@@ -415,7 +415,14 @@ impl Scheduler {
     /// Admit one instruction (its body, stream and operands): give it its stream position,
     /// apply the dependence rules, and dispatch it if nothing holds it back. The caller
     /// moves a ready one where it belongs, or parks it.
-    fn admit(&mut self, body: &mut Body, stream: StreamId, n_inputs: u8, ops: &[Operand], program: u64) -> Admit {
+    fn admit(
+        &mut self,
+        body: &mut Body,
+        stream: StreamId,
+        n_inputs: u8,
+        ops: &[Operand],
+        program: u64,
+    ) -> Admit {
         if StreamPolicy::on_scheduler(body) {
             self.barriers.admit(body, program, self.streams.iter().map(|s| s.last), self.prof.as_mut());
             // A barrier is not an instruction in flight: settle the count the caller added.

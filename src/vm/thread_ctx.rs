@@ -266,11 +266,8 @@ fn prefetch_ahead(batch: &Batch, i: usize) {
 fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
     let ctx = &vm.ctxs[index];
     let n = vm.streams.len();
-    let mut lanes = Lanes {
-        lanes: (0..n).map(|_| Lane::default()).collect(),
-        touched: Vec::with_capacity(n),
-        now: 0,
-    };
+    let mut lanes =
+        Lanes { lanes: (0..n).map(|_| Lane::default()).collect(), touched: Vec::with_capacity(n), now: 0 };
     let mut joins = Vec::new();
     for &s in &streams {
         let lane = &mut lanes.lanes[s];

@@ -193,19 +193,30 @@ fn fire(vm: &Engine, timeout: Duration, stuck: &[(usize, Duration)]) {
         "watchdog: in flight longer than the timeout of {timeout:?} without progress: {}",
         found.join("; ")
     );
-    let record = flight.snapshot(reason, Some(timeout), stuck, communicator_records(vm));
-    let written = std::fs::write(&path, record.to_string());
-    if let Err(e) = &written {
+    let mut record = flight.snapshot(reason, Some(timeout), stuck, communicator_records(vm));
+    let whys: Vec<(usize, String)> = abort
+        .into_iter()
+        .map(|(i, what)| {
+            let why = format!(
+                "the watchdog aborted communicator `{}`: {what} was in flight longer than the timeout of \
+                 {timeout:?} (watchdog_timeout, EAGERVM_WATCHDOG_TIMEOUT_MS); flight record: {}",
+                comms[i].name,
+                path.display()
+            );
+            (i, why)
+        })
+        .collect();
+    // The dump shows the aborts this finding makes (they follow its writing).
+    for (i, why) in &whys {
+        if let Some(c) = record.communicators.iter_mut().find(|c| *c.name == *comms[*i].name) {
+            c.aborted.get_or_insert_with(|| why.clone());
+        }
+    }
+    if let Err(e) = std::fs::write(&path, record.to_string()) {
         tracing::error!(path = %path.display(), error = %e, "watchdog: cannot write the flight record");
     }
-    for (i, what) in abort {
+    for (i, why) in whys {
         let c = &comms[i];
-        let why = format!(
-            "the watchdog aborted communicator `{}`: {what} was in flight longer than the timeout of {timeout:?} \
-             (watchdog_timeout, EAGERVM_WATCHDOG_TIMEOUT_MS); flight record: {}",
-            c.name,
-            if written.is_ok() { path.display().to_string() } else { "not written".into() }
-        );
         tracing::error!(communicator = %c.name, "{why}");
         c.backend.abort(&why);
     }

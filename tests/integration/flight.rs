@@ -2,7 +2,7 @@
 //! outputs with a readable dump, the VM living on; the ring's bound; a VM with nothing
 //! stuck never firing; the snapshot of a quiet VM.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,10 +24,10 @@ fn dump_path(test: &str) -> PathBuf {
     p
 }
 
-fn config(mocks: u16, timeout: Option<Duration>, dump: &PathBuf) -> Config {
+fn config(mocks: u16, timeout: Option<Duration>, dump: &Path) -> Config {
     Config {
         watchdog_timeout: timeout,
-        flight_dump: Some(dump.clone()),
+        flight_dump: Some(dump.to_path_buf()),
         ..Config::default().with_mock_devices(mocks, MockConfig::jittery())
     }
 }
@@ -153,7 +153,9 @@ fn a_run_with_nothing_stuck_never_fires_and_a_quiet_vm_shows_everything_done() {
     let snap = vm.flight_record();
     assert!(snap.quiet(), "{snap}");
     assert_eq!(snap.timeout, Some(Duration::from_millis(50)));
-    let coll = snap.stream(&vm.streams().iter().find(|s| s.1 == M0 && s.2 == StreamType::Collective).unwrap().3).unwrap();
+    let coll = snap
+        .stream(&vm.streams().iter().find(|s| s.1 == M0 && s.2 == StreamType::Collective).unwrap().3)
+        .unwrap();
     assert!(!coll.entries.is_empty());
     for s in &snap.streams {
         assert_eq!(s.stuck_for, None);

@@ -499,18 +499,26 @@ impl fmt::Display for FlightRecord {
             }
             writeln!(f)?;
             if let Some(d) = s.stuck_for {
-                let first = s.in_flight().next();
-                match first {
+                match s.in_flight().next() {
                     Some(e) => writeln!(
                         f,
-                        "  STUCK for {}: #{} {} ({}), waiting since it was {}",
+                        "  STUCK for {}: #{} {} ({}), {}",
                         T(Some(d)),
                         e.position,
                         e.op,
                         e.state.name(),
-                        e.state.name()
+                        match e.state {
+                            FlightState::Launched =>
+                                "waiting for its work (its kernel, device or peers) to finish",
+                            _ => "waiting for its worker, busy with an earlier instruction",
+                        }
                     )?,
-                    None => writeln!(f, "  STUCK for {}: position {} (not in the ring)", T(Some(d)), s.done + 1)?,
+                    None => writeln!(
+                        f,
+                        "  STUCK for {}: position {} (no longer in the ring)",
+                        T(Some(d)),
+                        s.done + 1
+                    )?,
                 }
             }
             if s.entries.is_empty() {
@@ -522,7 +530,11 @@ impl fmt::Display for FlightRecord {
                 "pos", "program", "state", "admitted", "dispatched", "launched", "done"
             )?;
             for e in &s.entries {
-                let more = if e.operands > MAX_OPERANDS { format!(" (+{})", e.operands - MAX_OPERANDS) } else { String::new() };
+                let more = if e.operands > MAX_OPERANDS {
+                    format!(" (+{})", e.operands - MAX_OPERANDS)
+                } else {
+                    String::new()
+                };
                 writeln!(
                     f,
                     "  {:>6} {:>8}  {:<10} {:>12} {:>12} {:>12} {:>12}  {}  ({} -> {}){more}",
@@ -543,7 +555,11 @@ impl fmt::Display for FlightRecord {
             writeln!(f)?;
             let members =
                 c.members.iter().map(|(r, d)| format!("rank {r} on {d}")).collect::<Vec<_>>().join(", ");
-            writeln!(f, "communicator {}: {} backend, world size {}, local members: {members}", c.name, c.backend, c.world_size)?;
+            writeln!(
+                f,
+                "communicator {}: {} backend, world size {}, local members: {members}",
+                c.name, c.backend, c.world_size
+            )?;
             match c.issued {
                 0 => writeln!(f, "  collectives issued: 0")?,
                 n => writeln!(f, "  collectives issued: {n} (the last is collective #{})", n - 1)?,
