@@ -191,7 +191,11 @@ fn flight_prints_a_flight_record_and_refuses_anything_else() {
     std::fs::write(&dump, vm.flight_record().to_string()).unwrap();
     let o = eagervm(&["flight", &dump]);
     assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).starts_with("eagervm flight record v1") && text(&o).contains("stream cpu:0"), "{}", text(&o));
+    assert!(
+        text(&o).starts_with("eagervm flight record v1") && text(&o).contains("stream cpu:0"),
+        "{}",
+        text(&o)
+    );
     let other = temp("not-flight.txt");
     std::fs::write(&other, "hello\n").unwrap();
     let o = eagervm(&["flight", &other]);

@@ -28,7 +28,7 @@
 //! | launch slot (launched time) | the stream's worker | when it runs or launches the instruction |
 //!
 //! Readers (the watchdog, [`FlightRecord`] snapshots) read slots without a lock through a
-//! sequence lock of atomics ([`seqlock`]), and skip a slot being rewritten.
+//! sequence lock of atomics (`seqlock.rs`), and skip a slot being rewritten.
 //!
 //! # Cost
 //!
