@@ -152,6 +152,11 @@ enum Command {
     },
     /// List the built-in programs.
     Programs,
+    /// Print a flight record that the watchdog wrote (checked to be one).
+    Flight {
+        /// The dump file (`EAGERVM_FLIGHT_DUMP`, default `<temp dir>/eagervm-flight-<pid>.txt`).
+        file: PathBuf,
+    },
     /// Measure the VM's throughput on four no-op workloads against a bare pipeline.
     Bench {
         /// Instructions per workload.
@@ -224,6 +229,7 @@ fn main() -> ExitCode {
         Command::Replay { file, replay } => replay_file(&file, &replay),
         Command::Validate { file, resync, max_tensor_bytes } => validate(&file, resync, max_tensor_bytes),
         Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
+        Command::Flight { file } => cli::read_flight_dump(&file).map(|text| say!("{}", text.trim_end())),
         Command::Programs => {
             for p in eagervm::programs::all() {
                 say!("{:<10} {}", p.name(), p.about());

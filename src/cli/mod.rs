@@ -59,6 +59,21 @@ pub struct RunSummary {
     pub profile: Option<crate::profile::Profile>,
 }
 
+/// The flight record in `path` (a dump the watchdog wrote, `docs/distributed.md`,
+/// "Failures and the flight recorder"), checked to be one: [`CliError::Io`] if it cannot be
+/// read, [`CliError::Usage`] if it is not a flight dump.
+pub fn read_flight_dump(path: &Path) -> Result<String, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
+    if !crate::vm::flight::FlightRecord::is_dump(&text) {
+        return Err(CliError::Usage(format!(
+            "{}: not a flight record (its first line is not `{}`)",
+            path.display(),
+            crate::vm::flight::FlightRecord::HEADER
+        )));
+    }
+    Ok(text)
+}
+
 /// The built-in program called `name`, or [`CliError::UnknownProgram`].
 pub fn program(name: &str) -> Result<Builtin, CliError> {
     lookup(name).ok_or_else(|| CliError::UnknownProgram {

@@ -182,7 +182,8 @@ impl VirtualMachine {
             mk(Collective::AllGather),
             mk(Collective::Barrier),
         ];
-        self.engine().add_communicator(name.clone(), backend.clone())?;
+        let issued = seq.clone();
+        self.engine().add_communicator(name.clone(), backend.clone(), Arc::new(move || issued.issued()))?;
         let comm = Communicator {
             inner: Arc::new(Inner {
                 broadcast: (0..backend.world_size()).map(|_| OnceLock::new()).collect(),

@@ -273,6 +273,16 @@ impl VirtualMachine {
         }
     }
 
+    /// A snapshot of the flight recorder: per stream, the last `Config::flight_records`
+    /// instructions admitted there with their op, operands, state and times, the stream's
+    /// progress, and every communicator (`vm::flight`). Its `Display` is the watchdog's
+    /// dump format (`docs/distributed.md`, "Failures and the flight recorder"). Taken
+    /// without stopping the VM: an instruction being recorded as it is read is left out. In
+    /// synchronous mode no instruction is kept.
+    pub fn flight_record(&self) -> crate::vm::flight::FlightRecord {
+        self.engine().flight_record("snapshot")
+    }
+
     /// Instructions submitted and not yet retired.
     pub fn in_flight(&self) -> usize {
         self.engine().in_flight()

@@ -118,7 +118,28 @@ pub struct Config {
     /// declaration. Default [`default_max_tensor_bytes`]: half the machine's physical
     /// memory. At least 1, at most `isize::MAX` (the most one allocation may hold).
     pub max_tensor_bytes: u64,
+    /// Instructions the flight recorder keeps per stream (`vm::flight`): the last this many
+    /// admitted, with op, operands, state and times. 0 keeps none (the watchdog then still
+    /// finds stuck streams, but its dump names no instruction). Default
+    /// [`DEFAULT_FLIGHT_RECORDS`](crate::vm::flight::DEFAULT_FLIGHT_RECORDS). Not kept in
+    /// synchronous mode.
+    pub flight_records: usize,
+    /// How long an instruction may stay in flight, with its stream making no progress,
+    /// before the watchdog logs it, dumps the flight record and, for a collective, aborts its
+    /// communicator (`vm::watchdog`). `None` starts no watchdog. Default
+    /// [`DEFAULT_WATCHDOG_TIMEOUT`] (PyTorch's NCCL timeout); no watchdog runs in
+    /// synchronous mode.
+    pub watchdog_timeout: Option<std::time::Duration>,
+    /// Where the watchdog writes the flight record. Default (`None`):
+    /// `<temp dir>/eagervm-flight-<pid>.txt`.
+    pub flight_dump: Option<std::path::PathBuf>,
 }
+
+/// The default [`Config::watchdog_timeout`]: 10 minutes, PyTorch's default NCCL timeout. A
+/// collective whose peer died waits for ever without one; no healthy instruction stays in
+/// flight that long with its stream making no progress, and where one might (a very long
+/// kernel), the watchdog only logs and dumps it: it aborts collectives only.
+pub const DEFAULT_WATCHDOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Bounds of the sizes in [`Config`] that `VirtualMachine::new`
 /// checks (`docs/tuning.md`): far beyond any useful setting, and short of the values that
@@ -142,6 +163,10 @@ pub mod bounds {
     pub const MAX_DEVICES: usize = (crate::vm::dependence::InstrRef::MAX_STREAMS - 1) / 3;
     /// The largest `max_tensor_bytes`: no allocation may be larger.
     pub const MAX_TENSOR_BYTES: u64 = isize::MAX as u64;
+    /// The most `flight_records` (slots per stream, about 120 bytes each).
+    pub const MAX_FLIGHT_RECORDS: usize = 1 << 16;
+    /// The shortest `watchdog_timeout`.
+    pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(1);
     /// The longest `mock.launch_delay` and `mock.jitter`, each spent per launched item.
     pub const MAX_MOCK_DELAY: Duration = Duration::from_secs(60);
 }
@@ -203,6 +228,9 @@ impl Default for Config {
             fault: FaultInjection::default(),
             profile: false,
             max_tensor_bytes: default_max_tensor_bytes(),
+            flight_records: crate::vm::flight::DEFAULT_FLIGHT_RECORDS,
+            watchdog_timeout: Some(DEFAULT_WATCHDOG_TIMEOUT),
+            flight_dump: None,
         }
     }
 }
@@ -212,7 +240,8 @@ impl Config {
     /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start),
     /// `EAGERVM_MOCK_DEVICES=N`, `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`,
     /// `EAGERVM_YIELDS`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`, `EAGERVM_LOW_WATER`,
-    /// `EAGERVM_MAX_TENSOR_BYTES`, and the mock device's timing variables (`docs/tuning.md`).
+    /// `EAGERVM_MAX_TENSOR_BYTES`, `EAGERVM_FLIGHT_RECORDS`, `EAGERVM_WATCHDOG_TIMEOUT_MS`
+    /// (0: no watchdog), `EAGERVM_FLIGHT_DUMP`, and the mock device's timing variables (`docs/tuning.md`).
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
         if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
@@ -247,6 +276,17 @@ impl Config {
         }
         if let Some(n) = std::env::var("EAGERVM_MAX_TENSOR_BYTES").ok().and_then(|v| v.trim().parse().ok()) {
             c.max_tensor_bytes = n;
+        }
+        if let Some(n) = std::env::var("EAGERVM_FLIGHT_RECORDS").ok().and_then(|v| v.trim().parse().ok()) {
+            c.flight_records = n;
+        }
+        if let Some(ms) =
+            std::env::var("EAGERVM_WATCHDOG_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok())
+        {
+            c.watchdog_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
+        }
+        if let Some(p) = std::env::var_os("EAGERVM_FLIGHT_DUMP").filter(|v| !v.is_empty()) {
+            c.flight_dump = Some(p.into());
         }
         c
     }
@@ -317,6 +357,14 @@ impl Config {
         }
         if self.max_tensor_bytes > MAX_TENSOR_BYTES {
             return over("max_tensor_bytes", &self.max_tensor_bytes, &MAX_TENSOR_BYTES);
+        }
+        if self.flight_records > MAX_FLIGHT_RECORDS {
+            return over("flight_records", &self.flight_records, &MAX_FLIGHT_RECORDS);
+        }
+        if self.watchdog_timeout.is_some_and(|t| t < MIN_WATCHDOG_TIMEOUT) {
+            return Err(Error::Config(format!(
+                "watchdog_timeout must be at least {MIN_WATCHDOG_TIMEOUT:?} (None: no watchdog)"
+            )));
         }
         let shown = |d: std::time::Duration| format!("{d:?}");
         if self.mock.launch_delay > MAX_MOCK_DELAY {

@@ -64,6 +64,7 @@ use super::back_pressure::BackPressure;
 use super::config::{Config, ThreadTopology};
 use super::dependence::InstrRef;
 use super::error::{Error, Result};
+use super::flight::Flight;
 use super::instruction::{AccessSlot, Batch, Body, Instruction, Operand};
 use super::instruction_policy::{ExecEnv, FailureLog};
 use super::observe::{SubmitObserver, Submitted, ThreadRole, Timeline};
@@ -72,6 +73,7 @@ use super::stream::{StreamId, VmStream};
 use super::stream_policy;
 use super::tensor::{MetaId, TensorMeta};
 use super::thread_ctx::{spawn_worker, ThreadCtx};
+use super::watchdog::Watchdog;
 use super::StreamPolicy;
 
 /// The state shared by the front end, the scheduler, the workers and the tensors' objects.
@@ -116,11 +118,24 @@ pub(crate) struct Engine {
     /// the tensors their `Release`s own (`TensorPtr`).
     graveyard: Mutex<Vec<Batch>>,
     /// The communicators made on this engine, by name: what the watchdog aborts.
-    communicators: Mutex<Vec<NamedBackend>>,
+    communicators: Mutex<Vec<CommEntry>>,
+    /// The flight recorder (`vm::flight`).
+    pub(super) flight: Flight,
     /// What the layer above keeps with the engine (the front end's per-VM state). The engine
     /// never looks inside; it keeps it alive as long as itself, so that a tensor, which
     /// knows only its engine, reaches it.
     front: Box<dyn Any + Send + Sync>,
+}
+
+/// A communicator made on an engine: what the watchdog reads and aborts.
+#[derive(Clone)]
+pub(crate) struct CommEntry {
+    /// Its name.
+    pub(crate) name: Arc<str>,
+    /// Its backend.
+    pub(crate) backend: Arc<dyn crate::ep::ccl::Backend>,
+    /// How many collectives of it have been issued so far.
+    pub(crate) issued: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
 
 /// Distinct metas an engine numbers; metas beyond this get [`MetaId::NONE`] (their calls
@@ -140,6 +155,8 @@ impl std::fmt::Debug for Engine {
 pub(crate) struct EngineHandle {
     engine: Arc<Engine>,
     scheduler: Option<JoinHandle<()>>,
+    /// The watchdog, when `Config::watchdog_timeout` is set (`vm::watchdog`).
+    watchdog: Option<Watchdog>,
 }
 
 impl EngineHandle {
@@ -158,12 +175,14 @@ impl Drop for EngineHandle {
         if let Some(h) = self.scheduler.take() {
             let _ = h.join();
         }
+        // After the scheduler: while it drains, the watchdog may still abort a hung
+        // collective that would keep it from finishing.
+        if let Some(mut w) = self.watchdog.take() {
+            w.stop();
+        }
         tracing::debug!("VM shut down: every thread it started has exited");
     }
 }
-
-/// A communicator's name and backend, as the engine keeps them.
-pub(crate) type NamedBackend = (Arc<str>, Arc<dyn crate::ep::ccl::Backend>);
 
 /// The two passes over the devices that build the stream table.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -272,6 +291,10 @@ impl Engine {
                 failures: failures.clone(),
             })
             .collect();
+        let flight = Flight::new(
+            if config.synchronous { 0 } else { config.flight_records },
+            streams.iter().map(|s| s.name.clone()),
+        );
         let shared = Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             ctxs: ctx_streams.iter().map(|_| ThreadCtx::default()).collect(),
@@ -290,6 +313,7 @@ impl Engine {
             dead: AtomicBool::new(false),
             graveyard: Mutex::new(Vec::new()),
             communicators: Mutex::new(Vec::new()),
+            flight,
             next_tensor: AtomicU64::new(0),
             next_event: AtomicU64::new(1),
             next_inline: AtomicU64::new(1),
@@ -320,7 +344,14 @@ impl Engine {
                     .map_err(|e| Error::Config(format!("cannot start the scheduler thread: {e}")))?,
             )
         };
-        Ok(EngineHandle { engine: shared, scheduler })
+        let watchdog = match shared.config.watchdog_timeout {
+            Some(timeout) if !shared.config.synchronous => Some(
+                Watchdog::start(&shared, timeout)
+                    .map_err(|e| Error::Config(format!("cannot start the watchdog thread: {e}")))?,
+            ),
+            _ => None,
+        };
+        Ok(EngineHandle { engine: shared, scheduler, watchdog })
     }
 
     /// The engine's identity, which every tensor it made names (`TensorInner::belongs_to`).
@@ -367,26 +398,33 @@ impl Engine {
 
     /// Note a communicator made on this engine, so that the watchdog can abort it. Fails
     /// with [`Error::Collective`] if the name is taken.
+    /// `issued` says how many collectives of it have been issued so far.
     pub(crate) fn add_communicator(
         &self,
         name: Arc<str>,
         backend: Arc<dyn crate::ep::ccl::Backend>,
+        issued: Arc<dyn Fn() -> u64 + Send + Sync>,
     ) -> Result<()> {
         let mut comms = self.communicators.lock();
-        if comms.iter().any(|(n, _)| *n == name) {
+        if comms.iter().any(|c| c.name == name) {
             return Err(Error::Collective {
                 comm: name.to_string(),
                 detail: "a communicator of this name exists".into(),
             });
         }
-        comms.push((name, backend));
+        comms.push(CommEntry { name, backend, issued });
         Ok(())
     }
 
     /// The communicators made on this engine, in the order they were made.
-    #[allow(dead_code)] // the watchdog's
-    pub(crate) fn communicators(&self) -> Vec<NamedBackend> {
+    pub(crate) fn communicators(&self) -> Vec<CommEntry> {
         self.communicators.lock().clone()
+    }
+
+    /// A snapshot of the flight recorder (`vm::flight`), taken for `reason`.
+    pub(crate) fn flight_record(&self, reason: &str) -> super::flight::FlightRecord {
+        let comms = super::watchdog::communicator_records(self);
+        self.flight.snapshot(reason.to_string(), self.config.watchdog_timeout, &[], comms)
     }
 
     /// The host stream, where host accesses and barriers go.

@@ -9,13 +9,15 @@
 //! `stream_policy/` has how each stream's instructions run and complete, one file per
 //! stream policy (synchronous, event-recorded, on the scheduler thread), with the one
 //! registration of a stream's policy; `instruction_policy/` what each kind of instruction
-//! does to its tensors, one file per kind.
+//! does to its tensors, one file per kind. [`flight`] keeps the last instructions of each
+//! stream and `watchdog.rs` turns a hang into an error.
 
 mod back_pressure;
 mod config;
 pub(crate) mod dependence;
 pub(crate) mod engine;
 mod error;
+pub mod flight;
 pub(crate) mod instruction;
 mod instruction_policy;
 pub mod kernel;
@@ -26,9 +28,10 @@ mod stream;
 mod stream_policy;
 pub(crate) mod tensor;
 pub mod thread_ctx;
+mod watchdog;
 
 pub use config::{bounds, default_max_tensor_bytes, FALLBACK_MAX_TENSOR_BYTES};
-pub use config::{Config, FaultInjection, ThreadTopology, DEFAULT_EVENT_INTERVAL};
+pub use config::{Config, FaultInjection, ThreadTopology, DEFAULT_EVENT_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT};
 pub(crate) use engine::Engine;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;

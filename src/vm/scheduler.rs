@@ -73,6 +73,7 @@ use crate::vm::observe::ThreadRole;
 use crate::vm::observe::{Rec, Recorder};
 
 use super::dependence::{EdgeSink, InstrRef};
+use super::flight::Stamp;
 use super::instruction::{AccessMode, Batch, Body, Instruction, Operand};
 use super::stream::StreamId;
 use super::stream_policy::Barriers;
@@ -178,6 +179,8 @@ pub(crate) struct Scheduler {
     retired_this_loop: usize,
     /// This loop's profile recorder, if a session is open.
     prof: Option<Recorder>,
+    /// The flight recorder's clock, read once per loop while it keeps slots (`vm::flight`).
+    now: Stamp,
 }
 
 impl Scheduler {
@@ -199,6 +202,7 @@ impl Scheduler {
             outgoing: (0..ctxs).map(|_| Batch::default()).collect(),
             retired_this_loop: 0,
             prof: None,
+            now: 0,
             vm,
         }
     }
@@ -208,6 +212,9 @@ impl Scheduler {
         let vm = self.vm.clone();
         loop {
             self.prof = vm.timeline.begin(ThreadRole::Scheduler);
+            if vm.flight.on() {
+                self.now = vm.flight.now();
+            }
             let t0 = self.prof.as_ref().map_or(0, Recorder::now);
             let mut n = 0;
             while let Some(mut batch) = vm.completions.pop() {
@@ -306,8 +313,8 @@ impl Scheduler {
             }
             self.program += 1;
             let program = self.program;
-            let (body, stream, _, ops) = batch.parts(i);
-            match self.admit(body, stream, ops, program) {
+            let (body, stream, n_inputs, ops) = batch.parts(i);
+            match self.admit(body, stream, n_inputs, ops, program) {
                 Admit::Ready(ctx) => whole &= *single.get_or_insert(ctx) == ctx,
                 Admit::Park(pending) => {
                     whole = false;
@@ -373,8 +380,9 @@ impl Scheduler {
         let mut seq = last;
         let mut i = from;
         let mut parked = None;
+        let flight = self.vm.flight.on();
         while i < end {
-            let (body, stream, _, ops) = batch.parts(i);
+            let (body, stream, n_inputs, ops) = batch.parts(i);
             if stream.0 != s || !matches!(body, Body::OpCall { .. }) {
                 break;
             }
@@ -383,6 +391,11 @@ impl Scheduler {
             let me = InstrRef::new(s, seq);
             self.pending = 0;
             self.apply_rules(me, ops);
+            if flight {
+                let program = self.program + (i - from) as u64;
+                let ready = self.pending == 0;
+                self.vm.flight.admitted(s as usize, seq, program, body, n_inputs, ops, self.now, ready);
+            }
             if self.pending > 0 {
                 parked = Some(self.pending);
                 break;
@@ -391,6 +404,7 @@ impl Scheduler {
         let st = &mut self.streams[s as usize];
         st.last = seq;
         st.dispatched = if parked.is_some() { seq - 1 } else { seq };
+        self.vm.flight.marks(s as usize, seq, st.dispatched);
         self.program += (i - from) as u64;
         if let Some(pending) = parked {
             self.park(batch, i - 1, pending, self.program);
@@ -401,7 +415,14 @@ impl Scheduler {
     /// Admit one instruction (its body, stream and operands): give it its stream position,
     /// apply the dependence rules, and dispatch it if nothing holds it back. The caller
     /// moves a ready one where it belongs, or parks it.
-    fn admit(&mut self, body: &mut Body, stream: StreamId, ops: &[Operand], program: u64) -> Admit {
+    fn admit(
+        &mut self,
+        body: &mut Body,
+        stream: StreamId,
+        n_inputs: u8,
+        ops: &[Operand],
+        program: u64,
+    ) -> Admit {
         if StreamPolicy::on_scheduler(body) {
             self.barriers.admit(body, program, self.streams.iter().map(|s| s.last), self.prof.as_mut());
             // A barrier is not an instruction in flight: settle the count the caller added.
@@ -425,6 +446,11 @@ impl Scheduler {
         let pending = self.pending;
         let st = &mut self.streams[stream as usize];
         let ready = pending == 0 && st.dispatched + 1 == seq;
+        let flight = &self.vm.flight;
+        if flight.on() {
+            flight.admitted(stream as usize, seq, program, body, n_inputs, ops, self.now, ready);
+        }
+        flight.marks(stream as usize, seq, if ready { seq } else { st.dispatched });
         if let Some(r) = &mut self.prof {
             let t = r.now();
             r.admitted(body, StreamId(stream), ops, program, me, t, ready.then_some(t));
@@ -552,6 +578,11 @@ impl Scheduler {
                 }
                 let Parked { program, n_ops, mut ins, .. } = st.parked.pop_front().expect("front checked");
                 st.dispatched += 1;
+                let flight = &self.vm.flight;
+                if flight.on() {
+                    flight.dispatched(s as usize, st.dispatched, self.now);
+                }
+                flight.dispatched_mark(s as usize, st.dispatched);
                 let ctx = st.ctx as usize;
                 let ops = st.parked_ops.drain(..n_ops as usize);
                 let out = &mut self.outgoing[ctx];
@@ -595,6 +626,7 @@ impl Scheduler {
                     return;
                 }
                 self.retired_this_loop += (c.seq - st.done) as usize;
+                self.vm.flight.done(s, st.done, c.seq, self.now);
                 st.done = c.seq;
                 st.launched = st.launched.max(c.seq);
                 while let Some(&(q, id)) = st.records.front() {

@@ -71,6 +71,7 @@ use crate::sync::{AtomicBool, Ordering};
 use crate::vm::observe::Recorder;
 use crate::vm::observe::ThreadRole;
 
+use super::flight::Stamp;
 use super::instruction::Batch;
 use super::instruction_policy::{execute, ExecEnv};
 use super::scheduler::Completion;
@@ -127,6 +128,9 @@ struct Lanes {
     lanes: Vec<Lane>,
     /// Streams run or launched in the current batch.
     touched: Vec<usize>,
+    /// When the current batch began, for the flight recorder (`vm::flight`); 0 while it
+    /// keeps no slots.
+    now: Stamp,
 }
 
 impl Lanes {
@@ -184,6 +188,9 @@ impl Lanes {
             // lane is looked up once per run of the stream.
             loop {
                 lane.seq += 1;
+                if self.now != 0 {
+                    vm.flight.launched(s, lane.seq, self.now);
+                }
                 let program = batch.program(*i);
                 prefetch_ahead(batch, *i);
                 let (body, _, n_inputs, ops) = batch.parts(*i);
@@ -212,6 +219,9 @@ impl Lanes {
         let lane = &mut self.lanes[s];
         let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
         lane.seq += 1;
+        if self.now != 0 {
+            vm.flight.launched(s, lane.seq, self.now);
+        }
         if !lane.touched {
             lane.touched = true;
             self.touched.push(s);
@@ -257,7 +267,7 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
     let ctx = &vm.ctxs[index];
     let n = vm.streams.len();
     let mut lanes =
-        Lanes { lanes: (0..n).map(|_| Lane::default()).collect(), touched: Vec::with_capacity(n) };
+        Lanes { lanes: (0..n).map(|_| Lane::default()).collect(), touched: Vec::with_capacity(n), now: 0 };
     let mut joins = Vec::new();
     for &s in &streams {
         let lane = &mut lanes.lanes[s];
@@ -280,6 +290,9 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
                 n = batch.len(),
             )
             .entered();
+            if vm.flight.on() {
+                lanes.now = vm.flight.now();
+            }
             match vm.timeline.begin(ThreadRole::Worker(index as u32)) {
                 None => lanes.run_batch(&vm, &mut batch, &mut done, None),
                 Some(mut r) => {

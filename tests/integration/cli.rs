@@ -215,3 +215,25 @@ fn mlp_dp_matches_one_rank_and_writes_an_overlapping_timeline() {
     let o = eagervm(&["run", "mlp-dp", "--ranks", "0"]);
     assert!(!o.status.success(), "{}", text(&o));
 }
+
+#[test]
+fn flight_prints_a_flight_record_and_refuses_anything_else() {
+    let vm = eagervm::VirtualMachine::new(eagervm::Config::default()).unwrap();
+    let x = vm.from_slice(&[1.0f32], &[1], eagervm::ep::DeviceId::CPU).unwrap();
+    drop(x);
+    vm.sync().unwrap();
+    let dump = temp("flight.txt");
+    std::fs::write(&dump, vm.flight_record().to_string()).unwrap();
+    let o = eagervm(&["flight", &dump]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).starts_with("eagervm flight record v1") && text(&o).contains("stream cpu:0"),
+        "{}",
+        text(&o)
+    );
+    let other = temp("not-flight.txt");
+    std::fs::write(&other, "hello\n").unwrap();
+    let o = eagervm(&["flight", &other]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("not a flight record"), "{}", text(&o));
+}

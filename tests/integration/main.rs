@@ -11,6 +11,7 @@ mod cuda;
 mod data_parallel;
 mod eager;
 mod errors;
+mod flight;
 mod fuzz;
 mod lifecycle;
 mod planted_bug;

@@ -11,7 +11,8 @@
 //! nothing from the crate but the facade and are compiled by path inside their models'
 //! modules: the sleep/wake protocol of `sync::notify` ([`notify`]), the release rule of
 //! `src/framework/release.rs` ([`release`]) and the back-pressure handshake of
-//! `src/vm/back_pressure.rs` ([`back_pressure`]). loom explores every interleaving of their
+//! `src/vm/back_pressure.rs` ([`back_pressure`]) and the flight recorder's slot,
+//! `src/vm/flight/seqlock.rs` ([`seqlock`]). loom explores every interleaving of their
 //! atomics, fences, locks and condition variables up to a preemption bound ([`common`]).
 //! Each has models with a planted bug, which check that loom finds it.
 //!
@@ -26,3 +27,4 @@ mod back_pressure;
 mod common;
 mod notify;
 mod release;
+mod seqlock;
