@@ -124,6 +124,12 @@ pub struct Config {
     /// [`DEFAULT_FLIGHT_RECORDS`](crate::vm::flight::DEFAULT_FLIGHT_RECORDS). Not kept in
     /// synchronous mode.
     pub flight_records: usize,
+    /// Whether the flight recorder keeps slots on every stream, not only on the collective
+    /// streams (their watermarks are kept on every stream either way, which is all the
+    /// watchdog needs to find a stuck one). Off by default: slots cost a few nanoseconds per
+    /// instruction, which the no-op workloads of `eagervm bench` feel (`docs/tuning.md`).
+    /// `EAGERVM_FLIGHT_ALL_STREAMS=1`.
+    pub flight_all_streams: bool,
     /// How long an instruction may stay in flight, with its stream making no progress,
     /// before the watchdog logs it, dumps the flight record and, for a collective, aborts its
     /// communicator (`vm::watchdog`). `None` starts no watchdog. Default
@@ -229,6 +235,7 @@ impl Default for Config {
             profile: false,
             max_tensor_bytes: default_max_tensor_bytes(),
             flight_records: crate::vm::flight::DEFAULT_FLIGHT_RECORDS,
+            flight_all_streams: false,
             watchdog_timeout: Some(DEFAULT_WATCHDOG_TIMEOUT),
             flight_dump: None,
         }
@@ -279,6 +286,9 @@ impl Config {
         }
         if let Some(n) = std::env::var("EAGERVM_FLIGHT_RECORDS").ok().and_then(|v| v.trim().parse().ok()) {
             c.flight_records = n;
+        }
+        if let Ok(v) = std::env::var("EAGERVM_FLIGHT_ALL_STREAMS") {
+            c.flight_all_streams = matches!(v.trim(), "1" | "true");
         }
         if let Some(ms) =
             std::env::var("EAGERVM_WATCHDOG_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok())

@@ -293,7 +293,11 @@ impl Engine {
             .collect();
         let flight = Flight::new(
             if config.synchronous { 0 } else { config.flight_records },
-            streams.iter().map(|s| s.name.clone()),
+            // Every stream's watermarks; the slots of the collective streams only, unless
+            // asked for on every stream (their cost per instruction: docs/tuning.md).
+            streams
+                .iter()
+                .map(|s| (s.name.clone(), config.flight_all_streams || s.ty == StreamType::Collective)),
         );
         let shared = Arc::new_cyclic(|me| Engine {
             me: me.clone(),

@@ -86,7 +86,9 @@ fn the_watchdog_aborts_a_hung_collective_and_the_vm_lives_on() {
 #[test]
 fn the_ring_keeps_only_the_last_n() {
     let dump = dump_path("ring");
-    let vm = VirtualMachine::new(Config { flight_records: 8, ..config(0, None, &dump) }).unwrap();
+    let vm =
+        VirtualMachine::new(Config { flight_records: 8, flight_all_streams: true, ..config(0, None, &dump) })
+            .unwrap();
     let relu = vm.op("relu").unwrap();
     let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
     let x = vm.from_slice(&[1.0f32, -1.0], &[2], DeviceId::CPU).unwrap();
@@ -105,6 +107,13 @@ fn the_ring_keeps_only_the_last_n() {
     assert_eq!(last.inputs, [x.id()]);
     assert_eq!(last.outputs, [ys[49].id()]);
     assert!(cpu.entries.iter().all(|e| e.state == FlightState::Done));
+    // By default only the collective streams keep slots.
+    let vm = VirtualMachine::new(Config { flight_records: 8, ..config(0, None, &dump) }).unwrap();
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let x = vm.from_slice(&[1.0f32], &[1], DeviceId::CPU).unwrap();
+    vm.run(|b| b.call(relu, &[&x], Attrs::default(), cpu)).unwrap();
+    vm.sync().unwrap();
+    assert!(vm.flight_record().stream("cpu:0").unwrap().entries.is_empty());
     // Off: watermarks only.
     let vm = VirtualMachine::new(Config { flight_records: 0, ..config(0, None, &dump) }).unwrap();
     let cpu = vm.compute_stream(DeviceId::CPU).unwrap();

@@ -83,6 +83,8 @@ struct Marks {
 /// One stream's part of the recorder.
 struct StreamRing {
     name: String,
+    /// Its slots (0: only the watermarks are kept for it).
+    n: u64,
     marks: Marks,
     /// Admission slots, `position % n` (scheduler-written).
     slots: Box<[Slot<WORDS>]>,
@@ -99,17 +101,22 @@ pub(crate) struct Flight {
 }
 
 impl Flight {
-    /// A recorder of `n` slots for each of the streams named `names`.
-    pub(crate) fn new(n: usize, names: impl Iterator<Item = String>) -> Flight {
+    /// A recorder of `n` slots for each of the streams `streams` names with `true` (the
+    /// others keep their watermarks only).
+    pub(crate) fn new(n: usize, streams: impl Iterator<Item = (String, bool)>) -> Flight {
         Flight {
             start: Instant::now(),
             n,
-            streams: names
-                .map(|name| StreamRing {
-                    name,
-                    marks: Marks::default(),
-                    slots: (0..n).map(|_| Slot::default()).collect(),
-                    launches: (0..n).map(|_| Slot::default()).collect(),
+            streams: streams
+                .map(|(name, kept)| {
+                    let n = if kept { n } else { 0 };
+                    StreamRing {
+                        name,
+                        n: n as u64,
+                        marks: Marks::default(),
+                        slots: (0..n).map(|_| Slot::default()).collect(),
+                        launches: (0..n).map(|_| Slot::default()).collect(),
+                    }
                 })
                 .collect(),
         }
@@ -148,6 +155,10 @@ impl Flight {
         t: Stamp,
         ready: bool,
     ) {
+        let ring = &self.streams[s];
+        if ring.n == 0 {
+            return;
+        }
         let name = body.name();
         let mut w = [0u64; WORDS];
         w[W_PROGRAM] = program;
@@ -161,15 +172,17 @@ impl Flight {
         }
         w[W_ADMITTED] = t;
         w[W_DISPATCHED] = if ready { t } else { 0 };
-        let ring = &self.streams[s];
-        ring.slots[(seq % self.n as u64) as usize].write(seq, w);
+        ring.slots[(seq % ring.n) as usize].write(seq, w);
     }
 
     /// Scheduler: the parked instruction at position `seq` of stream `s` was dispatched at
     /// `t`. Only while [`on`](Self::on).
     #[inline]
     pub(crate) fn dispatched(&self, s: usize, seq: u64, t: Stamp) {
-        self.streams[s].slots[(seq % self.n as u64) as usize].set(seq, W_DISPATCHED, t);
+        let ring = &self.streams[s];
+        if ring.n != 0 {
+            ring.slots[(seq % ring.n) as usize].set(seq, W_DISPATCHED, t);
+        }
     }
 
     /// Scheduler: stream `s` has admitted through `admitted` and dispatched through
@@ -197,9 +210,12 @@ impl Flight {
             return;
         }
         ring.marks.done_at.store(t, Ordering::Relaxed);
-        let from = before.max(done.saturating_sub(self.n as u64)) + 1;
+        if ring.n == 0 {
+            return;
+        }
+        let from = before.max(done.saturating_sub(ring.n)) + 1;
         for p in from..=done {
-            ring.slots[(p % self.n as u64) as usize].set(p, W_DONE, t);
+            ring.slots[(p % ring.n) as usize].set(p, W_DONE, t);
         }
     }
 
@@ -207,7 +223,10 @@ impl Flight {
     /// batch it began at `t`. Only while [`on`](Self::on).
     #[inline(always)]
     pub(crate) fn launched(&self, s: usize, seq: u64, t: Stamp) {
-        self.streams[s].launches[(seq % self.n as u64) as usize].write(seq, [t]);
+        let ring = &self.streams[s];
+        if ring.n != 0 {
+            ring.launches[(seq % ring.n) as usize].write(seq, [t]);
+        }
     }
 
     /// Stream `s`'s watermarks: (admitted, dispatched, done).
@@ -222,10 +241,11 @@ impl Flight {
     /// The op name of the in-flight instruction at position `seq` of stream `s`, if its slot
     /// still holds it.
     pub(crate) fn op_at(&self, s: usize, seq: u64) -> Option<&'static str> {
-        if self.n == 0 {
+        let ring = &self.streams[s];
+        if ring.n == 0 {
             return None;
         }
-        let (tag, w) = self.streams[s].slots[(seq % self.n as u64) as usize].read()?;
+        let (tag, w) = ring.slots[(seq % ring.n) as usize].read()?;
         (tag == seq).then(|| name_of(&w))
     }
 
@@ -242,12 +262,12 @@ impl Flight {
         let mut streams = Vec::with_capacity(self.streams.len());
         for (s, ring) in self.streams.iter().enumerate() {
             let (admitted, dispatched, done) = self.progress(s);
-            let launched = ring.launches.iter().map(Slot::tag).max().filter(|_| self.n > 0);
+            let launched = ring.launches.iter().map(Slot::tag).max().filter(|_| ring.n > 0);
             let launched_mark = launched.unwrap_or(dispatched).clamp(done, dispatched);
             let mut entries = Vec::new();
             for slot in ring.slots.iter() {
                 let Some((seq, w)) = slot.read() else { continue };
-                let launch = ring.launches[(seq % self.n as u64) as usize].read();
+                let launch = ring.launches[(seq % ring.n) as usize].read();
                 let launch_t = launch.and_then(|(tag, [t])| (tag == seq).then_some(t)).unwrap_or(0);
                 let state = if seq <= done {
                     FlightState::Done
