@@ -16,13 +16,20 @@
 //! - `mpi` (cargo feature `mpi`): host tensors over MPI, one rank per process.
 //! - `nccl` (cargo feature `cuda`): CUDA tensors over NCCL, loaded at run time.
 //!
+//! [`store`] is the torchrun-style rendezvous (`WORLD_SIZE`, `RANK`, `LOCAL_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT`) and the TCP store through which ranks exchange the NCCL
+//! unique id.
+//!
 //! Every backend can be *aborted* ([`Backend::abort`]): a collective waiting for a peer
 //! then returns [`CclError::Aborted`] instead of waiting for ever, and so does every later
 //! one. The VM's watchdog aborts a communicator whose collective has been in flight longer
 //! than its timeout (`docs/distributed.md`).
 
 pub mod mock;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 pub mod reduce;
+pub mod store;
 
 use std::fmt;
 
