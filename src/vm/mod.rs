@@ -28,7 +28,7 @@ pub(crate) mod tensor;
 pub mod thread_ctx;
 
 pub use config::{bounds, default_max_tensor_bytes, FALLBACK_MAX_TENSOR_BYTES};
-pub use config::{Config, FaultInjection, ThreadTopology, DEFAULT_EVENT_INTERVAL};
+pub use config::{Config, FaultInjection, StreamPriorities, ThreadTopology, DEFAULT_EVENT_INTERVAL};
 pub(crate) use engine::Engine;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;

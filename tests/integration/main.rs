@@ -13,6 +13,7 @@ mod errors;
 mod fuzz;
 mod lifecycle;
 mod planted_bug;
+mod priorities;
 mod profile;
 mod programs;
 mod serializability;
