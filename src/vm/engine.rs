@@ -116,7 +116,7 @@ pub(crate) struct Engine {
     /// the tensors their `Release`s own (`TensorPtr`).
     graveyard: Mutex<Vec<Batch>>,
     /// The communicators made on this engine, by name: what the watchdog aborts.
-    communicators: Mutex<Vec<(Arc<str>, Arc<dyn crate::ep::ccl::Backend>)>>,
+    communicators: Mutex<Vec<NamedBackend>>,
     /// What the layer above keeps with the engine (the front end's per-VM state). The engine
     /// never looks inside; it keeps it alive as long as itself, so that a tensor, which
     /// knows only its engine, reaches it.
@@ -170,6 +170,9 @@ enum Pass {
     /// Each device's collective stream.
     Collective,
 }
+
+/// A communicator's name and backend.
+pub(crate) type NamedBackend = (Arc<str>, Arc<dyn crate::ep::ccl::Backend>);
 
 impl Engine {
     /// Start an engine: open the devices, build the stream table and start the threads.
@@ -387,7 +390,8 @@ impl Engine {
     }
 
     /// The communicators made on this engine, in the order they were made.
-    pub(crate) fn communicators(&self) -> Vec<(Arc<str>, Arc<dyn crate::ep::ccl::Backend>)> {
+    #[allow(dead_code)] // The watchdog's way to them.
+    pub(crate) fn communicators(&self) -> Vec<NamedBackend> {
         self.communicators.lock().clone()
     }
 

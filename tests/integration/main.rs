@@ -12,6 +12,8 @@ mod eager;
 mod errors;
 mod fuzz;
 mod lifecycle;
+#[cfg(feature = "cuda")]
+mod nccl;
 mod planted_bug;
 mod priorities;
 mod profile;
