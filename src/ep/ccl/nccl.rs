@@ -132,11 +132,11 @@ fn load(names: &[String]) -> Result<Lib, String> {
     macro_rules! sym {
         ($name:literal) => {
             // SAFETY: the symbol is NCCL's C function of this name, whose C signature (NCCL
-            // 2's `nccl.h`, unchanged since 2.10) is the field's type; the pointer stays
+            // 2's `nccl.h`, unchanged since 2.4) is the field's type; the pointer stays
             // valid while `_lib` is loaded, which is for the life of the process.
             *unsafe { lib.get($name) }.map_err(|e| {
                 format!(
-                    "libnccl lacks {} (NCCL 2.10 or later is needed): {e}",
+                    "libnccl lacks {} (an NCCL 2 library, 2.4 or later, is needed): {e}",
                     String::from_utf8_lossy(&$name[..$name.len() - 1])
                 )
             })?
