@@ -254,8 +254,11 @@ impl Checker<'_> {
             }
             Stmt::Stream { id, device, ty } => {
                 self.device_declared(*device, col);
-                if device.is_host() && *ty != StreamType::Compute {
-                    self.err(col, format!("{device} has only a compute stream, not {}", ty.name()));
+                if device.is_host() && !matches!(ty, StreamType::Compute | StreamType::Collective) {
+                    self.err(
+                        col,
+                        format!("{device} has only a compute and a collective stream, not {}", ty.name()),
+                    );
                 }
                 if self.streams.insert(id.id, (*device, *ty)).is_some() {
                     self.err(id.col, format!("stream s{} is declared twice", id.id));
