@@ -576,7 +576,10 @@ impl Backend for NcclBackend {
 
     /// Enqueue `call` on the current CUDA stream (the first member's collective stream,
     /// module docs, "Streams"); fails with [`CclError::Invalid`] when called outside a launch
-    /// on that device's stream.
+    /// on that device's stream. The parts' device addresses are handed to NCCL as they are:
+    /// each must be an allocation of its member's device holding `len` bytes until the
+    /// collective is done, which the VM's collective kernel guarantees (the tensors'
+    /// storages, kept alive until the stream's event after the launch).
     fn run(&self, call: &Call, parts: &mut [Part<'_>]) -> Result<(), CclError> {
         if let Some(why) = self.aborted() {
             return Err(CclError::Aborted(why));
