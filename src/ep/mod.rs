@@ -53,6 +53,19 @@ pub trait Device: Send + Sync + fmt::Debug {
     fn supports_stream_wait(&self) -> bool;
     /// Create a stream of the given type.
     fn create_stream(&self, ty: StreamType) -> Result<Arc<dyn Stream>, EpError>;
+    /// Create a stream of the given type with a priority (`Config::stream_priorities`:
+    /// higher runs first) among the device's streams `levels`: the distinct priorities of
+    /// the VM's stream types, in ascending order. Devices without stream priorities (the
+    /// default) ignore it.
+    fn create_stream_with_priority(
+        &self,
+        ty: StreamType,
+        priority: i32,
+        levels: &[i32],
+    ) -> Result<Arc<dyn Stream>, EpError> {
+        let _ = (priority, levels);
+        self.create_stream(ty)
+    }
     /// Create a fresh event; the VM takes events from [`EventPool`]s, which call this only
     /// when empty.
     fn create_event(&self) -> Result<Arc<dyn Event>, EpError>;

@@ -3,6 +3,7 @@
 
 use crate::alloc::AllocFaults;
 use crate::ep::mock::MockConfig;
+use crate::ep::StreamType;
 use crate::sync::notify::{default_yields, Backoff, DEFAULT_SPIN};
 use crate::sync::{AtomicU64, Ordering};
 use crate::vm::{Error, Result};
@@ -68,6 +69,91 @@ impl FaultInjection {
     pub(crate) fn skip_stream_wait(&self) -> bool {
         let every = self.skip_stream_wait_every;
         every != 0 && (self.count.fetch_add(1, Ordering::Relaxed) + 1) % every == 0
+    }
+}
+
+/// The priority of each stream type (MXNet's op priority, CUDA's stream priority): higher
+/// runs first where streams compete. `docs/tuning.md` ("Stream priorities") says what it
+/// changes and what it cannot.
+///
+/// - On a CUDA device, each stream is created with a CUDA stream priority: the types of the
+///   highest value get the device's greatest priority, one lower the next, and so on, down
+///   to the device's least (`cuCtxGetStreamPriorityRange`); every type at 0 or below, and
+///   the lowest value, get the least (CUDA's default).
+/// - Where one worker serves several streams ([`ThreadTopology::PerDevice`], `Single`), the
+///   scheduler hands the instructions it releases in one loop to the worker stream by
+///   stream, the higher-priority streams' first, so the worker runs them first.
+///
+/// Default: the collective streams 1, the others 0 (a collective, which other ranks wait
+/// for, goes ahead of local work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamPriorities(pub [i32; 4]);
+
+impl Default for StreamPriorities {
+    fn default() -> Self {
+        StreamPriorities([0, 0, 0, 1])
+    }
+}
+
+impl StreamPriorities {
+    /// The environment variable that sets them ([`parse`](Self::parse)'s format).
+    pub const ENV: &'static str = "EAGERVM_STREAM_PRIORITIES";
+
+    /// The priority of streams of type `ty`.
+    #[inline]
+    pub fn get(&self, ty: StreamType) -> i32 {
+        self.0[ty as usize]
+    }
+
+    /// `self` with streams of type `ty` at `priority`.
+    pub fn with(mut self, ty: StreamType, priority: i32) -> Self {
+        self.0[ty as usize] = priority;
+        self
+    }
+
+    /// Whether every type has the same priority (the scheduler then never reorders).
+    pub fn uniform(&self) -> bool {
+        self.0.iter().all(|&p| p == self.0[0])
+    }
+
+    /// Parse `type=priority` pairs separated by commas (`collective=1,compute=0`; types as
+    /// [`StreamType::name`] spells them); types not named keep their default. A malformed
+    /// item, an unknown type or a priority out of `-MAX..=MAX`
+    /// ([`bounds::MAX_STREAM_PRIORITY`]) is an [`Error::Config`] naming the item.
+    pub fn parse(s: &str) -> Result<StreamPriorities> {
+        let mut p = StreamPriorities::default();
+        let bad = |item: &str, why: &str| {
+            Err(Error::Config(format!(
+                "{}: `{item}`: {why} (expected e.g. `collective=1,compute=0`)",
+                Self::ENV
+            )))
+        };
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let Some((ty, value)) = item.split_once('=') else { return bad(item, "not `type=priority`") };
+            let Some(ty) = StreamType::ALL.into_iter().find(|t| t.name() == ty.trim()) else {
+                return bad(item, "no such stream type (compute, h2d, d2h, collective)");
+            };
+            let Ok(v) = value.trim().parse::<i32>() else {
+                return bad(item, "the priority is not an integer");
+            };
+            p = p.with(ty, v);
+        }
+        p.validate()?;
+        Ok(p)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let max = bounds::MAX_STREAM_PRIORITY;
+        for ty in StreamType::ALL {
+            let v = self.get(ty);
+            if !(-max..=max).contains(&v) {
+                return Err(Error::Config(format!(
+                    "stream_priorities: {} at {v}, outside -{max}..={max} (docs/tuning.md)",
+                    ty.name()
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -139,6 +225,9 @@ pub struct Config {
     /// Where the watchdog writes the flight record. Default (`None`):
     /// `<temp dir>/eagervm-flight-<pid>.txt`.
     pub flight_dump: Option<std::path::PathBuf>,
+    /// The priority of each stream type ([`StreamPriorities`]; env
+    /// `EAGERVM_STREAM_PRIORITIES`).
+    pub stream_priorities: StreamPriorities,
 }
 
 /// The default [`Config::watchdog_timeout`]: 10 minutes, PyTorch's default NCCL timeout. A
@@ -175,6 +264,8 @@ pub mod bounds {
     pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(1);
     /// The longest `mock.launch_delay` and `mock.jitter`, each spent per launched item.
     pub const MAX_MOCK_DELAY: Duration = Duration::from_secs(60);
+    /// The largest priority of a stream type, and minus the smallest.
+    pub const MAX_STREAM_PRIORITY: i32 = 1000;
 }
 
 /// The default [`Config::max_tensor_bytes`]: half the machine's physical memory, read once
@@ -238,6 +329,7 @@ impl Default for Config {
             flight_all_streams: false,
             watchdog_timeout: Some(DEFAULT_WATCHDOG_TIMEOUT),
             flight_dump: None,
+            stream_priorities: StreamPriorities::default(),
         }
     }
 }
@@ -247,8 +339,11 @@ impl Config {
     /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start),
     /// `EAGERVM_MOCK_DEVICES=N`, `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`,
     /// `EAGERVM_YIELDS`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`, `EAGERVM_LOW_WATER`,
-    /// `EAGERVM_MAX_TENSOR_BYTES`, `EAGERVM_FLIGHT_RECORDS`, `EAGERVM_WATCHDOG_TIMEOUT_MS`
-    /// (0: no watchdog), `EAGERVM_FLIGHT_DUMP`, and the mock device's timing variables (`docs/tuning.md`).
+    /// `EAGERVM_MAX_TENSOR_BYTES`, `EAGERVM_FLIGHT_RECORDS`, `EAGERVM_FLIGHT_ALL_STREAMS`,
+    /// `EAGERVM_WATCHDOG_TIMEOUT_MS` (0: no watchdog), `EAGERVM_FLIGHT_DUMP`,
+    /// `EAGERVM_STREAM_PRIORITIES`, and the mock device's timing variables (`docs/tuning.md`).
+    /// A malformed `EAGERVM_STREAM_PRIORITIES` is logged (a WARN event with
+    /// [`StreamPriorities::parse`]'s error) and the default kept.
     pub fn from_env() -> Self {
         let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
         if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
@@ -297,6 +392,12 @@ impl Config {
         }
         if let Some(p) = std::env::var_os("EAGERVM_FLIGHT_DUMP").filter(|v| !v.is_empty()) {
             c.flight_dump = Some(p.into());
+        }
+        if let Ok(v) = std::env::var(StreamPriorities::ENV) {
+            match StreamPriorities::parse(&v) {
+                Ok(p) => c.stream_priorities = p,
+                Err(e) => tracing::warn!(error = %e, "ignoring {}", StreamPriorities::ENV),
+            }
         }
         c
     }
@@ -383,7 +484,7 @@ impl Config {
         if self.mock.jitter > MAX_MOCK_DELAY {
             return over("mock.jitter", &shown(self.mock.jitter), &shown(MAX_MOCK_DELAY));
         }
-        Ok(())
+        self.stream_priorities.validate()
     }
 }
 
@@ -391,6 +492,24 @@ impl Config {
 mod tests {
     use super::*;
     use crate::sync::notify::Backoff;
+
+    #[test]
+    fn stream_priorities_parse_and_are_checked() {
+        let p = StreamPriorities::parse("collective=5, compute=-2").unwrap();
+        assert_eq!(p, StreamPriorities([-2, 0, 0, 5]));
+        assert_eq!(StreamPriorities::parse("").unwrap(), StreamPriorities::default());
+        assert_eq!(StreamPriorities::default().get(StreamType::Collective), 1);
+        assert!(!StreamPriorities::default().uniform());
+        assert!(StreamPriorities([3; 4]).uniform());
+        for bad in ["collective", "network=1", "h2d=x", "d2h=1001", "compute=-1001"] {
+            match StreamPriorities::parse(bad) {
+                Err(Error::Config(m)) => assert!(m.contains("stream") || m.contains(bad), "{bad}: {m}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let c = Config { stream_priorities: StreamPriorities([0, 0, 0, 2000]), ..Config::default() };
+        assert!(matches!(c.validate(), Err(Error::Config(m)) if m.contains("collective")));
+    }
 
     #[test]
     fn the_default_backoff_is_this_machines() {

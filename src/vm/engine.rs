@@ -208,6 +208,12 @@ impl Engine {
         // keeps the positions it had before collective streams existed, which traces and
         // tests name by number.
         let mut allocs: Vec<Arc<HostAllocator>> = Vec::new();
+        let levels = {
+            let mut l = config.stream_priorities.0.to_vec();
+            l.sort_unstable();
+            l.dedup();
+            l
+        };
         for pass in [Pass::Own, Pass::Collective] {
             for (d, entry) in registry.devices().enumerate() {
                 let dev = &entry.device;
@@ -259,7 +265,7 @@ impl Engine {
                         ty,
                         policy: StreamPolicy::for_device(&**dev),
                         device_waits: dev.supports_stream_wait(),
-                        ep: dev.create_stream(ty)?,
+                        ep: dev.create_stream_with_priority(ty, config.stream_priorities.get(ty), &levels)?,
                         events: entry.events.clone(),
                         alloc: alloc.clone(),
                         ctx,

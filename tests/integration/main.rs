@@ -14,7 +14,10 @@ mod errors;
 mod flight;
 mod fuzz;
 mod lifecycle;
+#[cfg(feature = "cuda")]
+mod nccl;
 mod planted_bug;
+mod priorities;
 mod profile;
 mod programs;
 mod serializability;

@@ -17,6 +17,10 @@
 //!   `mpirun` (`docs/distributed.md`).
 //! - `nccl` (cargo feature `cuda`): CUDA tensors over NCCL, loaded at run time.
 //!
+//! [`store`] is the torchrun-style rendezvous (`WORLD_SIZE`, `RANK`, `LOCAL_RANK`,
+//! `MASTER_ADDR`, `MASTER_PORT`) and the TCP store through which ranks exchange the NCCL
+//! unique id.
+//!
 //! Every backend can be *aborted* ([`Backend::abort`]): a collective waiting for a peer
 //! then returns [`CclError::Aborted`] instead of waiting for ever, and so does every later
 //! one. The VM's watchdog aborts a communicator whose collective has been in flight longer
@@ -25,7 +29,10 @@
 pub mod mock;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "cuda")]
+pub mod nccl;
 pub mod reduce;
+pub mod store;
 
 use std::fmt;
 

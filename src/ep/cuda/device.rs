@@ -126,6 +126,28 @@ impl CudaDevice {
     }
 }
 
+impl CudaDevice {
+    fn make_stream(&self, ty: StreamType, priority: Option<i32>) -> Result<Arc<dyn Stream>, EpError> {
+        let key = StreamKey(self.shared.next_key.fetch_add(1, Ordering::Relaxed));
+        CudaEpStream::new(self.shared.clone(), ty, key, priority)
+            .map(|s| Arc::new(s) as Arc<dyn Stream>)
+            .map_err(|e| EpError::Device {
+                device: self.shared.id,
+                what: format!("cannot create a stream: {e}"),
+            })
+    }
+}
+
+/// The CUDA priority of a stream of VM priority `p` among the VM's priorities `levels`, on
+/// a device whose priorities run from `least` to `greatest` (numerically lower is higher).
+pub(crate) fn cuda_priority(p: i32, levels: &[i32], least: i32, greatest: i32) -> i32 {
+    if p <= 0 {
+        return least;
+    }
+    let above = levels.iter().filter(|&&l| l > p).count();
+    greatest.saturating_add(i32::try_from(above).unwrap_or(i32::MAX)).min(least)
+}
+
 impl Device for CudaDevice {
     fn id(&self) -> DeviceId {
         self.shared.id
@@ -140,10 +162,25 @@ impl Device for CudaDevice {
     }
 
     fn create_stream(&self, ty: StreamType) -> Result<Arc<dyn Stream>, EpError> {
-        let key = StreamKey(self.shared.next_key.fetch_add(1, Ordering::Relaxed));
-        CudaEpStream::new(self.shared.clone(), ty, key).map(|s| Arc::new(s) as Arc<dyn Stream>).map_err(|e| {
-            EpError::Device { device: self.shared.id, what: format!("cannot create a stream: {e}") }
-        })
+        self.make_stream(ty, None)
+    }
+
+    /// A stream with a CUDA priority: the VM's positive priorities, highest first, get the
+    /// device's greatest CUDA priority, the next one below, and so on down to its least;
+    /// priorities of 0 and below get the least, CUDA's default (`Config::stream_priorities`).
+    fn create_stream_with_priority(
+        &self,
+        ty: StreamType,
+        priority: i32,
+        levels: &[i32],
+    ) -> Result<Arc<dyn Stream>, EpError> {
+        let err = |e: cudarc::driver::DriverError| EpError::Device {
+            device: self.shared.id,
+            what: format!("cannot read the stream priority range: {e}"),
+        };
+        self.shared.ctx.bind_to_thread().map_err(err)?;
+        let (least, greatest) = cudarc::driver::result::stream::get_priority_range().map_err(err)?;
+        self.make_stream(ty, Some(cuda_priority(priority, levels, least, greatest)))
     }
 
     fn create_event(&self) -> Result<Arc<dyn Event>, EpError> {
@@ -157,5 +194,27 @@ impl Device for CudaDevice {
 
     fn memory(&self) -> Option<Arc<dyn DeviceMemory>> {
         Some(self.shared.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cuda_priority;
+
+    #[test]
+    fn vm_priorities_map_onto_the_cuda_range() {
+        // A device with priorities 0 (least) to -5 (greatest).
+        let levels = [0, 1];
+        assert_eq!(cuda_priority(1, &levels, 0, -5), -5);
+        assert_eq!(cuda_priority(0, &levels, 0, -5), 0);
+        let levels = [-3, 0, 2, 7];
+        assert_eq!(cuda_priority(7, &levels, 0, -5), -5);
+        assert_eq!(cuda_priority(2, &levels, 0, -5), -4);
+        assert_eq!(cuda_priority(-3, &levels, 0, -5), 0);
+        // A device without priorities (least == greatest == 0).
+        assert_eq!(cuda_priority(7, &levels, 0, 0), 0);
+        // More levels than the device has: the lowest positive ones share its least.
+        let many: Vec<i32> = (0..10).collect();
+        assert_eq!(cuda_priority(1, &many, 0, -5), 0);
     }
 }

@@ -48,8 +48,12 @@ impl CudaEpStream {
         shared: Arc<DeviceShared>,
         ty: StreamType,
         key: StreamKey,
+        priority: Option<i32>,
     ) -> Result<Self, DriverError> {
-        let cu = shared.ctx.new_stream()?;
+        let cu = match priority {
+            None => shared.ctx.new_stream()?,
+            Some(p) => shared.ctx.new_stream_with_priority(p)?,
+        };
         Ok(CudaEpStream { shared, cu, ty, key, label: Mutex::new("(none)"), blas: OnceLock::new() })
     }
 
