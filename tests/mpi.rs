@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eagervm::ep::ccl::mpi::MpiBackend;
-use eagervm::ep::ccl::{Backend, Buf, BufMut, Call, CclError, Collective, Part, ReduceOp, ScalarType};
+use eagervm::ep::ccl::{
+    Backend, Buf, BufMut, Call, CclError, Collective, DeviceSpan, Part, ReduceOp, ScalarType,
+};
 use eagervm::ep::DeviceId;
 use eagervm::framework::{Communicator, Tensor};
 use eagervm::vm::Config;
@@ -117,8 +119,15 @@ fn collectives(backend: MpiBackend) {
     // A device buffer is refused before MPI sees it.
     let call = Call { op: Collective::AllReduce(ReduceOp::Sum), dtype: ScalarType::F32, count: 2, seq: 0 };
     let mut out = [0u8; 8];
-    let mut parts =
-        [Part { device: CPU, send: Buf::Device { addr: 0x1000, len: 8 }, recv: BufMut::Host(&mut out) }];
+    let mut parts = [Part {
+        device: CPU,
+        send: Buf::Device(
+            // SAFETY: never dereferenced: the MPI backend refuses device buffers before it
+            // reads a byte, which is what this checks.
+            unsafe { DeviceSpan::new(0x1000, 8) },
+        ),
+        recv: BufMut::Host(&mut out),
+    }];
     assert!(matches!(backend.run(&call, &mut parts), Err(CclError::Invalid(_))));
 
     let vm = VirtualMachine::new(Config::default()).expect("vm starts");

@@ -154,6 +154,20 @@ pub fn communicator(
              mlp-dp --backend mpi`)"
                 .into(),
         )),
+        #[cfg(feature = "cuda")]
+        DpBackend::Nccl => {
+            // One GPU per process, `cuda:LOCAL_RANK`, ranks and rendezvous as torchrun sets them.
+            let backend =
+                crate::ep::ccl::nccl::NcclBackend::from_env("dp", std::time::Duration::from_secs(300))
+                    .map_err(|e| CliError::Usage(format!("--backend nccl: {e}")))?;
+            let device = crate::ep::ccl::Backend::members(&backend)[0].device;
+            let mut config = config;
+            config.cuda_devices = config.cuda_devices.max(device.index + 1);
+            let vm = VirtualMachine::new(config).map_err(program_error)?;
+            let comm = vm.communicator("dp", std::sync::Arc::new(backend)).map_err(program_error)?;
+            Ok((vm, comm))
+        }
+        #[cfg(not(feature = "cuda"))]
         DpBackend::Nccl => Err(CliError::Usage(
             "--backend nccl: this eagervm has no NCCL collective backend, which one-GPU-per-process \
              training needs (launched like torchrun, with WORLD_SIZE, RANK, LOCAL_RANK, MASTER_ADDR and \

@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::ep::ccl::{Backend, Buf, BufMut, Call, Collective, Part, ReduceOp, ScalarType};
+use crate::ep::ccl::{Backend, Buf, BufMut, Call, Collective, DeviceSpan, Part, ReduceOp, ScalarType};
 use crate::vm::{DType, KernelCtx, OpKernel, OutSpec, TensorMeta};
 
 use crate::vm::Attrs;
@@ -238,7 +238,11 @@ impl OpKernel for CollectiveKernel {
             let send = match ctx.inputs.get(i) {
                 _ if barrier => Buf::Host(&[]),
                 Some(x) => match x.data.device_buffer() {
-                    Some(b) => Buf::Device { addr: b.addr(), len: b.len() },
+                    // SAFETY: the input's own device buffer, alive while this instruction
+                    // runs, and read only (the dependence rules give it a read access); a
+                    // device backend enqueues on this stream, behind which its release is
+                    // ordered (stream-ordered free).
+                    Some(b) => Buf::Device(unsafe { DeviceSpan::new(b.addr(), b.len()) }),
                     None => Buf::Host(x.data.as_bytes()),
                 },
                 None => return Err(fail(&"fewer inputs than members")),
@@ -247,7 +251,9 @@ impl OpKernel for CollectiveKernel {
                 BufMut::Host(&mut [])
             } else {
                 match out.data.device_buffer() {
-                    Some(b) => BufMut::Device { addr: b.addr(), len: b.len() },
+                    // SAFETY: the output's own device buffer, with this instruction's write
+                    // access, alive and ordered as the input's above.
+                    Some(b) => BufMut::Device(unsafe { DeviceSpan::new(b.addr(), b.len()) }),
                     None => BufMut::Host(out.data.as_bytes_mut()),
                 }
             };

@@ -32,7 +32,8 @@ mod watchdog;
 
 pub use config::{bounds, default_max_tensor_bytes, FALLBACK_MAX_TENSOR_BYTES};
 pub use config::{
-    Config, FaultInjection, StreamPriorities, ThreadTopology, DEFAULT_EVENT_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT,
+    Config, FaultInjection, StreamPriorities, ThreadTopology, DEFAULT_EVENT_INTERVAL,
+    DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub(crate) use engine::Engine;
 pub use error::{Error, Result};

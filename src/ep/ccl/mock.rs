@@ -71,14 +71,14 @@ impl fmt::Debug for MockBackend {
 fn host<'b>(b: &'b Buf<'_>) -> Result<&'b [u8], CclError> {
     match b {
         Buf::Host(s) => Ok(s),
-        Buf::Device { .. } => Err(CclError::Invalid("the mock backend needs host buffers".into())),
+        Buf::Device(_) => Err(CclError::Invalid("the mock backend needs host buffers".into())),
     }
 }
 
 fn host_mut<'b>(b: &'b mut BufMut<'_>) -> Result<&'b mut [u8], CclError> {
     match b {
         BufMut::Host(s) => Ok(s),
-        BufMut::Device { .. } => Err(CclError::Invalid("the mock backend needs host buffers".into())),
+        BufMut::Device(_) => Err(CclError::Invalid("the mock backend needs host buffers".into())),
     }
 }
 

@@ -132,18 +132,51 @@ pub struct Call {
     pub seq: u64,
 }
 
+/// A range of device memory that a device backend may hand to its library. Made only
+/// through the `unsafe` [`DeviceSpan::new`], whose caller vouches for the range, so that
+/// safe code can never make a backend read or write memory it does not own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceSpan {
+    addr: u64,
+    len: usize,
+}
+
+impl DeviceSpan {
+    /// The `len` bytes at device address `addr`.
+    ///
+    /// # Safety
+    ///
+    /// The range must be memory of the part's device, allocated, and neither freed nor used
+    /// by anything else until the collective it is given to has completed on the stream it
+    /// is enqueued on; readable by the device for a send buffer and writable for a receive
+    /// buffer.
+    pub unsafe fn new(addr: u64, len: usize) -> DeviceSpan {
+        DeviceSpan { addr, len }
+    }
+
+    /// Address of the first byte.
+    pub fn addr(self) -> u64 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub fn len(self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Bytes a collective reads.
 #[derive(Debug)]
 pub enum Buf<'a> {
     /// In host memory.
     Host(&'a [u8]),
-    /// In device memory, at a device address.
-    Device {
-        /// Address of the first byte.
-        addr: u64,
-        /// Length in bytes.
-        len: usize,
-    },
+    /// In device memory.
+    Device(DeviceSpan),
 }
 
 /// Bytes a collective writes.
@@ -151,13 +184,8 @@ pub enum Buf<'a> {
 pub enum BufMut<'a> {
     /// In host memory.
     Host(&'a mut [u8]),
-    /// In device memory, at a device address.
-    Device {
-        /// Address of the first byte.
-        addr: u64,
-        /// Length in bytes.
-        len: usize,
-    },
+    /// In device memory.
+    Device(DeviceSpan),
 }
 
 /// One local member's buffers for one collective.
@@ -287,13 +315,13 @@ pub fn check_parts(
 fn buf_len(b: &Buf<'_>) -> usize {
     match b {
         Buf::Host(s) => s.len(),
-        Buf::Device { len, .. } => *len,
+        Buf::Device(d) => d.len(),
     }
 }
 
 fn buf_mut_len(b: &BufMut<'_>) -> usize {
     match b {
         BufMut::Host(s) => s.len(),
-        BufMut::Device { len, .. } => *len,
+        BufMut::Device(d) => d.len(),
     }
 }

@@ -455,11 +455,11 @@ impl NcclBackend {
             })
         };
         let addr = |b: &Buf<'_>| match b {
-            Buf::Device { addr, .. } => Ok(*addr as usize as *const c_void),
+            Buf::Device(d) => Ok(d.addr() as usize as *const c_void),
             Buf::Host(_) => Err(CclError::Invalid("the nccl backend needs device buffers".into())),
         };
         let addr_mut = |b: &BufMut<'_>| match b {
-            BufMut::Device { addr, .. } => Ok(*addr as usize as *mut c_void),
+            BufMut::Device(d) => Ok(d.addr() as usize as *mut c_void),
             BufMut::Host(_) => Err(CclError::Invalid("the nccl backend needs device buffers".into())),
         };
         let streams: Vec<sys::CUstream> =
@@ -576,10 +576,10 @@ impl Backend for NcclBackend {
 
     /// Enqueue `call` on the current CUDA stream (the first member's collective stream,
     /// module docs, "Streams"); fails with [`CclError::Invalid`] when called outside a launch
-    /// on that device's stream. The parts' device addresses are handed to NCCL as they are:
-    /// each must be an allocation of its member's device holding `len` bytes until the
-    /// collective is done, which the VM's collective kernel guarantees (the tensors'
-    /// storages, kept alive until the stream's event after the launch).
+    /// on that device's stream. The parts' device ranges are handed to NCCL as they are: each
+    /// is a [`DeviceSpan`](super::DeviceSpan), whose `unsafe` constructor's caller vouched
+    /// for it (the VM's collective kernel: the tensors' storages, kept alive until the
+    /// stream's event after the launch).
     fn run(&self, call: &Call, parts: &mut [Part<'_>]) -> Result<(), CclError> {
         if let Some(why) = self.aborted() {
             return Err(CclError::Aborted(why));
