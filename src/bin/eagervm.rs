@@ -77,7 +77,8 @@ struct DpArgs {
     #[arg(long, value_name = "N")]
     ranks: Option<usize>,
     /// mlp-dp: the collective backend: `mock` (every rank in this process), `mpi` (one rank
-    /// per process under mpirun) or `nccl` (one GPU per process, torchrun's variables).
+    /// per process under mpirun) or `nccl` (one GPU per process, torchrun's variables);
+    /// default: what the launcher sets (mpirun: `mpi`; torchrun: `nccl`), else `mock`.
     #[arg(long, value_name = "KIND")]
     backend: Option<cli::dp::DpBackend>,
     /// mlp-dp: training steps (default 60).
@@ -258,7 +259,7 @@ fn run_dp(args: &ReplayArgs, dp: &DpArgs) -> Result<(), CliError> {
         return Err(CliError::Usage("--resync, --device and --tolerance apply to trace files".into()));
     }
     let mut opts = cli::dp::DpOptions { profile: args.profile.is_some(), ..Default::default() };
-    opts.backend = dp.backend.unwrap_or_default();
+    opts.backend = dp.backend.unwrap_or_else(cli::dp::DpBackend::from_launcher);
     opts.ranks = dp.ranks.unwrap_or(opts.ranks);
     opts.train.mlp.steps = dp.steps.unwrap_or(opts.train.mlp.steps);
     let s = cli::dp::run_mlp_dp(args.config(), &opts)?;

@@ -38,6 +38,22 @@ pub enum DpBackend {
     Nccl,
 }
 
+impl DpBackend {
+    /// The backend a launcher asks for when `--backend` is not given: `mpi` under an MPI
+    /// launcher (`mpirun` sets `OMPI_COMM_WORLD_SIZE`, `PMIX_RANK` or `PMI_SIZE`), `nccl`
+    /// under torchrun (`WORLD_SIZE` and `MASTER_ADDR`), else `mock`.
+    pub fn from_launcher() -> DpBackend {
+        let set = |v: &str| std::env::var_os(v).is_some();
+        if ["OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"].iter().any(|v| set(v)) {
+            DpBackend::Mpi
+        } else if set("WORLD_SIZE") && set("MASTER_ADDR") {
+            DpBackend::Nccl
+        } else {
+            DpBackend::Mock
+        }
+    }
+}
+
 impl std::str::FromStr for DpBackend {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
