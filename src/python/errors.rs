@@ -44,6 +44,7 @@ variants! {
     DeviceError: "`Error::Device`: the device layer failed (a device that is not there, CUDA unavailable, ...).",
     DTypeError: "`Error::DType`: a dtype the call cannot handle.",
     ConfigError: "`Error::Config`: a configuration value out of range.",
+    CollectiveError: "`Error::Collective`: a communicator or collective call that cannot be.",
     ShutDownError: "`Error::ShutDown`: the VM has shut down.",
     FailedError: "`Error::Failed`: instructions failed since the last sync (`sync()` raises it).",
     TraceError: "A trace could not be read, recorded, validated or replayed (names file, line and column).",
@@ -70,6 +71,7 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         Error::Device(_) => DeviceError::new_err(msg),
         Error::DType { .. } => DTypeError::new_err(msg),
         Error::Config(_) => ConfigError::new_err(msg),
+        Error::Collective { .. } => CollectiveError::new_err(msg),
         Error::ShutDown => ShutDownError::new_err(msg),
         Error::Failed { .. } => FailedError::new_err(msg),
     }
