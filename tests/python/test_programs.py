@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_program_with_explicit_streams(vm):
     h2d, compute, d2h = (vm.stream("mock:0", t) for t in ("h2d", "compute", "d2h"))
     assert (h2d.device, h2d.type, compute.type, d2h.type) == ("mock:0", "h2d", "compute", "d2h")
-    assert len(vm.streams()) == 1 + 3 * 2
+    assert len(vm.streams()) == 1 + 3 * 2 + 3  # and a collective stream on each device
     a = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
     with vm.program() as p:
         host = vm.empty([2, 3])
