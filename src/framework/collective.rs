@@ -68,18 +68,24 @@ fn make_op(name: &Arc<str>, backend: &Arc<dyn Backend>, seq: &Arc<Sequence>, c: 
     Op::of_kernel(kernel, &[DeviceType::Cpu, DeviceType::Mock, DeviceType::Cuda])
 }
 
+/// The ops a communicator makes with itself, in the order [`Communicator::op`] indexes
+/// them: `all_reduce` of each reduction (in `ReduceOp::ALL` order), `reduce_scatter` of
+/// each, `all_gather`, `barrier`.
+fn standard_ops(name: &Arc<str>, backend: &Arc<dyn Backend>, seq: &Arc<Sequence>) -> [Op; 10] {
+    let all = ReduceOp::ALL.map(Collective::AllReduce);
+    let scatter = ReduceOp::ALL.map(Collective::ReduceScatter);
+    let mut cs = all.iter().chain(&scatter).chain(&[Collective::AllGather, Collective::Barrier]);
+    std::array::from_fn(|_| make_op(name, backend, seq, *cs.next().expect("ten collectives")))
+}
+
 /// Every collective op of a communicator called `name` over `backend` (broadcasts from each
 /// rank included), for checking calls without a VM (the trace validator's registry).
 pub(crate) fn ops_of(name: &str, backend: Arc<dyn Backend>) -> Vec<Op> {
     let name: Arc<str> = name.into();
     let seq = Arc::new(Sequence::default());
-    let mut all: Vec<Collective> = ReduceOp::ALL
-        .iter()
-        .flat_map(|&r| [Collective::AllReduce(r), Collective::ReduceScatter(r)])
-        .chain([Collective::AllGather, Collective::Barrier])
-        .collect();
-    all.extend((0..backend.world_size()).map(|root| Collective::Broadcast { root }));
-    all.into_iter().map(|c| make_op(&name, &backend, &seq, c)).collect()
+    let roots =
+        (0..backend.world_size()).map(|root| make_op(&name, &backend, &seq, Collective::Broadcast { root }));
+    standard_ops(&name, &backend, &seq).into_iter().chain(roots).collect()
 }
 
 impl Communicator {
@@ -169,19 +175,7 @@ impl VirtualMachine {
         let stream = self.stream(first.device, StreamType::Collective)?;
         let name: Arc<str> = name.into();
         let seq = Arc::new(Sequence::default());
-        let mk = |c| make_op(&name, &backend, &seq, c);
-        let ops = [
-            mk(Collective::AllReduce(ReduceOp::Sum)),
-            mk(Collective::AllReduce(ReduceOp::Max)),
-            mk(Collective::AllReduce(ReduceOp::Min)),
-            mk(Collective::AllReduce(ReduceOp::Mean)),
-            mk(Collective::ReduceScatter(ReduceOp::Sum)),
-            mk(Collective::ReduceScatter(ReduceOp::Max)),
-            mk(Collective::ReduceScatter(ReduceOp::Min)),
-            mk(Collective::ReduceScatter(ReduceOp::Mean)),
-            mk(Collective::AllGather),
-            mk(Collective::Barrier),
-        ];
+        let ops = standard_ops(&name, &backend, &seq);
         let issued = seq.clone();
         self.engine().add_communicator(name.clone(), backend.clone(), Arc::new(move || issued.issued()))?;
         let comm = Communicator {

@@ -75,14 +75,12 @@ fn collective_programs(runner: &mut TestRunner) -> common::Program {
 fn collectives_that_skip_the_wait_for_their_inputs_are_caught() {
     let bad = faulty_vm();
     let mut runner = TestRunner::deterministic();
-    for case in 0..200 {
+    let caught = (0..200).position(|_| {
         let p = collective_programs(&mut runner);
-        if execute(&bad, &p).ok() != Some(interpret(&p)) {
-            eprintln!("caught after {} programs", case + 1);
-            return;
-        }
-    }
-    panic!("the planted bug went unnoticed in 200 programs of collectives");
+        execute(&bad, &p).ok() != Some(interpret(&p))
+    });
+    let case = caught.expect("the planted bug went unnoticed in 200 programs of collectives");
+    eprintln!("caught after {} programs", case + 1);
 }
 
 #[test]
