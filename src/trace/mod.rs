@@ -28,6 +28,7 @@ mod format;
 mod parse;
 mod record;
 mod replay;
+mod sidecar;
 mod sync;
 mod validate;
 

@@ -118,8 +118,23 @@ pub struct ReplayReport {
     pub instructions: u64,
     /// Wall time from the first statement to the end of the final sync.
     pub wall: Duration,
-    /// Instruction statements per VM stream name.
+    /// Instructions the VM ran per stream (name, count), streams that ran none left out:
+    /// the instruction statements placed on each stream, less the `record`/`wait` a resync
+    /// replay drops, plus the synchronisation the builder adds in their place. Counted by
+    /// the VM's scheduler (each stream's last position), so it agrees with a timeline's
+    /// per-stream counts; in synchronous mode, which has no scheduler, the statements.
+    /// `barrier` statements run on the scheduler, on no stream: see
+    /// [`barriers`](Self::barriers).
     pub per_stream: Vec<(String, u64)>,
+    /// `barrier` statements replayed (counted in [`instructions`](Self::instructions), on no
+    /// stream).
+    pub barriers: u64,
+    /// Kernel panics the VM caught during the replay (each is also a failure, an
+    /// [`Error::Panic`], on the tensors its instruction writes).
+    pub panics: u64,
+    /// The errors of the first caught panics (up to 16), naming instruction, op, stream and
+    /// message.
+    pub panic_errors: Vec<Error>,
     /// Every `access ... read`, in order.
     pub reads: Vec<ReadResult>,
     /// `expect` checksums that matched.
@@ -205,6 +220,9 @@ fn replay_inner(
             failures: Vec::new(),
             expected_failure: None,
             profile: None,
+            barriers: 0,
+            panics: 0,
+            panic_errors: Vec::new(),
         },
         per_stream: Vec::new(),
         total: trace.instructions() as u64,
@@ -224,13 +242,10 @@ fn replay_inner(
     if profile {
         r.report.profile = Some(vm.stop_profiling().map_err(|e| TraceError::Profile(e.to_string()))?);
     }
+    // Before the expectations' reads, which add instructions of their own.
+    r.report.per_stream = r.ran_per_stream();
+    (r.report.panics, r.report.panic_errors) = vm.engine().caught_panics();
     r.check_expectations(&mut expected)?;
-    let streams = vm.streams();
-    // `per_stream` is indexed by the VM's stream indices, so `streams[i]` exists.
-    r.report.per_stream = (r.per_stream.iter().enumerate())
-        .filter(|(_, &n)| n > 0)
-        .map(|(i, &n)| (streams[i].3.clone(), n))
-        .collect();
     Ok(r.report)
 }
 
@@ -383,18 +398,40 @@ impl Replayer<'_> {
         }
     }
 
+    /// Instructions the VM ran per stream (see [`ReplayReport::per_stream`]).
+    fn ran_per_stream(&self) -> Vec<(String, u64)> {
+        let vm = self.vm;
+        if vm.config().synchronous {
+            let streams = vm.streams();
+            // `per_stream` is indexed by the VM's stream indices, so `streams[i]` exists.
+            return (self.per_stream.iter().enumerate())
+                .filter(|(_, &n)| n > 0)
+                .map(|(i, &n)| (streams[i].3.clone(), n))
+                .collect();
+        }
+        // A stream's positions count from 1, one per instruction admitted on it.
+        vm.flight_record().streams.into_iter().filter(|s| s.admitted > 0).map(|s| (s.name, s.admitted)).collect()
+    }
+
     fn count(&mut self, l: &Line, progress: &mut dyn FnMut(u64, u64)) {
         let Some(s) = l.stmt.stream() else { return };
         self.report.instructions += 1;
-        let i = self.stream(s).index();
-        if i >= self.per_stream.len() {
-            self.per_stream.resize(i + 1, 0);
-        }
-        self.per_stream[i] += 1;
         if self.report.instructions % 1024 == 0 {
             // Submitted is not finished: count what is still in flight as not done.
             let left = self.vm.in_flight() as u64;
             progress(self.report.instructions.saturating_sub(left), self.total);
+        }
+        match &l.stmt {
+            Stmt::Barrier { .. } => self.report.barriers += 1,
+            // Dropped: the builder derives its own.
+            Stmt::Record { .. } | Stmt::Wait { .. } if self.opts.resync => {}
+            _ => {
+                let i = self.stream(s).index();
+                if i >= self.per_stream.len() {
+                    self.per_stream.resize(i + 1, 0);
+                }
+                self.per_stream[i] += 1;
+            }
         }
     }
 
@@ -543,7 +580,7 @@ impl Replayer<'_> {
         match data {
             Data::Inline(_, bytes) => Ok(bytes.clone()),
             Data::File { path, offset, bytes, checksum: want } => {
-                let full = self.trace.dir.join(path);
+                let full = super::sidecar::resolve(self.trace, path);
                 let io = |e| TraceError::io(&full, e);
                 let mut f = std::fs::File::open(&full).map_err(io)?;
                 f.seek(SeekFrom::Start(*offset)).map_err(io)?;

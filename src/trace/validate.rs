@@ -557,7 +557,7 @@ impl Checker<'_> {
                         );
                         return;
                     }
-                    let full = self.trace.dir.join(path);
+                    let full = super::sidecar::resolve(self.trace, path);
                     match std::fs::metadata(&full) {
                         Err(e) => self.err(tensor.col, format!("sidecar file {}: {e}", full.display())),
                         Ok(m) if offset.checked_add(*bytes).is_none_or(|end| m.len() < end) => self.err(

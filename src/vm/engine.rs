@@ -199,6 +199,8 @@ impl Engine {
     pub(crate) fn start(config: Config, front: Box<dyn Any + Send + Sync>) -> Result<EngineHandle> {
         let _span = tracing::debug_span!("start").entered();
         config.validate()?;
+        // Kernel panics that the workers catch become errors, not lines on standard error.
+        super::panic_hook::install();
         let mut registry = Registry::new(config.mock_devices, &config.mock);
         registry.add_cuda(config.cuda_devices)?;
         let mut streams = Vec::new();
@@ -507,6 +509,12 @@ impl Engine {
     pub(crate) fn record_failure(&self, e: Error) {
         tracing::error!(error = %e, "failure outside any tensor");
         self.failures.record_external(e);
+    }
+
+    /// The kernel panics caught over the engine's life: their count, and the errors of the
+    /// first few (`instruction_policy::KEPT_PANICS`).
+    pub(crate) fn caught_panics(&self) -> (u64, Vec<Error>) {
+        self.failures.panics()
     }
 
     /// Take the failures recorded since the last call: their count and the first, as

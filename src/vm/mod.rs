@@ -20,6 +20,7 @@ mod error;
 pub mod flight;
 pub(crate) mod instruction;
 mod instruction_policy;
+pub(crate) mod panic_hook;
 pub mod kernel;
 pub(crate) mod observe;
 pub mod scheduler;

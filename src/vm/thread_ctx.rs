@@ -60,7 +60,6 @@
 //! only once nothing is in flight, and a worker stops its watchers only after that, when
 //! every watch has been reported (a dead VM leaves work unrun anyway).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -148,7 +147,7 @@ impl Lanes {
         let n = batch.len();
         let mut i = 0;
         while i < n {
-            let ran = catch_unwind(AssertUnwindSafe(|| match prof.as_deref_mut() {
+            let ran = crate::vm::panic_hook::catching(|| match prof.as_deref_mut() {
                 None => self.run_from(vm, batch, &mut i, done),
                 Some(r) => {
                     while i < n {
@@ -156,7 +155,7 @@ impl Lanes {
                         i += 1;
                     }
                 }
-            }));
+            });
             if let Err(payload) = ran {
                 self.unwound(vm, batch, i, payload);
                 i += 1;

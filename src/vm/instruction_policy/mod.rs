@@ -48,7 +48,6 @@ mod event;
 mod op_call;
 mod release;
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -63,9 +62,30 @@ use op_call::{fail, op_call};
 #[derive(Debug, Default)]
 pub(crate) struct FailureLog {
     inner: Mutex<(u64, Option<Error>)>,
+    /// Kernel panics caught over the VM's life: their count and the first
+    /// [`KEPT_PANICS`], which `sync` does not take.
+    panics: Mutex<(u64, Vec<Error>)>,
 }
 
+/// The caught panics a [`FailureLog`] keeps the errors of (it counts them all).
+pub(crate) const KEPT_PANICS: usize = 16;
+
 impl FailureLog {
+    /// Note a caught kernel panic (its error is also recorded as a failure, by [`fail`]).
+    fn record_panic(&self, e: &Error) {
+        let mut g = self.panics.lock();
+        g.0 += 1;
+        if g.1.len() < KEPT_PANICS {
+            g.1.push(e.clone());
+        }
+    }
+
+    /// The kernel panics caught so far: their count, and the errors of the first
+    /// [`KEPT_PANICS`].
+    pub(crate) fn panics(&self) -> (u64, Vec<Error>) {
+        self.panics.lock().clone()
+    }
+
     fn record(&self, e: &Error) {
         let mut g = self.inner.lock();
         g.0 += 1;
@@ -137,7 +157,7 @@ fn execute_other(body: &mut Body, ops: &[Operand], program: u64, env: &ExecEnv) 
 /// mock device's thread, or on the worker by a CUDA launch) and in synchronous mode.
 pub(crate) fn execute_catching(ins: &mut Instruction, ops: &[Operand], program: u64, env: &ExecEnv) {
     if let Err(payload) =
-        catch_unwind(AssertUnwindSafe(|| execute(&mut ins.body, ins.n_inputs, ops, program, env)))
+        crate::vm::panic_hook::catching(|| execute(&mut ins.body, ins.n_inputs, ops, program, env))
     {
         panicked(ins, ops, program, payload, env);
     }
@@ -160,5 +180,6 @@ pub(crate) fn panicked(
         .unwrap_or_else(|| "non-string panic payload".into());
     let e =
         Error::Panic { instr: program, op: ins.body.name().into(), stream: env.stream_name.clone(), message };
+    env.failures.record_panic(&e);
     fail(&ops[ins.n_inputs as usize..], e, env);
 }
