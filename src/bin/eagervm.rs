@@ -48,6 +48,10 @@ struct ReplayArgs {
     /// ui.perfetto.dev or chrome://tracing).
     #[arg(long, value_name = "OUT.json")]
     profile: Option<PathBuf>,
+    /// Print the op table: per op and stream, count, total, mean, min and max time and the
+    /// share of the run, sorted by total time.
+    #[arg(long)]
+    profile_summary: bool,
     /// Check the trace's `expect`ed tensors against a replay of it on cpu:0 within this
     /// relative tolerance (of each tensor's largest magnitude) instead of bit for bit, for
     /// devices whose kernels round differently (cuBLAS on cuda), e.g. `1e-4`.
@@ -274,6 +278,7 @@ fn run_dp(args: &ReplayArgs, dp: &DpArgs) -> Result<(), CliError> {
         say!("ran `mlp-dp` in {:.3?} on the {} backend", s.wall, s.report.backend);
     }
     write_profile(s.profile.as_ref(), args.profile.as_deref())?;
+    print_op_table(s.profile.as_ref(), args.profile_summary);
     if let Some(o) = &s.overlap {
         say!("  overlap: {o}");
     }
@@ -302,6 +307,7 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
         let s = cli::run_program(&p, args.config())?;
         say!("ran `{}` in {:.3?}", p.name(), s.wall);
         write_profile(s.profile.as_ref(), args.profile.as_deref())?;
+        print_op_table(s.profile.as_ref(), args.profile_summary);
         // Many outputs (a training run's losses and weights): the first few and a count.
         const SHOWN: usize = 6;
         if s.outputs.len() > SHOWN {
@@ -382,7 +388,7 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
     // The summary's per-stream busy time comes from a timeline, which holds about 150 bytes
     // per instruction until the replay ends: taken for traces up to BUSY_TIME_LIMIT
     // instructions, or on any trace with `--profile` (which also writes it out).
-    let profile = args.profile.is_some() || t.instructions() <= BUSY_TIME_LIMIT;
+    let profile = args.profile.is_some() || args.profile_summary || t.instructions() <= BUSY_TIME_LIMIT;
     let opts = ReplayOptions {
         resync: args.resync,
         device: args.device,
@@ -409,7 +415,17 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
              pass --profile FILE to measure it"
         );
     }
-    write_profile(report.profile.as_ref(), args.profile.as_deref())
+    print_op_table(report.profile.as_ref(), args.profile_summary);
+    write_timeline(report.profile.as_ref(), args.profile.as_deref())
+}
+
+/// Print the op table (`--profile-summary`) of a run that has a timeline.
+fn print_op_table(profile: Option<&Profile>, asked: bool) {
+    match (profile, asked) {
+        (Some(p), true) => say!("{}", cli::summary::op_table(p)),
+        (None, true) => say!("  op table: no timeline (synchronous mode has none)"),
+        (_, false) => {}
+    }
 }
 
 /// Replays of traces up to this many instructions measure busy time per stream by default.
@@ -428,10 +444,19 @@ fn write_profile(profile: Option<&Profile>, out: Option<&Path>) -> Result<(), Cl
     for line in summary.to_string().lines() {
         say!("    {line}");
     }
-    if let Some(path) = out {
-        profile.write_chrome_json(path).map_err(|e| CliError::Usage(e.to_string()))?;
-        say!("  timeline written to {} (open it in ui.perfetto.dev or chrome://tracing)", path.display());
-    }
+    write_timeline(Some(profile), out)
+}
+
+/// Write a run's timeline to `out`, if asked to.
+fn write_timeline(profile: Option<&Profile>, out: Option<&Path>) -> Result<(), CliError> {
+    let (Some(profile), Some(path)) = (profile, out) else {
+        if out.is_some() {
+            return Err(CliError::Usage("synchronous mode (EAGERVM_SYNC=1) cannot be profiled".into()));
+        }
+        return Ok(());
+    };
+    profile.write_chrome_json(path).map_err(|e| CliError::Io(e.to_string()))?;
+    say!("  timeline written to {} (open it in ui.perfetto.dev or chrome://tracing)", path.display());
     Ok(())
 }
 
@@ -444,10 +469,7 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
         r.instructions,
         r.wall
     );
-    say!("  instructions per stream:");
-    for (s, n) in &r.per_stream {
-        say!("    {s:<16} {n}");
-    }
+    say!("{}", cli::summary::replay_streams(r));
     match args.tolerance {
         None => say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked),
         Some(rel) => say!(
@@ -459,6 +481,9 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
     match &r.expected_failure {
         Some(f) => say!("  errors: {} (expected by the trace: {f})", r.failures.len()),
         None => say!("  errors: {}", r.failures.len()),
+    }
+    if let Some(p) = cli::summary::panics(r) {
+        say!("{p}");
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`crate::bench`]: a library user who turns default features off builds none of it.
 
 pub mod dp;
+pub mod summary;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -22,6 +22,7 @@ mod profile;
 mod programs;
 mod serializability;
 mod shutdown;
+mod timeline;
 mod trace_analyze;
 mod trace_format;
 mod trace_record;

@@ -1,0 +1,87 @@
+//! The parts of a run's printed summary that come from its timeline and its replay report:
+//! the per-stream table, the caught kernel panics and the op table (`--profile-summary`).
+//! The binary prints what these return; `docs/cli.md` shows the output.
+
+use std::fmt::Write as _;
+
+use crate::profile::Profile;
+use crate::trace::ReplayReport;
+
+/// One table per stream of a replay: the instructions the VM ran on it, and, with a
+/// timeline, its busy time (both counted by the VM, so they describe the same
+/// instructions), then the `barrier` statements, which ran on no stream. Each line is
+/// indented by two spaces.
+pub fn replay_streams(r: &ReplayReport) -> String {
+    let mut out = String::new();
+    let busy = r.profile.as_ref().map(Profile::summary);
+    match &busy {
+        Some(b) => {
+            let _ = writeln!(
+                out,
+                "  per stream: instructions the VM ran, and busy time (at least one of them launched \
+                 and not done) over {:.3?} of device activity:",
+                b.span
+            );
+            let _ = writeln!(out, "    {:<20} {:>12} {:>10} {:>7}", "stream", "instructions", "busy ms", "busy %");
+        }
+        None => {
+            let _ = writeln!(out, "  per stream: instructions the VM ran:");
+        }
+    }
+    let span = busy.as_ref().map_or(0.0, |b| b.span.as_secs_f64());
+    for (name, n) in &r.per_stream {
+        match busy.as_ref().and_then(|b| b.streams.iter().find(|s| &s.name == name)) {
+            Some(s) => {
+                let pct = if span > 0.0 { 100.0 * s.busy.as_secs_f64() / span } else { 0.0 };
+                let _ = write!(out, "    {name:<20} {n:>12} {:>10.3} {pct:>6.1}%", s.busy.as_secs_f64() * 1e3);
+                // The timeline leaves out instructions it saw only in part; say so if any.
+                if s.instructions as u64 != *n {
+                    let _ = write!(out, "  ({} timed)", s.instructions);
+                }
+                out.push('\n');
+            }
+            None => {
+                let _ = writeln!(out, "    {name:<20} {n:>12}");
+            }
+        }
+    }
+    if r.barriers > 0 {
+        let _ = writeln!(
+            out,
+            "  barriers: {} (counted among the instructions replayed; run by the scheduler, on no stream)",
+            r.barriers
+        );
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// The kernel panics the VM caught during a replay, one line each (up to the report's
+/// first few), or `None` if there were none.
+pub fn panics(r: &ReplayReport) -> Option<String> {
+    if r.panics == 0 {
+        return None;
+    }
+    let mut out = format!("  kernel panics caught: {} (each failed its instruction)", r.panics);
+    for e in &r.panic_errors {
+        let _ = write!(out, "\n    {e}");
+    }
+    let left = r.panics.saturating_sub(r.panic_errors.len() as u64);
+    if left > 0 {
+        let _ = write!(out, "\n    ... and {left} more");
+    }
+    Some(out)
+}
+
+/// The op table of a timeline ([`Profile::op_table`]), indented by four spaces under a
+/// heading.
+pub fn op_table(p: &Profile) -> String {
+    let mut out = String::from(
+        "  ops by total time (an instruction's time: its stream's time on it alone; shares of all streams' time):",
+    );
+    for line in p.op_table().to_string().lines() {
+        out.push_str("\n    ");
+        out.push_str(line);
+    }
+    out
+}
