@@ -22,7 +22,11 @@ pub fn replay_streams(r: &ReplayReport) -> String {
                  and not done) over {:.3?} of device activity:",
                 b.span
             );
-            let _ = writeln!(out, "    {:<20} {:>12} {:>10} {:>7}", "stream", "instructions", "busy ms", "busy %");
+            let _ = writeln!(
+                out,
+                "    {:<20} {:>12} {:>10} {:>7}",
+                "stream", "instructions", "busy ms", "busy %"
+            );
         }
         None => {
             let _ = writeln!(out, "  per stream: instructions the VM ran:");
@@ -33,7 +37,8 @@ pub fn replay_streams(r: &ReplayReport) -> String {
         match busy.as_ref().and_then(|b| b.streams.iter().find(|s| &s.name == name)) {
             Some(s) => {
                 let pct = if span > 0.0 { 100.0 * s.busy.as_secs_f64() / span } else { 0.0 };
-                let _ = write!(out, "    {name:<20} {n:>12} {:>10.3} {pct:>6.1}%", s.busy.as_secs_f64() * 1e3);
+                let _ =
+                    write!(out, "    {name:<20} {n:>12} {:>10.3} {pct:>6.1}%", s.busy.as_secs_f64() * 1e3);
                 // The timeline leaves out instructions it saw only in part; say so if any.
                 if s.instructions as u64 != *n {
                     let _ = write!(out, "  ({} timed)", s.instructions);

@@ -144,8 +144,19 @@ fn emit(w: &mut impl Write, first: &mut bool, v: &Value) -> io::Result<()> {
     serde_json::to_writer(&mut *w, v).map_err(io::Error::from)
 }
 
-fn track_names(w: &mut impl Write, first: &mut bool, pid: u32, tid: u32, name: &str, sort: u64) -> io::Result<()> {
-    emit(w, first, &json!({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}))?;
+fn track_names(
+    w: &mut impl Write,
+    first: &mut bool,
+    pid: u32,
+    tid: u32,
+    name: &str,
+    sort: u64,
+) -> io::Result<()> {
+    emit(
+        w,
+        first,
+        &json!({"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": name}}),
+    )?;
     emit(
         w,
         first,

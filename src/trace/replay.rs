@@ -410,7 +410,12 @@ impl Replayer<'_> {
                 .collect();
         }
         // A stream's positions count from 1, one per instruction admitted on it.
-        vm.flight_record().streams.into_iter().filter(|s| s.admitted > 0).map(|s| (s.name, s.admitted)).collect()
+        vm.flight_record()
+            .streams
+            .into_iter()
+            .filter(|s| s.admitted > 0)
+            .map(|s| (s.name, s.admitted))
+            .collect()
     }
 
     fn count(&mut self, l: &Line, progress: &mut dyn FnMut(u64, u64)) {

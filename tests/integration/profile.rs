@@ -104,8 +104,12 @@ fn a_profiled_run_gives_a_valid_timeline_with_tracks_slices_arrows_and_counters(
         let a = &s["args"];
         let program = a["program"].as_u64().unwrap();
         assert!(seen.insert(program), "two slices for instruction #{program}");
+        // On its stream's track, or one of the stream's further lanes.
         let track = &names[&(s["pid"].as_u64().unwrap(), s["tid"].as_u64().unwrap())];
-        assert_eq!(track, a["stream"].as_str().unwrap(), "{s}");
+        let stream = a["stream"].as_str().unwrap();
+        let lane = a["lane"].as_u64().unwrap();
+        let want = if lane == 0 { stream.to_string() } else { format!("{stream} lane {lane}") };
+        assert_eq!(track, &want, "{s}");
         let (q, d, l, f) =
             (us(&a["queued_us"]), us(&a["dispatched_us"]), us(&a["launched_us"]), us(&a["done_us"]));
         assert!(q <= d && d <= l && l <= f, "#{program}: queued {q} dispatched {d} launched {l} done {f}");

@@ -64,12 +64,8 @@ fn ns(v: &Value) -> i64 {
 fn import(json: &[u8]) -> Imported {
     let v: Value = serde_json::from_slice(json).expect("valid JSON");
     let events = v["traceEvents"].as_array().expect("traceEvents");
-    let mut order: Vec<(i64, usize)> = events
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e["ph"] != "M")
-        .map(|(k, e)| (ns(&e["ts"]), k))
-        .collect();
+    let mut order: Vec<(i64, usize)> =
+        events.iter().enumerate().filter(|(_, e)| e["ph"] != "M").map(|(k, e)| (ns(&e["ts"]), k)).collect();
     order.sort();
     let mut out = Imported::default();
     let mut stacks: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
@@ -182,7 +178,12 @@ fn chrome_json(p: &Profile) -> Vec<u8> {
 fn check_timeline(p: &Profile) {
     let json = chrome_json(p);
     let got = import(&json);
-    assert!(got.errors.is_empty(), "{} importer errors, the first: {:#?}", got.errors.len(), &got.errors[..got.errors.len().min(5)]);
+    assert!(
+        got.errors.is_empty(),
+        "{} importer errors, the first: {:#?}",
+        got.errors.len(),
+        &got.errors[..got.errors.len().min(5)]
+    );
     // Every instruction has its slice.
     let by_program: HashMap<u64, &Slice> =
         got.slices.iter().filter_map(|s| s.program.map(|p| (p, s))).collect();
@@ -443,7 +444,10 @@ fn profile_summary_prints_the_op_table() {
     assert!(out.contains("barriers: 2"), "{out}");
     let o = eagervm(&["run", "demo", "--profile-summary"], &[]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success() && out.contains("ops by total time") && out.contains("mock:0:compute"), "{out}");
+    assert!(
+        o.status.success() && out.contains("ops by total time") && out.contains("mock:0:compute"),
+        "{out}"
+    );
 }
 
 #[test]
