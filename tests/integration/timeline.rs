@@ -466,4 +466,14 @@ fn writes_to_a_full_disk_fail_naming_the_file() {
     let o = eagervm(&["record", "demo", "-o", "/dev/full"], &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("/dev/full"), "{err}");
+    // And its sidecar (`branches` writes one), through a link to the full device.
+    #[cfg(unix)]
+    {
+        let d = scratch("full");
+        std::os::unix::fs::symlink("/dev/full", d.join("b.trace.bin")).unwrap();
+        let o = eagervm(&["record", "branches", "-o", d.join("b.trace").to_str().unwrap()], &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("b.trace.bin"), "{err}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 }
