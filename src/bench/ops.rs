@@ -441,6 +441,18 @@ mod tests {
     }
 
     #[test]
+    fn the_dag_check_reads_the_tensors_and_catches_a_wrong_value() {
+        let vm = VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::default())).unwrap();
+        let mut dag = Dag::new(&vm, 2000).unwrap();
+        dag.run(&vm, 2000, &Progress::hidden()).unwrap();
+        assert!(dag.check().unwrap(), "the VM's result is the sequential one");
+        // Some tensor was copied over: the values moved away from the initial ones.
+        assert!(dag.expect.iter().enumerate().any(|(k, &v)| v != k as f32));
+        dag.expect[200] += 0.5;
+        assert!(!dag.check().unwrap(), "a value other than the sequential one is caught");
+    }
+
+    #[test]
     fn the_reference_sum_stops_where_f32_does() {
         assert_eq!(adds(0), 0.0);
         assert_eq!(adds(1000), 1000.0);
