@@ -8,6 +8,7 @@
 #
 # Any other argument goes to compare.py (--reps, --cuda-steps, --json-out FILE).
 #   PEERS_VENV   venv with torch (default /work/peers/venv)
+#   TORCH_PYTHON a python with torch, if not the venv's (e.g. a GPU machine's system python)
 #   MXNET_VENV   venv with mxnet==1.9.1 (default /work/peers/mxnet-venv); skipped if missing
 #   MXNET_HARNESS  the MXNet engine harness's directory (default ../shared/baselines/mxnet-engine)
 set -euo pipefail
@@ -22,9 +23,10 @@ for a in "$@"; do [ "$a" = "--cuda" ] && CUDA=1; done
 
 (cd "$ROOT" && cargo build --release --quiet)
 ARGS=(--eagervm "$TARGET/release/eagervm")
-if [ -x "$PEERS_VENV/bin/python" ]; then
-  ARGS+=(--torch-python "$PEERS_VENV/bin/python")
-  if [ "$CUDA" = 0 ]; then
+TORCH_PYTHON="${TORCH_PYTHON:-$PEERS_VENV/bin/python}"
+if [ -x "$TORCH_PYTHON" ] || command -v "$TORCH_PYTHON" > /dev/null; then
+  ARGS+=(--torch-python "$TORCH_PYTHON")
+  if [ "$CUDA" = 0 ] && [ -x "$PEERS_VENV/bin/python" ]; then
     ARGS+=(--aten "$(PEERS_VENV="$PEERS_VENV" BUILD_DIR="$TARGET/peers" "$HERE/build_aten.sh" | tail -n 1)")
   fi
 else
