@@ -17,6 +17,10 @@
 //!   stages run alone (target ≥ 0.9).
 //! - **(c) MLP step**: `x·W1 → relu → ·W2 → sum`, `steps` times, through the VM against a
 //!   plain loop of the same kernels on one stream.
+//! - **(d) `run mlp` step**: the training step of `eagervm run mlp` (`super::mlp`) on
+//!   `cuda:0`, at 64×8×32 and 1024×1024×1024, `steps` steps per repetition, with the loss
+//!   read at the end and every step; `benches/peers/torch_mlp.py --device cuda` runs the
+//!   same step in PyTorch, eager and with CUDA graphs.
 //!
 //! Without a usable GPU, [`run`] returns a report whose `skipped` says why.
 
@@ -114,6 +118,41 @@ pub struct CudaBenchReport {
     pub both_ways: Option<Duration>,
     /// (c): VM time / plain time.
     pub mlp: Option<Ratio>,
+    /// (d): the `run mlp` step at 64×8×32 and 1024×1024×1024.
+    pub mlp_steps: Vec<super::mlp::MlpResult>,
+}
+
+/// A duration in microseconds, for the JSON report.
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+impl CudaBenchReport {
+    /// The report as one JSON object: `skipped` (why nothing ran, or null), and per
+    /// benchmark its wall times in µs, ratio and CPU ratio, or null where it did not run.
+    pub fn to_json(&self) -> serde_json::Value {
+        let ratio = |r: &Option<Ratio>| {
+            r.as_ref().map(|r| {
+                serde_json::json!({
+                    "vm_us": us(r.vm),
+                    "reference_us": us(r.reference),
+                    "ratio": r.ratio,
+                    "cpu_ratio": r.cpu_ratio(),
+                })
+            })
+        };
+        serde_json::json!({
+            "bench": "cuda",
+            "skipped": self.skipped,
+            "chain": self.chain,
+            "overhead": ratio(&self.overhead),
+            "eager_chain": ratio(&self.eager_chain),
+            "overlap": ratio(&self.overlap),
+            "both_ways_us": self.both_ways.map(us),
+            "mlp": ratio(&self.mlp),
+            "mlp_steps": self.mlp_steps,
+        })
+    }
 }
 
 impl std::fmt::Display for CudaBenchReport {
@@ -189,9 +228,21 @@ impl std::fmt::Display for CudaBenchReport {
                 r.reference,
                 r.ratio,
                 cpu(r)
-            ),
-            None => writeln!(f, "mlp        not run"),
+            )?,
+            None => writeln!(f, "mlp        not run")?,
         }
+        for m in &self.mlp_steps {
+            writeln!(
+                f,
+                "run mlp    {:<14} {:>10.1} us/step, {:>10.1} with the loss read every step ({} steps, median of {})",
+                m.shape.label(),
+                m.step_us,
+                m.step_us_loss_read,
+                m.steps,
+                m.reps
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -206,6 +257,7 @@ pub fn run(opts: &CudaBenchOptions, config: &Config) -> Result<CudaBenchReport> 
         overlap: None,
         both_ways: None,
         mlp: None,
+        mlp_steps: Vec::new(),
     };
     if let Err(e) = crate::ep::cuda::available(0) {
         return Ok(skipped(e.to_string()));
@@ -223,6 +275,13 @@ pub fn run(opts: &CudaBenchOptions, config: &Config) -> Result<CudaBenchReport> 
         overlap: overlapped.map(|o| o.0),
         both_ways: overlapped.map(|o| o.1),
         mlp: (opts.steps > 0 && opts.width > 0).then(|| mlp(&vm, gpu, opts.steps, opts.width)).transpose()?,
+        mlp_steps: match opts.steps {
+            0 => Vec::new(),
+            steps => [super::mlp::MlpShape::SMALL, super::mlp::MlpShape::LARGE]
+                .into_iter()
+                .map(|shape| super::mlp::measure(&vm, gpu, shape, steps, 3, &super::Progress::hidden()))
+                .collect::<Result<_>>()?,
+        },
     })
 }
 
@@ -554,12 +613,17 @@ mod tests {
             Err(e) => {
                 assert_eq!(r.skipped, Some(e.to_string()));
                 assert!(r.to_string().starts_with("cuda benchmarks skipped: cuda:0 is not available"));
+                let json = r.to_json();
+                assert_eq!(json["skipped"], serde_json::json!(e.to_string()));
+                assert!(json["overhead"].is_null() && json["mlp_steps"] == serde_json::json!([]));
             }
             Ok(()) => {
                 assert!(r.skipped.is_none());
                 assert!(
                     r.overhead.is_some() && r.eager_chain.is_some() && r.overlap.is_some() && r.mlp.is_some()
                 );
+                assert_eq!(r.mlp_steps.len(), 2);
+                assert!(r.mlp_steps.iter().all(|m| m.last_loss.is_finite() && m.step_us > 0.0));
             }
         }
     }

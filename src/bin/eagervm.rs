@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use eagervm::bench::{self, Workload};
+use eagervm::bench;
 use eagervm::cli::{self, CliError};
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
@@ -162,34 +162,66 @@ enum Command {
         /// The dump file (`EAGERVM_FLIGHT_DUMP`, default `<temp dir>/eagervm-flight-<pid>.txt`).
         file: PathBuf,
     },
-    /// Measure the VM's throughput on four no-op workloads against a bare pipeline.
+    /// Measure the VM: W1-W4 (no-ops against a bare pipeline and a floor), W5-W9 (a DAG
+    /// across streams, the allocating call, the eager front end, a round trip) and the MLP
+    /// step of `run mlp` at 64x8x32 and 1024x1024x1024.
     Bench {
-        /// Instructions per workload.
-        #[arg(short, long, default_value_t = 1_000_000)]
+        /// Instructions per workload (at least 1; `10^6` and `1e6` are accepted). W9 runs
+        /// n/100 round trips, the MLP n/500 steps (n/10^5 at the large shape).
+        #[arg(short, long, default_value = "1000000", value_parser = parse_count)]
         n: usize,
-        /// Repetitions (the median is reported).
-        #[arg(short, long, default_value_t = 3)]
+        /// Repetitions (the median is reported; at least 1).
+        #[arg(short, long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
         reps: u32,
-        /// Workloads to run, e.g. `1,2` or `W3`.
-        #[arg(short, long, default_value = "1,2,3,4", value_delimiter = ',')]
+        /// Workloads to run, e.g. `1,2`, `W3`, `5-9`, `mlp`, `mlp-large`, `all`.
+        #[arg(short, long, default_value = "all", value_delimiter = ',')]
         workloads: Vec<String>,
-        /// Print one JSON object per workload instead of a table.
+        /// Print one JSON object per workload instead of a table (with --cuda: one per report).
         #[arg(long)]
         json: bool,
         /// Run the GPU benchmarks on cuda:0 instead (VM overhead, copy/compute overlap, MLP
-        /// step, each against a plain loop); without a GPU they report why they skipped.
-        #[arg(long, conflicts_with_all = ["n", "workloads", "json"])]
+        /// step, each against a plain loop, and the `run mlp` step); without a GPU they
+        /// report why they skipped.
+        #[arg(long, conflicts_with_all = ["n", "workloads"])]
         cuda: bool,
-        /// With --cuda: kernels in the overhead chains (0 skips them).
-        #[arg(long, requires = "cuda", default_value_t = 100_000)]
-        chain: usize,
-        /// With --cuda: chunks of 4 MiB in the overlap pipeline (0 skips it).
-        #[arg(long, requires = "cuda", default_value_t = 64)]
-        chunks: usize,
-        /// With --cuda: MLP steps (0 skips them).
-        #[arg(long, requires = "cuda", default_value_t = 200)]
-        steps: usize,
+        /// With --cuda: kernels in the overhead chains (0 skips them; default 100000).
+        #[arg(long)]
+        chain: Option<usize>,
+        /// With --cuda: chunks of 4 MiB in the overlap pipeline (0 skips it; default 64).
+        #[arg(long)]
+        chunks: Option<usize>,
+        /// With --cuda: MLP steps (0 skips them; default 200).
+        #[arg(long)]
+        steps: Option<usize>,
     },
+}
+
+/// A count of at least 1: `1000000`, `10^6` or `1e6`.
+fn parse_count(s: &str) -> Result<usize, String> {
+    let s = s.trim().replace('_', "");
+    let n = if let Some((base, exp)) = s.split_once('^') {
+        let (base, exp): (u64, u32) = (
+            base.parse().map_err(|e| format!("`{s}`: {e}"))?,
+            exp.parse().map_err(|e| format!("`{s}`: {e}"))?,
+        );
+        base.checked_pow(exp).ok_or_else(|| format!("`{s}` is too large"))?
+    } else if let Some((mant, exp)) = s.split_once(['e', 'E']) {
+        let (mant, exp): (u64, u32) = (
+            mant.parse().map_err(|e| format!("`{s}`: {e}"))?,
+            exp.parse().map_err(|e| format!("`{s}`: {e}"))?,
+        );
+        10u64
+            .checked_pow(exp)
+            .and_then(|p| p.checked_mul(mant))
+            .ok_or_else(|| format!("`{s}` is too large"))?
+    } else {
+        s.parse().map_err(|e| format!("`{s}`: {e}"))?
+    };
+    match usize::try_from(n) {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is too large")),
+    }
 }
 
 /// Send the VM's `tracing` spans and events to standard error, filtered by `RUST_LOG`
@@ -218,13 +250,36 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r: Result<(), CliError> = match cli.command.unwrap_or(Command::Demo) {
         Command::Demo => demo().map_err(|error| CliError::Program { program: "demo".into(), error }),
-        Command::Bench { cuda: true, reps, chain, chunks, steps, .. } => {
-            let opts = bench::cuda::CudaBenchOptions { chain, chunks, steps, ..Default::default() };
-            run_cuda_bench(&opts, reps)
+        Command::Bench { cuda: true, reps, chain, chunks, steps, json, .. } => {
+            let d = bench::cuda::CudaBenchOptions::default();
+            let opts = bench::cuda::CudaBenchOptions {
+                chain: chain.unwrap_or(d.chain),
+                chunks: chunks.unwrap_or(d.chunks),
+                steps: steps.unwrap_or(d.steps),
+                ..d
+            };
+            run_cuda_bench(&opts, reps, json)
                 .map_err(|error| CliError::Program { program: "bench --cuda".into(), error })
         }
-        Command::Bench { n, reps, workloads, json, .. } => run_bench(n, reps, &workloads, json)
-            .map_err(|error| CliError::Program { program: "bench".into(), error }),
+        Command::Bench { chain, chunks, steps, .. }
+            if chain.is_some() || chunks.is_some() || steps.is_some() =>
+        {
+            use clap::CommandFactory as _;
+            let given: Vec<&str> = [("--chain", chain), ("--chunks", chunks), ("--steps", steps)]
+                .into_iter()
+                .filter_map(|(flag, v)| v.map(|_| flag))
+                .collect();
+            let mut cmd = Cli::command();
+            // Cannot fail: `bench` is one of the subcommands.
+            let bench = cmd.find_subcommand_mut("bench").expect("the bench subcommand");
+            bench
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!("{} apply only to the GPU benchmarks: add --cuda", given.join(", ")),
+                )
+                .exit()
+        }
+        Command::Bench { n, reps, workloads, json, .. } => run_bench(n, reps, &workloads, json),
         Command::Run { target, replay, dp } if target == "mlp-dp" => run_dp(&replay, &dp),
         Command::Run { dp, .. } if dp.given() => {
             Err(CliError::Usage("--ranks, --backend, --steps and --compare apply to `mlp-dp`".into()))
@@ -537,20 +592,27 @@ fn render_svg(dot_file: &Path, svg: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
-fn run_cuda_bench(opts: &bench::cuda::CudaBenchOptions, reps: u32) -> eagervm::Result<()> {
-    say!(
-        "eagervm bench --cuda: (a) {} one-element kernels in a chain, (b) {} chunks of {} floats, \
-         (c) {} MLP steps of width {}; each figure the median of 5 runs taken in turn with its reference; \
-         {reps} report(s)",
-        opts.chain,
-        opts.chunks,
-        opts.chunk_elems,
-        opts.steps,
-        opts.width
-    );
+fn run_cuda_bench(opts: &bench::cuda::CudaBenchOptions, reps: u32, json: bool) -> eagervm::Result<()> {
+    if !json {
+        say!(
+            "eagervm bench --cuda: (a) {} one-element kernels in a chain, (b) {} chunks of {} floats, \
+             (c) {} MLP steps of width {}, (d) {} steps of `run mlp` at 64x8x32 and 1024x1024x1024; \
+             each figure the median of 5 runs taken in turn with its reference ((d): of 3); {reps} report(s)",
+            opts.chain,
+            opts.chunks,
+            opts.chunk_elems,
+            opts.steps,
+            opts.width,
+            opts.steps
+        );
+    }
     for _ in 0..reps.max(1) {
         let report = bench::cuda::run(opts, &Config::from_env())?;
-        say!("{report}");
+        if json {
+            say!("{}", report.to_json());
+        } else {
+            say!("{report}");
+        }
         if report.skipped.is_some() {
             break;
         }
@@ -558,66 +620,16 @@ fn run_cuda_bench(opts: &bench::cuda::CudaBenchOptions, reps: u32) -> eagervm::R
     Ok(())
 }
 
-fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> eagervm::Result<()> {
-    let ws: Vec<Workload> = workloads
-        .iter()
-        .map(|w| Workload::parse(w).ok_or_else(|| Error::Config(format!("unknown workload `{w}` (use 1-4)"))))
-        .collect::<eagervm::Result<_>>()?;
-    let config = Config::from_env();
-    if !json {
-        say!("eagervm bench: {n} no-op instructions per workload on cpu:0, median of {reps}");
-        say!(
-            "{:<4} {:<15} {:>10} {:>14} {:>14} {:>7} {:>7}  {:<7} {:>6}  {}",
-            "",
-            "workload",
-            "push ns/i",
-            "e2e instr/s",
-            "baseline /s",
-            "ratio",
-            "target",
-            "result",
-            "floor",
-            "cpu ns/i: caller sched workers"
-        );
+fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> Result<(), CliError> {
+    let selection = bench::report::Selection::parse(workloads).map_err(CliError::Usage)?;
+    let progress = bench::Progress::stderr();
+    let mut out = std::io::stdout();
+    let checked = bench::report::run(&selection, n, reps, json, &Config::from_env(), &progress, &mut out)
+        .map_err(|error| CliError::Program { program: "bench".into(), error })?;
+    match checked {
+        true => Ok(()),
+        false => Err(CliError::Usage("a workload's result differed from its sequential reference".into())),
     }
-    let mut all_ok = true;
-    for w in ws {
-        let r = bench::measure(w, n, reps, &config)?;
-        all_ok &= r.meets_target;
-        if json {
-            // Cannot fail: numbers and strings only (serde_json writes a non-finite number as null).
-            say!("{}", serde_json::to_string(&r).expect("plain struct serialises"));
-        } else {
-            let cpu = r.cpu_ns_per_instr.map_or(String::new(), |c| {
-                format!("{:>6.1} {:>6.1} {:>6.1}", c.caller, c.scheduler, c.workers)
-            });
-            say!(
-                "{:<4} {:<15} {:>10.1} {:>14.0} {:>14.0} {:>7.2} {:>7.2}  {:<7} {:>6.2}  {}",
-                r.workload,
-                w.describe(),
-                r.push_ns_per_instr,
-                r.e2e_instr_per_s,
-                r.baseline_instr_per_s,
-                r.ratio,
-                r.target_ratio,
-                if r.meets_target { "met" } else { "MISSED" },
-                r.floor_ratio,
-                cpu
-            );
-        }
-    }
-    if !json {
-        say!(
-            "ratio = e2e / baseline (a bare caller→forwarder→worker pipeline measured in the same run); \
-             targets: W1 >= 0.50, W2-W4 >= 0.33, push <= 100 ns/instr{}",
-            if all_ok { "; all met" } else { "" }
-        );
-        say!(
-            "floor = the ratio of the same pipeline doing only the least work per instruction of any \
-             dependency-tracking runtime (docs/performance.md)"
-        );
-    }
-    Ok(())
 }
 
 fn demo() -> eagervm::Result<()> {

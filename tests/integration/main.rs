@@ -5,6 +5,9 @@
 // The `eagervm` binary is built only with the `cli` feature.
 #[cfg(feature = "cli")]
 mod cli;
+// `eagervm::bench` is the command line's, built with `cli`.
+#[cfg(feature = "cli")]
+mod bench;
 mod collectives;
 mod common;
 mod cuda;
