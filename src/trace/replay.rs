@@ -25,7 +25,8 @@ use smallvec::SmallVec;
 
 use super::format::{AccessKind, Data, DeviceKind, FailureKind, Line, Ref, Stmt, Trace, TraceDevice};
 use super::record::failure_of;
-use super::validate::{kernel_device, validate, ValidateOptions};
+use super::progress::{Phase, Progress, STRIDE};
+use super::validate::{kernel_device, validate_with, ValidateOptions};
 use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
 use crate::framework::{Attrs, DType, Tensor};
@@ -130,23 +131,40 @@ pub struct ReplayReport {
     pub expected_failure: Option<String>,
     /// The timeline, if [`ReplayOptions::profile`] asked for one.
     pub profile: Option<Profile>,
+    /// Where the replay stopped, if its [`Progress`] asked it to stop before the end: the
+    /// line of the first statement it did not replay. What it had submitted ran to the end
+    /// (the counts, failures and timeline above are of that part); the trace's expectations
+    /// were not checked.
+    pub interrupted: Option<u32>,
 }
 
 /// Replay `trace` (see the module docs).
 pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, TraceError> {
-    replay_with(trace, opts, &mut |_, _| {})
+    replay_with(trace, opts, super::progress::none())
 }
 
-/// [`replay`], calling `progress(done, total)` (instruction statements) as it goes.
+/// [`replay`], advancing `progress` as it goes: lines validated, then instructions
+/// submitted, then the instructions still in flight while it waits for them. Once
+/// `progress` asks for a stop, it stops submitting at the next statement (ending the batch
+/// it was building, which it submits), waits for what it submitted, and returns the report
+/// of that part with [`ReplayReport::interrupted`] set; before the replay proper (during
+/// validation or the reference replay of a tolerance check) it returns
+/// [`TraceError::Interrupted`].
 pub fn replay_with(
     trace: &Trace,
     opts: &ReplayOptions,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &Progress,
 ) -> Result<ReplayReport, TraceError> {
+    let r = replay_checked(trace, opts, progress);
+    progress.finish();
+    r
+}
+
+fn replay_checked(trace: &Trace, opts: &ReplayOptions, progress: &Progress) -> Result<ReplayReport, TraceError> {
+    validate_with(trace, &validate_options(opts), progress)?;
     let Some(rel) = opts.tolerance else {
-        return replay_inner(trace, opts, progress, Expected::Checksums);
+        return replay_inner(trace, opts, progress, Phase::Replaying, Expected::Checksums);
     };
-    validate(trace, &validate_options(opts))?;
     // The reference: the same trace on cpu:0, checked against the trace's checksums.
     let on_cpu = ReplayOptions {
         resync: true,
@@ -156,8 +174,11 @@ pub fn replay_with(
         tolerance: None,
     };
     let mut reference = Vec::new();
-    replay_inner(trace, &on_cpu, &mut |_, _| {}, Expected::Collect(&mut reference))?;
-    replay_inner(trace, opts, progress, Expected::Within { rel, reference: &reference })
+    let r = replay_inner(trace, &on_cpu, progress, Phase::Reference, Expected::Collect(&mut reference))?;
+    if r.interrupted.is_some() {
+        return Err(TraceError::Interrupted);
+    }
+    replay_inner(trace, opts, progress, Phase::Replaying, Expected::Within { rel, reference: &reference })
 }
 
 /// What `expect` statements are checked against.
@@ -170,13 +191,14 @@ enum Expected<'r> {
     Within { rel: f64, reference: &'r [Vec<u8>] },
 }
 
+/// One replay of a validated trace.
 fn replay_inner(
     trace: &Trace,
     opts: &ReplayOptions,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &Progress,
+    phase: Phase,
     mut expected: Expected<'_>,
 ) -> Result<ReplayReport, TraceError> {
-    validate(trace, &validate_options(opts))?;
     let map = Mapping::new(trace, opts)?;
     let mut config = opts.config.clone();
     config.mock_devices = map.mock_devices;
@@ -205,6 +227,7 @@ fn replay_inner(
             failures: Vec::new(),
             expected_failure: None,
             profile: None,
+            interrupted: None,
         },
         per_stream: Vec::new(),
         total: trace.instructions() as u64,
@@ -214,6 +237,7 @@ fn replay_inner(
         vm.start_profiling().map_err(|e| TraceError::Profile(e.to_string()))?;
     }
     let t0 = Instant::now();
+    progress.start(phase, r.total);
     r.run(progress)?;
     r.drain(progress);
     let end = trace.lines.last().map_or(1, |l| l.pos.line);
@@ -224,7 +248,9 @@ fn replay_inner(
     if profile {
         r.report.profile = Some(vm.stop_profiling().map_err(|e| TraceError::Profile(e.to_string()))?);
     }
-    r.check_expectations(&mut expected)?;
+    if r.report.interrupted.is_none() {
+        r.check_expectations(&mut expected)?;
+    }
     let streams = vm.streams();
     // `per_stream` is indexed by the VM's stream indices, so `streams[i]` exists.
     r.report.per_stream = (r.per_stream.iter().enumerate())
@@ -341,39 +367,55 @@ impl Replayer<'_> {
         &self.tensors[&r.id]
     }
 
-    fn run(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), TraceError> {
+    fn run(&mut self, progress: &Progress) -> Result<(), TraceError> {
         let trace = self.trace;
         let lines = &trace.lines;
         let mut i = 0;
         while i < lines.len() {
             let vm = self.vm;
+            // A stop is checked before each statement (one relaxed load); the closure then
+            // returns, and `run` submits the batch built so far: nothing built is dropped.
+            let mut stop = false;
             let stopped = vm.run(|b| -> Result<usize, TraceError> {
                 while i < lines.len() && !blocks(&lines[i].stmt) {
+                    if progress.stop_requested() {
+                        stop = true;
+                        break;
+                    }
                     self.statement(b, &lines[i])?;
                     self.count(&lines[i], progress);
                     i += 1;
                 }
                 Ok(i)
             })?;
-            if let Some(l) = lines.get(stopped) {
+            if let Some(l) = lines.get(stopped).filter(|_| !stop && !progress.stop_requested()) {
                 self.blocking(l)?;
                 self.count(l, progress);
+            } else if let Some(l) = lines.get(stopped) {
+                self.report.interrupted = Some(l.pos.line);
+                break;
             }
             i = stopped + 1;
         }
+        progress.set_done(self.report.instructions);
         Ok(())
     }
 
     /// Report progress while the submitted instructions finish (the caller submits far
     /// ahead of the devices; the VM's in-flight count says how far behind they are).
-    fn drain(&mut self, progress: &mut dyn FnMut(u64, u64)) {
+    fn drain(&mut self, progress: &Progress) {
         let shared = self.vm.engine();
         let t0 = Instant::now();
-        let mut done = 0;
+        let submitted = self.report.instructions;
+        let mut phase_started = false;
         loop {
             let left = self.vm.in_flight() as u64;
-            done = self.total.saturating_sub(left).max(done);
-            progress(done, self.total);
+            if left > 0 && !phase_started {
+                progress.start(Phase::Finishing, submitted);
+                phase_started = true;
+            }
+            progress.set_in_flight(left);
+            progress.set_done(submitted.saturating_sub(left));
             if left == 0 || shared.is_dead() {
                 break;
             }
@@ -383,7 +425,7 @@ impl Replayer<'_> {
         }
     }
 
-    fn count(&mut self, l: &Line, progress: &mut dyn FnMut(u64, u64)) {
+    fn count(&mut self, l: &Line, progress: &Progress) {
         let Some(s) = l.stmt.stream() else { return };
         self.report.instructions += 1;
         let i = self.stream(s).index();
@@ -391,10 +433,8 @@ impl Replayer<'_> {
             self.per_stream.resize(i + 1, 0);
         }
         self.per_stream[i] += 1;
-        if self.report.instructions % 1024 == 0 {
-            // Submitted is not finished: count what is still in flight as not done.
-            let left = self.vm.in_flight() as u64;
-            progress(self.report.instructions.saturating_sub(left), self.total);
+        if self.report.instructions % STRIDE == 0 {
+            progress.set_done(self.report.instructions);
         }
     }
 

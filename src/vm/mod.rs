@@ -14,6 +14,7 @@
 
 mod back_pressure;
 mod config;
+pub mod env;
 pub(crate) mod dependence;
 pub(crate) mod engine;
 mod error;
@@ -36,6 +37,7 @@ pub use config::{
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub(crate) use engine::Engine;
+pub use env::EnvError;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
 pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};

@@ -1,0 +1,105 @@
+//! The live progress bar of a long trace operation: a thread of its own reads a
+//! [`Progress`] ten times a second and draws what it finds with indicatif.
+//!
+//! The operation never calls the bar: it stores its counters (relaxed atomics, at most one
+//! per line or instruction) and goes on, so that drawing costs it nothing, and the bar
+//! moves while the operation is blocked (a host read, the final wait for the devices).
+//!
+//! Nothing appears for the first second ([`SHOW_AFTER`]), so short commands print only
+//! their summary, and nothing appears at all where standard error is not a terminal:
+//! indicatif's `ProgressDrawTarget::stderr()` draws only to a terminal, and the bar is the
+//! only thing this module writes.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::trace::{Phase, Progress};
+
+/// How long a command runs before its bar appears.
+pub const SHOW_AFTER: Duration = Duration::from_secs(1);
+/// How often the bar reads the counters and redraws.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// A progress bar drawn from a [`Progress`] by a thread of its own; dropping it stops the
+/// thread and clears the bar.
+pub struct ProgressView {
+    /// Dropped to wake and stop the thread at once.
+    quit: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ProgressView {
+    /// Start drawing `progress` on standard error (if it is a terminal), labelled with the
+    /// file it works on.
+    pub fn start(progress: Arc<Progress>, label: String) -> ProgressView {
+        let (quit, rx) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("eagervm-progress".into())
+            .spawn(move || draw(&progress, &label, &rx))
+            .ok();
+        ProgressView { quit: Some(quit), thread }
+    }
+}
+
+impl Drop for ProgressView {
+    fn drop(&mut self) {
+        drop(self.quit.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn style(phase: Phase) -> ProgressStyle {
+    let template = match phase {
+        Phase::Parsing => {
+            "{prefix} [{elapsed_precise}] {bar:30} {binary_bytes}/{binary_total_bytes} \
+             ({binary_bytes_per_sec}, ETA {eta})"
+        }
+        _ => "{prefix} [{elapsed_precise}] {bar:30} {human_pos}/{human_len} {msg} ({per_sec}, ETA {eta})",
+    };
+    // Cannot fail: the templates are constants that indicatif accepts.
+    ProgressStyle::with_template(template).expect("a valid template")
+}
+
+/// The thread's loop: every [`TICK`], until `quit` is dropped, draw the current phase.
+fn draw(progress: &Progress, label: &str, quit: &mpsc::Receiver<()>) {
+    let t0 = Instant::now();
+    let mut bar: Option<(Phase, ProgressBar)> = None;
+    loop {
+        match quit.recv_timeout(TICK) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if t0.elapsed() < SHOW_AFTER {
+            continue;
+        }
+        let phase = progress.phase();
+        if bar.as_ref().map(|b| b.0) != Some(phase) {
+            if let Some((_, b)) = bar.take() {
+                b.finish_and_clear();
+            }
+            if phase == Phase::Idle {
+                continue;
+            }
+            let b = ProgressBar::with_draw_target(Some(progress.total()), ProgressDrawTarget::stderr());
+            b.set_style(style(phase));
+            b.set_prefix(format!("{} {label}", phase.name()));
+            bar = Some((phase, b));
+        }
+        let Some((_, b)) = &bar else { continue };
+        b.set_length(progress.total());
+        b.set_position(progress.done());
+        match phase {
+            Phase::Finishing => b.set_message(format!("done, {} in flight", progress.in_flight())),
+            _ => b.set_message(phase.unit()),
+        }
+    }
+    if let Some((_, b)) = bar {
+        b.finish_and_clear();
+    }
+}
