@@ -65,7 +65,7 @@ pub enum CliError {
     #[error("{0}")]
     Failed(String),
     /// Stopped by Ctrl-C; what it did has been reported.
-    #[error("interrupted")]
+    #[error("interrupted by Ctrl-C (SIGINT)")]
     Interrupted,
 }
 
