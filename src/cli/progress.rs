@@ -94,8 +94,12 @@ fn draw(progress: &Progress, label: &str, quit: &mpsc::Receiver<()>) {
         let Some((_, b)) = &bar else { continue };
         b.set_length(progress.total());
         b.set_position(progress.done());
+        let in_flight = progress.in_flight();
         match phase {
-            Phase::Finishing => b.set_message(format!("done, {} in flight", progress.in_flight())),
+            Phase::Finishing => b.set_message(format!("done, {in_flight} in flight")),
+            Phase::Replaying | Phase::Reference if in_flight > 0 => {
+                b.set_message(format!("instructions submitted, {in_flight} in flight"))
+            }
             _ => b.set_message(phase.unit()),
         }
     }

@@ -14,7 +14,9 @@
 //! stop that may come an instruction or a batch later.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::vm::Engine;
 
 /// What an operation is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,13 +72,28 @@ impl Phase {
 
 /// Counters a trace operation advances, and a flag that asks it to stop (module docs).
 /// `Progress::default()` has a stop flag of its own that nothing sets.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Progress {
     phase: AtomicU8,
     done: AtomicU64,
     total: AtomicU64,
-    in_flight: AtomicU64,
     stop: Arc<AtomicBool>,
+    /// The engine of the VM a replay runs on, while it runs: the reader asks it for the
+    /// instructions in flight, which move while the replay waits on the host. Locked only
+    /// to attach, detach and read (the reader's pace), never per instruction.
+    engine: Mutex<Option<Weak<Engine>>>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("phase", &self.phase())
+            .field("done", &self.done())
+            .field("total", &self.total())
+            .field("in_flight", &self.in_flight())
+            .field("stop", &self.stop_requested())
+            .finish()
+    }
 }
 
 /// Lines or instructions between two updates of the counters in the loops that advance
@@ -105,9 +122,13 @@ impl Progress {
         self.total.load(Ordering::Relaxed)
     }
 
-    /// Instructions submitted and not yet finished, while [`Phase::Finishing`].
+    /// Instructions submitted and not yet finished, while a replay runs (0 otherwise).
     pub fn in_flight(&self) -> u64 {
-        self.in_flight.load(Ordering::Relaxed)
+        let engine = self.engine.lock().ok().and_then(|e| e.as_ref().and_then(Weak::upgrade));
+        match engine {
+            Some(e) => e.in_flight() as u64,
+            None => 0,
+        }
     }
 
     /// Whether a stop has been asked for.
@@ -124,7 +145,6 @@ impl Progress {
     pub(crate) fn start(&self, phase: Phase, total: u64) {
         self.done.store(0, Ordering::Relaxed);
         self.total.store(total, Ordering::Relaxed);
-        self.in_flight.store(0, Ordering::Relaxed);
         self.phase.store(phase as u8, Ordering::Relaxed);
     }
 
@@ -134,9 +154,18 @@ impl Progress {
         self.done.store(done, Ordering::Relaxed);
     }
 
-    /// `n` instructions are in flight.
-    pub(crate) fn set_in_flight(&self, n: u64) {
-        self.in_flight.store(n, Ordering::Relaxed);
+    /// Read the instructions in flight from `engine` until [`detach`](Self::detach).
+    pub(crate) fn attach(&self, engine: &Arc<Engine>) {
+        if let Ok(mut e) = self.engine.lock() {
+            *e = Some(Arc::downgrade(engine));
+        }
+    }
+
+    /// Stop reading an engine.
+    pub(crate) fn detach(&self) {
+        if let Ok(mut e) = self.engine.lock() {
+            *e = None;
+        }
     }
 
     /// Back to [`Phase::Idle`].

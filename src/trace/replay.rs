@@ -238,8 +238,14 @@ fn replay_inner(
     }
     let t0 = Instant::now();
     progress.start(phase, r.total);
-    r.run(progress)?;
+    progress.attach(vm.engine());
+    let ran = r.run(progress);
+    if ran.is_err() {
+        progress.detach();
+    }
+    ran?;
     r.drain(progress);
+    progress.detach();
     let end = trace.lines.last().map_or(1, |l| l.pos.line);
     if let Err(e) = vm.sync() {
         r.failed(end, e);
@@ -414,7 +420,6 @@ impl Replayer<'_> {
                 progress.start(Phase::Finishing, submitted);
                 phase_started = true;
             }
-            progress.set_in_flight(left);
             progress.set_done(submitted.saturating_sub(left));
             if left == 0 || shared.is_dead() {
                 break;

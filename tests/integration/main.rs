@@ -5,6 +5,10 @@
 // The `eagervm` binary is built only with the `cli` feature.
 #[cfg(feature = "cli")]
 mod cli;
+#[cfg(feature = "cli")]
+mod cli_interactive;
+#[cfg(feature = "cli")]
+mod cli_preflight;
 mod collectives;
 mod common;
 mod cuda;
