@@ -66,17 +66,17 @@ fn style(phase: Phase) -> ProgressStyle {
     ProgressStyle::with_template(template).expect("a valid template")
 }
 
-/// The thread's loop: every [`TICK`], until `quit` is dropped, draw the current phase.
+/// The thread's loop: every [`TICK`], until `quit` is dropped, draw the current phase. Each
+/// phase's bar is made when the phase is first seen, hidden until [`SHOW_AFTER`], so that
+/// its rate is measured from the phase's start.
 fn draw(progress: &Progress, label: &str, quit: &mpsc::Receiver<()>) {
     let t0 = Instant::now();
     let mut bar: Option<(Phase, ProgressBar)> = None;
+    let mut shown = false;
     loop {
         match quit.recv_timeout(TICK) {
             Err(RecvTimeoutError::Timeout) => {}
             Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-        }
-        if t0.elapsed() < SHOW_AFTER {
-            continue;
         }
         let phase = progress.phase();
         if bar.as_ref().map(|b| b.0) != Some(phase) {
@@ -86,14 +86,13 @@ fn draw(progress: &Progress, label: &str, quit: &mpsc::Receiver<()>) {
             if phase == Phase::Idle {
                 continue;
             }
-            let b = ProgressBar::with_draw_target(Some(progress.total()), ProgressDrawTarget::stderr());
+            let target = if shown { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+            let b = ProgressBar::with_draw_target(Some(progress.total()), target);
             b.set_style(style(phase));
             b.set_prefix(format!("{} {label}", phase.name()));
             bar = Some((phase, b));
         }
         let Some((_, b)) = &bar else { continue };
-        b.set_length(progress.total());
-        b.set_position(progress.done());
         let in_flight = progress.in_flight();
         match phase {
             Phase::Finishing => b.set_message(format!("done, {in_flight} in flight")),
@@ -101,6 +100,12 @@ fn draw(progress: &Progress, label: &str, quit: &mpsc::Receiver<()>) {
                 b.set_message(format!("instructions submitted, {in_flight} in flight"))
             }
             _ => b.set_message(phase.unit()),
+        }
+        b.set_length(progress.total());
+        b.set_position(progress.done());
+        if !shown && t0.elapsed() >= SHOW_AFTER {
+            shown = true;
+            b.set_draw_target(ProgressDrawTarget::stderr());
         }
     }
     if let Some((_, b)) = bar {
