@@ -458,7 +458,13 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
         // BUSY_TIME_LIMIT instructions, or on any trace with `--profile` (which also writes
         // it out).
         let profile = args.profile.is_some() || t.instructions() <= BUSY_TIME_LIMIT;
-        let opts = ReplayOptions { resync: args.resync, device: args.device, config, profile, tolerance: args.tolerance };
+        let opts = ReplayOptions {
+            resync: args.resync,
+            device: args.device,
+            config,
+            profile,
+            tolerance: args.tolerance,
+        };
         let r = trace::replay_with(&t, &opts, progress);
         Ok((t, r))
     })?;
@@ -521,7 +527,9 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
         say!("    {s:<16} {n}");
     }
     match args.tolerance {
-        _ if r.interrupted.is_some() => say!("  host reads: {}; expected checksums: not checked", r.reads.len()),
+        _ if r.interrupted.is_some() => {
+            say!("  host reads: {}; expected checksums: not checked", r.reads.len())
+        }
         None => say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked),
         Some(rel) => say!(
             "  host reads: {}; expected tensors within {rel} of a replay on cpu:0: {}",

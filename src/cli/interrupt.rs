@@ -2,7 +2,7 @@
 //! sets a flag that the command's [`Progress`](crate::trace::Progress) reads (a replay
 //! then stops submitting, waits for what it submitted, prints its partial summary and
 //! writes its partial timeline); a second one exits at once with
-//! [`exit::INTERRUPTED`](super::exit::INTERRUPTED).
+//! [`exit::INTERRUPTED`].
 //!
 //! Both are signal-hook's async-signal-safe actions, run in the handler itself: setting an
 //! atomic flag, and `_exit` if the flag was already set. The handler for the exit is

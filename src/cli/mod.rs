@@ -156,7 +156,8 @@ pub fn unknown_env_vars() -> Vec<String> {
     let mut out = Vec::new();
     for (name, _) in std::env::vars_os() {
         let Some(name) = name.to_str() else { continue };
-        if !name.starts_with("EAGERVM_") || crate::vm::env::VARS.contains(&name) || TOOL_VARS.contains(&name) {
+        if !name.starts_with("EAGERVM_") || crate::vm::env::VARS.contains(&name) || TOOL_VARS.contains(&name)
+        {
             continue;
         }
         let near = crate::vm::env::VARS

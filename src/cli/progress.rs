@@ -73,11 +73,8 @@ fn draw(progress: &Progress, label: &str, quit: &mpsc::Receiver<()>) {
     let t0 = Instant::now();
     let mut bar: Option<(Phase, ProgressBar)> = None;
     let mut shown = false;
-    loop {
-        match quit.recv_timeout(TICK) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-        }
+    // Woken by the tick, or ended when `quit` is dropped (or, never, sent to).
+    while let Err(RecvTimeoutError::Timeout) = quit.recv_timeout(TICK) {
         let phase = progress.phase();
         if bar.as_ref().map(|b| b.0) != Some(phase) {
             if let Some((_, b)) = bar.take() {

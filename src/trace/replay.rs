@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::format::{AccessKind, Data, DeviceKind, FailureKind, Line, Ref, Stmt, Trace, TraceDevice};
-use super::record::failure_of;
 use super::progress::{Phase, Progress, STRIDE};
+use super::record::failure_of;
 use super::validate::{kernel_device, validate_with, ValidateOptions};
 use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
@@ -160,7 +160,11 @@ pub fn replay_with(
     r
 }
 
-fn replay_checked(trace: &Trace, opts: &ReplayOptions, progress: &Progress) -> Result<ReplayReport, TraceError> {
+fn replay_checked(
+    trace: &Trace,
+    opts: &ReplayOptions,
+    progress: &Progress,
+) -> Result<ReplayReport, TraceError> {
     validate_with(trace, &validate_options(opts), progress)?;
     let Some(rel) = opts.tolerance else {
         return replay_inner(trace, opts, progress, Phase::Replaying, Expected::Checksums);

@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 
 use super::format::{AccessKind, Data, DeviceKind, Line, Ref, Stmt, Trace, TraceDevice};
-use super::sync::TensorSync;
 use super::progress::{Phase, Progress, STRIDE};
+use super::sync::TensorSync;
 use super::{Diagnostic, TraceError};
 use crate::ep::{DeviceType, StreamType};
 use crate::framework::{shape, Attrs, DType, OpRegistry, OutSpecs, TensorMeta};

@@ -100,7 +100,12 @@ impl<'a> Env<'a> {
     }
 
     /// A whole number of type `T` (surrounding whitespace ignored), at least `min`.
-    pub(crate) fn int<T>(&self, var: &'static str, min: T, accepted: &'static str) -> Result<Option<T>, EnvError>
+    pub(crate) fn int<T>(
+        &self,
+        var: &'static str,
+        min: T,
+        accepted: &'static str,
+    ) -> Result<Option<T>, EnvError>
     where
         T: std::str::FromStr + PartialOrd + std::fmt::Display,
         T::Err: std::fmt::Display,

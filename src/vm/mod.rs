@@ -14,9 +14,9 @@
 
 mod back_pressure;
 mod config;
-pub mod env;
 pub(crate) mod dependence;
 pub(crate) mod engine;
+pub mod env;
 mod error;
 pub mod flight;
 pub(crate) mod instruction;

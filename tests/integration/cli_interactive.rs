@@ -40,10 +40,10 @@ fn slow_trace(name: &str, blocks: usize, per_block: usize) -> String {
 /// pipe), and what the terminal receives, chunk by chunk.
 fn spawn_on_pty(cmd: &mut Command) -> (Child, mpsc::Receiver<Vec<u8>>) {
     let (mut master, mut slave) = (0, 0);
-    let mut size = libc::winsize { ws_row: 30, ws_col: 150, ws_xpixel: 0, ws_ypixel: 0 };
+    let size = libc::winsize { ws_row: 30, ws_col: 150, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: openpty writes the two descriptors into the integers given and reads the
     // window size; the name and termios pointers may be null.
-    let rc = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &mut size) };
+    let rc = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) };
     assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
     // SAFETY: openpty returned two open descriptors that nothing else owns.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
@@ -65,7 +65,12 @@ fn spawn_on_pty(cmd: &mut Command) -> (Child, mpsc::Receiver<Vec<u8>>) {
 
 /// Collect what arrives on `rx` until `until` holds of it all, the terminal closes, or
 /// `limit` passes.
-fn read_until(rx: &mpsc::Receiver<Vec<u8>>, seen: &mut Vec<u8>, limit: Duration, until: impl Fn(&str) -> bool) {
+fn read_until(
+    rx: &mpsc::Receiver<Vec<u8>>,
+    seen: &mut Vec<u8>,
+    limit: Duration,
+    until: impl Fn(&str) -> bool,
+) {
     let t0 = Instant::now();
     while !until(&String::from_utf8_lossy(seen)) && t0.elapsed() < limit {
         match rx.recv_timeout(Duration::from_millis(50)) {

@@ -62,11 +62,21 @@ fn outputs_and_modes_are_checked_before_the_work() {
     refused(&["replay", &trace, "--profile", &dir], &[], 1, &["is a directory"]);
     refused(&["run", &trace, "--profile", missing], &[], 1, &[missing]);
     refused(&["run", "layers", "--profile", missing], &[], 1, &[missing]);
-    refused(&["record", "layers", "-o", "/nonexistent-eagervm-dir/l.trace"], &[], 1, &["--output", "does not exist"]);
+    refused(
+        &["record", "layers", "-o", "/nonexistent-eagervm-dir/l.trace"],
+        &[],
+        1,
+        &["--output", "does not exist"],
+    );
     refused(&["analyze", &trace, "--dot", &dir], &[], 1, &["--dot", "is a directory"]);
     // Synchronous mode has no scheduler thread, whose observer builds the timeline.
     let p = temp("p.json");
-    refused(&["replay", &trace, "--profile", &p], &[("EAGERVM_SYNC", "1")], 2, &["synchronous mode", "--profile"]);
+    refused(
+        &["replay", &trace, "--profile", &p],
+        &[("EAGERVM_SYNC", "1")],
+        2,
+        &["synchronous mode", "--profile"],
+    );
     for bad in ["-1", "NaN", "inf", "x"] {
         refused(&["replay", &trace, "--tolerance", bad], &[], 2, &["--tolerance", bad]);
     }
@@ -105,7 +115,10 @@ fn bad_environment_values_are_refused_naming_the_variable() {
     let (o, _) = eagervm(&["run", "demo"], &[("EAGERVM_SYNCC", "1"), ("EAGERVM_MOCK_DELAY_US", "0")]);
     assert!(o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("warning: EAGERVM_SYNCC is not a variable eagervm reads (did you mean EAGERVM_SYNC?)"), "{err}");
+    assert!(
+        err.contains("warning: EAGERVM_SYNCC is not a variable eagervm reads (did you mean EAGERVM_SYNC?)"),
+        "{err}"
+    );
 }
 
 #[test]
