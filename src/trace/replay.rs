@@ -364,10 +364,11 @@ impl Replayer<'_> {
         self.report.failures.push((line, e));
     }
 
-    // Replay runs validated traces only (`replay_inner` validates first): every stream,
-    // tensor, event and device a statement names is declared (and the tensor live, the
-    // event recorded) by the time the statement runs, so the lookups by it below cannot
-    // fail.
+    // Replay runs validated traces only (`replay_checked` validates first, under the options
+    // asked for; the reference replay of a tolerance check adds `resync`, which only drops
+    // checks): every stream, tensor, event and device a statement names is declared (and
+    // the tensor live, the event recorded) by the time the statement runs, so the lookups
+    // by it below cannot fail.
 
     fn stream(&self, r: Ref) -> StreamId {
         self.streams[&r.id].0
