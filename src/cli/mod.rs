@@ -232,8 +232,8 @@ pub fn run_program(p: &Builtin, config: Config) -> Result<RunSummary, CliError> 
         vm.start_profiling().map_err(|e| TraceError::Profile(e.to_string()))?;
     }
     let t0 = Instant::now();
-    let out = p.run(&vm).map_err(|error| CliError::Program { program: p.name().into(), error })?;
-    let synced = vm.sync();
+    let (out, synced) = progress::with_program_spinner(&vm, p.name(), || (p.run(&vm), vm.sync()));
+    let out = out.map_err(|error| CliError::Program { program: p.name().into(), error })?;
     let wall = t0.elapsed();
     let profile = match profiling {
         true => Some(vm.stop_profiling().map_err(|e| TraceError::Profile(e.to_string()))?),
@@ -258,7 +258,7 @@ pub fn record_program(
     let vm = vm_for(p, config)?;
     let rec = Recorder::start(&vm, path)?;
     let t0 = Instant::now();
-    let result = p.run(&vm);
+    let result = progress::with_program_spinner(&vm, p.name(), || p.run(&vm));
     let (outputs, error) = match result {
         Ok(out) => (out.tensors, None),
         Err(e) => (Vec::new(), Some(e)),

@@ -109,3 +109,43 @@ fn draw(progress: &Progress, label: &str, quit: &mpsc::Receiver<()>) {
         b.finish_and_clear();
     }
 }
+
+/// Run `work` (a built-in program on `vm`) with a spinner on standard error, shown as
+/// [`ProgressView`]'s bar is (after a second, on a terminal only): the instructions the
+/// VM's streams have finished and have in flight, read from the flight recorder's
+/// per-stream watermarks ([`VirtualMachine::flight_record`](crate::VirtualMachine::flight_record)),
+/// and their rate. A program's length is not known before it ends, so there is no ETA.
+pub fn with_program_spinner<T>(vm: &crate::VirtualMachine, label: &str, work: impl FnOnce() -> T) -> T {
+    let (quit, rx) = mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || spin(vm, label, &rx));
+        let r = work();
+        drop(quit);
+        r
+    })
+}
+
+fn spin(vm: &crate::VirtualMachine, label: &str, quit: &mpsc::Receiver<()>) {
+    let t0 = Instant::now();
+    let b = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    // Cannot fail: a constant template that indicatif accepts.
+    let style = ProgressStyle::with_template(
+        "{spinner} run {prefix} [{elapsed_precise}] {human_pos} instructions done, {msg} ({per_sec})",
+    )
+    .expect("a valid template");
+    b.set_style(style);
+    b.set_prefix(label.to_string());
+    let mut shown = false;
+    while let Err(RecvTimeoutError::Timeout) = quit.recv_timeout(TICK) {
+        let record = vm.flight_record();
+        let done: u64 = record.streams.iter().map(|s| s.done).sum();
+        let admitted: u64 = record.streams.iter().map(|s| s.admitted).sum();
+        b.set_message(format!("{} in flight", admitted.saturating_sub(done)));
+        b.set_position(done);
+        if !shown && t0.elapsed() >= SHOW_AFTER {
+            shown = true;
+            b.set_draw_target(ProgressDrawTarget::stderr());
+        }
+    }
+    b.finish_and_clear();
+}
