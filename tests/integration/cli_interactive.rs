@@ -1,7 +1,8 @@
 //! The `eagervm` command at a terminal: the progress bar under a pseudo-terminal (moving
 //! counts and a rate) and its absence on a pipe; Ctrl-C during a replay (the first stops
 //! submitting, waits, prints the partial summary and writes the partial timeline, exit 130;
-//! a second exits at once); and the library's progress counters and stop flag behind them.
+//! a second exits at once); a long program's spinner; and the library's progress counters
+//! and stop flag behind them.
 
 use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -89,14 +90,7 @@ fn eagervm() -> Command {
 
 /// The counts `N/4,201` that the bar showed, in order.
 fn counts(bar: &str, total: &str) -> Vec<u64> {
-    let suffix = format!("/{total} instructions");
-    bar.match_indices(&suffix)
-        .filter_map(|(i, _)| {
-            let head = &bar[..i];
-            let start = head.rfind(' ').map_or(0, |s| s + 1);
-            head[start..].replace(',', "").parse().ok()
-        })
-        .collect()
+    counts_before(bar, &format!("/{total} instructions"))
 }
 
 #[test]
@@ -240,4 +234,36 @@ fn a_replay_stopped_at_a_statement_reports_what_it_ran() {
     let on_mock = r.per_stream.iter().find(|(s, _)| s == "mock:0:compute").expect("mock:0 ran").1;
     let profile = r.profile.expect("the partial timeline");
     assert_eq!((profile.instructions().len() as u64, profile.incomplete()), (on_mock, 0));
+}
+
+#[test]
+fn a_long_program_run_shows_a_spinner_on_a_terminal() {
+    // `layers` launches 6000 kernels on mock:0; at 1 ms each, a few seconds.
+    let mut cmd = eagervm();
+    cmd.args(["run", "layers"]).env("EAGERVM_MOCK_DELAY_US", "1000");
+    let (child, rx) = spawn_on_pty(&mut cmd);
+    drop(cmd);
+    let mut seen = Vec::new();
+    read_until(&rx, &mut seen, Duration::from_secs(120), |_| false);
+    let out = child.wait_with_output().expect("the run ends");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let shown = String::from_utf8_lossy(&seen);
+    let done = counts_before(&shown, " instructions done");
+    assert!(done.len() >= 3 && done.first() < done.last(), "the count moves: {shown:?}");
+    assert!(
+        shown.contains("run layers [") && shown.contains(" in flight (") && shown.contains("/s)"),
+        "{shown:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ran `layers`"));
+}
+
+/// The numbers just before each `suffix` in `text`.
+fn counts_before(text: &str, suffix: &str) -> Vec<u64> {
+    text.match_indices(suffix)
+        .filter_map(|(i, _)| {
+            let head = &text[..i];
+            let start = head.rfind(' ').map_or(0, |s| s + 1);
+            head[start..].replace(',', "").parse().ok()
+        })
+        .collect()
 }
