@@ -4,17 +4,17 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use eagervm::bench;
+use eagervm::cli::progress::ProgressView;
 use eagervm::cli::{self, CliError};
 use eagervm::ep::mock::MockConfig;
 use eagervm::prelude::*;
 use eagervm::profile::Profile;
-use eagervm::trace::{self, DeviceMap, ReplayOptions, ReplayReport, ValidateOptions};
+use eagervm::trace::{self, DeviceMap, Progress, ReplayOptions, ReplayReport, Trace, ValidateOptions};
 
 /// `println!` that ignores a closed standard output (`eagervm ... | head`) instead of
 /// panicking.
@@ -54,23 +54,48 @@ struct ReplayArgs {
     profile_summary: bool,
     /// Check the trace's `expect`ed tensors against a replay of it on cpu:0 within this
     /// relative tolerance (of each tensor's largest magnitude) instead of bit for bit, for
-    /// devices whose kernels round differently (cuBLAS on cuda), e.g. `1e-4`.
-    #[arg(long, value_name = "REL")]
+    /// devices whose kernels round differently (cuBLAS on cuda), e.g. `1e-4`: a finite
+    /// number, 0 or more.
+    #[arg(long, value_name = "REL", value_parser = parse_tolerance, allow_hyphen_values = true)]
     tolerance: Option<f64>,
     /// The most bytes one tensor may hold (default: EAGERVM_MAX_TENSOR_BYTES, else half the
     /// machine's memory); the trace is refused before it runs if it declares a larger one.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     max_tensor_bytes: Option<u64>,
 }
 
+/// `--tolerance`: a finite relative tolerance, 0 or more (a negative or NaN one would pass
+/// or fail every tensor whatever its values).
+fn parse_tolerance(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|e| format!("`{s}` is not a number ({e})"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("`{s}`: a relative tolerance is a finite number, 0 or more (e.g. 1e-4)"));
+    }
+    Ok(v)
+}
+
 impl ReplayArgs {
-    /// The VM configuration: the environment's, with this command line's cap.
-    fn config(&self) -> Config {
-        let mut c = Config::from_env();
+    /// The VM configuration: the environment's (read strictly), with this command line's cap.
+    fn config(&self) -> Result<Config, CliError> {
+        let mut c = cli::config_from_env()?;
         if let Some(n) = self.max_tensor_bytes {
             c.max_tensor_bytes = n;
         }
-        c
+        Ok(c)
+    }
+
+    /// The checks made before any work: the timeline's file can be written, and the mode
+    /// can take one (synchronous mode has no scheduler thread, whose observer builds it).
+    fn preflight(&self, config: &Config) -> Result<(), CliError> {
+        let Some(out) = &self.profile else { return Ok(()) };
+        if config.synchronous {
+            return Err(CliError::Usage(
+                "--profile needs the scheduler thread's timeline, and synchronous mode (EAGERVM_SYNC=1) \
+                 has no scheduler thread: drop one of them"
+                    .into(),
+            ));
+        }
+        cli::check_output(out, "--profile")
     }
 }
 
@@ -122,8 +147,8 @@ enum Command {
         output: PathBuf,
         /// Then measure what recording costs: run the program N more times with and N
         /// times without a recorder, alternating, and report the median wall times.
-        #[arg(long, value_name = "N")]
-        overhead: Option<usize>,
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+        overhead: Option<u64>,
     },
     /// Replay a trace and check its expected checksums and failures.
     Replay {
@@ -141,7 +166,7 @@ enum Command {
         resync: bool,
         /// The most bytes one tensor may hold (default: EAGERVM_MAX_TENSOR_BYTES, else half
         /// the machine's memory), as in a replay.
-        #[arg(long, value_name = "BYTES")]
+        #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
         max_tensor_bytes: Option<u64>,
     },
     /// Print dependency-graph statistics of a trace; export it as DOT (and SVG).
@@ -248,7 +273,35 @@ fn install_subscriber() {
 fn main() -> ExitCode {
     install_subscriber();
     let cli = Cli::parse();
-    let r: Result<(), CliError> = match cli.command.unwrap_or(Command::Demo) {
+    let command = cli.command.unwrap_or(Command::Demo);
+    let r = check_environment(&command).and_then(|()| dispatch(command));
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Not `eprintln!`, which panics when standard error is a closed pipe.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "eagervm: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Before any work: warn of `EAGERVM_*` variables that nothing reads (a misspelling), and
+/// refuse a bad value of one the library reads, for every command that starts a VM or
+/// reads its configuration (`docs/cli.md`, "Before the work").
+fn check_environment(command: &Command) -> Result<(), CliError> {
+    for w in cli::unknown_env_vars() {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "eagervm: warning: {w}");
+    }
+    match command {
+        Command::Programs | Command::Flight { .. } | Command::Analyze { .. } => Ok(()),
+        _ => cli::config_from_env().map(drop),
+    }
+}
+
+fn dispatch(command: Command) -> Result<(), CliError> {
+    match command {
         Command::Demo => demo().map_err(|error| CliError::Program { program: "demo".into(), error }),
         Command::Bench { cuda: true, reps, chain, chunks, steps, json, .. } => {
             let d = bench::cuda::CudaBenchOptions::default();
@@ -285,10 +338,20 @@ fn main() -> ExitCode {
             Err(CliError::Usage("--ranks, --backend, --steps and --compare apply to `mlp-dp`".into()))
         }
         Command::Run { target, replay, .. } => run(&target, &replay),
-        Command::Record { program, output, overhead } => record(&program, &output, overhead),
+        Command::Record { program, output, overhead } => {
+            cli::check_output(&output, "--output")?;
+            record(&program, &output, overhead.map(|n| n as usize))
+        }
         Command::Replay { file, replay } => replay_file(&file, &replay),
         Command::Validate { file, resync, max_tensor_bytes } => validate(&file, resync, max_tensor_bytes),
-        Command::Analyze { file, dot, svg } => analyze(&file, dot.as_deref(), svg.as_deref()),
+        Command::Analyze { file, dot, svg } => {
+            for (path, option) in [(&dot, "--dot"), (&svg, "--svg")] {
+                if let Some(p) = path {
+                    cli::check_output(p, option)?;
+                }
+            }
+            analyze(&file, dot.as_deref(), svg.as_deref())
+        }
         Command::Flight { file } => cli::read_flight_dump(&file).map(|text| say!("{}", text.trim_end())),
         Command::Programs => {
             for p in eagervm::programs::all() {
@@ -296,15 +359,6 @@ fn main() -> ExitCode {
             }
             say!("{:<10} {}", "mlp-dp", MLP_DP_ABOUT);
             Ok(())
-        }
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // Not `eprintln!`, which panics when standard error is a closed pipe.
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "eagervm: error: {e}");
-            ExitCode::FAILURE
         }
     }
 }
@@ -317,11 +371,13 @@ fn run_dp(args: &ReplayArgs, dp: &DpArgs) -> Result<(), CliError> {
     if args.resync || args.device != DeviceMap::AsRecorded || args.tolerance.is_some() {
         return Err(CliError::Usage("--resync, --device and --tolerance apply to trace files".into()));
     }
+    let config = args.config()?;
+    args.preflight(&config)?;
     let mut opts = cli::dp::DpOptions { profile: args.profile.is_some(), ..Default::default() };
     opts.backend = dp.backend.unwrap_or_else(cli::dp::DpBackend::from_launcher);
     opts.ranks = dp.ranks.unwrap_or(opts.ranks);
     opts.train.mlp.steps = dp.steps.unwrap_or(opts.train.mlp.steps);
-    let s = cli::dp::run_mlp_dp(args.config(), &opts)?;
+    let s = cli::dp::run_mlp_dp(config.clone(), &opts)?;
     if s.report.backend == "mock" {
         say!(
             "ran `mlp-dp` in {:.3?} on {} mock devices (one process; {:?} per launch), one rank each",
@@ -344,11 +400,11 @@ fn run_dp(args: &ReplayArgs, dp: &DpArgs) -> Result<(), CliError> {
         eagervm::programs::mlp_dp::LOSS_REL_TOLERANCE
     );
     if dp.compare {
-        say!("{}", cli::dp::compare(args.config(), opts.ranks, &opts.train, 5)?);
+        say!("{}", cli::dp::compare(config, opts.ranks, &opts.train, 5)?);
     }
     match s.ok() {
         true => Ok(()),
-        false => Err(CliError::Usage("`mlp-dp` failed its own check".into())),
+        false => Err(CliError::Failed("`mlp-dp` failed its own check".into())),
     }
 }
 
@@ -359,7 +415,9 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
                 "--resync, --device and --tolerance apply to trace files; `{target}` is a built-in program"
             )));
         }
-        let s = cli::run_program(&p, args.config())?;
+        let config = args.config()?;
+        args.preflight(&config)?;
+        let s = cli::run_program(&p, config)?;
         say!("ran `{}` in {:.3?}", p.name(), s.wall);
         write_profile(s.profile.as_ref(), args.profile.as_deref())?;
         print_op_table(s.profile.as_ref(), args.profile_summary);
@@ -380,7 +438,7 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
             say!("errors: {failed} (as the program expects: {})", if report.ok() { "yes" } else { "no" });
             return match report.ok() {
                 true => Ok(()),
-                false => Err(CliError::Usage(format!("`{}` failed its own check", p.name()))),
+                false => Err(CliError::Failed(format!("`{}` failed its own check", p.name()))),
             };
         }
         say!("errors: {failed}");
@@ -398,7 +456,8 @@ fn run(target: &str, args: &ReplayArgs) -> Result<(), CliError> {
 
 fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), CliError> {
     let p = cli::program(program)?;
-    let (s, wall) = cli::record_program(&p, Config::from_env(), output)?;
+    let config = cli::config_from_env()?;
+    let (s, wall) = cli::record_program(&p, config.clone(), output)?;
     say!(
         "recorded `{}` to {}: {} instructions, {} tensors, {} expected checksum(s) in {:.3?}",
         p.name(),
@@ -415,7 +474,7 @@ fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), C
         say!("  the program fails on purpose; the trace expects: {f}");
     }
     if let Some(reps) = overhead {
-        let o = cli::recording_overhead(&p, &Config::from_env(), output, reps)?;
+        let o = cli::recording_overhead(&p, &config, output, reps)?;
         say!(
             "recording overhead over {} runs each: median {:.3?} without a recorder, {:.3?} with one: {:+.1}%",
             o.reps,
@@ -427,51 +486,64 @@ fn record(program: &str, output: &Path, overhead: Option<usize>) -> Result<(), C
     Ok(())
 }
 
-/// A progress bar that appears only once a replay has run for a second.
-fn progress_bar() -> (ProgressBar, Instant) {
-    let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
-    let style = ProgressStyle::with_template(
-        "{spinner} replay [{elapsed_precise}] {bar:40} {pos}/{len} instructions",
-    )
-    .expect("a valid template (a constant)");
-    pb.set_style(style);
-    (pb, Instant::now())
+/// Progress shown on standard error while `work` runs on `file` (`cli::progress`); with
+/// `interruptible`, the first Ctrl-C asks `work` to stop (`cli::interrupt`).
+fn with_progress<T>(
+    file: &Path,
+    interruptible: bool,
+    work: impl FnOnce(&Progress) -> Result<T, CliError>,
+) -> Result<T, CliError> {
+    let progress = match interruptible {
+        true => Progress::with_stop(cli::interrupt::install()?),
+        false => Progress::default(),
+    };
+    let progress = Arc::new(progress);
+    let view = ProgressView::start(Arc::clone(&progress), file.display().to_string());
+    let r = work(&progress);
+    drop(view);
+    r
+}
+
+/// Load a trace, with a progress bar on a long one (the other commands' way in).
+fn load_trace(file: &Path) -> Result<Trace, CliError> {
+    with_progress(file, false, |p| Ok(trace::load_with(file, p)?))
 }
 
 fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
-    let t = trace::load(file)?;
-    // The summary's per-stream busy time comes from a timeline, which holds about 150 bytes
-    // per instruction until the replay ends: taken for traces up to BUSY_TIME_LIMIT
-    // instructions, or on any trace with `--profile` (which also writes it out).
-    let profile = args.profile.is_some() || args.profile_summary || t.instructions() <= BUSY_TIME_LIMIT;
-    let opts = ReplayOptions {
-        resync: args.resync,
-        device: args.device,
-        config: args.config(),
-        profile,
-        tolerance: args.tolerance,
-    };
-    let (pb, t0) = progress_bar();
-    let mut shown = false;
-    let r = trace::replay_with(&t, &opts, &mut |done, total| {
-        if !shown && t0.elapsed() > Duration::from_secs(1) {
-            pb.set_draw_target(ProgressDrawTarget::stderr());
-            shown = true;
-        }
-        pb.set_length(total);
-        pb.set_position(done);
-    });
-    pb.finish_and_clear();
+    let config = args.config()?;
+    args.preflight(&config)?;
+    let (t, r) = with_progress(file, true, |progress| {
+        let t = trace::load_with(file, progress)?;
+        // The summary's per-stream busy time comes from a timeline, which holds about 150
+        // bytes per instruction until the replay ends: taken for traces up to
+        // BUSY_TIME_LIMIT instructions, or on any trace with `--profile` (which also writes
+        // it out).
+        let profile =
+            args.profile.is_some() || args.profile_summary || t.instructions() <= BUSY_TIME_LIMIT;
+        let opts = ReplayOptions {
+            resync: args.resync,
+            device: args.device,
+            config,
+            profile,
+            tolerance: args.tolerance,
+        };
+        let r = trace::replay_with(&t, &opts, progress);
+        Ok((t, r))
+    })?;
     let report = r?;
     print_replay(file, args, &report);
-    if !profile {
+    if report.profile.is_none() && t.instructions() > BUSY_TIME_LIMIT {
         say!(
             "  busy time per stream: not measured on traces over {BUSY_TIME_LIMIT} instructions (memory); \
              pass --profile FILE to measure it"
         );
     }
     print_op_table(report.profile.as_ref(), args.profile_summary);
-    write_timeline(report.profile.as_ref(), args.profile.as_deref())
+    write_timeline(report.profile.as_ref(), args.profile.as_deref())?;
+    match report.interrupted {
+        Some(_) => Err(CliError::Interrupted),
+        None => Ok(()),
+    }
 }
 
 /// Print the op table (`--profile-summary`) of a run that has a timeline.
@@ -517,6 +589,13 @@ fn write_timeline(profile: Option<&Profile>, out: Option<&Path>) -> Result<(), C
 
 fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
     let mode = if args.resync { "synchronisation derived anew" } else { "as recorded" };
+    if let Some(line) = r.interrupted {
+        say!(
+            "interrupted: stopped submitting at line {line} of {} and waited for the instructions in flight; \
+             the summary and timeline below are of that part, and the trace's expectations were not checked",
+            file.display()
+        );
+    }
     say!(
         "replayed {} ({mode}, devices: {}): {} instructions in {:.3?}",
         file.display(),
@@ -526,6 +605,9 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
     );
     say!("{}", cli::summary::replay_streams(r));
     match args.tolerance {
+        _ if r.interrupted.is_some() => {
+            say!("  host reads: {}; expected checksums: not checked", r.reads.len())
+        }
         None => say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked),
         Some(rel) => say!(
             "  host reads: {}; expected tensors within {rel} of a replay on cpu:0: {}",
@@ -543,15 +625,21 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
 }
 
 fn validate(file: &Path, resync: bool, max_tensor_bytes: Option<u64>) -> Result<(), CliError> {
-    let t = trace::load(file)?;
-    let max_tensor_bytes = max_tensor_bytes.unwrap_or(Config::from_env().max_tensor_bytes);
-    trace::validate(&t, &ValidateOptions { resync, max_tensor_bytes })?;
+    let max_tensor_bytes = match max_tensor_bytes {
+        Some(n) => n,
+        None => cli::config_from_env()?.max_tensor_bytes,
+    };
+    let t = with_progress(file, true, |progress| {
+        let t = trace::load_with(file, progress)?;
+        trace::validate_with(&t, &ValidateOptions { resync, max_tensor_bytes }, progress)?;
+        Ok(t)
+    })?;
     say!("{}: valid ({} statements, {} instructions)", file.display(), t.lines.len(), t.instructions());
     Ok(())
 }
 
 fn analyze(file: &Path, dot: Option<&Path>, svg: Option<&Path>) -> Result<(), CliError> {
-    let t = trace::load(file)?;
+    let t = load_trace(file)?;
     let a = trace::analyze(&t)?;
     say!("{}: {} instructions, {} dependency edges", file.display(), a.instructions, a.edges);
     say!("  instructions per stream:");

@@ -7,6 +7,8 @@
 //! [`crate::bench`]: a library user who turns default features off builds none of it.
 
 pub mod dp;
+pub mod interrupt;
+pub mod progress;
 pub mod summary;
 
 use std::path::Path;
@@ -45,6 +47,132 @@ pub enum CliError {
     /// Options that do not fit together.
     #[error("{0}")]
     Usage(String),
+    /// An `EAGERVM_*` variable is set to a value the library cannot use.
+    #[error(transparent)]
+    Env(#[from] crate::vm::EnvError),
+    /// An output file named on the command line cannot be written (checked before any work,
+    /// [`check_output`]).
+    #[error("{option} {path}: {why}")]
+    Output {
+        /// The option that names it (`--profile`).
+        option: String,
+        /// The path given.
+        path: String,
+        /// Why it cannot be written.
+        why: String,
+    },
+    /// The work ran and failed its own check (a program's, or a file that is not what it
+    /// must be).
+    #[error("{0}")]
+    Failed(String),
+    /// Stopped by Ctrl-C; what it did has been reported.
+    #[error("interrupted by Ctrl-C (SIGINT)")]
+    Interrupted,
+}
+
+/// The exit statuses of the `eagervm` command (`docs/cli.md`, "Exit status").
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// The work failed, or a file could not be read or written.
+    pub const FAILURE: u8 = 1;
+    /// The command line or the environment is wrong; nothing ran. (clap exits with it too.)
+    pub const USAGE: u8 = 2;
+    /// Stopped by Ctrl-C (128 + SIGINT, as a shell reports a process the signal killed).
+    pub const INTERRUPTED: u8 = 130;
+}
+
+impl CliError {
+    /// The exit status this error ends the command with ([`exit`]).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage(_) | CliError::Env(_) => exit::USAGE,
+            CliError::Interrupted | CliError::Trace(TraceError::Interrupted) => exit::INTERRUPTED,
+            CliError::Trace(_)
+            | CliError::Program { .. }
+            | CliError::UnknownProgram { .. }
+            | CliError::Io(_)
+            | CliError::Output { .. }
+            | CliError::Failed(_) => exit::FAILURE,
+        }
+    }
+}
+
+/// Check, before any work, that `path` (named by `option`) can be written: not empty, not
+/// a directory, in a directory that exists, and openable for writing (a file that does not
+/// exist yet is created to check, then removed; an existing one is opened, not truncated).
+pub fn check_output(path: &Path, option: &str) -> Result<(), CliError> {
+    let bad = |why: String| {
+        Err(CliError::Output { option: option.to_string(), path: path.display().to_string(), why })
+    };
+    if path.as_os_str().is_empty() {
+        return bad("an empty path".into());
+    }
+    if path.is_dir() {
+        return bad("is a directory; give a file name".into());
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if !parent.is_dir() {
+        return bad(format!("the directory {} does not exist", parent.display()));
+    }
+    let existed = path.symlink_metadata().is_ok();
+    match std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path) {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => bad(format!("cannot be written: {e}")),
+    }
+}
+
+/// The VM configuration from the environment, strictly ([`Config::try_from_env`]): a bad
+/// `EAGERVM_*` value is [`CliError::Env`].
+pub fn config_from_env() -> Result<Config, CliError> {
+    Ok(Config::try_from_env()?)
+}
+
+/// `EAGERVM_*` variables that the test suite and the benchmarks read (`docs/testing.md`,
+/// `docs/performance.md`), not the library: set, they are not misspellings.
+pub const TOOL_VARS: &[&str] = &[
+    "EAGERVM_BIN",
+    "EAGERVM_FUZZ_CASES",
+    "EAGERVM_FUZZ_TIMEOUT_S",
+    "EAGERVM_MPI_MAX_BYTES",
+    "EAGERVM_MPI_MAX_SLEEP_US",
+    "EAGERVM_MPI_RANKS",
+    "EAGERVM_MPI_YIELD_US",
+    "EAGERVM_SOAK_INSTRUCTIONS",
+    "EAGERVM_TEST_ALONE",
+];
+
+/// A warning for each `EAGERVM_*` variable set in this process that nothing reads (neither
+/// the library, [`crate::vm::env::VARS`], nor the tools, [`TOOL_VARS`]), with the closest
+/// name the library reads where one is close (a typo).
+pub fn unknown_env_vars() -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with("EAGERVM_") || crate::vm::env::VARS.contains(&name) || TOOL_VARS.contains(&name)
+        {
+            continue;
+        }
+        let near = crate::vm::env::VARS
+            .iter()
+            .map(|v| (strsim::levenshtein(name, v), *v))
+            .min()
+            .filter(|&(d, _)| d <= name.len() / 4);
+        out.push(match near {
+            Some((_, v)) => format!("{name} is not a variable eagervm reads (did you mean {v}?)"),
+            None => format!("{name} is not a variable eagervm reads (docs/tuning.md lists them)"),
+        });
+    }
+    out.sort();
+    out
 }
 
 /// The outcome of running a built-in program.
@@ -62,11 +190,11 @@ pub struct RunSummary {
 
 /// The flight record in `path` (a dump the watchdog wrote, `docs/distributed.md`,
 /// "Failures and the flight recorder"), checked to be one: [`CliError::Io`] if it cannot be
-/// read, [`CliError::Usage`] if it is not a flight dump.
+/// read, [`CliError::Failed`] if it is not a flight dump.
 pub fn read_flight_dump(path: &Path) -> Result<String, CliError> {
     let text = std::fs::read_to_string(path).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
     if !crate::vm::flight::FlightRecord::is_dump(&text) {
-        return Err(CliError::Usage(format!(
+        return Err(CliError::Failed(format!(
             "{}: not a flight record (its first line is not `{}`)",
             path.display(),
             crate::vm::flight::FlightRecord::HEADER
@@ -105,8 +233,8 @@ pub fn run_program(p: &Builtin, config: Config) -> Result<RunSummary, CliError> 
         vm.start_profiling().map_err(|e| TraceError::Profile(e.to_string()))?;
     }
     let t0 = Instant::now();
-    let out = p.run(&vm).map_err(|error| CliError::Program { program: p.name().into(), error })?;
-    let synced = vm.sync();
+    let (out, synced) = progress::with_program_spinner(&vm, p.name(), || (p.run(&vm), vm.sync()));
+    let out = out.map_err(|error| CliError::Program { program: p.name().into(), error })?;
     let wall = t0.elapsed();
     let profile = match profiling {
         true => Some(vm.stop_profiling().map_err(|e| TraceError::Profile(e.to_string()))?),
@@ -131,7 +259,7 @@ pub fn record_program(
     let vm = vm_for(p, config)?;
     let rec = Recorder::start(&vm, path)?;
     let t0 = Instant::now();
-    let result = p.run(&vm);
+    let result = progress::with_program_spinner(&vm, p.name(), || p.run(&vm));
     let (outputs, error) = match result {
         Ok(out) => (out.tensors, None),
         Err(e) => (Vec::new(), Some(e)),

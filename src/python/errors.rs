@@ -95,6 +95,13 @@ impl<T> IntoPy<T> for Result<T, RsTraceError> {
     }
 }
 
+/// A bad `EAGERVM_*` value: `ConfigError`, naming the variable (as `Error::Config` would).
+impl<T> IntoPy<T> for Result<T, crate::vm::EnvError> {
+    fn py_err(self) -> PyResult<T> {
+        self.map_err(|e| to_py(e.into()))
+    }
+}
+
 impl<T> IntoPy<T> for Result<T, RsProfileError> {
     fn py_err(self) -> PyResult<T> {
         self.map_err(|e| ProfileError::new_err(e.to_string()))

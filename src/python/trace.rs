@@ -145,7 +145,7 @@ pub(crate) fn replay<'py>(
     let opts = ReplayOptions {
         resync,
         device,
-        config: Config::from_env(),
+        config: Config::try_from_env().py_err()?,
         profile: profile || timeline.is_some(),
         tolerance,
     };
@@ -182,7 +182,10 @@ pub(crate) fn validate<'py>(
     resync: bool,
     max_tensor_bytes: Option<u64>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let max_tensor_bytes = max_tensor_bytes.unwrap_or(Config::from_env().max_tensor_bytes);
+    let max_tensor_bytes = match max_tensor_bytes {
+        Some(n) => n,
+        None => Config::try_from_env().py_err()?.max_tensor_bytes,
+    };
     let (statements, instructions) = py
         .allow_threads(|| {
             let t = trace::load(&path)?;

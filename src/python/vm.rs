@@ -100,7 +100,8 @@ impl PyVm {
 #[pymethods]
 impl PyVm {
     /// Start a VM. Every `Config` field has a keyword; one left `None` keeps the value of
-    /// `Config::from_env()` (the defaults with the `EAGERVM_*` variables applied).
+    /// `Config::try_from_env()` (the defaults with the `EAGERVM_*` variables applied); a bad
+    /// variable raises `ConfigError` naming it.
     #[new]
     #[pyo3(signature = (*, mock_devices=None, cuda_devices=None, sync=None, threads=None, high_water=None,
         low_water=None, batch_size=None, spin=None, yields=None, event_interval=None, profile=None,
@@ -131,7 +132,7 @@ impl PyVm {
         fault_fail_alloc_seed: Option<&Bound<'_, PyAny>>,
         flush_every: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let mut c = Config::from_env();
+        let mut c = Config::try_from_env().py_err()?;
         let u16max = u16::MAX as u64;
         let u32max = u32::MAX as u64;
         let usize_max = usize::MAX as u64;

@@ -15,6 +15,8 @@
 //!   with an `after` wherever builders open at once left a use unsynchronised in the order
 //!   the scheduler admitted it, so that every recording validates and replays as recorded.
 //! - [`parse_str`] / [`load`]: text to [`Trace`], with every syntax problem located.
+//! - [`Progress`]: how far a load, validation or replay has got (`load_with`,
+//!   `validate_with`, `replay_with`), and the flag that stops it early.
 //! - [`validate()`]: every semantic problem (unknown ops, undeclared or released tensors,
 //!   shape and dtype errors through the kernels' `infer`, cross-stream uses without
 //!   synchronisation, events waited on before they are recorded), each with line and column.
@@ -26,6 +28,7 @@
 mod analyze;
 mod format;
 mod parse;
+mod progress;
 mod record;
 mod replay;
 mod sidecar;
@@ -39,10 +42,11 @@ pub use format::{
     checksum, write_stmt, AccessKind, Data, DeviceKind, FailureKind, Line, Pos, Ref, Stmt, Trace,
     TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
 };
-pub use parse::parse_str;
+pub use parse::{parse_str, parse_str_with};
+pub use progress::{Phase, Progress};
 pub use record::{RecordSummary, Recorder};
 pub use replay::{replay, replay_with, DeviceMap, ReadResult, ReplayOptions, ReplayReport};
-pub use validate::{validate, ValidateOptions, MAX_MOCK_DEVICES};
+pub use validate::{validate, validate_with, ValidateOptions, MAX_MOCK_DEVICES};
 
 /// A problem at a place in a trace file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +148,10 @@ pub enum TraceError {
     /// The timeline of a replay could not be taken.
     #[error("profiling the replay: {0}")]
     Profile(String),
+    /// The operation stopped because its [`Progress`] asked it to (the command line's
+    /// Ctrl-C) before it had anything to report.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 fn problems(d: &[Diagnostic]) -> String {
@@ -172,6 +180,12 @@ impl TraceError {
 /// Read and parse a trace file; any syntax problem is a [`TraceError::Invalid`] listing
 /// every one of them.
 pub fn load(path: &std::path::Path) -> Result<Trace, TraceError> {
+    load_with(path, progress::none())
+}
+
+/// [`load`], counting the bytes parsed in `progress` and stopping with
+/// [`TraceError::Interrupted`] once `progress` asks for a stop.
+pub fn load_with(path: &std::path::Path, progress: &Progress) -> Result<Trace, TraceError> {
     let bytes = std::fs::read(path).map_err(|e| TraceError::io(path, e))?;
     let file = path.display().to_string();
     let text = match String::from_utf8(bytes) {
@@ -185,7 +199,7 @@ pub fn load(path: &std::path::Path) -> Result<Trace, TraceError> {
             return Err(TraceError::Invalid { diagnostics: vec![Diagnostic { file, line, col, message }] });
         }
     };
-    let (mut trace, diagnostics) = parse_str(&file, &text);
+    let (mut trace, diagnostics) = parse_str_with(&file, &text, progress)?;
     if !diagnostics.is_empty() {
         return Err(TraceError::Invalid { diagnostics });
     }

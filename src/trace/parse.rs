@@ -9,7 +9,8 @@ use super::format::{
     parse_device, parse_dtype, parse_stream_type, parse_type, AccessKind, Data, FailureKind, Line, Pos, Ref,
     Stmt, Trace, AFTER_VERSION, MAGIC, VERSION,
 };
-use super::Diagnostic;
+use super::progress::{Phase, Progress, STRIDE};
+use super::{Diagnostic, TraceError};
 use crate::framework::DType;
 
 /// One token: its text (quotes removed, escapes resolved) and its 1-based column.
@@ -109,12 +110,32 @@ fn unicode_escape(
 /// Parse trace text. Returns the statements read and every problem found; the trace is
 /// usable only if the list of problems is empty.
 pub fn parse_str(file: &str, text: &str) -> (Trace, Vec<Diagnostic>) {
+    // Cannot fail: nothing asks `none()` to stop.
+    parse_str_with(file, text, super::progress::none()).unwrap_or_default()
+}
+
+/// [`parse_str`], counting the bytes parsed in `progress` ([`Phase::Parsing`]) and stopping
+/// with [`TraceError::Interrupted`] once `progress` asks for a stop.
+pub fn parse_str_with(
+    file: &str,
+    text: &str,
+    progress: &Progress,
+) -> Result<(Trace, Vec<Diagnostic>), TraceError> {
+    progress.start(Phase::Parsing, text.len() as u64);
+    let mut parsed = 0u64;
     let mut trace = Trace { file: file.to_string(), ..Trace::default() };
     let mut diags = Vec::new();
     let mut header = false;
     // The header's version (this build's where the header is missing or unreadable).
     let mut version = VERSION;
     for (n, raw) in text.split('\n').enumerate() {
+        if n as u64 % STRIDE == 0 {
+            progress.set_done(parsed);
+            if progress.stop_requested() {
+                return Err(TraceError::Interrupted);
+            }
+        }
+        parsed += raw.len() as u64 + 1;
         let line = place(n);
         let raw = raw.strip_suffix('\r').unwrap_or(raw);
         let mut problem = |col: u32, message: String| {
@@ -162,7 +183,8 @@ pub fn parse_str(file: &str, text: &str) -> (Trace, Vec<Diagnostic>) {
             message: format!("empty trace: expected `{MAGIC} {VERSION}` as the first line"),
         });
     }
-    (trace, diags)
+    progress.set_done(text.len() as u64);
+    Ok((trace, diags))
 }
 
 /// Cursor over one line's tokens.

@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::format::{AccessKind, Data, DeviceKind, FailureKind, Line, Ref, Stmt, Trace, TraceDevice};
+use super::progress::{Phase, Progress, STRIDE};
 use super::record::failure_of;
-use super::validate::{kernel_device, validate, ValidateOptions};
+use super::validate::{kernel_device, validate_with, ValidateOptions};
 use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
 use crate::framework::{Attrs, DType, Tensor};
@@ -145,23 +146,44 @@ pub struct ReplayReport {
     pub expected_failure: Option<String>,
     /// The timeline, if [`ReplayOptions::profile`] asked for one.
     pub profile: Option<Profile>,
+    /// Where the replay stopped, if its [`Progress`] asked it to stop before the end: the
+    /// line of the first statement it did not replay. What it had submitted ran to the end
+    /// (the counts, failures and timeline above are of that part); the trace's expectations
+    /// were not checked.
+    pub interrupted: Option<u32>,
 }
 
 /// Replay `trace` (see the module docs).
 pub fn replay(trace: &Trace, opts: &ReplayOptions) -> Result<ReplayReport, TraceError> {
-    replay_with(trace, opts, &mut |_, _| {})
+    replay_with(trace, opts, super::progress::none())
 }
 
-/// [`replay`], calling `progress(done, total)` (instruction statements) as it goes.
+/// [`replay`], advancing `progress` as it goes: lines validated, then instructions
+/// submitted, then the instructions still in flight while it waits for them. Once
+/// `progress` asks for a stop, it stops submitting at the next statement (ending the batch
+/// it was building, which it submits), waits for what it submitted, and returns the report
+/// of that part with [`ReplayReport::interrupted`] set; before the replay proper (during
+/// validation or the reference replay of a tolerance check) it returns
+/// [`TraceError::Interrupted`].
 pub fn replay_with(
     trace: &Trace,
     opts: &ReplayOptions,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &Progress,
 ) -> Result<ReplayReport, TraceError> {
+    let r = replay_checked(trace, opts, progress);
+    progress.finish();
+    r
+}
+
+fn replay_checked(
+    trace: &Trace,
+    opts: &ReplayOptions,
+    progress: &Progress,
+) -> Result<ReplayReport, TraceError> {
+    validate_with(trace, &validate_options(opts), progress)?;
     let Some(rel) = opts.tolerance else {
-        return replay_inner(trace, opts, progress, Expected::Checksums);
+        return replay_inner(trace, opts, progress, Phase::Replaying, Expected::Checksums);
     };
-    validate(trace, &validate_options(opts))?;
     // The reference: the same trace on cpu:0, checked against the trace's checksums.
     let on_cpu = ReplayOptions {
         resync: true,
@@ -171,8 +193,11 @@ pub fn replay_with(
         tolerance: None,
     };
     let mut reference = Vec::new();
-    replay_inner(trace, &on_cpu, &mut |_, _| {}, Expected::Collect(&mut reference))?;
-    replay_inner(trace, opts, progress, Expected::Within { rel, reference: &reference })
+    let r = replay_inner(trace, &on_cpu, progress, Phase::Reference, Expected::Collect(&mut reference))?;
+    if r.interrupted.is_some() {
+        return Err(TraceError::Interrupted);
+    }
+    replay_inner(trace, opts, progress, Phase::Replaying, Expected::Within { rel, reference: &reference })
 }
 
 /// What `expect` statements are checked against.
@@ -185,13 +210,14 @@ enum Expected<'r> {
     Within { rel: f64, reference: &'r [Vec<u8>] },
 }
 
+/// One replay of a validated trace.
 fn replay_inner(
     trace: &Trace,
     opts: &ReplayOptions,
-    progress: &mut dyn FnMut(u64, u64),
+    progress: &Progress,
+    phase: Phase,
     mut expected: Expected<'_>,
 ) -> Result<ReplayReport, TraceError> {
-    validate(trace, &validate_options(opts))?;
     let map = Mapping::new(trace, opts)?;
     let mut config = opts.config.clone();
     config.mock_devices = map.mock_devices;
@@ -223,6 +249,7 @@ fn replay_inner(
             barriers: 0,
             panics: 0,
             panic_errors: Vec::new(),
+            interrupted: None,
         },
         per_stream: Vec::new(),
         total: trace.instructions() as u64,
@@ -232,8 +259,15 @@ fn replay_inner(
         vm.start_profiling().map_err(|e| TraceError::Profile(e.to_string()))?;
     }
     let t0 = Instant::now();
-    r.run(progress)?;
+    progress.start(phase, r.total);
+    progress.attach(vm.engine());
+    let ran = r.run(progress);
+    if ran.is_err() {
+        progress.detach();
+    }
+    ran?;
     r.drain(progress);
+    progress.detach();
     let end = trace.lines.last().map_or(1, |l| l.pos.line);
     if let Err(e) = vm.sync() {
         r.failed(end, e);
@@ -245,7 +279,9 @@ fn replay_inner(
     // Before the expectations' reads, which add instructions of their own.
     r.report.per_stream = r.ran_per_stream();
     (r.report.panics, r.report.panic_errors) = vm.engine().caught_panics();
-    r.check_expectations(&mut expected)?;
+    if r.report.interrupted.is_none() {
+        r.check_expectations(&mut expected)?;
+    }
     Ok(r.report)
 }
 
@@ -343,10 +379,11 @@ impl Replayer<'_> {
         self.report.failures.push((line, e));
     }
 
-    // Replay runs validated traces only (`replay_inner` validates first): every stream,
-    // tensor, event and device a statement names is declared (and the tensor live, the
-    // event recorded) by the time the statement runs, so the lookups by it below cannot
-    // fail.
+    // Replay runs validated traces only (`replay_checked` validates first, under the options
+    // asked for; the reference replay of a tolerance check adds `resync`, which only drops
+    // checks): every stream, tensor, event and device a statement names is declared (and
+    // the tensor live, the event recorded) by the time the statement runs, so the lookups
+    // by it below cannot fail.
 
     fn stream(&self, r: Ref) -> StreamId {
         self.streams[&r.id].0
@@ -356,39 +393,54 @@ impl Replayer<'_> {
         &self.tensors[&r.id]
     }
 
-    fn run(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), TraceError> {
+    fn run(&mut self, progress: &Progress) -> Result<(), TraceError> {
         let trace = self.trace;
         let lines = &trace.lines;
         let mut i = 0;
         while i < lines.len() {
             let vm = self.vm;
+            // A stop is checked before each statement (one relaxed load); the closure then
+            // returns, and `run` submits the batch built so far: nothing built is dropped.
+            let mut stop = false;
             let stopped = vm.run(|b| -> Result<usize, TraceError> {
                 while i < lines.len() && !blocks(&lines[i].stmt) {
+                    if progress.stop_requested() {
+                        stop = true;
+                        break;
+                    }
                     self.statement(b, &lines[i])?;
                     self.count(&lines[i], progress);
                     i += 1;
                 }
                 Ok(i)
             })?;
-            if let Some(l) = lines.get(stopped) {
+            if let Some(l) = lines.get(stopped).filter(|_| !stop && !progress.stop_requested()) {
                 self.blocking(l)?;
                 self.count(l, progress);
+            } else if let Some(l) = lines.get(stopped) {
+                self.report.interrupted = Some(l.pos.line);
+                break;
             }
             i = stopped + 1;
         }
+        progress.set_done(self.report.instructions);
         Ok(())
     }
 
     /// Report progress while the submitted instructions finish (the caller submits far
     /// ahead of the devices; the VM's in-flight count says how far behind they are).
-    fn drain(&mut self, progress: &mut dyn FnMut(u64, u64)) {
+    fn drain(&mut self, progress: &Progress) {
         let shared = self.vm.engine();
         let t0 = Instant::now();
-        let mut done = 0;
+        let submitted = self.report.instructions;
+        let mut phase_started = false;
         loop {
             let left = self.vm.in_flight() as u64;
-            done = self.total.saturating_sub(left).max(done);
-            progress(done, self.total);
+            if left > 0 && !phase_started {
+                progress.start(Phase::Finishing, submitted);
+                phase_started = true;
+            }
+            progress.set_done(submitted.saturating_sub(left));
             if left == 0 || shared.is_dead() {
                 break;
             }
@@ -418,13 +470,11 @@ impl Replayer<'_> {
             .collect()
     }
 
-    fn count(&mut self, l: &Line, progress: &mut dyn FnMut(u64, u64)) {
+    fn count(&mut self, l: &Line, progress: &Progress) {
         let Some(s) = l.stmt.stream() else { return };
         self.report.instructions += 1;
-        if self.report.instructions % 1024 == 0 {
-            // Submitted is not finished: count what is still in flight as not done.
-            let left = self.vm.in_flight() as u64;
-            progress(self.report.instructions.saturating_sub(left), self.total);
+        if self.report.instructions % STRIDE == 0 {
+            progress.set_done(self.report.instructions);
         }
         match &l.stmt {
             Stmt::Barrier { .. } => self.report.barriers += 1,

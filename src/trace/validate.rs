@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 
 use super::format::{AccessKind, Data, DeviceKind, Line, Ref, Stmt, Trace, TraceDevice};
+use super::progress::{Phase, Progress, STRIDE};
 use super::sync::TensorSync;
 use super::{Diagnostic, TraceError};
 use crate::ep::{DeviceType, StreamType};
@@ -49,7 +50,13 @@ impl Default for ValidateOptions {
 
 /// Check `trace`; [`TraceError::Invalid`] lists every problem with its line and column.
 pub fn validate(trace: &Trace, opts: &ValidateOptions) -> Result<(), TraceError> {
-    let diagnostics = check(trace, opts);
+    validate_with(trace, opts, super::progress::none())
+}
+
+/// [`validate`], counting the lines checked in `progress` ([`Phase::Validating`]) and
+/// stopping with [`TraceError::Interrupted`] once `progress` asks for a stop.
+pub fn validate_with(trace: &Trace, opts: &ValidateOptions, progress: &Progress) -> Result<(), TraceError> {
+    let diagnostics = check(trace, opts, progress)?;
     if diagnostics.is_empty() {
         Ok(())
     } else {
@@ -98,8 +105,13 @@ struct Checker<'t> {
     line: u32,
 }
 
-/// Every problem of `trace`, in file order.
-pub(crate) fn check(trace: &Trace, opts: &ValidateOptions) -> Vec<Diagnostic> {
+/// Every problem of `trace`, in file order; [`TraceError::Interrupted`] if `progress` asks
+/// for a stop first.
+pub(crate) fn check(
+    trace: &Trace,
+    opts: &ValidateOptions,
+    progress: &Progress,
+) -> Result<Vec<Diagnostic>, TraceError> {
     let mut c = Checker {
         trace,
         opts,
@@ -113,10 +125,18 @@ pub(crate) fn check(trace: &Trace, opts: &ValidateOptions) -> Vec<Diagnostic> {
         line: 0,
     };
     let mut expects = Vec::new();
-    for l in &trace.lines {
+    progress.start(Phase::Validating, trace.lines.len() as u64);
+    for (i, l) in trace.lines.iter().enumerate() {
+        if i as u64 % STRIDE == 0 {
+            progress.set_done(i as u64);
+            if progress.stop_requested() {
+                return Err(TraceError::Interrupted);
+            }
+        }
         c.line = l.pos.line;
         c.statement(l, &mut expects);
     }
+    progress.set_done(trace.lines.len() as u64);
     for (line, r) in expects {
         c.line = line;
         if let Some(t) = c.tensors.get(&r.id) {
@@ -129,7 +149,7 @@ pub(crate) fn check(trace: &Trace, opts: &ValidateOptions) -> Vec<Diagnostic> {
         }
     }
     c.out.sort_by_key(|d| (d.line, d.col));
-    c.out
+    Ok(c.out)
 }
 
 impl Checker<'_> {

@@ -6,6 +6,7 @@ use crate::ep::mock::MockConfig;
 use crate::ep::StreamType;
 use crate::sync::notify::{default_yields, Backoff, DEFAULT_SPIN};
 use crate::sync::{AtomicU64, Ordering};
+use crate::vm::env::{Env, EnvError};
 use crate::vm::{Error, Result};
 
 /// How streams map to `ThreadCtx` worker threads.
@@ -335,71 +336,112 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The default configuration with the environment's overrides: `EAGERVM_SYNC=1`
-    /// (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start),
+    /// The default configuration with the environment's overrides, read strictly: the first
+    /// `EAGERVM_*` variable set to a value the library cannot use is an [`EnvError`] naming
+    /// it, its value and what it accepts. The variables ([`env::VARS`](crate::vm::env::VARS)):
+    /// `EAGERVM_SYNC=1` (synchronous mode), `EAGERVM_PROFILE=1` (profile from the start),
     /// `EAGERVM_MOCK_DEVICES=N`, `EAGERVM_CUDA_DEVICES=N`, `EAGERVM_BATCH`, `EAGERVM_SPIN`,
     /// `EAGERVM_YIELDS`, `EAGERVM_EVENT_INTERVAL`, `EAGERVM_HIGH_WATER`, `EAGERVM_LOW_WATER`,
     /// `EAGERVM_MAX_TENSOR_BYTES`, `EAGERVM_FLIGHT_RECORDS`, `EAGERVM_FLIGHT_ALL_STREAMS`,
     /// `EAGERVM_WATCHDOG_TIMEOUT_MS` (0: no watchdog), `EAGERVM_FLIGHT_DUMP`,
-    /// `EAGERVM_STREAM_PRIORITIES`, and the mock device's timing variables (`docs/tuning.md`).
-    /// A malformed `EAGERVM_STREAM_PRIORITIES` is logged (a WARN event with
-    /// [`StreamPriorities::parse`]'s error) and the default kept.
+    /// `EAGERVM_STREAM_PRIORITIES`, the mock device's timing (`EAGERVM_MOCK_DELAY_US`,
+    /// `EAGERVM_MOCK_JITTER_US`), and, checked here though read where they are used,
+    /// `EAGERVM_CUDA_LOCK_MIN_BYTES`, `EAGERVM_CUDA_DRIVER_LIB` and `EAGERVM_NCCL_LIB`
+    /// (`docs/tuning.md`, "Environment variables"). An unset or empty variable keeps the
+    /// default. Values within their type but out of [`bounds`] are left to
+    /// `VirtualMachine::new`, which refuses them with `Error::Config`.
+    pub fn try_from_env() -> std::result::Result<Self, EnvError> {
+        Self::try_from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// [`try_from_env`](Self::try_from_env) with the variables from `get` (a test's, or an
+    /// embedding program's, environment).
+    pub fn try_from_lookup(
+        get: impl Fn(&str) -> Option<std::ffi::OsString>,
+    ) -> std::result::Result<Self, EnvError> {
+        let mut c = Config::default();
+        c.apply_env(&Env::new(&get), &mut Err)?;
+        Ok(c)
+    }
+
+    /// As [`try_from_env`](Self::try_from_env), but a variable with a bad value is logged (a
+    /// `tracing` warning carrying its [`EnvError`]) and its field keeps the default, for a
+    /// program that would rather run than stop on one. The command line and the Python
+    /// package use `try_from_env`, and refuse.
     pub fn from_env() -> Self {
-        let mut c = Config { mock: MockConfig::from_env(), ..Config::default() };
-        if std::env::var("EAGERVM_SYNC").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
-            c.synchronous = true;
-        }
-        if std::env::var("EAGERVM_PROFILE").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
-            c.profile = true;
-        }
-        if let Some(n) = std::env::var("EAGERVM_MOCK_DEVICES").ok().and_then(|v| v.parse().ok()) {
-            c.mock_devices = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_CUDA_DEVICES").ok().and_then(|v| v.parse().ok()) {
-            c.cuda_devices = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_BATCH").ok().and_then(|v| v.parse().ok()) {
-            c.batch_size = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_SPIN").ok().and_then(|v| v.parse().ok()) {
-            c.spin = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_YIELDS").ok().and_then(|v| v.parse().ok()) {
-            c.yields = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_EVENT_INTERVAL").ok().and_then(|v| v.parse::<u32>().ok()) {
-            c.event_interval = n.max(1);
-        }
-        if let Some(n) = std::env::var("EAGERVM_HIGH_WATER").ok().and_then(|v| v.parse().ok()) {
-            c.high_water = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_LOW_WATER").ok().and_then(|v| v.parse().ok()) {
-            c.low_water = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_MAX_TENSOR_BYTES").ok().and_then(|v| v.trim().parse().ok()) {
-            c.max_tensor_bytes = n;
-        }
-        if let Some(n) = std::env::var("EAGERVM_FLIGHT_RECORDS").ok().and_then(|v| v.trim().parse().ok()) {
-            c.flight_records = n;
-        }
-        if let Ok(v) = std::env::var("EAGERVM_FLIGHT_ALL_STREAMS") {
-            c.flight_all_streams = matches!(v.trim(), "1" | "true");
-        }
-        if let Some(ms) =
-            std::env::var("EAGERVM_WATCHDOG_TIMEOUT_MS").ok().and_then(|v| v.trim().parse::<u64>().ok())
-        {
-            c.watchdog_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms));
-        }
-        if let Some(p) = std::env::var_os("EAGERVM_FLIGHT_DUMP").filter(|v| !v.is_empty()) {
-            c.flight_dump = Some(p.into());
-        }
-        if let Ok(v) = std::env::var(StreamPriorities::ENV) {
-            match StreamPriorities::parse(&v) {
-                Ok(p) => c.stream_priorities = p,
-                Err(e) => tracing::warn!(error = %e, "ignoring {}", StreamPriorities::ENV),
-            }
-        }
+        let mut c = Config::default();
+        let get = |name: &str| std::env::var_os(name);
+        let mut warn = |e: EnvError| {
+            tracing::warn!(error = %e, "ignoring {}", e.var);
+            Ok(())
+        };
+        // Cannot fail: `warn` turns every error into a warning.
+        let _ = c.apply_env(&Env::new(&get), &mut warn);
         c
+    }
+
+    /// Apply each variable that `env` sets; a bad one goes to `bad`, which either returns
+    /// it (stop) or logs it (go on with the next).
+    fn apply_env(
+        &mut self,
+        env: &Env<'_>,
+        bad: &mut dyn FnMut(EnvError) -> std::result::Result<(), EnvError>,
+    ) -> std::result::Result<(), EnvError> {
+        const U16: &str = "a whole number from 0 to 65535";
+        const U32: &str = "a whole number from 0 to 4294967295";
+        const U32_1: &str = "a whole number from 1 to 4294967295";
+        const USIZE: &str = "a whole number of 0 or more";
+        const BYTES: &str = "a whole number of bytes, 1 or more";
+        const MICROS: &str = "whole microseconds";
+        const MILLIS: &str = "whole milliseconds (0: no watchdog)";
+        const LIB: &str = "a library name or path";
+        macro_rules! set {
+            ($r:expr, |$v:ident| $apply:expr) => {
+                match $r {
+                    Ok(Some($v)) => $apply,
+                    Ok(None) => {}
+                    Err(e) => bad(e)?,
+                }
+            };
+        }
+        set!(env.bool("EAGERVM_SYNC"), |v| self.synchronous = v);
+        set!(env.bool("EAGERVM_PROFILE"), |v| self.profile = v);
+        set!(env.int("EAGERVM_MOCK_DEVICES", 0u16, U16), |v| self.mock_devices = v);
+        set!(env.int("EAGERVM_CUDA_DEVICES", 0u16, U16), |v| self.cuda_devices = v);
+        set!(env.int("EAGERVM_BATCH", 1usize, "a whole number of 1 or more"), |v| self.batch_size = v);
+        set!(env.int("EAGERVM_SPIN", 0u32, U32), |v| self.spin = v);
+        set!(env.int("EAGERVM_YIELDS", 0u32, U32), |v| self.yields = v);
+        set!(env.int("EAGERVM_EVENT_INTERVAL", 1u32, U32_1), |v| self.event_interval = v);
+        set!(env.int("EAGERVM_HIGH_WATER", 0usize, USIZE), |v| self.high_water = v);
+        set!(env.int("EAGERVM_LOW_WATER", 0usize, USIZE), |v| self.low_water = v);
+        set!(env.int("EAGERVM_MAX_TENSOR_BYTES", 1u64, BYTES), |v| self.max_tensor_bytes = v);
+        set!(env.int("EAGERVM_FLIGHT_RECORDS", 0usize, USIZE), |v| self.flight_records = v);
+        set!(env.bool("EAGERVM_FLIGHT_ALL_STREAMS"), |v| self.flight_all_streams = v);
+        set!(env.int("EAGERVM_WATCHDOG_TIMEOUT_MS", 0u64, MILLIS), |ms| {
+            self.watchdog_timeout = (ms > 0).then(|| std::time::Duration::from_millis(ms))
+        });
+        if let Some(p) = env.path("EAGERVM_FLIGHT_DUMP") {
+            self.flight_dump = Some(p.into());
+        }
+        const PRIORITIES: &str = "`type=priority` pairs separated by commas, e.g. `collective=1,compute=0`";
+        set!(env.text(StreamPriorities::ENV, PRIORITIES), |v| match StreamPriorities::parse(&v) {
+            Ok(p) => self.stream_priorities = p,
+            Err(e) => bad(EnvError {
+                var: StreamPriorities::ENV,
+                value: v,
+                why: e.to_string(),
+                accepted: PRIORITIES,
+            })?,
+        });
+        let us = std::time::Duration::from_micros;
+        set!(env.int(crate::ep::mock::ENV_DELAY_US, 0u64, MICROS), |v| self.mock.launch_delay = us(v));
+        set!(env.int(crate::ep::mock::ENV_JITTER_US, 0u64, MICROS), |v| self.mock.jitter = us(v));
+        // Read where they are used (once per process, or when a library is opened); checked
+        // here so that a bad value is refused before any work rather than ignored there.
+        set!(env.int(crate::alloc::pin::ENV_LOCK_MIN_BYTES, 0usize, USIZE), |_v| {});
+        set!(env.text(crate::ep::cuda::ENV_DRIVER_LIB, LIB), |_v| {});
+        set!(env.text("EAGERVM_NCCL_LIB", LIB), |_v| {});
+        Ok(())
     }
 
     /// How an idle scheduler or worker waits for work before it sleeps: `spin` spins, then
@@ -509,6 +551,42 @@ mod tests {
         }
         let c = Config { stream_priorities: StreamPriorities([0, 0, 0, 2000]), ..Config::default() };
         assert!(matches!(c.validate(), Err(Error::Config(m)) if m.contains("collective")));
+    }
+
+    fn from(vars: &[(&str, &str)]) -> std::result::Result<Config, EnvError> {
+        Config::try_from_lookup(|k| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).into()))
+    }
+
+    #[test]
+    fn environment_values_are_read_strictly() {
+        let c = from(&[
+            ("EAGERVM_SYNC", "TRUE"),
+            ("EAGERVM_MOCK_DEVICES", " 3 "),
+            ("EAGERVM_WATCHDOG_TIMEOUT_MS", "0"),
+            ("EAGERVM_MOCK_DELAY_US", "250"),
+            ("EAGERVM_FLIGHT_ALL_STREAMS", "0"),
+            ("EAGERVM_BATCH", ""),
+        ])
+        .unwrap();
+        assert!(c.synchronous && !c.flight_all_streams);
+        assert_eq!((c.mock_devices, c.watchdog_timeout, c.batch_size), (3, None, 1024));
+        assert_eq!(c.mock.launch_delay, std::time::Duration::from_micros(250));
+        for (var, value, says) in [
+            ("EAGERVM_SYNC", "yes", "1, 0, true or false"),
+            ("EAGERVM_MOCK_DEVICES", "abc", "from 0 to 65535"),
+            ("EAGERVM_MOCK_DEVICES", "70000", "from 0 to 65535"),
+            ("EAGERVM_BATCH", "0", "1 or more"),
+            ("EAGERVM_EVENT_INTERVAL", "-1", "from 1 to"),
+            ("EAGERVM_MAX_TENSOR_BYTES", "1e9", "bytes"),
+            ("EAGERVM_MOCK_JITTER_US", "5ms", "microseconds"),
+            ("EAGERVM_STREAM_PRIORITIES", "gpu=1", "no such stream type"),
+            ("EAGERVM_CUDA_LOCK_MIN_BYTES", "lots", "whole number"),
+        ] {
+            let e = from(&[(var, value)]).unwrap_err();
+            assert_eq!((e.var, e.value.as_str()), (var, value));
+            let text = e.to_string();
+            assert!(text.contains(var) && text.contains(value) && text.contains(says), "{text}");
+        }
     }
 
     #[test]

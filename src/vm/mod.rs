@@ -16,6 +16,7 @@ mod back_pressure;
 mod config;
 pub(crate) mod dependence;
 pub(crate) mod engine;
+pub mod env;
 mod error;
 pub mod flight;
 pub(crate) mod instruction;
@@ -37,6 +38,7 @@ pub use config::{
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub(crate) use engine::Engine;
+pub use env::EnvError;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
 pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};

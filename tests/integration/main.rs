@@ -8,6 +8,10 @@ mod cli;
 // `eagervm::bench` is the command line's, built with `cli`.
 #[cfg(feature = "cli")]
 mod bench;
+#[cfg(feature = "cli")]
+mod cli_interactive;
+#[cfg(feature = "cli")]
+mod cli_preflight;
 mod collectives;
 mod common;
 mod cuda;

@@ -75,6 +75,16 @@ def test_too_large_and_config_errors():
         eagervm.VM(batch_size=0)
 
 
+def test_a_bad_environment_variable_raises_naming_it(monkeypatch):
+    monkeypatch.setenv("EAGERVM_SYNC", "yes")
+    with pytest.raises(eagervm.ConfigError, match="EAGERVM_SYNC=\"yes\".*1, 0, true or false"):
+        eagervm.VM()
+    monkeypatch.setenv("EAGERVM_SYNC", "0")
+    monkeypatch.setenv("EAGERVM_MOCK_DEVICES", "abc")
+    with pytest.raises(eagervm.ConfigError, match="EAGERVM_MOCK_DEVICES"):
+        eagervm.VM(mock_devices=1)
+
+
 def test_bad_python_input_is_a_type_or_value_error(vm):
     with pytest.raises(TypeError, match="numpy.ndarray"):
         vm.array([1.0, 2.0])
