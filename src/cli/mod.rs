@@ -7,6 +7,8 @@
 //! [`crate::bench`]: a library user who turns default features off builds none of it.
 
 pub mod dp;
+pub mod graph;
+pub mod plot;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -44,6 +46,12 @@ pub enum CliError {
     /// Options that do not fit together.
     #[error("{0}")]
     Usage(String),
+    /// A graph could not be rendered or written (`eagervm analyze`).
+    #[error(transparent)]
+    Render(#[from] graph::RenderError),
+    /// A plot could not be drawn or written (`eagervm plot`).
+    #[error(transparent)]
+    Plot(#[from] plot::PlotError),
 }
 
 /// The outcome of running a built-in program.
