@@ -112,8 +112,8 @@ pub struct Timeline {
 }
 
 impl Timeline {
-    /// From a profile taken in this process: one track per stream of the VM, busy from each
-    /// instruction's launch to its completion.
+    /// From a profile taken in this process: one track per stream of the VM that ran an
+    /// instruction, busy from each instruction's launch to its completion.
     pub fn from_profile(p: &crate::profile::Profile) -> Timeline {
         let mut per: Vec<Vec<(f64, f64)>> = vec![Vec::new(); p.stream_names().len()];
         for i in p.instructions() {
@@ -125,6 +125,7 @@ impl Timeline {
             .stream_names()
             .iter()
             .zip(per)
+            .filter(|(_, spans)| !spans.is_empty())
             .map(|(name, spans)| Track { name: name.clone(), busy: merge(spans) })
             .collect();
         Timeline { tracks }
