@@ -92,7 +92,7 @@ fn chains_collapse_releases_fold_and_implied_edges_go() {
         g.nodes.iter().map(|n| (n.stream, n.instructions, n.releases)).collect();
     // The first release folds into the add (the next instruction of s1), the second into the relu.
     assert_eq!(shape, [(1, 3, 0), (2, 2, 0), (1, 2, 2)], "{g:#?}");
-    assert_eq!(g.nodes[0].ops, [("relu".to_string(), 2), ("fill".to_string(), 1)]);
+    assert_eq!(g.nodes[0].ops, [("relu".into(), 2), ("fill".into(), 1)]);
     // s1's stream order (node 0 -> 2) and y -> add (node 1 -> 2); the edge c -> add is s1's own.
     let edges: Vec<(usize, usize, EdgeKind)> = g.edges.iter().map(|e| (e.from, e.to, e.kind)).collect();
     assert_eq!(edges, [(0, 2, EdgeKind::Stream), (1, 2, EdgeKind::Data)]);

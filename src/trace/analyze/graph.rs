@@ -27,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use super::{Deps, EdgeKind, Kind};
 
@@ -43,7 +44,7 @@ pub struct GraphNode {
     pub lines: (u32, u32),
     /// Its ops (or instruction kinds: `record`, `wait`, `read`, ...) and how many of each,
     /// most frequent first.
-    pub ops: Vec<(String, u64)>,
+    pub ops: Vec<(Arc<str>, u64)>,
     /// The label of a node of one instruction (`relu`, `wait e3`, `release t7`).
     pub single: Option<String>,
     /// Instructions of the critical path in it.
@@ -162,7 +163,9 @@ pub(super) fn build(deps: &Deps, condense: bool) -> Graph {
     // Chains, in program order.
     let mut chain_of: Vec<u32> = vec![OWN; n];
     let mut nodes: Vec<GraphNode> = Vec::new();
-    let mut hist: Vec<HashMap<u32, u64>> = Vec::new();
+    // (node, op) of every instruction drawn, counted per node below (one vector, not a map
+    // per node: a trace whose every instruction is a node has millions of them).
+    let mut members: Vec<(u32, u32)> = Vec::new();
     let mut open: HashMap<u32, (u32, u32)> = HashMap::new(); // stream -> (chain, last member)
     let mut edges: Vec<GraphEdge> = Vec::new();
     let mut last_chain: HashMap<u32, u32> = HashMap::new();
@@ -197,7 +200,6 @@ pub(super) fn build(deps: &Deps, condense: bool) -> Graph {
                     single: None,
                     critical: 0,
                 });
-                hist.push(HashMap::new());
                 c
             }
         };
@@ -206,7 +208,7 @@ pub(super) fn build(deps: &Deps, condense: bool) -> Graph {
         node.instructions += 1;
         node.lines.1 = ins.line;
         node.single = (node.instructions == 1).then(|| label(deps, ins.kind));
-        *hist[c as usize].entry(op_key(deps, ins.kind)).or_default() += 1;
+        members.push((c, op_key(deps, ins.kind)));
         if barrier {
             open.clear();
         } else {
@@ -222,11 +224,18 @@ pub(super) fn build(deps: &Deps, condense: bool) -> Graph {
             chain_of[i] = c as u32;
         }
     }
-    for (node, h) in nodes.iter_mut().zip(hist) {
+    let names: Vec<Arc<str>> =
+        (0..deps.ops.len() as u32 + KINDS.len() as u32).map(|k| key_name(deps, k).into()).collect();
+    members.sort_unstable();
+    for run in members.chunk_by(|a, b| a.0 == b.0) {
+        let node = &mut nodes[run[0].0 as usize];
         if node.instructions + node.releases > 1 {
             node.single = None;
         }
-        let mut ops: Vec<(String, u64)> = h.into_iter().map(|(k, c)| (key_name(deps, k), c)).collect();
+        let mut ops: Vec<(Arc<str>, u64)> = Vec::new();
+        for same in run.chunk_by(|a, b| a.1 == b.1) {
+            ops.push((names[same[0].1 as usize].clone(), same.len() as u64));
+        }
         ops.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         node.ops = ops;
     }
@@ -385,8 +394,10 @@ fn op_key(deps: &Deps, k: Kind) -> u32 {
     }
 }
 
+/// The names of the instruction kinds that are not calls, in [`op_key`]'s order.
+const KINDS: [&str; 7] = ["record", "wait", "barrier", "release", "read", "host wait", "write"];
+
 fn key_name(deps: &Deps, key: u32) -> String {
-    const KINDS: [&str; 7] = ["record", "wait", "barrier", "release", "read", "host wait", "write"];
     match deps.ops.get(key as usize) {
         Some(op) => op.clone(),
         None => KINDS[key as usize - deps.ops.len()].to_string(),
