@@ -315,3 +315,23 @@ fn the_command_line_draws_caps_and_bounds() {
     let (ok, out) = eagervm(&["plot", "loss", "--steps", "4", "-o", d.join("l.svg").to_str().unwrap()], None);
     assert!(ok && out.contains("loss curve of 4 steps"), "{out}");
 }
+
+#[test]
+fn plot_and_its_pictures_have_help() {
+    for args in [
+        &["plot", "--help"][..],
+        &["plot", "loss", "--help"],
+        &["plot", "timeline", "--help"],
+        &["plot", "bench", "--help"],
+    ] {
+        let (ok, out) = eagervm(args, None);
+        assert!(ok && out.contains("Usage"), "{args:?}: {out}");
+    }
+    let (ok, out) = eagervm(&["plot", "loss", "-o", "x.gif", "--format", "gif"], None);
+    assert!(!ok && out.contains("not a picture format"), "{out}");
+    let branches = Path::new(env!("CARGO_MANIFEST_DIR")).join("instructions/branches.trace");
+    let svg = dir().join("never.svg");
+    let args = ["analyze", branches.to_str().unwrap(), "--svg", svg.to_str().unwrap(), "--render-timeout=-1"];
+    let (ok, out) = eagervm(&args, None);
+    assert!(!ok && out.contains("--render-timeout -1: not a number of seconds"), "{out}");
+}
