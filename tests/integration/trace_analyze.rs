@@ -50,6 +50,24 @@ fn writes_wait_for_readers_and_barriers_split_the_graph() {
     // write(1) -> relu(2), copy(2) -> write(3) -> barrier(4) -> fill(5)
     assert_eq!(a.critical_path, 5);
     assert_eq!(a.instructions, 6);
+    // Drawn: the first write leaves s0 for the copy, so it ends its chain; the barrier is a
+    // node of its own, entered by stream order (the copy's edge into it is implied through
+    // the second write) and leaving for s1's fill.
+    let g = a.condensed();
+    assert_eq!(g.nodes.len(), 6, "{g:#?}");
+    let edges: Vec<(usize, usize, EdgeKind)> = g.edges.iter().map(|e| (e.from, e.to, e.kind)).collect();
+    assert_eq!(
+        edges,
+        [
+            (0, 1, EdgeKind::Stream),
+            (0, 2, EdgeKind::Data),
+            (1, 3, EdgeKind::Stream),
+            (2, 3, EdgeKind::Data),
+            (3, 4, EdgeKind::Stream),
+            (4, 5, EdgeKind::Barrier)
+        ]
+    );
+    assert!(g.nodes[4].single.as_deref() == Some("barrier") && g.nodes[5].critical == 1);
 }
 
 #[test]
