@@ -16,6 +16,11 @@
 //! the next barrier, into the previous one (whose successors nothing orders after the
 //! release). A stream that has nothing but releases keeps them as nodes.
 //!
+//! **Implied edges** are left out (`reduce`, a transitive reduction by vector clocks): an
+//! edge that a path through other edges or stream order already implies orders nothing
+//! more, and drawing it buries the edges that do (every reader of a copied tensor after an
+//! event wait would point back at the copy).
+//!
 //! **The critical path** is one longest chain of the instruction graph; a node on it is
 //! drawn red and bold, as is each edge it crosses between nodes.
 //!
