@@ -25,6 +25,12 @@ macro_rules! say {
     }};
 }
 
+/// The `analyze` and `plot` commands.
+#[path = "eagervm/pictures.rs"]
+mod pictures;
+
+use pictures::{analyze, plot, AnalyzeArgs, PlotCommand};
+
 /// eagervm: an eager-execution virtual machine for tensor programs.
 #[derive(Parser)]
 #[command(version, about)]
@@ -169,16 +175,17 @@ enum Command {
         #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
         max_tensor_bytes: Option<u64>,
     },
-    /// Print dependency-graph statistics of a trace; export it as DOT (and SVG).
+    /// Print dependency-graph statistics of a trace; draw its graph as DOT or SVG.
     Analyze {
         /// The trace file.
         file: PathBuf,
-        /// Write the dependency graph in Graphviz DOT to this file.
-        #[arg(long)]
-        dot: Option<PathBuf>,
-        /// Also render it to SVG with graphviz `dot`, if installed (needs --dot).
-        #[arg(long, requires = "dot")]
-        svg: Option<PathBuf>,
+        #[command(flatten)]
+        graph: AnalyzeArgs,
+    },
+    /// Draw a picture (SVG or PNG): the MLP's loss curve, busy time per stream, benchmark results.
+    Plot {
+        #[command(subcommand)]
+        what: PlotCommand,
     },
     /// List the built-in programs.
     Programs,
@@ -344,14 +351,15 @@ fn dispatch(command: Command) -> Result<(), CliError> {
         }
         Command::Replay { file, replay } => replay_file(&file, &replay),
         Command::Validate { file, resync, max_tensor_bytes } => validate(&file, resync, max_tensor_bytes),
-        Command::Analyze { file, dot, svg } => {
-            for (path, option) in [(&dot, "--dot"), (&svg, "--svg")] {
+        Command::Analyze { file, graph } => {
+            for (path, option) in [(&graph.dot, "--dot"), (&graph.svg, "--svg")] {
                 if let Some(p) = path {
                     cli::check_output(p, option)?;
                 }
             }
-            analyze(&file, dot.as_deref(), svg.as_deref())
+            analyze(&file, &graph)
         }
+        Command::Plot { what } => plot(what),
         Command::Flight { file } => cli::read_flight_dump(&file).map(|text| say!("{}", text.trim_end())),
         Command::Programs => {
             for p in eagervm::programs::all() {
@@ -635,48 +643,6 @@ fn validate(file: &Path, resync: bool, max_tensor_bytes: Option<u64>) -> Result<
         Ok(t)
     })?;
     say!("{}: valid ({} statements, {} instructions)", file.display(), t.lines.len(), t.instructions());
-    Ok(())
-}
-
-fn analyze(file: &Path, dot: Option<&Path>, svg: Option<&Path>) -> Result<(), CliError> {
-    let t = load_trace(file)?;
-    let a = trace::analyze(&t)?;
-    say!("{}: {} instructions, {} dependency edges", file.display(), a.instructions, a.edges);
-    say!("  instructions per stream:");
-    for (id, desc, n) in &a.per_stream {
-        say!("    s{id:<3} {desc:<16} {n}");
-    }
-    say!("  critical path: {} instructions", a.critical_path);
-    say!("  available parallelism: {:.2} (instructions / critical path)", a.parallelism);
-    if let Some(path) = dot {
-        std::fs::write(path, a.dot()).map_err(|e| CliError::Io(format!("{}: {e}", path.display())))?;
-        say!("  DOT graph written to {}", path.display());
-        if let Some(svg) = svg {
-            render_svg(path, svg)?;
-        }
-    }
-    Ok(())
-}
-
-/// Render `dot_file` to SVG with graphviz, if it is installed.
-fn render_svg(dot_file: &Path, svg: &Path) -> Result<(), CliError> {
-    let probe = std::process::Command::new("dot").arg("-V").output();
-    if probe.is_err() {
-        say!("  graphviz `dot` is not installed; SVG skipped (install graphviz, or render the DOT file elsewhere)");
-        return Ok(());
-    }
-    let out = std::process::Command::new("dot")
-        .arg("-Tsvg")
-        .arg(dot_file)
-        .arg("-o")
-        .arg(svg)
-        .output()
-        .map_err(|e| CliError::Io(format!("running graphviz `dot`: {e}")))?;
-    if !out.status.success() {
-        let msg = String::from_utf8_lossy(&out.stderr);
-        return Err(CliError::Io(format!("graphviz `dot` failed on {}: {}", dot_file.display(), msg.trim())));
-    }
-    say!("  SVG written to {}", svg.display());
     Ok(())
 }
 

@@ -7,7 +7,9 @@
 //! [`crate::bench`]: a library user who turns default features off builds none of it.
 
 pub mod dp;
+pub mod graph;
 pub mod interrupt;
+pub mod plot;
 pub mod progress;
 pub mod summary;
 
@@ -68,6 +70,12 @@ pub enum CliError {
     /// Stopped by Ctrl-C; what it did has been reported.
     #[error("interrupted by Ctrl-C (SIGINT)")]
     Interrupted,
+    /// A graph could not be rendered or written (`eagervm analyze`).
+    #[error(transparent)]
+    Render(#[from] graph::RenderError),
+    /// A plot could not be drawn or written (`eagervm plot`).
+    #[error(transparent)]
+    Plot(#[from] plot::PlotError),
 }
 
 /// The exit statuses of the `eagervm` command (`docs/cli.md`, "Exit status").
@@ -93,6 +101,8 @@ impl CliError {
             | CliError::UnknownProgram { .. }
             | CliError::Io(_)
             | CliError::Output { .. }
+            | CliError::Render(_)
+            | CliError::Plot(_)
             | CliError::Failed(_) => exit::FAILURE,
         }
     }

@@ -23,7 +23,8 @@
 //! - [`replay()`]: run a trace, as recorded or with the synchronisation derived anew
 //!   (`resync`), on the recorded device layout or another one, and check its expectations.
 //! - [`analyze()`]: dependency-graph statistics (per-stream counts, critical path,
-//!   available parallelism) and a DOT export.
+//!   available parallelism) and the graph, condensed for a person to read, with a DOT
+//!   export of capped size.
 
 mod analyze;
 mod format;
@@ -37,7 +38,7 @@ mod validate;
 
 use std::fmt;
 
-pub use analyze::{analyze, Analysis};
+pub use analyze::{analyze, Analysis, Dot, DotLimits, EdgeKind, Graph, GraphEdge, GraphNode};
 pub use format::{
     checksum, write_stmt, AccessKind, Data, DeviceKind, FailureKind, Line, Pos, Ref, Stmt, Trace,
     TraceDevice, INLINE_LIMIT, MAGIC, VERSION,

@@ -24,6 +24,9 @@ mod lifecycle;
 #[cfg(feature = "cuda")]
 mod nccl;
 mod planted_bug;
+// `eagervm plot` and graph rendering are part of the `cli` feature.
+#[cfg(feature = "cli")]
+mod plot;
 mod priorities;
 mod profile;
 mod programs;
