@@ -279,15 +279,29 @@ fn timeline_of(events: Vec<Event>) -> Timeline {
     let order =
         |k: &(String, String)| sort.get(k).copied().or_else(|| k.1.parse::<f64>().ok()).unwrap_or(f64::MAX);
     keys.sort_by(|a, b| a.0.cmp(&b.0).then(order(a).total_cmp(&order(b))).then(a.1.cmp(&b.1)));
-    let tracks = keys
-        .into_iter()
-        .map(|k| {
-            let name = names.get(&k).cloned().unwrap_or_else(|| format!("pid {} tid {}", k.0, k.1));
-            let busy = merge(spans.remove(&k).unwrap_or_default());
-            Track { name, busy }
-        })
-        .collect();
+    // The lanes of one stream (`<stream> lane k`, `docs/profiling.md`) are one stream's
+    // work: drawn as one row, in the place of the stream's first lane.
+    let mut rows: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for k in keys {
+        let name = names.get(&k).cloned().unwrap_or_else(|| format!("pid {} tid {}", k.0, k.1));
+        let stream = stream_of_lane(&name).to_string();
+        let s = spans.remove(&k).unwrap_or_default();
+        match rows.iter_mut().find(|(n, _)| *n == stream) {
+            Some((_, v)) => v.extend(s),
+            None => rows.push((stream, s)),
+        }
+    }
+    let tracks = rows.into_iter().map(|(name, s)| Track { name, busy: merge(s) }).collect();
     Timeline { tracks }
+}
+
+/// The stream a track named `name` belongs to: `mock:0:compute lane 3` is a lane of
+/// `mock:0:compute`; any other name is its own.
+fn stream_of_lane(name: &str) -> &str {
+    match name.rsplit_once(" lane ") {
+        Some((stream, k)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => stream,
+        _ => name,
+    }
 }
 
 /// The union of `spans`, as disjoint intervals in order.
