@@ -7,7 +7,7 @@
 //! | `add`, `mul` | `a`, `b` of one shape | like `a` | no broadcasting |
 //! | `scale` | `x` | like `x` | `x * attrs.scalar` |
 //! | `relu` | `x` | like `x` | `max(x, 0)`; NaN stays NaN |
-//! | `sum` | `x` | scalar `[]` | sequential, in index order |
+//! | `sum` | `x` | scalar `[]` | in index order up to 4096 elements, 32 partial sums above ([`sum_f32`]) |
 //! | `matmul` | `[m, k]`, `[k, n]` | `[m, n]` | the `gemm` crate above 64³ multiply-adds (`f32`), plain loops below and for `i64` |
 //! | `sub` | `a`, `b` of one shape | like `a` | `a - b`; no broadcasting |
 //! | `relu_grad` | `dy`, `x` of one shape | like `x` | `dy` where `x > 0`, else 0 |
@@ -49,7 +49,7 @@ pub use elementwise::{AddKernel, CopyKernel, FillKernel, MulKernel, ReluKernel, 
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
 pub use nn::{AddBiasKernel, ReluGradKernel, SubKernel, SumRowsKernel};
-pub use reduce::SumKernel;
+pub use reduce::{sum_f32, SumKernel, SEQUENTIAL_SUM_MAX};
 
 use crate::alloc::Storage;
 use crate::vm::{DType, Element, KernelCtx, OpKernel, OutSpec, TensorMeta};
@@ -96,6 +96,8 @@ trait Num: Element + PartialOrd {
     fn view_mut(s: &mut Storage) -> &mut [Self];
     /// A product's operands as `f32` slices, when `Self` is `f32` (those products may go to
     /// the `gemm` crate; `gemm::product`).
+    /// The sum of `x`, in the `sum` kernel's order (`reduce::sum_f32` for `f32`).
+    fn sum(x: &[Self]) -> Self;
     fn as_f32_operands<'x>(
         _a: &'x [Self],
         _b: &'x [Self],
@@ -125,6 +127,9 @@ impl Num for f32 {
     fn view_mut(s: &mut Storage) -> &mut [Self] {
         s.as_f32_mut()
     }
+    fn sum(x: &[f32]) -> f32 {
+        reduce::sum_f32(x)
+    }
     fn as_f32_operands<'x>(a: &'x [f32], b: &'x [f32], out: &'x mut [f32]) -> Option<gemm::F32Operands<'x>> {
         Some((a, b, out))
     }
@@ -149,6 +154,9 @@ impl Num for i64 {
     }
     fn view_mut(s: &mut Storage) -> &mut [Self] {
         s.as_i64_mut()
+    }
+    fn sum(x: &[i64]) -> i64 {
+        x.iter().fold(0, |acc, &v| acc.wrapping_add(v))
     }
 }
 
