@@ -14,7 +14,7 @@
 //! The machine is shared and noisy, so every comparison is interleaved: each round times
 //! every variant once (the median of a few calls), and a ratio is the median of the per-round
 //! ratios, printed with its range over the rounds. `KERNELS_ROUNDS` sets the rounds (default
-//! 7); `KERNELS_ONLY=matmul` or `KERNELS_ONLY=bandwidth` runs one half. Then criterion times each eagervm kernel on its own (`cargo bench --bench kernels --
+//! 7); `KERNELS_SIZES=64,512,1024` the products' sizes; `KERNELS_ONLY=matmul` or `KERNELS_ONLY=bandwidth` runs one half. Then criterion times each eagervm kernel on its own (`cargo bench --bench kernels --
 //! matmul/512` filters; `KERNELS_SUMMARY_ONLY=1` skips criterion).
 
 use std::hint::black_box;
@@ -201,8 +201,11 @@ struct Vm {
 }
 
 impl Vm {
-    fn new() -> Vm {
-        let vm = VirtualMachine::new(Config::default()).expect("vm");
+    /// A VM with its scheduler and worker threads, or (`synchronous`) one that runs each
+    /// instruction on the caller: the kernel's own cost plus the VM's bookkeeping, without
+    /// the hand-offs between threads, which on a loaded machine each wait for a core.
+    fn new(synchronous: bool) -> Vm {
+        let vm = VirtualMachine::new(Config { synchronous, ..Config::default() }).expect("vm");
         let cpu = vm.compute_stream(DeviceId::CPU).expect("cpu stream");
         Vm { vm, cpu }
     }
@@ -225,16 +228,23 @@ impl Vm {
 
 // ---- the summary ----------------------------------------------------------------------
 
-fn matmul_summary(vm: &Vm, torch: &mut Option<Torch>) {
+fn matmul_summary(vm: &Vm, sync: &Vm, torch: &mut Option<Torch>) {
     let rounds = rounds();
     let mm_threads = std::env::var("MATMUL_NUM_THREADS").unwrap_or_default();
     let pool2 = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
     let torch_cell = torch.as_mut().map(std::cell::RefCell::new);
     println!("\n== f32 matmul, square, {rounds} interleaved rounds; ratios: median [lowest, highest] over the rounds");
-    for (n, reps) in [(64usize, 200usize), (512, 8), (1024, 2)] {
+    let sizes: Vec<usize> = std::env::var("KERNELS_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![64, 512, 1024]);
+    for n in sizes {
+        // About 40 ms of the gemm crate per variant and round.
+        let reps = (4e9 / (n * n * n) as f64).clamp(1.0, 200.0) as usize;
         let (av, bv) = (values(n * n, 1), values(n * n, 2));
         let mut out = vec![0.0f32; n * n];
         let (a, b, o) = (vm.tensor(&av, &[n, n]), vm.tensor(&bv, &[n, n]), vm.empty(&[n, n]));
+        let (sa, sb, so) = (sync.tensor(&av, &[n, n]), sync.tensor(&bv, &[n, n]), sync.empty(&[n, n]));
         let flops = 2.0 * (n * n * n) as f64;
         let (old_reps, old_rounds) = if n >= 1024 { (1, rounds.min(3)) } else { (reps, rounds) };
         let out = std::cell::RefCell::new(&mut out);
@@ -260,6 +270,22 @@ fn matmul_summary(vm: &Vm, torch: &mut Option<Torch>) {
                 Box::new(|| median_call(reps, || matrixmultiply(n, &av, &bv, &mut out.borrow_mut()[..]))),
             ),
             (
+                "eagervm matmul, synchronous VM, 1 kernel thread".into(),
+                Box::new(|| {
+                    set_kernel_threads(1);
+                    median_call(reps, || sync.call("matmul", &[&sa, &sb], &so, 0.0))
+                }),
+            ),
+            (
+                "eagervm matmul, synchronous VM, 2 kernel threads".into(),
+                Box::new(|| {
+                    set_kernel_threads(2);
+                    let t = median_call(reps, || sync.call("matmul", &[&sa, &sb], &so, 0.0));
+                    set_kernel_threads(1);
+                    t
+                }),
+            ),
+            (
                 "eagervm matmul via the VM, 1 kernel thread".into(),
                 Box::new(|| {
                     set_kernel_threads(1);
@@ -278,10 +304,10 @@ fn matmul_summary(vm: &Vm, torch: &mut Option<Torch>) {
         ];
         if n == 512 {
             for op in ["matmul_tn", "matmul_nt"] {
-                let (a, b, o) = (&a, &b, &o);
+                let (a, b, o) = (&sa, &sb, &so);
                 variants.push((
-                    format!("eagervm {op} via the VM, 1 kernel thread"),
-                    Box::new(move || median_call(reps, || vm.call(op, &[a, b], o, 0.0))),
+                    format!("eagervm {op}, synchronous VM, 1 kernel thread"),
+                    Box::new(move || median_call(reps, || sync.call(op, &[a, b], o, 0.0))),
                 ));
             }
         }
@@ -327,13 +353,19 @@ fn report_matmul(n: usize, flops: f64, series: &[Series], old: Option<Series>) {
     println!("speed ratios (time of the second / time of the first; > 1: the first is faster)");
     let g1 = find("gemm crate, 1");
     let g2 = find("gemm crate, 2");
-    let v1 = find("eagervm matmul via the VM, 1");
-    let v2 = find("eagervm matmul via the VM, 2");
+    let v1 = find("eagervm matmul, synchronous VM, 1");
+    let v2 = find("eagervm matmul, synchronous VM, 2");
+    let w1 = find("eagervm matmul via the VM, 1");
+    let w2 = find("eagervm matmul via the VM, 2");
     show("gemm 1 thread vs matrixmultiply", find("matrixmultiply"), g1);
-    show("eagervm 1 thread vs torch 1 thread", find("torch.matmul, 1"), v1);
-    show("eagervm 2 threads vs torch 2 threads", find("torch.matmul, 2"), v2);
+    show("eagervm (synchronous VM) 1 thread vs torch 1 thread", find("torch.matmul, 1"), v1);
+    show("eagervm (synchronous VM) 2 threads vs torch 2 threads", find("torch.matmul, 2"), v2);
     show("eagervm 1 thread vs the gemm crate called directly", g1, v1);
     show("eagervm 2 threads vs eagervm 1 thread", v1, v2);
+    show("worker thread vs synchronous VM, 1 kernel thread", v1, w1);
+    show("worker thread vs synchronous VM, 2 kernel threads", v2, w2);
+    show("torch 1 thread vs eagervm on the VM's worker, 1 thread", find("torch.matmul, 1"), w1);
+    show("torch 2 threads vs eagervm on the VM's worker, 2 threads", find("torch.matmul, 2"), w2);
     show("gemm 2 threads vs gemm 1 thread", g1, g2);
     show("eagervm matmul_tn vs matmul (1 thread)", v1, find("eagervm matmul_tn"));
     show("eagervm matmul_nt vs matmul (1 thread)", v1, find("eagervm matmul_nt"));
@@ -352,7 +384,7 @@ fn gbs(bytes: f64, s: f64) -> f64 {
     bytes / s / 1e9
 }
 
-fn bandwidth_summary(vm: &Vm) {
+fn bandwidth_summary(vm: &Vm, threaded: &Vm) {
     let rounds = rounds();
     const N: usize = 16 << 20; // 64 MiB of f32
     let reps = 3;
@@ -360,6 +392,7 @@ fn bandwidth_summary(vm: &Vm) {
     let mut out = vec![0.0f32; N];
     let (a, b, o) = (vm.tensor(&av, &[N]), vm.tensor(&bv, &[N]), vm.empty(&[N]));
     let s = vm.empty(&[]);
+    let (ta, tb, to) = (threaded.tensor(&av, &[N]), threaded.tensor(&bv, &[N]), threaded.empty(&[N]));
     let (rows, cols) = (4096usize, N / 4096);
     let (x2, cs) = (vm.tensor(&av, &[rows, cols]), vm.empty(&[cols]));
     let mut colsum = vec![0.0f32; cols];
@@ -379,6 +412,10 @@ fn bandwidth_summary(vm: &Vm) {
             }),
         ),
         ("eagervm add".into(), Box::new(|| median_call(reps, || vm.call("add", &[&a, &b], &o, 0.0)))),
+        (
+            "eagervm add on the VM's worker".into(),
+            Box::new(|| median_call(reps, || threaded.call("add", &[&ta, &tb], &to, 0.0))),
+        ),
         (
             "plain loop: relu".into(),
             Box::new(|| {
@@ -416,6 +453,7 @@ fn bandwidth_summary(vm: &Vm) {
     let series = interleaved(rounds, &mut variants);
     drop(variants);
     println!("\n== 64 MiB f32 tensors (16 Mi elements), {rounds} interleaved rounds; GB/s = bytes read + written per second");
+    println!("(eagervm: a synchronous VM, the kernel on the calling thread, unless it says otherwise)");
     println!("{:<44} {:>9} {:>8}", "variant", "ms", "GB/s");
     let bytes = |name: &str| -> f64 {
         if name.contains("sum") {
@@ -434,6 +472,7 @@ fn bandwidth_summary(vm: &Vm) {
     println!("bandwidth ratios (GB/s of the first / GB/s of the second): median [lowest, highest]");
     for (x, y) in [
         ("eagervm add", "plain loop: add"),
+        ("eagervm add on the VM's worker", "eagervm add"),
         ("eagervm relu", "plain loop: relu"),
         ("eagervm copy", "memcpy (copy_from_slice)"),
         ("eagervm add", "memcpy (copy_from_slice)"),
@@ -478,18 +517,19 @@ fn main() {
     if std::env::var_os("MATMUL_NUM_THREADS").is_none() {
         std::env::set_var("MATMUL_NUM_THREADS", "1");
     }
-    let vm = Vm::new();
+    let vm = Vm::new(false);
+    let sync = Vm::new(true);
     let mut torch = Torch::start();
     if torch.is_none() {
         println!("(no PyTorch comparison: set EAGERVM_PEER_PYTHON to a Python with torch)");
     }
     let only = std::env::var("KERNELS_ONLY").unwrap_or_default();
     if only.is_empty() || only == "matmul" {
-        matmul_summary(&vm, &mut torch);
+        matmul_summary(&vm, &sync, &mut torch);
     }
     drop(torch);
     if only.is_empty() || only == "bandwidth" {
-        bandwidth_summary(&vm);
+        bandwidth_summary(&sync, &vm);
     }
     if std::env::var_os("KERNELS_SUMMARY_ONLY").is_none() {
         let mut c = Criterion::default().configure_from_args();
