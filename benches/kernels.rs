@@ -14,7 +14,8 @@
 //! The machine is shared and noisy, so every comparison is interleaved: each round times
 //! every variant once (the median of a few calls), and a ratio is the median of the per-round
 //! ratios, printed with its range over the rounds. `KERNELS_ROUNDS` sets the rounds (default
-//! 7); `KERNELS_SIZES=64,512,1024` the products' sizes; `KERNELS_ONLY=matmul` or `KERNELS_ONLY=bandwidth` runs one half. Then criterion times each eagervm kernel on its own (`cargo bench --bench kernels --
+//! 7); `KERNELS_STAT=min` takes each variant's fastest call in a round instead of its
+//! median; `KERNELS_SIZES=64,512,1024` the products' sizes; `KERNELS_ONLY=matmul` or `KERNELS_ONLY=bandwidth` runs one half. Then criterion times each eagervm kernel on its own (`cargo bench --bench kernels --
 //! matmul/512` filters; `KERNELS_SUMMARY_ONLY=1` skips criterion).
 
 use std::hint::black_box;
@@ -28,7 +29,16 @@ use eagervm::prelude::*;
 
 // ---- measuring ------------------------------------------------------------------------
 
-/// Seconds per call of `f`: the median of `reps` calls.
+/// Whether a variant's time in a round is its fastest call rather than its median call
+/// (`KERNELS_STAT=min`): on a machine others load, the fastest call is the one least
+/// disturbed.
+fn use_min() -> bool {
+    static MIN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MIN.get_or_init(|| std::env::var("KERNELS_STAT").is_ok_and(|v| v == "min"))
+}
+
+/// Seconds per call of `f`: the median (or, with `KERNELS_STAT=min`, the fastest) of
+/// `reps` calls.
 fn median_call(reps: usize, mut f: impl FnMut()) -> f64 {
     let mut t: Vec<f64> = (0..reps.max(1))
         .map(|_| {
@@ -37,7 +47,11 @@ fn median_call(reps: usize, mut f: impl FnMut()) -> f64 {
             s.elapsed().as_secs_f64()
         })
         .collect();
-    median(&mut t)
+    if use_min() {
+        t.iter().copied().fold(f64::MAX, f64::min)
+    } else {
+        median(&mut t)
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -181,7 +195,7 @@ impl Torch {
         let mut line = String::new();
         self.stdout.read_line(&mut line).ok()?;
         let v: serde_json::Value = serde_json::from_str(&line).ok()?;
-        v.get("median_s")?.as_f64()
+        v.get(if use_min() { "min_s" } else { "median_s" })?.as_f64()
     }
 }
 

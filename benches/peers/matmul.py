@@ -2,7 +2,8 @@
 can be compared in one run.
 
     python benches/peers/matmul.py --size 512 --threads 1 --reps 20
-        prints one JSON line: {"size": 512, "threads": 1, "median_s": ..., "times_s": [...]}
+        prints one JSON line: {"size": 512, "threads": 1, "median_s": ..., "min_s": ...,
+        "times_s": [...], "torch": version}
 
     python benches/peers/matmul.py --serve
         reads lines "SIZE THREADS REPS" on stdin and answers each with such a JSON line;
@@ -39,6 +40,7 @@ def measure(size: int, threads: int, reps: int) -> dict:
         "size": size,
         "threads": threads,
         "median_s": statistics.median(times),
+        "min_s": min(times),
         "times_s": times,
         "torch": torch.__version__,
     }
