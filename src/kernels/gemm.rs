@@ -4,11 +4,10 @@
 //!
 //! **Which code runs.** An `f32` product of more than [`SEQUENTIAL_MAX_MACS`] multiply-adds
 //! goes to the `gemm` crate (sarah-ek/gemm: packed, cache-blocked, with SIMD micro-kernels
-//! picked at run time: AVX-512 where the CPU has it, else AVX2/FMA, SSE or NEON); it reached
-//! 0.9–1.0 of PyTorch's `torch.matmul` at 512×512 on the machine of
-//! `docs/performance.md` ("CPU kernels"), where `matrixmultiply`, which has no AVX-512
-//! kernels, reached about half. Smaller `f32` products, and every `i64` product (no GEMM
-//! crate multiplies integers), run the plain loops below.
+//! picked at run time: AVX-512 where the CPU has it, else AVX2/FMA, SSE or NEON), chosen over
+//! `matrixmultiply` by measurement (`docs/performance.md`, "CPU kernels", has both against
+//! PyTorch). Smaller `f32` products, and every `i64` product (no GEMM crate multiplies
+//! integers), run the plain loops below.
 //!
 //! **Summation order.** The plain loops add each output element's products one at a time in
 //! increasing `p`, starting from zero, with a rounding after each multiply and each add: the
@@ -36,8 +35,9 @@ use super::Num;
 /// bits on every machine (`docs/performance.md`, "CPU kernels", measures what it costs).
 pub const SEQUENTIAL_MAX_MACS: usize = 64 * 64 * 64;
 
-/// The smallest product (in multiply-adds) that may use more than one thread: 128·128·128.
-/// Below it, waking the pool costs more than a second core gains (`docs/tuning.md`).
+/// The smallest product (in multiply-adds) that may use more than one thread: 128·128·128,
+/// tens of microseconds on one AVX-512 core. Below it, waking a pool thread (a futex round trip, and on a
+/// busy machine a wait for a core) is a large share of the product (`docs/tuning.md`).
 pub const PARALLEL_MIN_MACS: usize = 128 * 128 * 128;
 
 /// The environment variable that sets [`kernel_threads`] when [`set_kernel_threads`] has
