@@ -75,8 +75,12 @@ struct Series {
 }
 
 /// Run `rounds` rounds of every variant in turn; each variant returns its seconds per call.
-fn interleaved(rounds: usize, variants: &mut [(String, Box<dyn FnMut() -> f64 + '_>)]) -> Vec<Series> {
-    let mut out: Vec<Series> = variants.iter().map(|(n, _)| Series { name: n.clone(), times: vec![] }).collect();
+/// A named variant: each call times one round and returns seconds per call.
+type Variant<'a> = (String, Box<dyn FnMut() -> f64 + 'a>);
+
+fn interleaved(rounds: usize, variants: &mut [Variant<'_>]) -> Vec<Series> {
+    let mut out: Vec<Series> =
+        variants.iter().map(|(n, _)| Series { name: n.clone(), times: vec![] }).collect();
     for _ in 0..rounds {
         for (i, (_, f)) in variants.iter_mut().enumerate() {
             out[i].times.push(f());
@@ -262,11 +266,13 @@ fn matmul_summary(vm: &Vm, sync: &Vm, torch: &mut Option<Torch>) {
         let flops = 2.0 * (n * n * n) as f64;
         let (old_reps, old_rounds) = if n >= 1024 { (1, rounds.min(3)) } else { (reps, rounds) };
         let out = std::cell::RefCell::new(&mut out);
-        let mut variants: Vec<(String, Box<dyn FnMut() -> f64 + '_>)> = vec![
+        let mut variants: Vec<Variant<'_>> = vec![
             (
                 "gemm crate, 1 thread".into(),
                 Box::new(|| {
-                    median_call(reps, || gemm_crate(n, &av, &bv, &mut out.borrow_mut()[..], gemm::Parallelism::None))
+                    median_call(reps, || {
+                        gemm_crate(n, &av, &bv, &mut out.borrow_mut()[..], gemm::Parallelism::None)
+                    })
                 }),
             ),
             (
@@ -280,7 +286,10 @@ fn matmul_summary(vm: &Vm, sync: &Vm, torch: &mut Option<Torch>) {
                 }),
             ),
             (
-                format!("matrixmultiply, MATMUL_NUM_THREADS={}", if mm_threads.is_empty() { "1" } else { &mm_threads }),
+                format!(
+                    "matrixmultiply, MATMUL_NUM_THREADS={}",
+                    if mm_threads.is_empty() { "1" } else { &mm_threads }
+                ),
                 Box::new(|| median_call(reps, || matrixmultiply(n, &av, &bv, &mut out.borrow_mut()[..]))),
             ),
             (
@@ -413,8 +422,11 @@ fn bandwidth_summary(vm: &Vm, threaded: &Vm) {
     let out = std::cell::RefCell::new(&mut out);
     let colsum = std::cell::RefCell::new(&mut colsum);
     let f = 4.0 * N as f64; // bytes of one tensor
-    let mut variants: Vec<(String, Box<dyn FnMut() -> f64 + '_>)> = vec![
-        ("memcpy (copy_from_slice)".into(), Box::new(|| median_call(reps, || out.borrow_mut().copy_from_slice(&av)))),
+    let mut variants: Vec<Variant<'_>> = vec![
+        (
+            "memcpy (copy_from_slice)".into(),
+            Box::new(|| median_call(reps, || out.borrow_mut().copy_from_slice(&av))),
+        ),
         (
             "plain loop: add".into(),
             Box::new(|| {
@@ -445,7 +457,11 @@ fn bandwidth_summary(vm: &Vm, threaded: &Vm) {
         ("eagervm copy".into(), Box::new(|| median_call(reps, || vm.call("copy", &[&a], &o, 0.0)))),
         (
             "plain loop: sum (iter().sum(), in order)".into(),
-            Box::new(|| median_call(reps, || { black_box(black_box(&av[..]).iter().sum::<f32>()); }))
+            Box::new(|| {
+                median_call(reps, || {
+                    black_box(black_box(&av[..]).iter().sum::<f32>());
+                })
+            }),
         ),
         ("eagervm sum".into(), Box::new(|| median_call(reps, || vm.call("sum", &[&a], &s, 0.0)))),
         (
@@ -497,7 +513,13 @@ fn bandwidth_summary(vm: &Vm, threaded: &Vm) {
         // GB/s ratio = (bytes_x / t_x) / (bytes_y / t_y)
         let (m, lo, hi) = ratio(find(y), find(x));
         let scale = bytes(x) / bytes(y);
-        println!("  {:<62} {:>6.2}  [{:.2}, {:.2}]", format!("{x} vs {y}"), m * scale, lo * scale, hi * scale);
+        println!(
+            "  {:<62} {:>6.2}  [{:.2}, {:.2}]",
+            format!("{x} vs {y}"),
+            m * scale,
+            lo * scale,
+            hi * scale
+        );
     }
 }
 
@@ -508,10 +530,13 @@ fn criterion_benches(c: &mut Criterion, vm: &Vm) {
     let mut g = c.benchmark_group("matmul");
     g.sample_size(10);
     for n in [64usize, 512, 1024] {
-        let (a, b, o) = (vm.tensor(&values(n * n, 1), &[n, n]), vm.tensor(&values(n * n, 2), &[n, n]), vm.empty(&[n, n]));
+        let (a, b, o) =
+            (vm.tensor(&values(n * n, 1), &[n, n]), vm.tensor(&values(n * n, 2), &[n, n]), vm.empty(&[n, n]));
         g.throughput(Throughput::Elements((2 * n * n * n) as u64));
         for op in ["matmul", "matmul_tn", "matmul_nt"] {
-            g.bench_with_input(BenchmarkId::new(op, n), &n, |bch, _| bch.iter(|| vm.call(op, &[&a, &b], &o, 0.0)));
+            g.bench_with_input(BenchmarkId::new(op, n), &n, |bch, _| {
+                bch.iter(|| vm.call(op, &[&a, &b], &o, 0.0))
+            });
         }
     }
     g.finish();
@@ -519,7 +544,8 @@ fn criterion_benches(c: &mut Criterion, vm: &Vm) {
     let mut g = c.benchmark_group("elementwise_64MiB");
     g.sample_size(10);
     g.throughput(Throughput::Bytes((4 * N) as u64));
-    let (a, b, o, s) = (vm.tensor(&values(N, 3), &[N]), vm.tensor(&values(N, 4), &[N]), vm.empty(&[N]), vm.empty(&[]));
+    let (a, b, o, s) =
+        (vm.tensor(&values(N, 3), &[N]), vm.tensor(&values(N, 4), &[N]), vm.empty(&[N]), vm.empty(&[]));
     g.bench_function("add", |bch| bch.iter(|| vm.call("add", &[&a, &b], &o, 0.0)));
     g.bench_function("relu", |bch| bch.iter(|| vm.call("relu", &[&a], &o, 0.0)));
     g.bench_function("sum", |bch| bch.iter(|| vm.call("sum", &[&a], &s, 0.0)));

@@ -148,7 +148,11 @@ pub(crate) fn product<T: Num>(
 pub(crate) type F32Operands<'x> = (&'x [f32], &'x [f32], &'x mut [f32]);
 
 /// The `gemm` crate's product, on the calling thread or the kernel pool.
-fn gemm_f32((m, k, n): (usize, usize, usize), (a, b, out): F32Operands<'_>, layout: Layout) -> Result<(), String> {
+fn gemm_f32(
+    (m, k, n): (usize, usize, usize),
+    (a, b, out): F32Operands<'_>,
+    layout: Layout,
+) -> Result<(), String> {
     // Strides in elements, row then column, of each operand as `product` documents them.
     // Every dimension is at most a slice's length here (none is empty), so below isize::MAX.
     let (m_, k_, n_) = (m as isize, k as isize, n as isize);
@@ -288,7 +292,9 @@ mod tests {
     /// SIMD width or block, with vectors among them: within `1e-6 · Σ|terms|` of f64.
     #[test]
     fn every_layout_matches_f64_on_odd_shapes() {
-        for dims in [(3, 5, 7), (1, 300, 1), (1, 129, 77), (77, 129, 1), (65, 64, 64), (67, 301, 45), (200, 3, 150)] {
+        for dims in
+            [(3, 5, 7), (1, 300, 1), (1, 129, 77), (77, 129, 1), (65, 64, 64), (67, 301, 45), (200, 3, 150)]
+        {
             let (m, k, n) = dims;
             for l in LAYOUTS {
                 let a = values(m * k, 1);
@@ -357,7 +363,14 @@ mod tests {
 
     /// The crate's product with `threads` threads, without touching the process-wide
     /// setting (other tests run in parallel).
-    fn gemm_with_threads(threads: usize, dims: (usize, usize, usize), a: &[f32], b: &[f32], l: Layout, out: &mut [f32]) {
+    fn gemm_with_threads(
+        threads: usize,
+        dims: (usize, usize, usize),
+        a: &[f32],
+        b: &[f32],
+        l: Layout,
+        out: &mut [f32],
+    ) {
         let (m, k, n) = dims;
         let (m_, k_, n_) = (m as isize, k as isize, n as isize);
         let (a_rs, a_cs) = if l.a_trans { (1, m_) } else { (k_, 1) };
@@ -367,8 +380,25 @@ mod tests {
         // SAFETY: the slices hold the elements the strides address (asserted above).
         pool().unwrap().install(|| unsafe {
             gemm::gemm(
-                m, n, k, out.as_mut_ptr(), 1, n_, false, a.as_ptr(), a_cs, a_rs, b.as_ptr(), b_cs, b_rs, 0.0,
-                1.0, false, false, false, par,
+                m,
+                n,
+                k,
+                out.as_mut_ptr(),
+                1,
+                n_,
+                false,
+                a.as_ptr(),
+                a_cs,
+                a_rs,
+                b.as_ptr(),
+                b_cs,
+                b_rs,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
             )
         });
     }

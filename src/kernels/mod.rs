@@ -44,8 +44,10 @@ mod nn;
 mod reduce;
 
 pub use diag::{FailKernel, NoopKernel, PanicKernel};
-pub use gemm::{kernel_threads, set_kernel_threads, KERNEL_THREADS_ENV, PARALLEL_MIN_MACS, SEQUENTIAL_MAX_MACS};
 pub use elementwise::{AddKernel, CopyKernel, FillKernel, MulKernel, ReluKernel, ScaleKernel};
+pub use gemm::{
+    kernel_threads, set_kernel_threads, KERNEL_THREADS_ENV, PARALLEL_MIN_MACS, SEQUENTIAL_MAX_MACS,
+};
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
 pub use nn::{AddBiasKernel, ReluGradKernel, SubKernel, SumRowsKernel};

@@ -120,7 +120,8 @@ mod tests {
     fn large_sums_use_32_partial_sums_and_a_tree() {
         for len in [SEQUENTIAL_SUM_MAX + 1, 10_000, 1 << 16, (1 << 16) + 31] {
             // Full-mantissa values of mixed sign and magnitude, so that order shows.
-            let x: Vec<f32> = (0..len).map(|i| ((i * 7919) % 1000) as f32 * 0.37 - (i % 3) as f32 * 211.3).collect();
+            let x: Vec<f32> =
+                (0..len).map(|i| ((i * 7919) % 1000) as f32 * 0.37 - (i % 3) as f32 * 211.3).collect();
             let mut p = [0.0f32; 32];
             let whole = len / 32 * 32;
             for (i, &v) in x[..whole].iter().enumerate() {

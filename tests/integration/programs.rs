@@ -166,16 +166,20 @@ fn programs_give_the_same_reports_in_synchronous_mode() {
 #[test]
 fn programs_agree_with_their_references_above_the_kernels_sequential_sizes() {
     let vm = vm();
-    assert!(10_000 > eagervm::kernels::SEQUENTIAL_SUM_MAX);
+    const { assert!(10_000 > eagervm::kernels::SEQUENTIAL_SUM_MAX) };
     for device in [DeviceId::CPU, DeviceId::mock(0)] {
-        let r = programs::fanout(&vm, &FanoutOptions { device, width: 4, len: 10_000, ..FanoutOptions::default() })
-            .unwrap();
+        let r = programs::fanout(
+            &vm,
+            &FanoutOptions { device, width: 4, len: 10_000, ..FanoutOptions::default() },
+        )
+        .unwrap();
         assert!(r.matches_reference, "{r}");
-        let r = programs::failure(&vm, &FailureOptions { device, len: 10_000, ..FailureOptions::default() }).unwrap();
+        let r = programs::failure(&vm, &FailureOptions { device, len: 10_000, ..FailureOptions::default() })
+            .unwrap();
         assert!(r.as_expected, "{r}");
     }
     // 96 × 96 chunks times a 96 × 96 weight: 96³ multiply-adds per product.
-    assert!(96 * 96 * 96 > eagervm::kernels::SEQUENTIAL_MAX_MACS);
+    const { assert!(96 * 96 * 96 > eagervm::kernels::SEQUENTIAL_MAX_MACS) };
     let opts = PipelineOptions { chunks: 4, rows: 96, cols: 96, ..PipelineOptions::default() };
     let r = programs::pipeline(&vm, &opts).unwrap();
     assert!(r.matches_reference, "{r}");
