@@ -93,6 +93,23 @@ fn pool() -> Result<&'static rayon::ThreadPool, String> {
     .map_err(Clone::clone)
 }
 
+/// The pool a product of `macs` multiply-adds runs on with `threads` kernel threads, or
+/// `None` for the calling thread. A pool the system refused to start (no threads left) is
+/// logged once and the product runs on the calling thread: the same result, later.
+fn pool_for(threads: usize, macs: usize) -> Option<&'static rayon::ThreadPool> {
+    if threads <= 1 || macs < PARALLEL_MIN_MACS {
+        return None;
+    }
+    match pool() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            static LOGGED: std::sync::Once = std::sync::Once::new();
+            LOGGED.call_once(|| tracing::warn!("{e}; matrix products run on one thread"));
+            None
+        }
+    }
+}
+
 /// How a product's operands lie in memory (row-major).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
@@ -190,10 +207,9 @@ fn gemm_f32(
         }
     };
     let macs = m.saturating_mul(k).saturating_mul(n);
-    if threads > 1 && macs >= PARALLEL_MIN_MACS {
-        pool()?.install(|| run(gemm::Parallelism::Rayon(threads)));
-    } else {
-        run(gemm::Parallelism::None);
+    match pool_for(threads, macs) {
+        Some(pool) => pool.install(|| run(gemm::Parallelism::Rayon(threads))),
+        None => run(gemm::Parallelism::None),
     }
     Ok(())
 }
