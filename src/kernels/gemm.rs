@@ -307,6 +307,7 @@ mod tests {
     /// Every layout, on both sides of the threshold, on shapes that are not multiples of any
     /// SIMD width or block, with vectors among them: within `1e-6 · Σ|terms|` of f64.
     #[test]
+    #[cfg_attr(miri, ignore = "millions of multiply-adds through SIMD code: hours under miri")]
     fn every_layout_matches_f64_on_odd_shapes() {
         for dims in
             [(3, 5, 7), (1, 300, 1), (1, 129, 77), (77, 129, 1), (65, 64, 64), (67, 301, 45), (200, 3, 150)]
@@ -359,6 +360,7 @@ mod tests {
     /// Threads split the output, never `p`: one thread and two give the same bits, and so
     /// do repeated runs.
     #[test]
+    #[cfg_attr(miri, ignore = "millions of multiply-adds through SIMD code: hours under miri")]
     fn threads_do_not_change_the_bits() {
         let dims @ (m, k, n) = (192, 300, 170);
         assert!(m * k * n >= PARALLEL_MIN_MACS);
@@ -421,6 +423,7 @@ mod tests {
 
     /// The kernel's path through the pool gives what the calling thread gives.
     #[test]
+    #[cfg_attr(miri, ignore = "millions of multiply-adds through SIMD code: hours under miri")]
     fn gemm_f32_through_the_pool_matches_one_thread() {
         let dims @ (m, k, n) = (130, 140, 150);
         let (a, b) = (values(m * k, 7), values(k * n, 8));
