@@ -1,14 +1,16 @@
 //! Matrix product: `matmul`.
 
+use super::gemm::{self, Layout};
 use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
 use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `matmul`: inputs `a: [m, k]` and `b: [k, n]` of one dtype, output `[m, n]` with
 /// `out[i][j] = sum over p of a[i][p] * b[p][j]`.
 ///
-/// Plain loops in i-k-j order (the inner loop walks rows of `b` and `out` contiguously).
-/// Each output element accumulates its products in increasing `p`, in `f32` for `f32`, so
-/// the result is reproducible bit for bit; `i64` wraps.
+/// The compute is `kernels::gemm`'s: the `gemm` crate for `f32` products of more than
+/// 64³ multiply-adds, plain loops otherwise (each output element adding its products in
+/// increasing `p`, the same bits on every machine); the summation order and what it means
+/// for reproducibility are in that module's docs. `i64` wraps.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MatmulKernel;
 
@@ -68,24 +70,8 @@ fn matmul<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
     if meta.shape.as_slice() != [m, n] {
         return Err(format!("output 0 is {} but matmul produces [{m}, {n}]", meta.describe()));
     }
-    // The output may hold an earlier value (a reused tensor): start from zero.
-    out.fill(T::ZERO);
-    // With no product to add, the zeros are the result; and the loops below would run `m`
-    // or `m * k` times over nothing, unbounded by the tensors' sizes (`[2^40, 0]` holds no
-    // element).
-    if m == 0 || n == 0 || k == 0 {
-        return Ok(());
-    }
-    for i in 0..m {
-        let row = &mut out[i * n..(i + 1) * n];
-        for p in 0..k {
-            let x = a[i * k + p];
-            for (o, &y) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
-                *o = o.plus(x.times(y));
-            }
-        }
-    }
-    Ok(())
+    // The output may hold an earlier value (a reused tensor): `product` ignores it.
+    gemm::product((m, k, n), a, b, Layout { a_trans: false, b_trans: false }, out)
 }
 
 #[cfg(test)]

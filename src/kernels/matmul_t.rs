@@ -2,9 +2,10 @@
 //! (`a bᵀ`), the two products a linear layer's backward pass needs (`dW = xᵀ dy`,
 //! `dx = dy Wᵀ`). Separate ops rather than flags, so that `Attrs` stays a single scalar.
 //!
-//! Like `matmul`, each output element accumulates its products in increasing `p`, in `f32`
-//! for `f32`, so results are reproducible bit for bit; `i64` wraps.
+//! Like `matmul`, they compute through `kernels::gemm` (the `gemm` crate for large `f32`
+//! products, plain loops otherwise; its docs give the summation order); `i64` wraps.
 
+use super::gemm;
 use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
 use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
@@ -120,40 +121,12 @@ fn product<T: Num>(ctx: &mut KernelCtx<'_, '_>, layout: Layout) -> Result<(), St
     if meta.shape.as_slice() != [m, n] {
         return Err(format!("output 0 is {} but {} produces [{m}, {n}]", meta.describe(), layout.op()));
     }
-    // The output may hold an earlier value (a reused tensor): start from zero.
-    out.fill(T::ZERO);
-    // With no product to add, the zeros are the result; and the loops below would run up
-    // to `m * k` times over nothing, unbounded by the tensors' sizes.
-    if m == 0 || n == 0 || k == 0 {
-        return Ok(());
-    }
-    match layout {
-        // p outermost: row p of `a` and of `b` are contiguous, and every output element
-        // still accumulates in increasing p.
-        Layout::Tn => {
-            for p in 0..k {
-                let brow = &b[p * n..(p + 1) * n];
-                for i in 0..m {
-                    let x = a[p * m + i];
-                    for (o, &y) in out[i * n..(i + 1) * n].iter_mut().zip(brow) {
-                        *o = o.plus(x.times(y));
-                    }
-                }
-            }
-        }
-        // A dot product of row i of `a` with row j of `b`, both contiguous.
-        Layout::Nt => {
-            for i in 0..m {
-                let arow = &a[i * k..(i + 1) * k];
-                for j in 0..n {
-                    let brow = &b[j * k..(j + 1) * k];
-                    out[i * n + j] =
-                        arow.iter().zip(brow).fold(T::ZERO, |acc, (&x, &y)| acc.plus(x.times(y)));
-                }
-            }
-        }
-    }
-    Ok(())
+    let layout = match layout {
+        Layout::Tn => gemm::Layout { a_trans: true, b_trans: false },
+        Layout::Nt => gemm::Layout { a_trans: false, b_trans: true },
+    };
+    // The output may hold an earlier value (a reused tensor): `product` ignores it.
+    gemm::product((m, k, n), a, b, layout, out)
 }
 
 #[cfg(test)]

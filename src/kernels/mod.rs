@@ -7,8 +7,8 @@
 //! | `add`, `mul` | `a`, `b` of one shape | like `a` | no broadcasting |
 //! | `scale` | `x` | like `x` | `x * attrs.scalar` |
 //! | `relu` | `x` | like `x` | `max(x, 0)`; NaN stays NaN |
-//! | `sum` | `x` | scalar `[]` | sequential, in index order |
-//! | `matmul` | `[m, k]`, `[k, n]` | `[m, n]` | plain i-k-j loops |
+//! | `sum` | `x` | scalar `[]` | in index order up to 4096 elements, 32 partial sums above ([`sum_f32`]) |
+//! | `matmul` | `[m, k]`, `[k, n]` | `[m, n]` | the `gemm` crate above 64³ multiply-adds (`f32`), plain loops below and for `i64` |
 //! | `sub` | `a`, `b` of one shape | like `a` | `a - b`; no broadcasting |
 //! | `relu_grad` | `dy`, `x` of one shape | like `x` | `dy` where `x > 0`, else 0 |
 //! | `add_bias` | `x: [n, k]`, `b: [k]` | `[n, k]` | `x[i][j] + b[j]` |
@@ -37,6 +37,7 @@ pub mod collective;
 pub mod cuda;
 mod diag;
 mod elementwise;
+mod gemm;
 mod matmul;
 mod matmul_t;
 mod nn;
@@ -44,10 +45,13 @@ mod reduce;
 
 pub use diag::{FailKernel, NoopKernel, PanicKernel};
 pub use elementwise::{AddKernel, CopyKernel, FillKernel, MulKernel, ReluKernel, ScaleKernel};
+pub use gemm::{
+    kernel_threads, set_kernel_threads, KERNEL_THREADS_ENV, PARALLEL_MIN_MACS, SEQUENTIAL_MAX_MACS,
+};
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
 pub use nn::{AddBiasKernel, ReluGradKernel, SubKernel, SumRowsKernel};
-pub use reduce::SumKernel;
+pub use reduce::{sum_f32, SumKernel, SEQUENTIAL_SUM_MAX};
 
 use crate::alloc::Storage;
 use crate::vm::{DType, Element, KernelCtx, OpKernel, OutSpec, TensorMeta};
@@ -92,6 +96,17 @@ trait Num: Element + PartialOrd {
     fn view(s: &Storage) -> &[Self];
     /// The storage's bytes as elements, writable.
     fn view_mut(s: &mut Storage) -> &mut [Self];
+    /// A product's operands as `f32` slices, when `Self` is `f32` (those products may go to
+    /// the `gemm` crate; `gemm::product`).
+    /// The sum of `x`, in the `sum` kernel's order (`reduce::sum_f32` for `f32`).
+    fn sum(x: &[Self]) -> Self;
+    fn as_f32_operands<'x>(
+        _a: &'x [Self],
+        _b: &'x [Self],
+        _out: &'x mut [Self],
+    ) -> Option<gemm::F32Operands<'x>> {
+        None
+    }
 }
 
 impl Num for f32 {
@@ -114,6 +129,12 @@ impl Num for f32 {
     fn view_mut(s: &mut Storage) -> &mut [Self] {
         s.as_f32_mut()
     }
+    fn sum(x: &[f32]) -> f32 {
+        reduce::sum_f32(x)
+    }
+    fn as_f32_operands<'x>(a: &'x [f32], b: &'x [f32], out: &'x mut [f32]) -> Option<gemm::F32Operands<'x>> {
+        Some((a, b, out))
+    }
 }
 
 impl Num for i64 {
@@ -135,6 +156,9 @@ impl Num for i64 {
     }
     fn view_mut(s: &mut Storage) -> &mut [Self] {
         s.as_i64_mut()
+    }
+    fn sum(x: &[i64]) -> i64 {
+        x.iter().fold(0, |acc, &v| acc.wrapping_add(v))
     }
 }
 

@@ -141,8 +141,10 @@ pub fn failure_keeping(
         as_expected &= matches!(&e, Some(Error::Kernel { op, message, .. }) if op == "fail" && *message == expected_error);
         poisoned.push(o);
     }
-    let relu_ref = xv.iter().fold(0.0f32, |s, &v| s + if v < 0.0 { 0.0 } else { v });
-    let later_ref = xv.iter().fold(0.0f32, |s, &v| s + (0.5 + v));
+    // In the `sum` kernel's order.
+    let sum = |f: fn(f32) -> f32| crate::kernels::sum_f32(&xv.iter().map(|&v| f(v)).collect::<Vec<_>>());
+    let relu_ref = sum(|v| if v < 0.0 { 0.0 } else { v });
+    let later_ref = sum(|v| 0.5 + v);
     let abs_sum = |f: &dyn Fn(f32) -> f32| CUDA_REL * xv.iter().map(|&v| f(v).abs() as f64).sum::<f64>();
     let relu_tol = abs_sum(&|v| v.max(0.0));
     let exact = bit_exact_on(dev);

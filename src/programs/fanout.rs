@@ -123,10 +123,8 @@ pub fn fanout_keeping(
     let reference: Vec<f32> = (0..opts.width)
         .map(|i| {
             let s = factor(i, opts.width) as f32;
-            xv.iter().fold(0.0f32, |acc, &v| {
-                let y = v * s;
-                acc + if y < 0.0 { 0.0 } else { y }
-            })
+            let relu: Vec<f32> = xv.iter().map(|&v| v * s).map(|y| if y < 0.0 { 0.0 } else { y }).collect();
+            crate::kernels::sum_f32(&relu)
         })
         .collect();
     let ref_total = tree(reference.clone(), |a, b| Ok(a + b))?.unwrap_or(0.0);

@@ -441,6 +441,8 @@ impl Config {
         set!(env.int(crate::alloc::pin::ENV_LOCK_MIN_BYTES, 0usize, USIZE), |_v| {});
         set!(env.text(crate::ep::cuda::ENV_DRIVER_LIB, LIB), |_v| {});
         set!(env.text("EAGERVM_NCCL_LIB", LIB), |_v| {});
+        // `kernels::KERNEL_THREADS_ENV`, a layer above this one.
+        set!(env.int("EAGERVM_KERNEL_THREADS", 1usize, "a whole number of threads, 1 or more"), |_v| {});
         Ok(())
     }
 
@@ -581,6 +583,7 @@ mod tests {
             ("EAGERVM_MOCK_JITTER_US", "5ms", "microseconds"),
             ("EAGERVM_STREAM_PRIORITIES", "gpu=1", "no such stream type"),
             ("EAGERVM_CUDA_LOCK_MIN_BYTES", "lots", "whole number"),
+            ("EAGERVM_KERNEL_THREADS", "0", "1 or more"),
         ] {
             let e = from(&[(var, value)]).unwrap_err();
             assert_eq!((e.var, e.value.as_str()), (var, value));

@@ -159,3 +159,35 @@ fn programs_give_the_same_reports_in_synchronous_mode() {
         assert_eq!(a, b, "{}", p.name);
     }
 }
+
+/// Above the kernels' sequential thresholds (sums of more than 4096 elements, products of
+/// more than 64³ multiply-adds, which take other summation orders), the programs still agree
+/// with their references: cpu and mock bit for bit, the host references in the kernels' order.
+#[test]
+fn programs_agree_with_their_references_above_the_kernels_sequential_sizes() {
+    let vm = vm();
+    const { assert!(10_000 > eagervm::kernels::SEQUENTIAL_SUM_MAX) };
+    for device in [DeviceId::CPU, DeviceId::mock(0)] {
+        let r = programs::fanout(
+            &vm,
+            &FanoutOptions { device, width: 4, len: 10_000, ..FanoutOptions::default() },
+        )
+        .unwrap();
+        assert!(r.matches_reference, "{r}");
+        let r = programs::failure(&vm, &FailureOptions { device, len: 10_000, ..FailureOptions::default() })
+            .unwrap();
+        assert!(r.as_expected, "{r}");
+    }
+    // 96 × 96 chunks times a 96 × 96 weight: 96³ multiply-adds per product.
+    const { assert!(96 * 96 * 96 > eagervm::kernels::SEQUENTIAL_MAX_MACS) };
+    let opts = PipelineOptions { chunks: 4, rows: 96, cols: 96, ..PipelineOptions::default() };
+    let r = programs::pipeline(&vm, &opts).unwrap();
+    assert!(r.matches_reference, "{r}");
+    // The MLP with products of 128·96·96 multiply-adds: the same losses on cpu and mock.
+    let big = MlpOptions { steps: 5, samples: 128, inputs: 96, hidden: 96, ..MlpOptions::default() };
+    let cpu = programs::mlp(&vm, &big).unwrap();
+    let mock = programs::mlp(&vm, &MlpOptions { device: DeviceId::mock(0), ..big.clone() }).unwrap();
+    let bits = |r: &programs::MlpReport| r.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+    assert!(cpu.losses.iter().all(|l| l.is_finite()), "{cpu}");
+    assert_eq!(bits(&cpu), bits(&mock));
+}
