@@ -40,8 +40,10 @@ fn setup() -> Setup {
     Setup { vm, cpu, add }
 }
 
-/// `n` adds `x = x + y` through `call`, then a sync.
-fn chain_call(s: &Setup, y: &Tensor, n: usize) {
+/// `n` adds `x = x + y` through `call`, then a sync. Returns the time until the caller
+/// had issued them all (before the sync).
+fn chain_call(s: &Setup, y: &Tensor, n: usize) -> Duration {
+    let t = Instant::now();
     let mut x = y.clone();
     s.vm.run(|b| {
         for _ in 0..n {
@@ -49,18 +51,24 @@ fn chain_call(s: &Setup, y: &Tensor, n: usize) {
         }
     });
     drop(x);
+    let issued = t.elapsed();
     s.vm.sync().expect("sync");
+    issued
 }
 
 /// `n` adds alternating between two preallocated tensors through `call_into`, then a sync.
-fn chain_call_into(s: &Setup, y: &Tensor, ab: &[Tensor; 2], n: usize) {
+/// Returns the time until the caller had issued them all.
+fn chain_call_into(s: &Setup, y: &Tensor, ab: &[Tensor; 2], n: usize) -> Duration {
+    let t = Instant::now();
     s.vm.run(|b| {
         for i in 0..n {
             let (src, dst) = (&ab[i & 1], &ab[(i + 1) & 1]);
             b.call_into(s.add, &[src, y], &[dst], Attrs::default(), s.cpu).expect("call_into");
         }
     });
+    let issued = t.elapsed();
     s.vm.sync().expect("sync");
+    issued
 }
 
 /// Issue one add and wait for its value.
@@ -183,14 +191,20 @@ fn summary() {
     let mut m = Mlp::new();
     let (mut into, mut call, mut ratio, mut trip, mut step, mut step_read) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let (mut into_issue, mut call_issue) = (vec![], vec![]);
+    let (mut into_cpu, mut call_cpu) = (vec![], vec![]);
+    let cpu_per = |c: Duration, n: usize| (cpu_time() - c).as_secs_f64() * 1e9 / n as f64;
+    let issue = |d: Duration| d.as_secs_f64() * 1e9 / SUMMARY_CHAIN as f64;
     let per = |t: Instant, n: usize| t.elapsed().as_secs_f64() * 1e9 / n as f64;
     for _ in 0..ROUNDS {
-        let t = Instant::now();
-        chain_call_into(&s, &y, &ab, SUMMARY_CHAIN);
+        let (t, c) = (Instant::now(), cpu_time());
+        into_issue.push(issue(chain_call_into(&s, &y, &ab, SUMMARY_CHAIN)));
         let a = per(t, SUMMARY_CHAIN);
-        let t = Instant::now();
-        chain_call(&s, &y, SUMMARY_CHAIN);
+        into_cpu.push(cpu_per(c, SUMMARY_CHAIN));
+        let (t, c) = (Instant::now(), cpu_time());
+        call_issue.push(issue(chain_call(&s, &y, SUMMARY_CHAIN)));
         let b = per(t, SUMMARY_CHAIN);
+        call_cpu.push(cpu_per(c, SUMMARY_CHAIN));
         into.push(a);
         call.push(b);
         ratio.push(b / a);
@@ -223,6 +237,12 @@ fn summary() {
     println!("    call_into  {:>8.1} ns  [{:.2}]", median(&mut into.clone()), spread(&into));
     println!("    call       {:>8.1} ns  [{:.2}]", median(&mut call.clone()), spread(&call));
     println!("    call / call_into (per round)  {:.2}  [{:.2}]", median(&mut ratio.clone()), spread(&ratio));
+    println!("    CPU time of all the process's threads (user + system), per op:");
+    println!("      call_into  {:>8.1} ns  [{:.2}]", median(&mut into_cpu.clone()), spread(&into_cpu));
+    println!("      call       {:>8.1} ns  [{:.2}]", median(&mut call_cpu.clone()), spread(&call_cpu));
+    println!("    the caller's share (issued, before the sync):");
+    println!("      call_into  {:>8.1} ns  [{:.2}]", median(&mut into_issue.clone()), spread(&into_issue));
+    println!("      call       {:>8.1} ns  [{:.2}]", median(&mut call_issue.clone()), spread(&call_issue));
     println!(
         "  round trip (issue one add, read it; median of {TRIPS} per round)  {:>8.1} ns  [{:.2}]",
         median(&mut trip.clone()),
@@ -245,6 +265,15 @@ fn summary() {
 }
 
 fn main() {
+    // `--profile-call`: only chains through `call`, for a profiler to watch.
+    if std::env::args().any(|a| a == "--profile-call") {
+        let s = setup();
+        let y = s.vm.from_slice(&[1.0f32], &[1], DeviceId::CPU).expect("y");
+        for _ in 0..20 {
+            chain_call(&s, &y, SUMMARY_CHAIN);
+        }
+        return;
+    }
     let only_summary = std::env::args().any(|a| a == "--summary");
     if !only_summary {
         let mut c = Criterion::default()

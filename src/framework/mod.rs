@@ -12,6 +12,7 @@ pub use tensor::Tensor;
 pub mod builder;
 pub(crate) mod infer_cache;
 pub(crate) mod release;
+mod deferred;
 pub use builder::{InstructionsBuilder, MAX_INPUTS};
 pub use collective::Communicator;
 pub use virtual_machine::VirtualMachine;

@@ -19,6 +19,7 @@ pub(crate) mod engine;
 mod error;
 pub mod flight;
 pub(crate) mod instruction;
+mod intern;
 mod instruction_policy;
 pub mod kernel;
 pub(crate) mod observe;
