@@ -97,15 +97,27 @@ impl Mlp {
         let t = |v: &[f32], shape: &[usize]| s.vm.from_slice(v, shape, DeviceId::CPU).expect("tensor");
         let (x, y) = (t(&xv, &[n, d]), t(&yv, &[n, 1]));
         let w = [t(&w1v, &[d, h]), t(&vec![0.0; h], &[h]), t(&w2v, &[h, 1]), t(&[0.0], &[1])];
-        let names =
-            ["matmul", "add_bias", "relu", "sub", "mul", "sum", "scale", "matmul_tn", "sum_rows", "relu_grad", "matmul_nt"];
+        let names = [
+            "matmul",
+            "add_bias",
+            "relu",
+            "sub",
+            "mul",
+            "sum",
+            "scale",
+            "matmul_tn",
+            "sum_rows",
+            "relu_grad",
+            "matmul_nt",
+        ];
         let ops = names.map(|o| s.vm.op(o).expect("op"));
         Mlp { s, ops, x, y, w, inv_n: 1.0 / n as f64 }
     }
 
     /// One step (forward, loss, backward, SGD); returns the loss tensor (on the host).
     fn step(&mut self) -> Tensor {
-        let [matmul, add_bias, relu, sub, mul, sum, scale, matmul_tn, sum_rows, relu_grad, matmul_nt] = self.ops;
+        let [matmul, add_bias, relu, sub, mul, sum, scale, matmul_tn, sum_rows, relu_grad, matmul_nt] =
+            self.ops;
         let (cpu, none, inv_n, lr) = (self.s.cpu, Attrs::default(), self.inv_n, 0.05);
         let (x, y) = (&self.x, &self.y);
         let [w1, b1, w2, b2] = &self.w;

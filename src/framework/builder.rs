@@ -186,7 +186,13 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// (and refuses, if it must). Inputs last used on another stream pass: the emission
     /// (`emit_call`) adds the soft sync. The caller has opened the batch.
     #[inline(always)]
-    fn fast_check_making(&mut self, op: &Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Option<Checked> {
+    fn fast_check_making(
+        &mut self,
+        op: &Op,
+        inputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> Option<Checked> {
         let n = inputs.len();
         if n > KEY_OPS {
             return None;
@@ -493,9 +499,9 @@ impl<'vm> InstructionsBuilder<'vm> {
             return;
         }
         let (vm, mut b) = (self.vm, None);
-        self.front
-            .releases
-            .release_all(self.deferred.drain(..), |t| push_release(b.get_or_insert_with(|| vm.take_batch()), t));
+        self.front.releases.release_all(self.deferred.drain(..), |t| {
+            push_release(b.get_or_insert_with(|| vm.take_batch()), t)
+        });
         if let Some(b) = b {
             vm.submit_unbounded(b);
         }
@@ -917,7 +923,8 @@ mod tests {
         let ops = ["add", "sub", "mul"].map(|o| vm.op(o).unwrap());
         let (scale, relu) = (vm.op("scale").unwrap(), vm.op("relu").unwrap());
         // Eight shapes, three ops on each: 24 signatures.
-        let xs: Vec<Tensor> = (1..=8).map(|n| vm.from_slice(&vec![1.0f32; n], &[n], DeviceId::CPU).unwrap()).collect();
+        let xs: Vec<Tensor> =
+            (1..=8).map(|n| vm.from_slice(&vec![1.0f32; n], &[n], DeviceId::CPU).unwrap()).collect();
         vm.run(|b| {
             let mut after_first = 0;
             for pass in 0..5 {

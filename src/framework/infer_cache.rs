@@ -203,9 +203,9 @@ impl InferCache {
         }
         let (k, bits) = (kernel.addr(), attrs.scalar.to_bits());
         let wide = self.entries.get(SETS * WAYS..)?;
-        let j = wide.iter().position(|e| {
-            e.as_ref().is_some_and(|e| e.matches(k, stream, bits, n_inputs, ids.clone()))
-        })?;
+        let j = wide
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.matches(k, stream, bits, n_inputs, ids.clone())))?;
         Some(SETS * WAYS + j)
     }
 
@@ -393,7 +393,8 @@ mod tests {
             for k in &sigs {
                 if c.find(k).is_none() {
                     misses += 1;
-                    let ids: SmallVec<[MetaId; 4]> = SmallVec::from_slice(&[MetaId((k.0[3]) as u32), MetaId((k.0[3] >> 32) as u32)]);
+                    let ids: SmallVec<[MetaId; 4]> =
+                        SmallVec::from_slice(&[MetaId((k.0[3]) as u32), MetaId((k.0[3] >> 32) as u32)]);
                     let kernel = ops.iter().copied().find(|o| o.addr() as u64 == k.0[0]).unwrap();
                     let at = Attrs::scalar(f64::from_bits(k.0[1]));
                     c.insert(kernel, 0, &at, 2, ids, OutSpecs::new(), SmallVec::new()).unwrap();

@@ -14,7 +14,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::ep::DeviceId;
-use crate::vm::tensor::{add_ref, alloc_object, drop_ref, free, Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
+use crate::vm::tensor::{
+    add_ref, alloc_object, drop_ref, free, Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM,
+};
 use crate::vm::{DType, Element, Engine, Error, Result, TensorMeta};
 
 /// The user's handle to a tensor. Cloning is cheap (one counter on the tensor's first

@@ -134,7 +134,8 @@ mod tests {
     #[test]
     fn many_metas_through_a_small_cache() {
         let t = Metas::default();
-        let metas: Vec<TensorMeta> = (0..4 * SLOTS).map(|n| TensorMeta::new(&[n, 1], DType::F32, DeviceId::CPU)).collect();
+        let metas: Vec<TensorMeta> =
+            (0..4 * SLOTS).map(|n| TensorMeta::new(&[n, 1], DType::F32, DeviceId::CPU)).collect();
         let ids: Vec<MetaId> = metas.iter().map(|m| t.intern(m)).collect();
         for _ in 0..3 {
             for (m, id) in metas.iter().zip(&ids) {
