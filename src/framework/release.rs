@@ -240,10 +240,9 @@ impl<T> Releases<T> {
             if pending.back().is_none_or(|&(last, _)| last < tag) {
                 pending.extend(ts.map(|t| (tag, t)));
             } else {
-                let mut at = pending.partition_point(|&(other, _)| other < tag);
-                for t in ts {
+                let first = pending.partition_point(|&(other, _)| other < tag);
+                for (at, t) in (first..).zip(ts) {
                     pending.insert(at, (tag, t));
-                    at += 1;
                 }
             }
             self.pending_len.store(pending.len(), Ordering::Relaxed);
