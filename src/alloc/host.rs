@@ -50,14 +50,20 @@
 //! # Locking and memory ordering
 //!
 //! One `parking_lot::Mutex` guards all free lists: allocation happens when a tensor is first
-//! written, not per instruction, so the lock is cold. The lock also orders a block's reuse
+//! written, not per instruction, so the lock is uncontended (in an eager loop that makes a
+//! tensor per call it is taken twice per call, by the worker that allocates and frees). The
+//! lock also orders a block's reuse
 //! after its free: the thread that pushes a freed block releases the lock, the thread that
 //! pops it acquires it, so every write through the old [`Storage`] happens before the
 //! zeroing and every later access through the new one.
 //!
-//! The statistics are separate atomics updated with `Relaxed` ordering. They synchronise
-//! nothing; [`HostAllocator::stats`] reads each counter on its own, so under concurrent
-//! traffic a snapshot may mix counters from slightly different moments.
+//! The statistics are separate atomics with `Relaxed` ordering, so that
+//! [`HostAllocator::stats`] and the profiler's sample of the bytes in use read them without
+//! the lock. Every counter but the two of system calls changes only under the lock, with a
+//! load and a store rather than a read-modify-write: the lock already makes the update
+//! exclusive, and a locked instruction per counter cost more than the rest of an allocation
+//! from the cache. They synchronise nothing; `stats` reads each counter on its own, so under
+//! concurrent traffic a snapshot may mix counters from slightly different moments.
 //!
 //! This module uses `std` and `parking_lot` directly rather than [`crate::sync`]: it never
 //! sleeps waiting for another thread, so it takes no part in the protocols the model
@@ -138,7 +144,10 @@ struct Block(NonNull<u8>);
 // on a free list), so moving it to another thread is moving plain owned memory.
 unsafe impl Send for Block {}
 
-/// Counters behind [`AllocStats`]; `Relaxed` atomics (see the module docs).
+/// Counters behind [`AllocStats`]; `Relaxed` atomics (see the module docs). All but the
+/// system counters change only under the free lists' lock, by a load and a store (`add`,
+/// `sub`, `taken`): the lock makes them exclusive, so no read-modify-write is needed, and a
+/// plain store costs far less than a locked one on the allocation path.
 #[derive(Default)]
 struct Counters {
     in_use_bytes: AtomicUsize,
@@ -148,7 +157,32 @@ struct Counters {
     cached_blocks: AtomicUsize,
     system_allocs: AtomicU64,
     system_frees: AtomicU64,
-    cache_hits: AtomicU64,
+    cache_hits: AtomicUsize,
+}
+
+impl Counters {
+    /// `n` more in `counter` (under the free lists' lock).
+    #[inline]
+    fn add(&self, counter: &AtomicUsize, n: usize) {
+        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    /// `n` less in `counter` (under the free lists' lock).
+    #[inline]
+    fn sub(&self, counter: &AtomicUsize, n: usize) {
+        counter.store(counter.load(Ordering::Relaxed) - n, Ordering::Relaxed);
+    }
+
+    /// A block of `size` bytes handed out for `bytes` requested (under the lock).
+    #[inline]
+    fn taken(&self, size: usize, bytes: usize) {
+        let in_use = self.in_use_bytes.load(Ordering::Relaxed) + size;
+        self.in_use_bytes.store(in_use, Ordering::Relaxed);
+        if in_use > self.peak_in_use_bytes.load(Ordering::Relaxed) {
+            self.peak_in_use_bytes.store(in_use, Ordering::Relaxed);
+        }
+        self.add(&self.requested_bytes, bytes);
+    }
 }
 
 /// A snapshot of a [`HostAllocator`]'s counters.
@@ -363,16 +397,15 @@ impl HostAllocator {
             let mut free = self.free.lock();
             let block = free[class].pop();
             if block.is_some() {
-                // Under the lock, like every change of the cache counters, so that
-                // `shrink` resetting them never races with this decrement.
-                c.cached_bytes.fetch_sub(size, Ordering::Relaxed);
-                c.cached_blocks.fetch_sub(1, Ordering::Relaxed);
+                c.sub(&c.cached_bytes, size);
+                c.sub(&c.cached_blocks, 1);
+                c.cache_hits.store(c.cache_hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                c.taken(size, bytes);
             }
             block
         };
         let ptr = match cached {
             Some(Block(ptr)) => {
-                c.cache_hits.fetch_add(1, Ordering::Relaxed);
                 // SAFETY: the block is `size >= bytes` bytes long, came off the free list
                 // so nothing else refers to it, and `u8` has no alignment requirement.
                 unsafe { ptr.as_ptr().write_bytes(0, bytes) };
@@ -393,12 +426,11 @@ impl HostAllocator {
                     }
                 };
                 c.system_allocs.fetch_add(1, Ordering::Relaxed);
+                let _free = self.free.lock();
+                c.taken(size, bytes);
                 ptr
             }
         };
-        let in_use = c.in_use_bytes.fetch_add(size, Ordering::Relaxed) + size;
-        c.peak_in_use_bytes.fetch_max(in_use, Ordering::Relaxed);
-        c.requested_bytes.fetch_add(bytes, Ordering::Relaxed);
         Ok(Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self), device: None })
     }
 
@@ -424,7 +456,7 @@ impl HostAllocator {
             cached_blocks: c.cached_blocks.load(Ordering::Relaxed),
             system_allocs: c.system_allocs.load(Ordering::Relaxed),
             system_frees: c.system_frees.load(Ordering::Relaxed),
-            cache_hits: c.cache_hits.load(Ordering::Relaxed),
+            cache_hits: c.cache_hits.load(Ordering::Relaxed) as u64,
         }
     }
 
@@ -462,12 +494,12 @@ impl HostAllocator {
     fn give_back(&self, class: usize, requested: usize, ptr: NonNull<u8>) {
         let size = class_size(class);
         let c = &self.counters;
-        c.in_use_bytes.fetch_sub(size, Ordering::Relaxed);
-        c.requested_bytes.fetch_sub(requested, Ordering::Relaxed);
         let mut free = self.free.lock();
         free[class].push(Block(ptr));
-        c.cached_bytes.fetch_add(size, Ordering::Relaxed);
-        c.cached_blocks.fetch_add(1, Ordering::Relaxed);
+        c.sub(&c.in_use_bytes, size);
+        c.sub(&c.requested_bytes, requested);
+        c.add(&c.cached_bytes, size);
+        c.add(&c.cached_blocks, 1);
     }
 }
 

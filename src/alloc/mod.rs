@@ -24,6 +24,7 @@
 
 mod fault;
 mod host;
+pub(crate) mod objects;
 pub mod pin;
 
 pub use fault::AllocFaults;

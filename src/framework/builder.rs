@@ -58,6 +58,7 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use crate::ep::DeviceId;
+use crate::framework::deferred;
 use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
@@ -101,6 +102,11 @@ pub struct InstructionsBuilder<'vm> {
     infer: Box<InferCache>,
     /// The specs and output meta ids of the last call whose signature was not cached.
     uncached: (OutSpecs, SmallVec<[MetaId; 2]>),
+    /// This builder's claim on its thread's deferred releases (`framework::deferred`), if
+    /// it owns them.
+    ownership: Option<deferred::Ownership>,
+    /// The deferred releases being made (kept for its capacity).
+    deferred: Vec<TensorOwner>,
 }
 
 /// What a checked call produces: its kernel, and where its outputs' specs are.
@@ -125,6 +131,8 @@ impl<'vm> InstructionsBuilder<'vm> {
             open: false,
             infer: front.take_infer_cache(),
             uncached: Default::default(),
+            ownership: deferred::enter(vm),
+            deferred: Vec::new(),
         }
     }
 
@@ -142,8 +150,81 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<SmallVec<[Tensor; 2]>> {
-        let device = self.vm.stream(stream)?.device;
-        let checked = self.check(op, inputs, &[], &attrs, stream, false)?;
+        self.open_if_idle();
+        let checked = match self.fast_check_making(&op, inputs, attrs, stream) {
+            Some(c) => c,
+            None => self.check(op, inputs, &[], &attrs, stream, false)?,
+        };
+        Ok(self.make_and_emit(checked, inputs, attrs, stream))
+    }
+
+    /// Call a single-output `op` on `stream`, creating its output.
+    #[inline]
+    pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
+        self.open_if_idle();
+        // Refuse before emitting anything: a refused call leaves no instruction behind.
+        let checked = match self.fast_check_making(&op, inputs, attrs, stream) {
+            Some(c) => c,
+            None => self.check(op, inputs, &[], &attrs, stream, false)?,
+        };
+        let n = self.outputs_of(checked).0.len();
+        if n != 1 {
+            return Err(Error::InvalidOperands {
+                op: op.name().into(),
+                detail: format!("has {n} outputs; use call_multi"),
+            });
+        }
+        let mut outs = self.make_and_emit(checked, inputs, attrs, stream);
+        // Cannot fail: the checked signature has one output.
+        Ok(outs.pop().expect("one output"))
+    }
+
+    /// The check of a call whose outputs the builder makes (`call`, `call_multi`), in one
+    /// pass over its inputs, for the common case: at most [`KEY_OPS`] inputs, all of this
+    /// VM, none released, and a signature in the inference cache. Returns `None`, having
+    /// changed nothing, for any other call, which [`check`](Self::check) then checks in full
+    /// (and refuses, if it must). Inputs last used on another stream pass: the emission
+    /// (`emit_call`) adds the soft sync. The caller has opened the batch.
+    #[inline(always)]
+    fn fast_check_making(
+        &mut self,
+        op: &Op,
+        inputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> Option<Checked> {
+        let n = inputs.len();
+        if n > KEY_OPS {
+            return None;
+        }
+        let s = self.streams.get(stream.index())?;
+        let kernel = op.kernel_ref(s.device.ty)?;
+        let mut ids = [MetaId(0); KEY_OPS];
+        let mut refused = false;
+        for (id, t) in ids.iter_mut().zip(inputs) {
+            let t = t.inner();
+            *id = t.meta_id;
+            refused |= t.released.load(Ordering::Relaxed) | !t.belongs_to(self.me);
+        }
+        if refused {
+            return None;
+        }
+        let entry = self.infer.find(&Key::new(kernel, stream.0, &attrs, n, n, &ids))?;
+        Some(Checked { kernel, entry: Some(entry) })
+    }
+
+    /// Make the outputs of a checked call (`call`, `call_multi`) on the stream's device and
+    /// emit the call.
+    #[inline]
+    fn make_and_emit(
+        &mut self,
+        checked: Checked,
+        inputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> SmallVec<[Tensor; 2]> {
+        // The check found the stream.
+        let device = self.streams[stream.index()].device;
         let outs: SmallVec<[Tensor; 2]> = {
             let (specs, ids) = self.outputs_of(checked);
             specs
@@ -155,27 +236,14 @@ impl<'vm> InstructionsBuilder<'vm> {
                 })
                 .collect()
         };
-        {
-            let refs: SmallVec<[&Tensor; 2]> = outs.iter().collect();
-            self.emit_call(checked.kernel, inputs, &refs, attrs, stream);
+        match outs.len() {
+            1 => self.emit_call(checked.kernel, inputs, &[&outs[0]], attrs, stream),
+            _ => {
+                let refs: SmallVec<[&Tensor; 2]> = outs.iter().collect();
+                self.emit_call(checked.kernel, inputs, &refs, attrs, stream);
+            }
         }
-        Ok(outs)
-    }
-
-    /// Call a single-output `op` on `stream`, creating its output.
-    pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
-        // Refuse before emitting anything: a refused call leaves no instruction behind.
-        let checked = self.check(op, inputs, &[], &attrs, stream, false)?;
-        let n = self.outputs_of(checked).0.len();
-        if n != 1 {
-            return Err(Error::InvalidOperands {
-                op: op.name().into(),
-                detail: format!("has {n} outputs; use call_multi"),
-            });
-        }
-        let mut outs = self.call_multi(op, inputs, attrs, stream)?;
-        // Cannot fail: `call_multi` checks the same signature again, which has one output.
-        Ok(outs.pop().expect("one output"))
+        outs
     }
 
     /// Call `op` on `stream`, writing into the given `outputs` (which must have the shapes
@@ -419,6 +487,23 @@ impl<'vm> InstructionsBuilder<'vm> {
             self.open = false;
             let ready = self.front.releases.close(&self.slot);
             submit_releases(self.vm, ready);
+        }
+        self.make_deferred_releases();
+    }
+
+    /// Make the releases this thread deferred for this VM (`framework::deferred`), all at
+    /// once, after this builder's batch is in the inbox.
+    fn make_deferred_releases(&mut self) {
+        deferred::take(self.vm, &mut self.deferred);
+        if self.deferred.is_empty() {
+            return;
+        }
+        let (vm, mut b) = (self.vm, None);
+        self.front.releases.release_all(self.deferred.drain(..), |t| {
+            push_release(b.get_or_insert_with(|| vm.take_batch()), t)
+        });
+        if let Some(b) = b {
+            vm.submit_unbounded(b);
         }
     }
 
@@ -739,6 +824,9 @@ impl<'vm> InstructionsBuilder<'vm> {
 impl Drop for InstructionsBuilder<'_> {
     fn drop(&mut self) {
         self.flush();
+        if let Some(o) = self.ownership.take() {
+            o.leave();
+        }
         self.front.releases.unregister(&self.slot);
         let empty = std::mem::take(&mut self.batch);
         self.vm.recycle(empty);
@@ -819,4 +907,46 @@ pub(crate) fn push_release(batch: &mut Batch, t: TensorOwner) {
         return;
     }
     batch.push_release(t, StreamId(last));
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::prelude::*;
+
+    /// A loop of 24 distinct signatures through `call`, as the MLP step has: after the
+    /// first pass every call finds its signature in the cache. (A cache of 8 entries
+    /// replaced round-robin checked every call of such a loop in full.)
+    #[test]
+    fn a_loop_of_24_signatures_is_checked_once() {
+        let vm = VirtualMachine::new(Config::default()).unwrap();
+        let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+        let ops = ["add", "sub", "mul"].map(|o| vm.op(o).unwrap());
+        let (scale, relu) = (vm.op("scale").unwrap(), vm.op("relu").unwrap());
+        // Eight shapes, three ops on each: 24 signatures.
+        let xs: Vec<Tensor> =
+            (1..=8).map(|n| vm.from_slice(&vec![1.0f32; n], &[n], DeviceId::CPU).unwrap()).collect();
+        vm.run(|b| {
+            let mut after_first = 0;
+            for pass in 0..5 {
+                for x in &xs {
+                    for op in ops {
+                        let y = b.call(op, &[x, x], Attrs::default(), cpu).unwrap();
+                        drop(y);
+                    }
+                }
+                if pass == 0 {
+                    after_first = b.infer.inserted();
+                }
+            }
+            assert_eq!(after_first, 24);
+            assert_eq!(b.infer.inserted(), 24, "later passes found every signature");
+            // Attributes and ops are part of the signature.
+            let y = b.call(scale, &[&xs[0]], Attrs::scalar(2.0), cpu).unwrap();
+            let z = b.call(scale, &[&y], Attrs::scalar(3.0), cpu).unwrap();
+            let w = b.call(relu, &[&z], Attrs::default(), cpu).unwrap();
+            assert_eq!(b.infer.inserted(), 27);
+            w
+        });
+        vm.sync().unwrap();
+    }
 }

@@ -1,21 +1,25 @@
-//! A small cache of checked call signatures, so that a call the builder has already
-//! checked once is not checked again.
+//! A cache of checked call signatures, so that a call the builder has already checked
+//! once is not checked again.
 //!
-//! An eager program calls the same few ops on tensors of the same few shapes over and over
-//! (every step of a training loop repeats the previous one). A kernel's `infer`, and the
-//! rule of which devices its operands may live on, are pure functions of the kernel, the
-//! stream, the attributes and the operands' metas (shape, dtype, device), so their answer
-//! for one such signature holds for every later call with the same signature. OneFlow keeps
-//! a similar cache per op expression.
+//! An eager program calls the same ops on tensors of the same shapes over and over (every
+//! step of a training loop repeats the previous one). A kernel's `infer`, and the rule of
+//! which devices its operands may live on, are pure functions of the kernel, the stream,
+//! the attributes and the operands' metas (shape, dtype, device), so their answer for one
+//! such signature holds for every later call with the same signature. OneFlow keeps a
+//! similar cache per op expression.
 //!
 //! Metas are compared by the number the VM gives each distinct meta (`Engine::intern`),
 //! so a signature is a handful of words and a lookup compares words, not shapes. A
 //! signature of at most [`KEY_OPS`] operands (nearly every call) is packed into a [`Key`]
-//! of five words, and the keys of all entries lie side by side, so a lookup is a scan of
-//! a few cache lines comparing five words per entry, starting with the entry that
-//! answered last. Wider signatures are compared operand by operand. The cache holds a few
-//! entries, replaced round-robin. What it never caches: anything about the tensors'
-//! identity or state (released, aliased). The builder checks those on every call.
+//! of five words and kept in a set-associative table: the key's hash (FxHash's multiply
+//! and rotate, over the five words) picks one of [`SETS`] sets, and the set's [`WAYS`] keys
+//! lie side by side, so a lookup compares at most eight keys in five cache lines,
+//! after first trying the entry that answered last (a loop of one signature). A set that
+//! is full replaces its entries round-robin. The table holds a real loop's signatures: the
+//! MLP step of `run mlp` has 24, which a table of 8 entries replaced round-robin missed on
+//! every call. Wider signatures are kept in a short list of their own, compared operand by
+//! operand. What the cache never holds: anything about the tensors' identity or state
+//! (released, aliased). The builder checks those on every call.
 
 use smallvec::SmallVec;
 
@@ -23,9 +27,16 @@ use crate::framework::{Attrs, OutSpecs};
 use crate::vm::tensor::MetaId;
 use crate::vm::KernelRef;
 
-/// Entries kept. A loop body rarely uses more distinct signatures than this at a time; a
-/// miss costs one full check, as without the cache.
-const ENTRIES: usize = 8;
+/// Sets of the table of packed signatures.
+const SETS: usize = 64;
+
+/// Entries per set: 512 signatures in all. Eight ways make a set that overflows on a loop
+/// of a few dozen signatures vanishingly rare (for 24, one loop in tens of millions, by
+/// where the hash happens to put them); a miss costs one full check, as without the cache.
+const WAYS: usize = 8;
+
+/// Entries for signatures of more than [`KEY_OPS`] operands, replaced round-robin.
+const WIDE: usize = 16;
 
 /// The most operands a signature packed into a [`Key`] has.
 pub(crate) const KEY_OPS: usize = 4;
@@ -89,6 +100,15 @@ impl Key {
         }
         Some(Key::new(kernel, stream, attrs, n_inputs, n, &packed))
     }
+
+    /// The set this key lives in: FxHash's step (rotate, xor, multiply) over the words, and
+    /// the top bits of the product, which depend on every bit of every word.
+    #[inline(always)]
+    fn set(&self) -> usize {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let h = self.0.iter().fold(0u64, |h, &w| (h.rotate_left(5) ^ w).wrapping_mul(K));
+        (h >> (64 - SETS.trailing_zeros())) as usize
+    }
 }
 
 /// One checked signature and its inferred outputs.
@@ -104,16 +124,52 @@ struct Entry {
     out_ids: SmallVec<[MetaId; 2]>,
 }
 
-/// The cache (one per builder; recycled between builders of a VM).
-#[derive(Default)]
+impl Entry {
+    fn matches(
+        &self,
+        kernel: usize,
+        stream: u32,
+        attrs: u64,
+        n_inputs: usize,
+        ids: impl Iterator<Item = MetaId>,
+    ) -> bool {
+        self.kernel == kernel
+            && self.stream == stream
+            && self.attrs == attrs
+            && self.n_inputs as usize == n_inputs
+            && self.ids.iter().copied().eq(ids)
+    }
+}
+
+/// The cache (one per builder; recycled between builders of a VM). Entry `i < SETS * WAYS`
+/// is way `i % WAYS` of set `i / WAYS` of the table; entry `SETS * WAYS + j` is the `j`th
+/// wide one.
 pub(crate) struct InferCache {
-    entries: Vec<Entry>,
-    /// `keys[i]`: the key of `entries[i]`, zero if it has none (more than [`KEY_OPS`]
-    /// operands) or if there is no entry `i`.
-    keys: [Key; ENTRIES],
+    /// `keys[i]`: the key of table entry `i`, zero if it has none.
+    keys: Box<[Key; SETS * WAYS]>,
+    /// The table's entries (empty until the first insert) and then the wide ones.
+    entries: Vec<Option<Entry>>,
+    /// Per set, the way its next insert replaces.
+    next: [u8; SETS],
+    /// The wide entry the next wide insert replaces.
+    next_wide: usize,
     /// The entry the last lookup by key found.
     last: usize,
-    next: usize,
+    /// Signatures inserted so far (each one a call that took the full check).
+    inserted: u64,
+}
+
+impl Default for InferCache {
+    fn default() -> Self {
+        InferCache {
+            keys: Box::new([Key::default(); SETS * WAYS]),
+            entries: Vec::new(),
+            next: [0; SETS],
+            next_wide: 0,
+            last: 0,
+            inserted: 0,
+        }
+    }
 }
 
 impl InferCache {
@@ -123,9 +179,10 @@ impl InferCache {
         if self.keys[self.last] == *key {
             return Some(self.last);
         }
-        let i = self.keys.iter().position(|k| k == key)?;
-        self.last = i;
-        Some(i)
+        let first = key.set() * WAYS;
+        let way = self.keys[first..first + WAYS].iter().position(|k| k == key)?;
+        self.last = first + way;
+        Some(self.last)
     }
 
     /// The entry cached for this signature, if any. `ids` are the inputs' meta ids, then
@@ -140,21 +197,29 @@ impl InferCache {
         n_inputs: usize,
         ids: impl Iterator<Item = MetaId> + Clone,
     ) -> Option<usize> {
+        if let Some(key) = Key::of(kernel, stream, attrs, n_inputs, ids.clone()) {
+            let first = key.set() * WAYS;
+            return self.keys[first..first + WAYS].iter().position(|k| *k == key).map(|w| first + w);
+        }
         let (k, bits) = (kernel.addr(), attrs.scalar.to_bits());
-        self.entries.iter().position(|e| {
-            e.kernel == k
-                && e.stream == stream
-                && e.attrs == bits
-                && e.n_inputs as usize == n_inputs
-                && e.ids.iter().copied().eq(ids.clone())
-        })
+        let wide = self.entries.get(SETS * WAYS..)?;
+        let j = wide
+            .iter()
+            .position(|e| e.as_ref().is_some_and(|e| e.matches(k, stream, bits, n_inputs, ids.clone())))?;
+        Some(SETS * WAYS + j)
     }
 
     /// The output specs and output meta ids of entry `i`.
     #[inline]
     pub(crate) fn outputs(&self, i: usize) -> (&OutSpecs, &[MetaId]) {
-        let e = &self.entries[i];
+        let e = self.entries[i].as_ref().expect("an entry found by a lookup");
         (&e.specs, &e.out_ids)
+    }
+
+    /// Signatures inserted so far: calls that took the full check and were cached.
+    #[cfg(test)]
+    pub(crate) fn inserted(&self) -> u64 {
+        self.inserted
     }
 
     /// Remember a checked signature; returns its entry. Not cached (`None`): calls with
@@ -174,7 +239,7 @@ impl InferCache {
         if ids.iter().chain(&out_ids).any(|&id| id == MetaId::NONE) {
             return None;
         }
-        let key = Key::of(kernel, stream, attrs, n_inputs as usize, ids.iter().copied()).unwrap_or_default();
+        let key = Key::of(kernel, stream, attrs, n_inputs as usize, ids.iter().copied());
         let e = Entry {
             kernel: kernel.addr(),
             stream,
@@ -184,16 +249,29 @@ impl InferCache {
             specs,
             out_ids,
         };
-        let i = if self.entries.len() < ENTRIES {
-            self.entries.push(e);
-            self.entries.len() - 1
-        } else {
-            let i = self.next;
-            self.next = (self.next + 1) % ENTRIES;
-            self.entries[i] = e;
-            i
+        if self.entries.is_empty() {
+            self.entries.resize_with(SETS * WAYS, || None);
+        }
+        let i = match key {
+            Some(key) => {
+                let set = key.set();
+                let way = self.next[set] as usize;
+                self.next[set] = ((way + 1) % WAYS) as u8;
+                let i = set * WAYS + way;
+                self.keys[i] = key;
+                i
+            }
+            None => {
+                let i = SETS * WAYS + self.next_wide;
+                self.next_wide = (self.next_wide + 1) % WIDE;
+                if i == self.entries.len() {
+                    self.entries.push(None);
+                }
+                i
+            }
         };
-        self.keys[i] = key;
+        self.entries[i] = Some(e);
+        self.inserted += 1;
         Some(i)
     }
 }
@@ -228,11 +306,11 @@ mod tests {
             c.insert(add, 0, &at, 1, SmallVec::from_iter([MetaId::NONE]), OutSpecs::new(), none.clone()),
             None
         );
-        // Filling past capacity evicts round-robin and never grows.
-        for k in 0..3 * ENTRIES as u32 {
+        // Filling past capacity evicts and never grows.
+        for k in 0..3 * (SETS * WAYS) as u32 {
             c.insert(add, 0, &at, 1, SmallVec::from_iter([MetaId(10 + k)]), OutSpecs::new(), none.clone());
         }
-        assert!(c.entries.len() <= ENTRIES);
+        assert_eq!(c.entries.len(), SETS * WAYS);
         assert_eq!(c.get(add, 0, &at, 2, [a, a].into_iter()), None);
     }
 
@@ -267,15 +345,63 @@ mod tests {
             assert_eq!(c.find(&key(*k, *s, at, *n_in, ids)), None, "{i} not inserted yet");
             c.insert(*k, *s, at, *n_in, SmallVec::from_slice(ids), OutSpecs::new(), none());
         }
-        // Eviction replaces the key with the entry.
+        // Wide signatures live apart, with no key.
         let wide: Vec<MetaId> = (0..5).map(MetaId).collect();
-        for _ in 0..ENTRIES {
+        let keys = c.keys.clone();
+        for _ in 0..WIDE {
             c.insert(mul, 9, &Attrs::default(), 1, SmallVec::from_slice(&wide), OutSpecs::new(), none());
         }
-        for (k, s, at, n_in, ids) in &sigs {
-            assert_eq!(c.find(&key(*k, *s, at, *n_in, ids)), None);
-        }
         assert!(c.get(mul, 9, &Attrs::default(), 1, wide.iter().copied()).is_some());
-        assert!(c.keys.iter().all(|k| *k == Key::default()), "wide signatures have no key");
+        assert!(c.keys[..] == keys[..], "wide signatures have no key");
+        assert_eq!(c.entries.len(), SETS * WAYS + WIDE);
+        // Eviction replaces the key with the entry: fill every way of one key's set.
+        let (k0, s0, at0, n0, ids0) = &sigs[0];
+        let k = key(*k0, *s0, at0, *n0, ids0);
+        let mut m = 100;
+        let mut evicting = 0;
+        while evicting < WAYS {
+            let other = [MetaId(m)];
+            if key(add, 3, &Attrs::default(), 1, &other).set() == k.set() {
+                c.insert(add, 3, &Attrs::default(), 1, SmallVec::from_slice(&other), OutSpecs::new(), none());
+                evicting += 1;
+            }
+            m += 1;
+        }
+        assert_eq!(c.find(&k), None, "evicted");
+    }
+
+    /// The MLP step's pattern: a loop over 24 distinct signatures. After the first pass,
+    /// every call finds its signature (a cache of 8 entries replaced round-robin, as this
+    /// one was, missed every one of them).
+    #[test]
+    fn a_loop_of_24_signatures_stays_cached() {
+        let reg = OpRegistry::with_builtins();
+        let ops: Vec<KernelRef> = ["add", "sub", "mul", "matmul", "relu", "scale"]
+            .iter()
+            .map(|o| reg.get(o).unwrap().kernel_ref(crate::ep::DeviceType::Cpu).unwrap())
+            .collect();
+        let sigs: Vec<Key> = (0..24u32)
+            .map(|i| {
+                let k = ops[i as usize % ops.len()];
+                let ids = [MetaId(i / 6 + 1), MetaId(i % 5 + 1), MetaId(0), MetaId(0)];
+                Key::new(k, 0, &Attrs::scalar(f64::from(i % 2)), 2, 2, &ids)
+            })
+            .collect();
+        let mut c = InferCache::default();
+        let mut misses = 0;
+        for _round in 0..10 {
+            for k in &sigs {
+                if c.find(k).is_none() {
+                    misses += 1;
+                    let ids: SmallVec<[MetaId; 4]> =
+                        SmallVec::from_slice(&[MetaId((k.0[3]) as u32), MetaId((k.0[3] >> 32) as u32)]);
+                    let kernel = ops.iter().copied().find(|o| o.addr() as u64 == k.0[0]).unwrap();
+                    let at = Attrs::scalar(f64::from_bits(k.0[1]));
+                    c.insert(kernel, 0, &at, 2, ids, OutSpecs::new(), SmallVec::new()).unwrap();
+                }
+            }
+        }
+        assert_eq!(misses, 24, "only the first pass misses");
+        assert_eq!(c.inserted(), 24);
     }
 }

@@ -10,6 +10,7 @@ pub use crate::vm::{shape, DType, Element, Shape, TensorMeta};
 pub use op::{Op, OpRegistry};
 pub use tensor::Tensor;
 pub mod builder;
+mod deferred;
 pub(crate) mod infer_cache;
 pub(crate) mod release;
 pub use builder::{InstructionsBuilder, MAX_INPUTS};

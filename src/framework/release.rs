@@ -223,6 +223,34 @@ impl<T> Releases<T> {
         self.drain()
     }
 
+    /// Step 3 for several tensors whose last handles dropped on this thread (the releases
+    /// a builder deferred, `framework::deferred`), with one fence and one tag for them all:
+    /// each gets the tag it would have got had its release been made now, one by one, and a
+    /// later tag only makes a release wait for more batches. Hands `now` each release that
+    /// may be submitted at once.
+    pub(crate) fn release_all(&self, ts: impl Iterator<Item = T>, mut now: impl FnMut(T)) {
+        fence(Ordering::SeqCst);
+        if self.busy.load(Ordering::Acquire) == 0 {
+            ts.for_each(now);
+            return;
+        }
+        let tag = self.clock.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut pending = self.pending.lock();
+            if pending.back().is_none_or(|&(last, _)| last < tag) {
+                pending.extend(ts.map(|t| (tag, t)));
+            } else {
+                let first = pending.partition_point(|&(other, _)| other < tag);
+                for (at, t) in (first..).zip(ts) {
+                    pending.insert(at, (tag, t));
+                }
+            }
+            self.pending_len.store(pending.len(), Ordering::Relaxed);
+        }
+        fence(Ordering::SeqCst);
+        self.drain().into_iter().for_each(&mut now);
+    }
+
     /// Step 4: take out every pending release older than every open batch.
     fn drain(&self) -> Ready<T> {
         let mut pending = self.pending.lock();

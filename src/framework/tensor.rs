@@ -14,7 +14,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::ep::DeviceId;
-use crate::vm::tensor::{add_ref, drop_ref, free, Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
+use crate::vm::tensor::{
+    add_ref, alloc_object, drop_ref, free, Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM,
+};
 use crate::vm::{DType, Element, Engine, Error, Result, TensorMeta};
 
 /// The user's handle to a tensor. Cloning is cheap (one counter on the tensor's first
@@ -57,7 +59,16 @@ impl Drop for Tensor {
 unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
     // SAFETY: the object is alive until freed below, and no other thread can reach it.
     let t = unsafe { p.as_ref() };
-    if !t.released.swap(true, Ordering::Relaxed) && t.last_stream.load(Ordering::Relaxed) != NO_STREAM {
+    // A load and a store, not a swap: with no handle left, no other thread can set the flag
+    // now (an explicit release needs a handle), and one that did earlier is ordered before
+    // this by the count's release/acquire pair.
+    if !t.released.load(Ordering::Relaxed) && t.last_stream.load(Ordering::Relaxed) != NO_STREAM {
+        t.released.store(true, Ordering::Relaxed);
+        // SAFETY: the count reached zero on this thread (the contract), and the object is
+        // alive.
+        if unsafe { super::deferred::defer(p) } {
+            return;
+        }
         if let Some(vm) = t.vm.upgrade() {
             // SAFETY: the count reached zero on this thread (the contract), and the object
             // is alive.
@@ -83,7 +94,7 @@ impl Tensor {
         vm: Weak<Engine>,
         fetch: Fetch,
     ) -> Self {
-        Tensor(NonNull::from(Box::leak(Box::new(TensorInner::new(id, meta, meta_id, vm, fetch)))))
+        Tensor(alloc_object(TensorInner::new(id, meta, meta_id, vm, fetch)))
     }
 
     /// The tensor's id, unique within its VM; errors and traces name tensors by it.

@@ -92,7 +92,7 @@ pub(crate) struct Engine {
     pub(super) sched_notify: Notifier,
     batch_pool: SegQueue<Batch>,
     /// The number of each distinct tensor meta seen (`intern`).
-    metas: Mutex<std::collections::HashMap<TensorMeta, MetaId>>,
+    metas: super::intern::Metas,
     pub(super) completion_pool: SegQueue<Vec<Completion>>,
     /// The instructions in flight and the submitters waiting for them to fall.
     pub(super) bp: BackPressure,
@@ -137,11 +137,6 @@ pub(crate) struct CommEntry {
     /// How many collectives of it have been issued so far.
     pub(crate) issued: Arc<dyn Fn() -> u64 + Send + Sync>,
 }
-
-/// Distinct metas an engine numbers; metas beyond this get [`MetaId::NONE`] (their calls
-/// are checked in full every time), which bounds the table in programs whose shapes never
-/// repeat.
-const MAX_METAS: usize = 1 << 20;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -318,7 +313,7 @@ impl Engine {
             completions: SegQueue::new(),
             sched_notify: Notifier::new(),
             batch_pool: SegQueue::new(),
-            metas: Mutex::new(std::collections::HashMap::new()),
+            metas: Default::default(),
             completion_pool: SegQueue::new(),
             bp: BackPressure::new(config.high_water, config.low_water),
             shutdown: AtomicBool::new(false),
@@ -451,18 +446,11 @@ impl Engine {
     }
 
     /// This engine's number for `meta`: equal metas get equal numbers, so the front end
-    /// compares call signatures by number ([`MetaId::NONE`] once [`MAX_METAS`] are numbered).
+    /// compares call signatures by number ([`MetaId::NONE`] once the table is full). Without
+    /// a lock for a meta this thread asked for before (`vm::intern`).
+    #[inline]
     pub(crate) fn intern(&self, meta: &TensorMeta) -> MetaId {
-        let mut metas = self.metas.lock();
-        if let Some(&id) = metas.get(meta) {
-            return id;
-        }
-        if metas.len() >= MAX_METAS {
-            return MetaId::NONE;
-        }
-        let id = MetaId(metas.len() as u32);
-        metas.insert(meta.clone(), id);
-        id
+        self.metas.intern(meta)
     }
 
     /// A new tensor id, unique within this engine.
@@ -661,7 +649,7 @@ impl Engine {
 
     /// Wait for a host access of this engine to be fulfilled, or for the engine to die.
     pub(crate) fn wait_access(&self, slot: &AccessSlot) -> Result<Vec<u8>> {
-        slot.wait(|| self.is_dead())
+        slot.wait(self.config.backoff(), || self.is_dead())
     }
 }
 

@@ -684,12 +684,22 @@ impl Batch {
 
 /// A one-shot rendezvous between a host access and the caller waiting for it.
 ///
-/// The caller re-checks every 50 ms whether the VM died (a scheduler that panicked can
-/// never fulfil the slot); a healthy VM wakes it at once through the condition variable.
+/// The caller first re-checks a short while as an idle VM thread does (spinning, then
+/// yielding its core: the VM's [`Backoff`](crate::sync::notify::Backoff)), since a read of
+/// a small result usually arrives within a few microseconds, sooner than a sleep on the
+/// condition variable and the wake-up through the kernel would take; only the waiting
+/// thread re-checks, and only while its access is outstanding. Then it sleeps, re-checking
+/// every 50 ms whether the VM died (a scheduler that panicked can never fulfil the slot); a
+/// healthy VM wakes it at once through the condition variable.
+///
+/// `done` is only a hint for the re-checks: the result is handed over under the lock, and
+/// the waiter takes it under the lock, so the sleep is exactly as safe as without it.
 #[derive(Debug, Default)]
 pub(crate) struct AccessSlot {
     result: Mutex<Option<Result<Vec<u8>, Error>>>,
     cv: Condvar,
+    /// Set (`Release`) once `result` holds the result.
+    done: std::sync::atomic::AtomicBool,
 }
 
 impl AccessSlot {
@@ -701,11 +711,32 @@ impl AccessSlot {
     pub(crate) fn fulfil(&self, r: Result<Vec<u8>, Error>) {
         let mut g = self.result.lock();
         *g = Some(r);
+        self.done.store(true, std::sync::atomic::Ordering::Release);
         self.cv.notify_all();
     }
 
-    /// Block until fulfilled, or until `abandoned()` says it never will be.
-    pub(crate) fn wait(&self, abandoned: impl Fn() -> bool) -> Result<Vec<u8>, Error> {
+    /// Block until fulfilled, or until `abandoned()` says it never will be; re-checks as
+    /// `backoff` says before sleeping (the type's docs).
+    pub(crate) fn wait(
+        &self,
+        backoff: crate::sync::notify::Backoff,
+        abandoned: impl Fn() -> bool,
+    ) -> Result<Vec<u8>, Error> {
+        let done = || self.done.load(std::sync::atomic::Ordering::Acquire);
+        'poll: {
+            for _ in 0..backoff.spins {
+                if done() {
+                    break 'poll;
+                }
+                std::hint::spin_loop();
+            }
+            for _ in 0..backoff.yields {
+                if done() {
+                    break 'poll;
+                }
+                std::thread::yield_now();
+            }
+        }
         let mut g = self.result.lock();
         loop {
             if let Some(r) = g.take() {

@@ -21,6 +21,7 @@ mod error;
 pub mod flight;
 pub(crate) mod instruction;
 mod instruction_policy;
+mod intern;
 pub mod kernel;
 pub(crate) mod observe;
 pub(crate) mod panic_hook;

@@ -20,10 +20,11 @@ use std::collections::TryReserveError;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use smallvec::SmallVec;
 
+use crate::alloc::objects::ObjectPool;
 use crate::alloc::Storage;
 use crate::ep::DeviceId;
 
@@ -345,14 +346,35 @@ impl TensorOwner {
     }
 }
 
+/// Blocks of freed tensor objects kept for new ones (`alloc::objects`): up to 32768
+/// objects of 256 bytes (8 MiB, kept only once that many were freed at once), as many as a
+/// chain of small calls has in flight under the default back-pressure bound (65536
+/// instructions, a call and a `Release` per tensor), so that a caller running that far
+/// ahead of the workers still finds its objects in the pool once they catch up.
+const POOLED_OBJECTS: usize = 1 << 15;
+
+/// The pool every tensor object comes from and goes back to, whichever VM it belongs to: an
+/// object is made on the caller's thread and usually freed on a VM thread.
+fn objects() -> &'static ObjectPool<TensorInner> {
+    static POOL: OnceLock<ObjectPool<TensorInner>> = OnceLock::new();
+    POOL.get_or_init(|| ObjectPool::new(POOLED_OBJECTS))
+}
+
+/// A new tensor object with a count of one, from the pool; freed by [`free`] (or by the
+/// last `TensorOwner`'s drop).
+#[inline]
+pub(crate) fn alloc_object(t: TensorInner) -> NonNull<TensorInner> {
+    objects().alloc(t)
+}
+
 /// Free a tensor object.
 ///
 /// # Safety
-/// `p` came from `Box::leak(Box::new(..))`, its count has reached zero, and nothing will
+/// `p` came from [`alloc_object`], its count has reached zero, and nothing will
 /// dereference it again: no instruction that names it can still be admitted or run.
 pub(crate) unsafe fn free(p: NonNull<TensorInner>) {
     // SAFETY: the contract.
-    drop(unsafe { Box::from_raw(p.as_ptr()) });
+    unsafe { objects().free(p) }
 }
 
 impl std::ops::Deref for TensorOwner {
@@ -369,8 +391,8 @@ impl Drop for TensorOwner {
         // SAFETY: this is a counted reference to a live object.
         if unsafe { drop_ref(self.0) } {
             // SAFETY: no reference is left, and the Release holding this owner was the last
-            // instruction to point to the object.
-            drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+            // instruction to point to the object, which came from `alloc_object`.
+            unsafe { free(self.0) };
         }
     }
 }

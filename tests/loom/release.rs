@@ -72,6 +72,25 @@ impl World {
         self.releases.unregister(&slot);
     }
 
+    /// A builder that uses T, drops its handle of T while its batch is open and, if that
+    /// was the last handle, defers the release (`framework::deferred`): it makes it with
+    /// `release_all`, after its batch is in the inbox and closed.
+    fn deferring_builder(&self, batch: &'static str) {
+        let slot = self.releases.register();
+        self.releases.open(&slot);
+        // ... the instruction that uses T is written into the batch here ...
+        let last = self.refs.fetch_sub(1, Ordering::AcqRel) == 1;
+        self.push([batch]);
+        let ready = self.releases.close(&slot);
+        self.push(ready);
+        if last {
+            let mut ready = Vec::new();
+            self.releases.release_all(["release T"].into_iter(), |t| ready.push(t));
+            self.push(ready);
+        }
+        self.releases.unregister(&slot);
+    }
+
     /// After every thread has finished: T's release is in the inbox, once, after `batches`.
     fn assert_ordered(&self, batches: &[&str]) {
         let inbox = self.inbox.lock().unwrap();
@@ -116,6 +135,23 @@ fn a_release_follows_every_open_batch() {
             thread::spawn(move || w.builder("batch A", false))
         };
         w.builder("batch B", false);
+        a.join().unwrap();
+        w.assert_ordered(&["batch A", "batch B"]);
+    });
+}
+
+/// A builder defers the release of T when its handle is the last, and makes it with
+/// `release_all` after submitting its batch, while another builder uses T: the release
+/// follows both batches, and is never forgotten, whichever handle drops last.
+#[test]
+fn a_deferred_release_follows_every_open_batch() {
+    check(|| {
+        let w = World::new(2);
+        let a = {
+            let w = w.clone();
+            thread::spawn(move || w.builder("batch A", false))
+        };
+        w.deferring_builder("batch B");
         a.join().unwrap();
         w.assert_ordered(&["batch A", "batch B"]);
     });
