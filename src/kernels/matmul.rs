@@ -1,10 +1,16 @@
-//! Matrix product: `matmul`.
+//! Matrix product: `matmul`, with its transpose flags.
 
+use super::matmul_t::{product, Layout};
 use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
 use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `matmul`: inputs `a: [m, k]` and `b: [k, n]` of one dtype, output `[m, n]` with
 /// `out[i][j] = sum over p of a[i][p] * b[p][j]`.
+///
+/// With `attrs.transpose_a`, `a` is `[k, m]` and the product is `aᵀ b` (what `matmul_tn`
+/// computes); with `attrs.transpose_b`, `b` is `[n, k]` and the product is `a bᵀ`
+/// (`matmul_nt`). Both flags at once are refused by `infer` (no kernel computes `aᵀ bᵀ`;
+/// it is `(b a)ᵀ`).
 ///
 /// Plain loops in i-k-j order (the inner loop walks rows of `b` and `out` contiguously).
 /// Each output element accumulates its products in increasing `p`, in `f32` for `f32`, so
@@ -21,9 +27,12 @@ impl OpKernel for MatmulKernel {
         &self,
         inputs: &[&TensorMeta],
         _given: &[&TensorMeta],
-        _attrs: &Attrs,
+        attrs: &Attrs,
         outputs: &mut OutSpecs,
     ) -> Result<(), String> {
+        if let Some(layout) = transposed(attrs)? {
+            return layout.infer(inputs, outputs);
+        }
         expect_inputs(inputs, 2)?;
         let dtype = common_dtype(inputs)?;
         let (m, n) = dims(inputs[0], inputs[1])?;
@@ -32,7 +41,22 @@ impl OpKernel for MatmulKernel {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => matmul::<T>(ctx))
+        match transposed(&ctx.attrs)? {
+            None => with_num!(input_dtype(ctx, 0)?, T => matmul::<T>(ctx)),
+            Some(layout) => with_num!(input_dtype(ctx, 0)?, T => product::<T>(ctx, layout)),
+        }
+    }
+}
+
+/// The transposed product the flags ask for; `None` for the plain one.
+fn transposed(attrs: &Attrs) -> Result<Option<Layout>, String> {
+    match (attrs.transpose_a, attrs.transpose_b) {
+        (false, false) => Ok(None),
+        (true, false) => Ok(Some(Layout::Tn)),
+        (false, true) => Ok(Some(Layout::Nt)),
+        (true, true) => Err("transpose_a and transpose_b both set: matmul computes a b, aᵀ b or a bᵀ \
+                             (for aᵀ bᵀ, compute (b a)ᵀ)"
+            .into()),
     }
 }
 
