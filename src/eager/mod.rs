@@ -29,7 +29,7 @@
 //! ```
 
 mod array;
-pub mod context;
+mod context;
 
 pub use array::Array;
 pub use context::{Context, ContextOptions, ContextStats};

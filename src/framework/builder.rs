@@ -142,8 +142,37 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<SmallVec<[Tensor; 2]>> {
-        let device = self.vm.stream(stream)?.device;
-        let checked = self.check(op, inputs, &[], &attrs, stream, false)?;
+        let checked = self.check(op, inputs, &[], &attrs, stream)?;
+        Ok(self.emit_made(checked, inputs, attrs, stream))
+    }
+
+    /// Call a single-output `op` on `stream`, creating its output.
+    pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
+        // Refuse before emitting anything: a refused call leaves no instruction behind.
+        let checked = self.check(op, inputs, &[], &attrs, stream)?;
+        let n = self.outputs_of(checked).0.len();
+        if n != 1 {
+            return Err(Error::InvalidOperands {
+                op: op.name().into(),
+                detail: format!("has {n} outputs; use call_multi"),
+            });
+        }
+        let mut outs = self.emit_made(checked, inputs, attrs, stream);
+        // Cannot fail: the signature checked has one output.
+        Ok(outs.pop().expect("one output"))
+    }
+
+    /// Make the outputs of a call `check` passed (with no outputs given), on the stream's
+    /// device, and emit the call.
+    fn emit_made(
+        &mut self,
+        checked: Checked,
+        inputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> SmallVec<[Tensor; 2]> {
+        // `check` found the stream.
+        let device = self.streams[stream.index()].device;
         let outs: SmallVec<[Tensor; 2]> = {
             let (specs, ids) = self.outputs_of(checked);
             specs
@@ -159,23 +188,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             let refs: SmallVec<[&Tensor; 2]> = outs.iter().collect();
             self.emit_call(checked.kernel, inputs, &refs, attrs, stream);
         }
-        Ok(outs)
-    }
-
-    /// Call a single-output `op` on `stream`, creating its output.
-    pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
-        // Refuse before emitting anything: a refused call leaves no instruction behind.
-        let checked = self.check(op, inputs, &[], &attrs, stream, false)?;
-        let n = self.outputs_of(checked).0.len();
-        if n != 1 {
-            return Err(Error::InvalidOperands {
-                op: op.name().into(),
-                detail: format!("has {n} outputs; use call_multi"),
-            });
-        }
-        let mut outs = self.call_multi(op, inputs, attrs, stream)?;
-        // Cannot fail: `call_multi` checks the same signature again, which has one output.
-        Ok(outs.pop().expect("one output"))
+        outs
     }
 
     /// Call `op` on `stream`, writing into the given `outputs` (which must have the shapes
@@ -189,25 +202,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
-        self.call_into_as(op, inputs, outputs, attrs, stream, false)
+        self.call_into_as(op, inputs, outputs, attrs, stream)
     }
 
-    /// `call_into` for a call that an eager `Context` checked when it
-    /// accepted it, while the release rule held its queue open: an operand released since
-    /// then is not refused, since its `Release` waits for this batch (`framework::release`).
-    /// Every other check runs as in `call_into`.
-    pub(crate) fn call_accepted(
-        &mut self,
-        op: Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: Attrs,
-        stream: StreamId,
-    ) -> Result<()> {
-        self.call_into_as(op, inputs, outputs, attrs, stream, true)
-    }
-
-    /// `call_into` (`accepted`: `call_accepted`): the fast path, else the full one.
+    /// `call_into`: the fast path, else the full one.
     #[inline(always)]
     fn call_into_as(
         &mut self,
@@ -216,17 +214,16 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: Attrs,
         stream: StreamId,
-        accepted: bool,
     ) -> Result<()> {
         self.open_if_idle();
         if self.fast_call(&op, inputs, outputs, attrs, stream) {
             return Ok(());
         }
-        self.call_into_checked(op, inputs, outputs, attrs, stream, accepted)
+        self.call_into_checked(op, inputs, outputs, attrs, stream)
     }
 
     /// `call_into` by the full path: every check, soft sync, any number of operands. Kept
-    /// out of line so that the fast path's frame stays small. `accepted`: as in `check`.
+    /// out of line so that the fast path's frame stays small.
     #[inline(never)]
     fn call_into_checked(
         &mut self,
@@ -235,9 +232,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: Attrs,
         stream: StreamId,
-        accepted: bool,
     ) -> Result<()> {
-        let checked = self.check(op, inputs, outputs, &attrs, stream, accepted)?;
+        let checked = self.check(op, inputs, outputs, &attrs, stream)?;
         // A signature cached by `call` (whose outputs the builder makes) matches a
         // `call_into` of the same inputs and no outputs: compare the counts here.
         let produced = self.outputs_of(checked).0.len();
@@ -348,23 +344,15 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Overwrite a host tensor with `data` (a host `Access`).
     pub fn write<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
-        self.write_checked(t, data, false)
+        self.write_checked(t, data)
     }
 
-    /// `write` for a host write that a `Context` checked when it accepted it (as
-    /// [`call_accepted`](Self::call_accepted)).
-    pub(crate) fn write_accepted<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
-        self.write_checked(t, data, true)
-    }
-
-    fn write_checked<T: Element>(&mut self, t: &Tensor, data: &[T], accepted: bool) -> Result<()> {
+    fn write_checked<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
         self.open_if_idle();
         if !t.inner().belongs_to(self.me) {
             return Err(Error::ForeignTensor { op: "write".into(), tensor: t.id() });
         }
-        if !accepted {
-            t.check_live()?;
-        }
+        t.check_live()?;
         if !t.device().is_host() {
             return Err(Error::Access {
                 tensor: t.id(),
@@ -448,10 +436,6 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// Check a call (module docs); returns its kernel and where its output specs are. The
     /// common case, a signature already in the inference cache, takes one pass over the
     /// operands and no allocation. Opens the batch first (`open_if_idle`).
-    ///
-    /// `accepted`: the call was checked when a `Context` accepted it and is built now from
-    /// its queue ([`call_accepted`](Self::call_accepted)); an operand released since then
-    /// is not refused.
     #[inline]
     fn check(
         &mut self,
@@ -460,7 +444,6 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: &Attrs,
         stream: StreamId,
-        accepted: bool,
     ) -> Result<Checked> {
         self.open_if_idle();
         let device = self.vm.stream(stream)?.device;
@@ -478,9 +461,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             if !t.inner().belongs_to(self.me) {
                 return Err(Error::ForeignTensor { op: op.name().into(), tensor: t.id() });
             }
-            if !accepted {
-                t.check_live()?;
-            }
+            t.check_live()?;
         }
         for (i, o) in outputs.iter().enumerate() {
             if inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner())) {

@@ -155,7 +155,24 @@ fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<
 /// # Ok::<(), eagervm::Error>(())
 /// ```
 pub struct VirtualMachine {
+    core: Arc<Core>,
+}
+
+/// What a [`VirtualMachine`] and every eager context made on it share: the running engine.
+/// Dropping the last of them shuts the engine down (`Core`'s drop, then the handle's).
+struct Core {
     handle: EngineHandle,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // No builder is left (each borrows a live handle of the VM): nothing can hold a
+        // release back. Dropping the handle afterwards shuts the engine down and joins its
+        // threads.
+        let engine = self.handle.engine();
+        let left = front(engine).releases.take_all();
+        submit_releases(engine, left);
+    }
 }
 
 impl std::fmt::Debug for VirtualMachine {
@@ -173,12 +190,18 @@ impl VirtualMachine {
             infer_caches: SegQueue::new(),
             communicators: Default::default(),
         };
-        Ok(VirtualMachine { handle: Engine::start(config, Box::new(front))? })
+        Ok(VirtualMachine { core: Arc::new(Core { handle: Engine::start(config, Box::new(front))? }) })
+    }
+
+    /// Another handle of this VM, which keeps it running as long as it lives (an eager
+    /// `Context` holds one).
+    pub(crate) fn share(&self) -> VirtualMachine {
+        VirtualMachine { core: self.core.clone() }
     }
 
     #[inline]
     pub(crate) fn engine(&self) -> &Arc<Engine> {
-        self.handle.engine()
+        self.core.handle.engine()
     }
 
     pub(crate) fn front(&self) -> &Front {
@@ -343,16 +366,6 @@ impl VirtualMachine {
     /// Names of the registered ops.
     pub fn op_names(&self) -> Vec<&'static str> {
         self.front().ops.names()
-    }
-}
-
-impl Drop for VirtualMachine {
-    fn drop(&mut self) {
-        // No builder is left (each borrows the VM): nothing can hold a release back. Dropping
-        // the handle afterwards shuts the engine down and joins its threads.
-        let engine = self.engine();
-        let left = front(engine).releases.take_all();
-        submit_releases(engine, left);
     }
 }
 

@@ -50,7 +50,7 @@ fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
-fn read(a: &Array<'_>) -> Vec<f32> {
+fn read(a: &Array) -> Vec<f32> {
     a.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap()
 }
 
@@ -321,7 +321,7 @@ fn a_call_the_builder_would_refuse_is_refused_at_the_call() {
     let vm = vm();
     let cx = Context::new(&vm);
     let a = cx.full(&[2], 1.0, DType::F32, DeviceId::CPU).unwrap();
-    let many: Vec<&Array<'_>> = vec![&a; eagervm::framework::MAX_INPUTS + 1];
+    let many: Vec<&Array> = vec![&a; eagervm::framework::MAX_INPUTS + 1];
     let spec = eagervm::framework::OutSpec { shape: [2].into_iter().collect(), dtype: DType::F32 };
     let r = cx.call("noop", &many, Attrs::default(), &[spec], DeviceId::CPU);
     assert!(
