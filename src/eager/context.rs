@@ -51,9 +51,9 @@ use smallvec::SmallVec;
 use super::Array;
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::VirtualMachine;
-use crate::framework::{Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, Tensor};
+use crate::framework::{Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta};
 use crate::vm::StreamId;
-use crate::vm::Result;
+use crate::vm::{Error, Result};
 
 /// How a [`Context`] batches its calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +227,7 @@ impl Context {
     /// `i64` truncates toward zero). Filled on the device's compute stream.
     pub fn full(&self, shape: &[usize], value: f64, dtype: DType, device: DeviceId) -> Result<Array> {
         let stream = self.vm().compute_stream(device)?;
-        let out = self.vm().empty_at(shape, dtype, device, || format!("`full` on {device}"))?;
+        let out = self.vm().empty_at(shape, dtype, device, || format!("output 0 of `fill` on {device}"))?;
         self.call_into(self.shared.ops.fill, &[], &[&out], Attrs::scalar(value), stream)?;
         Ok(self.array(out))
     }
@@ -267,11 +267,26 @@ impl Context {
         if given.is_empty() {
             return Ok(self.call_multi(op, inputs, attrs, stream)?.into_vec());
         }
-        let outs = given
+        // The kernel's `infer` sees the given outputs first, as in the builder's check: a
+        // call it refuses is refused for that, whatever the outputs' sizes. (A second
+        // `infer`, for calls with given outputs only; the builder's is then a cache hit.)
+        let kernel = op.kernel(device.ty).ok_or_else(|| self.vm().unknown_op(op.name(), device))?;
+        let metas: Vec<TensorMeta> =
+            given.iter().map(|s| TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }).collect();
+        let in_metas: SmallVec<[&TensorMeta; 4]> = inputs.iter().map(|a| a.tensor_unflushed().meta()).collect();
+        let given_metas: SmallVec<[&TensorMeta; 2]> = metas.iter().collect();
+        let mut specs = OutSpecs::new();
+        kernel
+            .infer(&in_metas, &given_metas, &attrs, &mut specs)
+            .map_err(|detail| Error::InvalidOperands { op: op.name().into(), detail })?;
+        // The outputs are what `infer` gives (ops whose outputs follow from their inputs
+        // ignore the given ones).
+        let outs = specs
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                self.vm().empty_at(&s.shape, s.dtype, device, || format!("output {i} of `{}` on {device}", op.name()))
+                let at = || format!("output {i} of `{}` on {device}", op.name());
+                self.vm().empty_at(&s.shape, s.dtype, device, at)
             })
             .collect::<Result<Vec<Tensor>>>()?;
         {

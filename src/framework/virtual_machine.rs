@@ -217,6 +217,11 @@ impl VirtualMachine {
         })
     }
 
+    /// The error for an op with no kernel on `device`.
+    pub(crate) fn unknown_op(&self, name: &str, device: DeviceId) -> Error {
+        self.front().unknown_op(name, device)
+    }
+
     /// The stream of type `ty` on `device` (`cpu:0` has a single stream for every type).
     pub fn stream(&self, device: DeviceId, ty: StreamType) -> Result<StreamId> {
         self.engine().stream_of(device, ty)

@@ -412,8 +412,9 @@ impl<'a> State<'a> {
                     _ => "",
                 };
                 // On the compute stream of `a`'s device (which the VM has).
+                // The eager transposed products call `matmul` with its transpose flags.
                 let over = product_over(name, (a.shape(), a.dtype()), (b.shape(), b.dtype())).map(|o| Over {
-                    error: o.error(format!("output 0 of `{name}` on {}", a.device())),
+                    error: o.error(format!("output 0 of `matmul` on {}", a.device())),
                     sure: self.live(a.id()) && self.live(b.id()) && a.device() == b.device(),
                 });
                 let r = match op {
