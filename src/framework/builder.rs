@@ -61,6 +61,8 @@ use crate::ep::DeviceId;
 use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
+use crate::ep::StreamType;
+use crate::framework::op::Call;
 use crate::framework::{Attrs, Op, OutSpecs};
 use crate::vm::instruction::{AccessSlot, AsObject, Batch};
 use crate::vm::shape;
@@ -132,6 +134,24 @@ impl<'vm> InstructionsBuilder<'vm> {
     #[inline]
     pub(crate) fn engine(&self) -> &'vm Arc<Engine> {
         self.vm
+    }
+
+    /// Call a single-output op with defaults: `call` is an [`Op`] (default attributes, on
+    /// the compute stream of the first input's device) or an op with its attributes and
+    /// stream ([`Op::with`], [`Op::on`]). A call with no input must name its stream.
+    pub fn apply(&mut self, call: impl Into<Call>, inputs: &[&Tensor]) -> Result<Tensor> {
+        let Call { op, attrs, stream } = call.into();
+        let stream = match (stream, inputs.first()) {
+            (Some(s), _) => s,
+            (None, Some(t)) => self.vm.stream_of(t.device(), StreamType::Compute)?,
+            (None, None) => {
+                return Err(Error::InvalidOperands {
+                    op: op.name().into(),
+                    detail: "has no input to take its stream from: name one with `.on(stream)`".into(),
+                })
+            }
+        };
+        self.call(op, inputs, attrs, stream)
     }
 
     /// Call `op` on `stream`, creating its outputs. Returns them in order.
