@@ -44,7 +44,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let summary = profile.summary();
     println!("span {:.2} ms", summary.span.as_secs_f64() * 1e3);
     for s in &summary.streams {
-        println!("  {:<20} {:>4} instructions, busy {:.2} ms", s.name, s.instructions, s.busy.as_secs_f64() * 1e3);
+        println!(
+            "  {:<20} {:>4} instructions, busy {:.2} ms",
+            s.name,
+            s.instructions,
+            s.busy.as_secs_f64() * 1e3
+        );
     }
     let path = std::env::temp_dir().join(format!("eagervm-example-{}.json", std::process::id()));
     profile.write_chrome_json(&path)?;

@@ -38,7 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let transposed = text.lines().filter(|l| l.contains("transpose_a=true")).count();
     let parsed = trace::load(&path)?;
     for device in [DeviceMap::AsRecorded, DeviceMap::Cpu] {
-        let opts = ReplayOptions { resync: device == DeviceMap::Cpu, device: device.clone(), ..Default::default() };
+        let opts = ReplayOptions { resync: device == DeviceMap::Cpu, device, ..Default::default() };
         let report = trace::replay(&parsed, &opts)?;
         println!(
             "replayed on {device:?}: {} instructions in {:.2} ms, {} checksums matched",

@@ -249,8 +249,11 @@ impl Array {
             return Ok(self.clone());
         }
         let vm = self.cx.vm();
-        let stream =
-            if device.is_host() { vm.stream(src, StreamType::D2H)? } else { vm.stream(device, StreamType::H2D)? };
+        let stream = if device.is_host() {
+            vm.stream(src, StreamType::D2H)?
+        } else {
+            vm.stream(device, StreamType::H2D)?
+        };
         let out = vm.empty_at(self.shape(), self.dtype(), device, || format!("a copy to {device}"))?;
         self.cx.call_into(self.cx.ops().copy, &[self], &[&out], Attrs::default(), stream)?;
         Ok(self.cx.array(out))

@@ -51,7 +51,9 @@ use smallvec::SmallVec;
 use super::Array;
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::VirtualMachine;
-use crate::framework::{Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta};
+use crate::framework::{
+    Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta,
+};
 use crate::vm::StreamId;
 use crate::vm::{Error, Result};
 
@@ -144,7 +146,10 @@ pub struct Context {
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context").field("options", &self.shared.options).field("stats", &self.stats()).finish()
+        f.debug_struct("Context")
+            .field("options", &self.shared.options)
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -273,7 +278,8 @@ impl Context {
         let kernel = op.kernel(device.ty).ok_or_else(|| self.vm().unknown_op(op.name(), device))?;
         let metas: Vec<TensorMeta> =
             given.iter().map(|s| TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }).collect();
-        let in_metas: SmallVec<[&TensorMeta; 4]> = inputs.iter().map(|a| a.tensor_unflushed().meta()).collect();
+        let in_metas: SmallVec<[&TensorMeta; 4]> =
+            inputs.iter().map(|a| a.tensor_unflushed().meta()).collect();
         let given_metas: SmallVec<[&TensorMeta; 2]> = metas.iter().collect();
         let mut specs = OutSpecs::new();
         kernel

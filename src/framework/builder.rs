@@ -58,11 +58,11 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use crate::ep::DeviceId;
+use crate::ep::StreamType;
 use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
+use crate::framework::op::Call;
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
-use crate::ep::StreamType;
-use crate::framework::op::Call;
 use crate::framework::{Attrs, Op, OutSpecs};
 use crate::vm::instruction::{AccessSlot, AsObject, Batch};
 use crate::vm::shape;

@@ -140,6 +140,10 @@ fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<
 
 /// The eager-execution virtual machine.
 ///
+/// Dropping it drains every instruction it was given, shuts it down and joins its threads,
+/// unless eager contexts or arrays made on it are still alive (`eager`): they keep it
+/// running, and it shuts down so when the last of them drops.
+///
 /// ```
 /// use eagervm::prelude::*;
 ///

@@ -184,7 +184,7 @@ struct Step {
 
 /// Issue `call` once per group of `groups` (one array per local member, in member order),
 /// all in one batch; returns its outputs in the same layout.
-fn collectives<'a>(
+fn collectives(
     cx: &Context,
     groups: &[Vec<&Array>],
     call: impl Fn(&mut InstructionsBuilder<'_>, &[&Tensor]) -> Result<Vec<Tensor>>,
@@ -202,11 +202,7 @@ fn collectives<'a>(
 }
 
 /// All-reduce (mean) each group of `groups` over `comm`, in one batch.
-fn all_reduce_mean<'a>(
-    cx: &Context,
-    comm: &Communicator,
-    groups: &[Vec<&Array>],
-) -> Result<Vec<Vec<Array>>> {
+fn all_reduce_mean(cx: &Context, comm: &Communicator, groups: &[Vec<&Array>]) -> Result<Vec<Vec<Array>>> {
     collectives(cx, groups, |b, ins| b.all_reduce(comm, ins, ReduceOp::Mean))
 }
 

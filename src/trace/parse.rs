@@ -508,7 +508,10 @@ mod tests {
 
     #[test]
     fn call_attributes_are_named_and_typed() {
-        let (t, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_b=false transpose_a=true\n");
+        let (t, d) = parse_str(
+            "f",
+            "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_b=false transpose_a=true\n",
+        );
         assert!(d.is_empty(), "{d:?}");
         match &t.lines[0].stmt {
             Stmt::Call { attrs, .. } => assert_eq!(*attrs, Attrs::transposed(true, false)),

@@ -42,7 +42,9 @@ use crossbeam_queue::SegQueue;
 use fnv::FnvHashMap;
 use smallvec::SmallVec;
 
-use super::format::{quote, write_attrs, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION};
+use super::format::{
+    quote, write_attrs, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
+};
 use super::sync::TensorSync;
 use super::{checksum, TraceError};
 use crate::framework::{Attrs, DType, Tensor, TensorMeta};
