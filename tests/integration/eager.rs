@@ -492,3 +492,85 @@ fn in_place_and_out_forms_match_the_plain_ones() {
     }
     cx.sync().unwrap();
 }
+
+/// The builder's short forms: default attributes on the compute stream of the first
+/// input's device, `.with(attrs)` and `.on(stream)`; a call with no input names its stream.
+#[test]
+fn the_builder_takes_defaults() {
+    let vm = vm();
+    let gpu = DeviceId::mock(0);
+    let x = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], gpu).unwrap();
+    let (relu, scale, fill) = (vm.op("relu").unwrap(), vm.op("scale").unwrap(), vm.op("fill").unwrap());
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let (y, z) = vm
+        .run(|b| {
+            let r = b.apply(relu, &[&x])?; // mock:0's compute stream
+            let y = b.apply(scale.with(Attrs::scalar(2.0)), &[&r])?;
+            let h = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU)?;
+            let z = b.apply(scale.with(Attrs::scalar(-1.0)).on(cpu), &[&h])?;
+            Ok::<_, Error>((y, z))
+        })
+        .unwrap();
+    assert_eq!(y.device(), gpu, "on the input's device");
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, 0.0, 6.0]);
+    assert_eq!(z.to_vec::<f32>().unwrap(), vec![-1.0, -2.0]);
+    let r = vm.run(|b| b.apply(fill.with(Attrs::scalar(1.0)), &[]));
+    assert!(
+        matches!(&r, Err(Error::InvalidOperands { detail, .. }) if detail.contains(".on(stream)")),
+        "{r:?}"
+    );
+    vm.sync().unwrap();
+}
+
+/// A program that calls `matmul` with its transpose flags is recorded with them
+/// (`transpose_a=true`), validates, and replays to the recorded checksums, as recorded and
+/// on the CPU; an old trace's `matmul_tn` replays to the same bits.
+#[test]
+fn transpose_flags_are_recorded_and_replayed() {
+    use eagervm::trace::{self, DeviceMap, Recorder, ReplayOptions};
+    let dir = std::env::temp_dir().join(format!("eagervm-eager-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("flags.trace");
+    let vm = vm();
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let cx = Context::new(&vm);
+    let x = cx.from_slice(&values(12, 9), &[4, 3], DeviceId::mock(0)).unwrap();
+    let y = cx.from_slice(&values(8, 10), &[4, 2], DeviceId::mock(0)).unwrap();
+    let g = x.matmul_tn(&y).unwrap(); // [3, 2]
+    let h = g.matmul_nt(&g).unwrap(); // [3, 3]
+    let outs = [g.tensor().unwrap(), h.tensor().unwrap()];
+    let summary = rec.finish(&vm, &outs, None).unwrap();
+    assert_eq!(summary.expects, 2);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.lines().any(|l| l.contains(" matmul ") && l.ends_with("transpose_a=true")), "{text}");
+    assert!(text.lines().any(|l| l.contains(" matmul ") && l.ends_with("transpose_b=true")), "{text}");
+    let parsed = trace::load(&path).unwrap();
+    for (device, resync) in [(DeviceMap::AsRecorded, false), (DeviceMap::Cpu, true)] {
+        let report = trace::replay(&parsed, &ReplayOptions { resync, device, ..Default::default() }).unwrap();
+        assert_eq!(report.checked, 2, "on {device:?}");
+        assert!(report.failures.is_empty());
+    }
+    // The same trace with the old op names replays to the same checksums.
+    let old = text
+        .replace("matmul in=", "OP in=")
+        .replace(" transpose_a=true", "")
+        .replace(" transpose_b=true", "");
+    let mut ops = ["matmul_tn", "matmul_nt"].into_iter();
+    let old: String = old
+        .lines()
+        .map(|l| {
+            if l.contains(" OP ") {
+                l.replace(" OP ", &format!(" {} ", ops.next().unwrap()))
+            } else {
+                l.into()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    let (old, diags) = trace::parse_str("old.trace", &old);
+    assert!(diags.is_empty(), "{diags:?}");
+    let report = trace::replay(&old, &ReplayOptions::default()).unwrap();
+    assert_eq!(report.checked, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
