@@ -7,9 +7,9 @@
 //!
 //! # The model
 //!
-//! - **Front end.** [`VirtualMachine::run`] lends an [`InstructionsBuilder`](framework::InstructionsBuilder)
+//! - **Front end.** [`VirtualMachine::run`] lends an [`InstructionsBuilder`]
 //!   to a closure. Each op call is checked (op, shapes, dtypes, devices) and turned into an
-//!   `OpCall` instruction bound to a [`StreamId`](vm::StreamId) (device + stream type). When a
+//!   `OpCall` instruction bound to a [`StreamId`] (device + stream type). When a
 //!   tensor was last used on another stream, the builder first emits `RecordEvent` +
 //!   `StreamWaitEvent` (same device: the device waits) or `RecordEvent` (the host waits), as
 //!   OneFlow's `SoftSyncStream` does. Batches go to the scheduler without a lock.
@@ -18,11 +18,11 @@
 //!   are named by their stream and position on it: two on one stream need no edge (a stream
 //!   dispatches, runs and completes in order); an edge from a `RecordEvent` to its
 //!   `StreamWaitEvent` is released at launch; one across streams at completion, unless a
-//!   device-side wait already covers it. See [`vm::scheduler`].
-//! - **Workers.** One [`ThreadCtx`](vm::thread_ctx) per stream runs instructions: CPU kernels
+//!   device-side wait already covers it (`src/vm/scheduler.rs`).
+//! - **Workers.** One `ThreadCtx` (`src/vm/thread_ctx.rs`) per stream runs instructions: CPU kernels
 //!   inline; device work launched on an [`ep::Stream`] with a pooled [`ep::Event`] recorded
 //!   after it, whose completion a watcher thread reports. Idle threads sleep under the
-//!   protocol of [`sync::notify`], model-checked with loom.
+//!   protocol of `sync::notify`, model-checked with loom.
 //! - **Devices.** [`ep::cpu`] (synchronous), [`ep::mock`] (an asynchronous device made of
 //!   host threads, with launch delay and jitter, so that every event path runs without a GPU)
 //!   and [`ep::cuda`] (NVIDIA GPUs through cudarc, loaded at run time; cargo feature `cuda`,
@@ -47,22 +47,33 @@
 //! let dev = DeviceId::mock(0);
 //! let x = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], dev)?; // copied in on mock:0's h2d stream
 //! let (relu, scale) = (vm.op("relu")?, vm.op("scale")?);
-//! let s = vm.compute_stream(dev)?;
 //! let y = vm.run(|b| {
-//!     let r = b.call(relu, &[&x], Attrs::default(), s)?; // waits on the device for the copy
-//!     b.call(scale, &[&r], Attrs::scalar(2.0), s)
+//!     let r = b.apply(relu, &[&x])?; // on mock:0's compute stream; waits on the device for the copy
+//!     b.apply(scale.with(Attrs::scalar(2.0)), &[&r])
 //! })?;
 //! assert_eq!(y.to_vec::<f32>()?, vec![2.0, 0.0, 6.0]); // read back through mock:0's d2h stream
 //! # Ok::<(), eagervm::Error>(())
 //! ```
 //!
+//! The eager front end, [`eager`], puts arrays over this: [`Array`]s are owned handles
+//! (`Clone + Send + Sync`) whose methods (`x.matmul(&w)?.relu()?`) return at once while the
+//! VM runs the work; `docs/frontend.md` describes it line by line, and `examples/` has
+//! programs that run with `cargo run --release --example NAME`.
+//!
 //! # Layers
 //!
-//! The modules form layers, each using only those below it: [`sync`] and [`ep`] (devices) at
-//! the bottom, then [`alloc`], then [`vm`] (the engine, which knows nothing above it), then
-//! [`kernels`] and [`profile`], then [`framework`] (the only way in: [`VirtualMachine`],
+//! The modules form layers, each using only those below it: `sync` and [`ep`] (devices) at
+//! the bottom, then `alloc`, then [`vm`] (the engine, which knows nothing above it), then
+//! `kernels` and [`profile`], then [`framework`] (the only way in: [`VirtualMachine`],
 //! tensors, the builder), then [`eager`], then [`trace`] and [`programs`]. A test keeps every
 //! arrow pointing down; `docs/architecture.md` ("Layers") draws the picture.
+//!
+//! # What is public
+//!
+//! The modules documented here, and the names at the crate root and in [`prelude`], are
+//! the API. `alloc`, `sync`, `kernels`, `bench` and `cli` are public only for the
+//! `eagervm` binary, the benches and the tests; they are hidden from these docs and may
+//! change without notice. The scheduler and the workers are private to [`vm`].
 //!
 //! [`profile`] records a timeline of every instruction on every stream (Chrome/Perfetto
 //! trace). `docs/architecture.md` has the full picture; `docs/profiling.md` the timeline;
@@ -79,15 +90,20 @@
 //!   `docs/python.md`); needs a Python interpreter at build time.
 #![warn(missing_docs, unreachable_pub)]
 
+// Internals, public only for the binary, the benches and the tests (crate docs, "What is
+// public").
+#[doc(hidden)]
 pub mod alloc;
-// The command line's own parts: only the binary, its tests and the benches use them.
 #[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod bench;
 #[cfg(feature = "cli")]
+#[doc(hidden)]
 pub mod cli;
 pub mod eager;
 pub mod ep;
 pub mod framework;
+#[doc(hidden)]
 pub mod kernels;
 // The layering of the modules above, and its check (`docs/architecture.md`, "Layers").
 #[cfg(test)]
@@ -97,19 +113,32 @@ pub mod programs;
 // The Python extension module (`docs/python.md`); nothing public for Rust users.
 #[cfg(feature = "python")]
 mod python;
+#[doc(hidden)]
 pub mod sync;
 pub mod trace;
 pub mod vm;
 
-pub use framework::VirtualMachine;
-pub use vm::Config;
-pub use vm::{Error, Result};
+#[doc(inline)]
+pub use eager::{Array, Context};
+#[doc(inline)]
+pub use ep::{DeviceId, StreamType};
+#[doc(inline)]
+pub use framework::{Attrs, Call, DType, InstructionsBuilder, Op, Tensor, VirtualMachine};
+#[doc(inline)]
+pub use vm::{Config, Error, Result, StreamId};
 
 /// The names most programs need.
 pub mod prelude {
+    #[doc(no_inline)]
+    pub use crate::eager::{Array, Context};
+    #[doc(no_inline)]
     pub use crate::ep::{DeviceId, StreamType};
+    #[doc(no_inline)]
     pub use crate::framework::VirtualMachine;
-    pub use crate::framework::{Attrs, DType, InstructionsBuilder, Tensor};
+    #[doc(no_inline)]
+    pub use crate::framework::{Attrs, Call, DType, InstructionsBuilder, Op, Tensor};
+    #[doc(no_inline)]
     pub use crate::vm::{Config, StreamId};
+    #[doc(no_inline)]
     pub use crate::{Error, Result};
 }

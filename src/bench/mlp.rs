@@ -92,20 +92,20 @@ pub struct MlpResult {
 }
 
 /// The model's state through the steps.
-struct Mlp<'cx> {
-    x: Array<'cx>,
-    y: Array<'cx>,
-    w1: Array<'cx>,
-    b1: Array<'cx>,
-    w2: Array<'cx>,
-    b2: Array<'cx>,
+struct Mlp {
+    x: Array,
+    y: Array,
+    w1: Array,
+    b1: Array,
+    w2: Array,
+    b2: Array,
     inv_n: f64,
     lr: f64,
 }
 
-impl<'cx> Mlp<'cx> {
+impl Mlp {
     /// The data and initial weights of `programs::mlp` at `opts`' shape, on its device.
-    fn new(cx: &'cx Context<'cx>, opts: &MlpOptions) -> Result<Mlp<'cx>> {
+    fn new(cx: &Context, opts: &MlpOptions) -> Result<Mlp> {
         let (dev, n, d, h) = (opts.device, opts.samples, opts.inputs, opts.hidden);
         let (xv, yv) = dataset(opts);
         let (w1v, w2v) = initial_weights(opts);
@@ -123,7 +123,7 @@ impl<'cx> Mlp<'cx> {
 
     /// One step of `programs::mlp` (the same calls in the same order); returns the loss
     /// before the update, on the host.
-    fn step(&mut self) -> Result<Array<'cx>> {
+    fn step(&mut self) -> Result<Array> {
         let (x, inv_n, lr) = (&self.x, self.inv_n, self.lr);
         let z = x.matmul(&self.w1)?.add_bias(&self.b1)?;
         let a = z.relu()?;

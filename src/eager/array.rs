@@ -1,46 +1,112 @@
-//! [`Array`]: the user's eager tensor.
+//! [`Array`]: the user's eager tensor, an owned handle.
 
 use std::fmt;
 
-use super::context::{Binary, Unary};
 use super::Context;
 use crate::ep::{DeviceId, StreamType};
-use crate::framework::{Attrs, DType, Element, Tensor};
+use crate::framework::{Attrs, DType, Element, Op, Tensor};
 use crate::vm::{Error, Result};
 
-/// An eager tensor: a handle to a VM tensor plus the [`Context`] that runs its ops.
+/// An eager tensor: a counted handle to a VM tensor plus the [`Context`] that runs its ops.
 ///
-/// Every op returns a new array at once (the work runs asynchronously on the VM) or the
-/// typed [`Error`] that refuses it. Ops run on the compute stream of the array's device;
-/// all inputs of an op must live on one device (move them with [`Array::to`]). Cloning is
-/// cheap and shares the tensor.
+/// An array owns what it needs: it is `Clone` (cheap: two counters), `Send` and `Sync`,
+/// and keeps its context and VM running while it lives (`eager::context`, "Ownership"), so
+/// it can sit in a struct beside its [`VirtualMachine`](crate::VirtualMachine). Every op
+/// returns a new array at once (the work runs asynchronously on the VM) or the typed
+/// [`Error`] that refuses it. Ops run on the compute stream of the array's device; all
+/// inputs of an op must live on one device (move them with [`Array::to`]).
+///
+/// Each op has three forms: `a.add(&b)` makes a new array; `a.add_into(&b, &mut out)`
+/// writes an existing array `out` (PyTorch's `out=`: no new storage); `a.add_(&b)` updates
+/// `a` in place, seen by every handle of it.
 ///
 /// ```
-/// use eagervm::eager::Context;
+/// use eagervm::eager::{Array, Context};
 /// use eagervm::prelude::*;
+///
+/// struct Model {
+///     vm: VirtualMachine,
+///     w: Array,
+/// }
 ///
 /// let vm = VirtualMachine::new(Config::default())?;
 /// let cx = Context::new(&vm);
+/// let w = cx.from_slice(&[0.5f32, 0.5, 0.5], &[3], DeviceId::CPU)?;
+/// let mut m = Model { vm, w };
 /// let a = cx.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::CPU)?;
-/// let b = cx.from_slice(&[0.5f32, 0.5, 0.5], &[3], DeviceId::CPU)?;
-/// let loss = a.sub(&b)?.mul(&a.sub(&b)?)?.sum()?; // 0.25 + 2.25 + 6.25
+/// let loss = a.sub(&m.w)?.mul(&a.sub(&m.w)?)?.sum()?; // 0.25 + 2.25 + 6.25
 /// assert_eq!(loss.item::<f32>()?, 8.75);
+/// m.w.add_(&a)?; // in place: every handle of `w` sees [1.5, 2.5, 3.5]
+/// assert_eq!(m.w.to_vec::<f32>()?, vec![1.5, 2.5, 3.5]);
+/// m.vm.sync()?;
 /// # Ok::<(), eagervm::Error>(())
 /// ```
 #[derive(Clone)]
-pub struct Array<'a> {
+pub struct Array {
     t: Tensor,
-    cx: &'a Context<'a>,
+    cx: Context,
 }
 
-impl fmt::Debug for Array<'_> {
+impl fmt::Debug for Array {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Array({:?})", self.t)
     }
 }
 
-impl<'a> Array<'a> {
-    pub(super) fn new(t: Tensor, cx: &'a Context<'a>) -> Self {
+/// The three forms of an elementwise or product op: `op`, `op_into`, `op_`.
+macro_rules! forms {
+    ($(#[$doc:meta])* $name:ident, $into:ident, $inplace:ident, $op:ident, $attrs:expr) => {
+        $(#[$doc])*
+        pub fn $name(&self, other: &Array) -> Result<Array> {
+            self.binary(self.cx.ops().$op, other, $attrs)
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") written into `out`, which must have the result's shape and")]
+        /// dtype and live on this array's device (`Error::OutputMismatch`, `WrongDevice`
+        /// otherwise); `out`'s earlier value is overwritten once every earlier use of it
+        /// is done. `out` may not be one of the inputs (`Error::Aliased`): use the
+        /// in-place form for that.
+        pub fn $into(&self, other: &Array, out: &mut Array) -> Result<()> {
+            self.binary_into(self.cx.ops().$op, other, $attrs, out)
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") in place: this array (and every handle of it) holds the result.")]
+        /// The result is computed into a new array, then copied into this one on the same
+        /// stream (a kernel never reads and writes one buffer), so it costs one copy and
+        /// holds a second buffer for the time between the two.
+        pub fn $inplace(&mut self, other: &Array) -> Result<&mut Self> {
+            let r = self.$name(other)?;
+            self.assign(&r)?;
+            Ok(self)
+        }
+    };
+}
+
+/// The three forms of a one-input op.
+macro_rules! unary_forms {
+    ($(#[$doc:meta])* $name:ident, $into:ident, $inplace:ident, $op:ident, $attrs:expr $(, $arg:ident: $ty:ty)?) => {
+        $(#[$doc])*
+        pub fn $name(&self $(, $arg: $ty)?) -> Result<Array> {
+            self.unary(self.cx.ops().$op, $attrs)
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") written into `out` (as [`add_into`](Self::add_into) writes it).")]
+        pub fn $into(&self $(, $arg: $ty)?, out: &mut Array) -> Result<()> {
+            let stream = self.cx.vm().compute_stream(self.device())?;
+            self.cx.call_into(self.cx.ops().$op, &[self], &[&out.t], $attrs, stream)
+        }
+
+        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") in place (as [`add_`](Self::add_) does it).")]
+        pub fn $inplace(&mut self $(, $arg: $ty)?) -> Result<&mut Self> {
+            let r = self.$name($($arg)?)?;
+            self.assign(&r)?;
+            Ok(self)
+        }
+    };
+}
+
+impl Array {
+    pub(super) fn new(t: Tensor, cx: Context) -> Self {
         Array { t, cx }
     }
 
@@ -65,8 +131,8 @@ impl<'a> Array<'a> {
         self.t.numel()
     }
     /// The context that runs this array's ops.
-    pub fn context(&self) -> &'a Context<'a> {
-        self.cx
+    pub fn context(&self) -> &Context {
+        &self.cx
     }
 
     /// The low-level tensor, for use with [`VirtualMachine::run`](crate::VirtualMachine::run).
@@ -81,115 +147,116 @@ impl<'a> Array<'a> {
         &self.t
     }
 
-    pub(super) fn context_ptr(&self) -> *const () {
-        self.cx as *const Context<'_> as *const ()
+    fn binary(&self, op: Op, other: &Array, attrs: Attrs) -> Result<Array> {
+        let stream = self.cx.vm().compute_stream(self.device())?;
+        self.cx.call1(op, &[self, other], attrs, stream)
     }
 
-    pub(super) fn flush_owner(&self) -> Result<()> {
-        self.cx.flush()
+    fn binary_into(&self, op: Op, other: &Array, attrs: Attrs, out: &mut Array) -> Result<()> {
+        let stream = self.cx.vm().compute_stream(self.device())?;
+        self.cx.call_into(op, &[self, other], &[&out.t], attrs, stream)
     }
 
-    fn binary(&self, op: Binary, other: &Array<'_>) -> Result<Array<'a>> {
-        let device = self.device();
-        let stream = (self.cx.vm().compute_stream(device)?, device);
-        let mut out =
-            self.cx.emit(self.cx.ops_binary(op), &[self, other], Attrs::default(), stream, device, &[])?;
-        // Cannot fail: every op of `Binary` makes one output once its `infer` passed.
-        Ok(out.pop().expect("one output"))
+    fn unary(&self, op: Op, attrs: Attrs) -> Result<Array> {
+        let stream = self.cx.vm().compute_stream(self.device())?;
+        self.cx.call1(op, &[self], attrs, stream)
     }
 
-    fn unary(&self, op: Unary, attrs: Attrs) -> Result<Array<'a>> {
-        let device = self.device();
-        let stream = (self.cx.vm().compute_stream(device)?, device);
-        let mut out = self.cx.emit(self.cx.ops_unary(op), &[self], attrs, stream, device, &[])?;
-        // Cannot fail: every op of `Unary` makes one output once its `infer` passed.
-        Ok(out.pop().expect("one output"))
+    /// Overwrite this array with `value` (same shape, dtype and device), on the compute
+    /// stream of its device, after every earlier use of it.
+    pub fn assign(&mut self, value: &Array) -> Result<()> {
+        let stream = self.cx.vm().compute_stream(self.device())?;
+        self.cx.call_into(self.cx.ops().copy, &[value], &[&self.t], Attrs::default(), stream)
     }
 
-    /// Matrix product `self @ other`: `[m, k] x [k, n] -> [m, n]`.
-    pub fn matmul(&self, other: &Array<'_>) -> Result<Array<'a>> {
-        self.binary(Binary::Matmul, other)
-    }
+    forms!(
+        /// Matrix product `self @ other`: `[m, k] x [k, n] -> [m, n]`.
+        matmul, matmul_into, matmul_, matmul, Attrs::default()
+    );
 
-    /// `selfᵀ @ other`: `[k, m] x [k, n] -> [m, n]` (a weight gradient, `xᵀ dy`).
-    pub fn matmul_tn(&self, other: &Array<'_>) -> Result<Array<'a>> {
-        self.binary(Binary::MatmulTn, other)
-    }
+    forms!(
+        /// `selfᵀ @ other`: `[k, m] x [k, n] -> [m, n]` (a weight gradient, `xᵀ dy`): `matmul`
+        /// with `transpose_a`.
+        matmul_tn, matmul_tn_into, matmul_tn_, matmul, Attrs::transposed(true, false)
+    );
 
-    /// `self @ otherᵀ`: `[m, k] x [n, k] -> [m, n]` (an input gradient, `dy Wᵀ`).
-    pub fn matmul_nt(&self, other: &Array<'_>) -> Result<Array<'a>> {
-        self.binary(Binary::MatmulNt, other)
-    }
+    forms!(
+        /// `self @ otherᵀ`: `[m, k] x [n, k] -> [m, n]` (an input gradient, `dy Wᵀ`): `matmul`
+        /// with `transpose_b`.
+        matmul_nt, matmul_nt_into, matmul_nt_, matmul, Attrs::transposed(false, true)
+    );
 
-    /// Elementwise `self + other` (same shape and dtype).
-    pub fn add(&self, other: &Array<'_>) -> Result<Array<'a>> {
-        self.binary(Binary::Add, other)
-    }
+    forms!(
+        /// Elementwise `self + other` (same shape and dtype).
+        add, add_into, add_, add, Attrs::default()
+    );
 
-    /// Elementwise `self - other` (same shape and dtype).
-    pub fn sub(&self, other: &Array<'_>) -> Result<Array<'a>> {
-        self.binary(Binary::Sub, other)
-    }
+    forms!(
+        /// Elementwise `self - other` (same shape and dtype).
+        sub, sub_into, sub_, sub, Attrs::default()
+    );
 
-    /// Elementwise `self * other` (same shape and dtype).
-    pub fn mul(&self, other: &Array<'_>) -> Result<Array<'a>> {
-        self.binary(Binary::Mul, other)
-    }
+    forms!(
+        /// Elementwise `self * other` (same shape and dtype).
+        mul, mul_into, mul_, mul, Attrs::default()
+    );
 
-    /// `self[i][j] + bias[j]`: a `[k]` bias added to every row of a `[n, k]` array.
-    pub fn add_bias(&self, bias: &Array<'_>) -> Result<Array<'a>> {
-        self.binary(Binary::AddBias, bias)
-    }
+    forms!(
+        /// `self[i][j] + bias[j]`: a `[k]` bias added to every row of a `[n, k]` array.
+        add_bias, add_bias_into, add_bias_, add_bias, Attrs::default()
+    );
 
-    /// `self * factor` (for `i64`, the factor truncated toward zero).
-    pub fn scale(&self, factor: f64) -> Result<Array<'a>> {
-        self.unary(Unary::Scale, Attrs::scalar(factor))
-    }
+    unary_forms!(
+        /// `self * factor` (for `i64`, the factor truncated toward zero).
+        scale, scale_into, scale_, scale, Attrs::scalar(factor), factor: f64
+    );
 
-    /// `max(self, 0)` elementwise.
-    pub fn relu(&self) -> Result<Array<'a>> {
-        self.unary(Unary::Relu, Attrs::default())
+    unary_forms!(
+        /// `max(self, 0)` elementwise.
+        relu, relu_into, relu_, relu, Attrs::default()
+    );
+
+    /// `self @ other` with the transpose flags given: `aᵀ b` with `transpose_a`, `a bᵀ` with
+    /// `transpose_b` (not both: `Error::InvalidOperands`).
+    pub fn matmul_t(&self, other: &Array, transpose_a: bool, transpose_b: bool) -> Result<Array> {
+        self.binary(self.cx.ops().matmul, other, Attrs::transposed(transpose_a, transpose_b))
     }
 
     /// The gradient of `relu` at `self` given the gradient `dy` of its output: `dy` where
     /// `self > 0`, 0 elsewhere.
-    pub fn relu_grad(&self, dy: &Array<'_>) -> Result<Array<'a>> {
-        // The kernel takes (dy, x); the result lives with `self`'s context.
-        let device = self.device();
-        let stream = (self.cx.vm().compute_stream(device)?, device);
-        let op = self.cx.ops_binary(Binary::ReluGrad);
-        let mut out = self.cx.emit(op, &[dy, self], Attrs::default(), stream, device, &[])?;
-        // Cannot fail: `relu_grad` makes one output once its `infer` passed.
-        Ok(out.pop().expect("one output"))
+    pub fn relu_grad(&self, dy: &Array) -> Result<Array> {
+        // The kernel takes (dy, x).
+        let stream = self.cx.vm().compute_stream(self.device())?;
+        self.cx.call1(self.cx.ops().relu_grad, &[dy, self], Attrs::default(), stream)
     }
 
     /// The sum of all elements, as a scalar array (shape `[]`).
-    pub fn sum(&self) -> Result<Array<'a>> {
-        self.unary(Unary::Sum, Attrs::default())
+    pub fn sum(&self) -> Result<Array> {
+        self.unary(self.cx.ops().sum, Attrs::default())
     }
 
     /// The sum over the rows of a `[n, k]` array: `[k]` column sums (a bias gradient).
-    pub fn sum_rows(&self) -> Result<Array<'a>> {
-        self.unary(Unary::SumRows, Attrs::default())
+    pub fn sum_rows(&self) -> Result<Array> {
+        self.unary(self.cx.ops().sum_rows, Attrs::default())
     }
 
     /// This array on `device`. The same array if it is there already; otherwise a copy on
     /// the destination's host-to-device stream (to a device) or the source's
     /// device-to-host stream (to the host), so that copies overlap compute.
-    pub fn to(&self, device: DeviceId) -> Result<Array<'a>> {
+    pub fn to(&self, device: DeviceId) -> Result<Array> {
         let src = self.device();
         if src == device {
             return Ok(self.clone());
         }
+        let vm = self.cx.vm();
         let stream = if device.is_host() {
-            (self.cx.vm().stream(src, StreamType::D2H)?, src)
+            vm.stream(src, StreamType::D2H)?
         } else {
-            (self.cx.vm().stream(device, StreamType::H2D)?, device)
+            vm.stream(device, StreamType::H2D)?
         };
-        let mut out =
-            self.cx.emit(self.cx.ops_unary(Unary::Copy), &[self], Attrs::default(), stream, device, &[])?;
-        // Cannot fail: `copy` makes one output once its `infer` passed.
-        Ok(out.pop().expect("one output"))
+        let out = vm.empty_at(self.shape(), self.dtype(), device, || format!("a copy to {device}"))?;
+        self.cx.call_into(self.cx.ops().copy, &[self], &[&out], Attrs::default(), stream)?;
+        Ok(self.cx.array(out))
     }
 
     /// The elements, in row-major order (flushes, then waits for the array's value).

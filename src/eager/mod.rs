@@ -10,8 +10,12 @@
 //! time (a failed kernel) travel with the arrays they poison and come back from
 //! [`Array::to_vec`] and [`Array::wait`].
 //!
-//! Calls are queued and handed to the VM in batches, one `vm.run` per flush (see
-//! [`context`] for why and when, and `docs/frontend.md` for the measured cost of each way).
+//! Arrays and contexts are owned, counted handles (`Clone + Send + Sync`): an array keeps
+//! its context and its VM running, so a model keeps its weights in a struct beside its VM,
+//! and the VM shuts down when the last of the `VirtualMachine`, its contexts and their
+//! arrays drops. Calls are built into one builder the context keeps open and handed to the
+//! VM in batches, at most [`ContextOptions::flush_every`] calls apart and before every read
+//! or wait (`docs/frontend.md` says when, why, and what it costs).
 //!
 //! ```
 //! use eagervm::eager::Context;
@@ -29,7 +33,7 @@
 //! ```
 
 mod array;
-pub mod context;
+mod context;
 
 pub use array::Array;
 pub use context::{Context, ContextOptions, ContextStats};

@@ -58,8 +58,10 @@ use std::sync::{Arc, Weak};
 use smallvec::SmallVec;
 
 use crate::ep::DeviceId;
+use crate::ep::StreamType;
 use crate::framework::deferred;
 use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
+use crate::framework::op::Call;
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
 use crate::framework::{Attrs, Op, OutSpecs};
@@ -142,6 +144,24 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.vm
     }
 
+    /// Call a single-output op with defaults: `call` is an [`Op`] (default attributes, on
+    /// the compute stream of the first input's device) or an op with its attributes and
+    /// stream ([`Op::with`], [`Op::on`]). A call with no input must name its stream.
+    pub fn apply(&mut self, call: impl Into<Call>, inputs: &[&Tensor]) -> Result<Tensor> {
+        let Call { op, attrs, stream } = call.into();
+        let stream = match (stream, inputs.first()) {
+            (Some(s), _) => s,
+            (None, Some(t)) => self.vm.stream_of(t.device(), StreamType::Compute)?,
+            (None, None) => {
+                return Err(Error::InvalidOperands {
+                    op: op.name().into(),
+                    detail: "has no input to take its stream from: name one with `.on(stream)`".into(),
+                })
+            }
+        };
+        self.call(op, inputs, attrs, stream)
+    }
+
     /// Call `op` on `stream`, creating its outputs. Returns them in order.
     pub fn call_multi(
         &mut self,
@@ -153,7 +173,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.open_if_idle();
         let checked = match self.fast_check_making(&op, inputs, attrs, stream) {
             Some(c) => c,
-            None => self.check(op, inputs, &[], &attrs, stream, false)?,
+            None => self.check(op, inputs, &[], &attrs, stream)?,
         };
         Ok(self.make_and_emit(checked, inputs, attrs, stream))
     }
@@ -165,7 +185,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         // Refuse before emitting anything: a refused call leaves no instruction behind.
         let checked = match self.fast_check_making(&op, inputs, attrs, stream) {
             Some(c) => c,
-            None => self.check(op, inputs, &[], &attrs, stream, false)?,
+            None => self.check(op, inputs, &[], &attrs, stream)?,
         };
         let n = self.outputs_of(checked).0.len();
         if n != 1 {
@@ -257,25 +277,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
-        self.call_into_as(op, inputs, outputs, attrs, stream, false)
+        self.call_into_as(op, inputs, outputs, attrs, stream)
     }
 
-    /// `call_into` for a call that an eager `Context` checked when it
-    /// accepted it, while the release rule held its queue open: an operand released since
-    /// then is not refused, since its `Release` waits for this batch (`framework::release`).
-    /// Every other check runs as in `call_into`.
-    pub(crate) fn call_accepted(
-        &mut self,
-        op: Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: Attrs,
-        stream: StreamId,
-    ) -> Result<()> {
-        self.call_into_as(op, inputs, outputs, attrs, stream, true)
-    }
-
-    /// `call_into` (`accepted`: `call_accepted`): the fast path, else the full one.
+    /// `call_into`: the fast path, else the full one.
     #[inline(always)]
     fn call_into_as(
         &mut self,
@@ -284,17 +289,16 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: Attrs,
         stream: StreamId,
-        accepted: bool,
     ) -> Result<()> {
         self.open_if_idle();
         if self.fast_call(&op, inputs, outputs, attrs, stream) {
             return Ok(());
         }
-        self.call_into_checked(op, inputs, outputs, attrs, stream, accepted)
+        self.call_into_checked(op, inputs, outputs, attrs, stream)
     }
 
     /// `call_into` by the full path: every check, soft sync, any number of operands. Kept
-    /// out of line so that the fast path's frame stays small. `accepted`: as in `check`.
+    /// out of line so that the fast path's frame stays small.
     #[inline(never)]
     fn call_into_checked(
         &mut self,
@@ -303,9 +307,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: Attrs,
         stream: StreamId,
-        accepted: bool,
     ) -> Result<()> {
-        let checked = self.check(op, inputs, outputs, &attrs, stream, accepted)?;
+        let checked = self.check(op, inputs, outputs, &attrs, stream)?;
         // A signature cached by `call` (whose outputs the builder makes) matches a
         // `call_into` of the same inputs and no outputs: compare the counts here.
         let produced = self.outputs_of(checked).0.len();
@@ -416,23 +419,15 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Overwrite a host tensor with `data` (a host `Access`).
     pub fn write<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
-        self.write_checked(t, data, false)
+        self.write_checked(t, data)
     }
 
-    /// `write` for a host write that a `Context` checked when it accepted it (as
-    /// [`call_accepted`](Self::call_accepted)).
-    pub(crate) fn write_accepted<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
-        self.write_checked(t, data, true)
-    }
-
-    fn write_checked<T: Element>(&mut self, t: &Tensor, data: &[T], accepted: bool) -> Result<()> {
+    fn write_checked<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
         self.open_if_idle();
         if !t.inner().belongs_to(self.me) {
             return Err(Error::ForeignTensor { op: "write".into(), tensor: t.id() });
         }
-        if !accepted {
-            t.check_live()?;
-        }
+        t.check_live()?;
         if !t.device().is_host() {
             return Err(Error::Access {
                 tensor: t.id(),
@@ -533,10 +528,6 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// Check a call (module docs); returns its kernel and where its output specs are. The
     /// common case, a signature already in the inference cache, takes one pass over the
     /// operands and no allocation. Opens the batch first (`open_if_idle`).
-    ///
-    /// `accepted`: the call was checked when a `Context` accepted it and is built now from
-    /// its queue ([`call_accepted`](Self::call_accepted)); an operand released since then
-    /// is not refused.
     #[inline]
     fn check(
         &mut self,
@@ -545,7 +536,6 @@ impl<'vm> InstructionsBuilder<'vm> {
         outputs: &[&Tensor],
         attrs: &Attrs,
         stream: StreamId,
-        accepted: bool,
     ) -> Result<Checked> {
         self.open_if_idle();
         let device = self.vm.stream(stream)?.device;
@@ -563,9 +553,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             if !t.inner().belongs_to(self.me) {
                 return Err(Error::ForeignTensor { op: op.name().into(), tensor: t.id() });
             }
-            if !accepted {
-                t.check_live()?;
-            }
+            t.check_live()?;
         }
         for (i, o) in outputs.iter().enumerate() {
             if inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner())) {

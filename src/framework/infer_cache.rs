@@ -41,8 +41,9 @@ const WIDE: usize = 16;
 /// The most operands a signature packed into a [`Key`] has.
 pub(crate) const KEY_OPS: usize = 4;
 
-/// A signature of at most [`KEY_OPS`] operands packed into words: the kernel, the attributes'
-/// bits, the stream with the input and operand counts, and the operands' meta ids (unused
+/// A signature of at most [`KEY_OPS`] operands packed into words: the kernel, the scalar
+/// attribute's bits, the stream with the input and operand counts and the other attributes'
+/// bits ([`Attrs::flag_bits`]), and the operands' meta ids (unused
 /// places zero). Equal keys are equal signatures. The all-zero key belongs to no signature
 /// (no kernel lies at address zero).
 #[derive(Clone, Copy, Default, Debug)]
@@ -76,7 +77,7 @@ impl Key {
         Key([
             kernel.addr() as u64,
             attrs.scalar.to_bits(),
-            stream as u64 | (n_inputs as u64) << 32 | (n as u64) << 40,
+            stream as u64 | (n_inputs as u64) << 32 | (n as u64) << 40 | (attrs.flag_bits() as u64) << 48,
             pair(ids[0], ids[1]),
             pair(ids[2], ids[3]),
         ])
@@ -115,7 +116,8 @@ impl Key {
 struct Entry {
     kernel: usize,
     stream: u32,
-    attrs: u64,
+    /// The attributes' bits: `scalar`'s and [`Attrs::flag_bits`].
+    attrs: (u64, u16),
     n_inputs: u8,
     /// Inputs' meta ids, then the given outputs' meta ids.
     ids: SmallVec<[MetaId; 4]>,
@@ -129,7 +131,7 @@ impl Entry {
         &self,
         kernel: usize,
         stream: u32,
-        attrs: u64,
+        attrs: (u64, u16),
         n_inputs: usize,
         ids: impl Iterator<Item = MetaId>,
     ) -> bool {
@@ -201,7 +203,7 @@ impl InferCache {
             let first = key.set() * WAYS;
             return self.keys[first..first + WAYS].iter().position(|k| *k == key).map(|w| first + w);
         }
-        let (k, bits) = (kernel.addr(), attrs.scalar.to_bits());
+        let (k, bits) = (kernel.addr(), (attrs.scalar.to_bits(), attrs.flag_bits()));
         let wide = self.entries.get(SETS * WAYS..)?;
         let j = wide
             .iter()
@@ -243,7 +245,7 @@ impl InferCache {
         let e = Entry {
             kernel: kernel.addr(),
             stream,
-            attrs: attrs.scalar.to_bits(),
+            attrs: (attrs.scalar.to_bits(), attrs.flag_bits()),
             n_inputs,
             ids,
             specs,

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::ep::{DeviceId, DeviceType};
-use crate::vm::kernel::{KernelRef, OpKernel};
-use crate::vm::{Error, Result};
+use crate::vm::kernel::{Attrs, KernelRef, OpKernel};
+use crate::vm::{Error, Result, StreamId};
 
 /// Number of device types with a kernel slot in [`Op`].
 const DEVICE_TYPES: usize = 3;
@@ -53,6 +53,65 @@ impl Op {
     #[inline]
     pub(crate) fn kernel_ref(&self, device: DeviceType) -> Option<KernelRef> {
         self.kernels[slot(device)]
+    }
+}
+
+impl Op {
+    /// A call of this op with `attrs` (on the default stream unless [`Call::on`] names one).
+    pub fn with(self, attrs: Attrs) -> Call {
+        Call { op: self, attrs, stream: None }
+    }
+
+    /// A call of this op on `stream` (with default attributes unless [`Call::with`] gives
+    /// some).
+    pub fn on(self, stream: StreamId) -> Call {
+        Call { op: self, attrs: Attrs::default(), stream: Some(stream) }
+    }
+}
+
+/// An op with its attributes and, optionally, its stream: what
+/// [`InstructionsBuilder::apply`](super::InstructionsBuilder::apply) calls. An [`Op`] alone
+/// is a call with default attributes on the compute stream of its first input's device.
+///
+/// ```
+/// use eagervm::prelude::*;
+///
+/// let vm = VirtualMachine::new(Config::default())?;
+/// let a = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], DeviceId::CPU)?;
+/// let (relu, scale) = (vm.op("relu")?, vm.op("scale")?);
+/// let cpu = vm.compute_stream(DeviceId::CPU)?;
+/// let y = vm.run(|b| {
+///     let r = b.apply(relu, &[&a])?; // default attributes, `a`'s compute stream
+///     b.apply(scale.with(Attrs::scalar(2.0)).on(cpu), &[&r])
+/// })?;
+/// assert_eq!(y.to_vec::<f32>()?, vec![2.0, 0.0, 6.0]);
+/// # Ok::<(), eagervm::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct Call {
+    /// The op.
+    pub op: Op,
+    /// Its attributes.
+    pub attrs: Attrs,
+    /// Its stream; `None`: the compute stream of the first input's device.
+    pub stream: Option<StreamId>,
+}
+
+impl Call {
+    /// This call with `attrs`.
+    pub fn with(self, attrs: Attrs) -> Call {
+        Call { attrs, ..self }
+    }
+
+    /// This call on `stream`.
+    pub fn on(self, stream: StreamId) -> Call {
+        Call { stream: Some(stream), ..self }
+    }
+}
+
+impl From<Op> for Call {
+    fn from(op: Op) -> Call {
+        Call { op, attrs: Attrs::default(), stream: None }
     }
 }
 

@@ -5,9 +5,9 @@
 //! the object. That order holds only if the `Release` enters the scheduler's inbox after
 //! those instructions. A builder's batch is submitted every `batch_size` calls, so when the
 //! last handle of a tensor drops, some builder (on this thread or another) may still hold
-//! unsubmitted instructions that use it; and an eager `Context` queues checked calls that
-//! its next flush builds. This module holds such a `Release` back until every batch (and
-//! every context queue) that was open when the tensor was released has been submitted.
+//! unsubmitted instructions that use it (an eager `Context` keeps one open between its
+//! flushes). This module holds such a `Release` back until every batch
+//! that was open when the tensor was released has been submitted.
 //!
 //! # Protocol
 //!
@@ -28,11 +28,11 @@
 //! 4. **Drain**: the smallest start over all slots bounds what may go: every pending release
 //!    whose tag is below it is taken out of the list and submitted.
 //!
-//! An eager context (`eager::context`) takes part as a builder does: it opens its slot
-//! (step 1) before it checks the first call it queues after a flush, and closes it (step 2)
-//! once its flush has put the queued calls in the inbox, through a builder of its own. So
-//! the queue is one long batch: the calls in it were checked after its start, and none is
-//! built before the release of a tensor it uses.
+//! An eager context (`eager::context`) is a builder kept open between its flushes: its
+//! batch is open from the checks of the first call built after a flush (step 1) until the
+//! flush puts it in the inbox (step 2). (The protocol also admits a context that queues
+//! calls it checked and builds them at its flush, as contexts once did; the loom model
+//! keeps that case.)
 //!
 //! # Why the order holds
 //!
@@ -62,11 +62,10 @@
 //! Checking before opening, or closing a batch between a call's check and its
 //! instructions, would lose this (a model in `tests/loom/release.rs` plants the first).
 //!
-//! *Contexts.* A context checks each call it queues as the builder does, after its slot
-//! opened: a release made after the check waits, by the argument above, until the context
-//! closes its slot, which it does after its flush's batch is in the inbox. Its flush
-//! therefore builds queued calls without checking `released` again: a flag set since the
-//! call was accepted belongs to a release that waits for the flush.
+//! *Contexts.* A context that queued checked calls, with its slot open from before their
+//! checks until its flush's batch is in the inbox, could build them at the flush without
+//! checking `released` again: a flag set since a call was accepted belongs to a release
+//! that waits for the flush, by the argument above.
 //!
 //! # Why no release is forgotten
 //!
@@ -100,7 +99,7 @@
 //! three and a fence to close. A handle dropped while a slot is busy takes a fence, one
 //! tick and two uncontended locks. The price of the rule: a release waits until each busy
 //! builder submits its current batch (at most `batch_size` calls, or its `flush`, or the
-//! end of its `run`), and until each context with queued calls flushes (at most
+//! end of its `run`; an eager context's, at most
 //! `flush_every` calls, or its next read, wait, sync, `tensor`, `release` or drop). Memory
 //! is held that long, never longer.
 

@@ -140,6 +140,10 @@ fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<
 
 /// The eager-execution virtual machine.
 ///
+/// Dropping it drains every instruction it was given, shuts it down and joins its threads,
+/// unless eager contexts or arrays made on it are still alive (`eager`): they keep it
+/// running, and it shuts down so when the last of them drops.
+///
 /// ```
 /// use eagervm::prelude::*;
 ///
@@ -155,7 +159,24 @@ fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<
 /// # Ok::<(), eagervm::Error>(())
 /// ```
 pub struct VirtualMachine {
+    core: Arc<Core>,
+}
+
+/// What a [`VirtualMachine`] and every eager context made on it share: the running engine.
+/// Dropping the last of them shuts the engine down (`Core`'s drop, then the handle's).
+struct Core {
     handle: EngineHandle,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        // No builder is left (each borrows a live handle of the VM): nothing can hold a
+        // release back. Dropping the handle afterwards shuts the engine down and joins its
+        // threads.
+        let engine = self.handle.engine();
+        let left = front(engine).releases.take_all();
+        submit_releases(engine, left);
+    }
 }
 
 impl std::fmt::Debug for VirtualMachine {
@@ -173,12 +194,18 @@ impl VirtualMachine {
             infer_caches: SegQueue::new(),
             communicators: Default::default(),
         };
-        Ok(VirtualMachine { handle: Engine::start(config, Box::new(front))? })
+        Ok(VirtualMachine { core: Arc::new(Core { handle: Engine::start(config, Box::new(front))? }) })
+    }
+
+    /// Another handle of this VM, which keeps it running as long as it lives (an eager
+    /// `Context` holds one).
+    pub(crate) fn share(&self) -> VirtualMachine {
+        VirtualMachine { core: self.core.clone() }
     }
 
     #[inline]
     pub(crate) fn engine(&self) -> &Arc<Engine> {
-        self.handle.engine()
+        self.core.handle.engine()
     }
 
     pub(crate) fn front(&self) -> &Front {
@@ -192,6 +219,11 @@ impl VirtualMachine {
             device: DeviceId::CPU,
             known: self.front().ops.names().join(", "),
         })
+    }
+
+    /// The error for an op with no kernel on `device`.
+    pub(crate) fn unknown_op(&self, name: &str, device: DeviceId) -> Error {
+        self.front().unknown_op(name, device)
     }
 
     /// The stream of type `ty` on `device` (`cpu:0` has a single stream for every type).
@@ -343,16 +375,6 @@ impl VirtualMachine {
     /// Names of the registered ops.
     pub fn op_names(&self) -> Vec<&'static str> {
         self.front().ops.names()
-    }
-}
-
-impl Drop for VirtualMachine {
-    fn drop(&mut self) {
-        // No builder is left (each borrows the VM): nothing can hold a release back. Dropping
-        // the handle afterwards shuts the engine down and joins its threads.
-        let engine = self.engine();
-        let left = front(engine).releases.take_all();
-        submit_releases(engine, left);
     }
 }
 

@@ -1,11 +1,17 @@
-//! Matrix product: `matmul`.
+//! Matrix product: `matmul`, with its transpose flags.
 
-use super::gemm::{self, Layout};
+use super::gemm;
+use super::matmul_t::{product, Layout};
 use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
 use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `matmul`: inputs `a: [m, k]` and `b: [k, n]` of one dtype, output `[m, n]` with
 /// `out[i][j] = sum over p of a[i][p] * b[p][j]`.
+///
+/// With `attrs.transpose_a`, `a` is `[k, m]` and the product is `aᵀ b` (what `matmul_tn`
+/// computes); with `attrs.transpose_b`, `b` is `[n, k]` and the product is `a bᵀ`
+/// (`matmul_nt`). Both flags at once are refused by `infer` (no kernel computes `aᵀ bᵀ`;
+/// it is `(b a)ᵀ`).
 ///
 /// The compute is `kernels::gemm`'s: the `gemm` crate for `f32` products of more than
 /// 64³ multiply-adds, plain loops otherwise (each output element adding its products in
@@ -23,9 +29,12 @@ impl OpKernel for MatmulKernel {
         &self,
         inputs: &[&TensorMeta],
         _given: &[&TensorMeta],
-        _attrs: &Attrs,
+        attrs: &Attrs,
         outputs: &mut OutSpecs,
     ) -> Result<(), String> {
+        if let Some(layout) = transposed(attrs)? {
+            return layout.infer(inputs, outputs);
+        }
         expect_inputs(inputs, 2)?;
         let dtype = common_dtype(inputs)?;
         let (m, n) = dims(inputs[0], inputs[1])?;
@@ -34,7 +43,22 @@ impl OpKernel for MatmulKernel {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => matmul::<T>(ctx))
+        match transposed(&ctx.attrs)? {
+            None => with_num!(input_dtype(ctx, 0)?, T => matmul::<T>(ctx)),
+            Some(layout) => with_num!(input_dtype(ctx, 0)?, T => product::<T>(ctx, layout)),
+        }
+    }
+}
+
+/// The transposed product the flags ask for; `None` for the plain one.
+fn transposed(attrs: &Attrs) -> Result<Option<Layout>, String> {
+    match (attrs.transpose_a, attrs.transpose_b) {
+        (false, false) => Ok(None),
+        (true, false) => Ok(Some(Layout::Tn)),
+        (false, true) => Ok(Some(Layout::Nt)),
+        (true, true) => Err("transpose_a and transpose_b both set: matmul computes a b, aᵀ b or a bᵀ \
+                             (for aᵀ bᵀ, compute (b a)ᵀ)"
+            .into()),
     }
 }
 
@@ -71,7 +95,7 @@ fn matmul<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         return Err(format!("output 0 is {} but matmul produces [{m}, {n}]", meta.describe()));
     }
     // The output may hold an earlier value (a reused tensor): `product` ignores it.
-    gemm::product((m, k, n), a, b, Layout { a_trans: false, b_trans: false }, out)
+    gemm::product((m, k, n), a, b, gemm::Layout { a_trans: false, b_trans: false }, out)
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Matrix products with one operand transposed: `matmul_tn` (`aᵀ b`) and `matmul_nt`
 //! (`a bᵀ`), the two products a linear layer's backward pass needs (`dW = xᵀ dy`,
-//! `dx = dy Wᵀ`). Separate ops rather than flags, so that `Attrs` stays a single scalar.
+//! `dx = dy Wᵀ`). They are `matmul` with `transpose_a` or `transpose_b` set
+//! (`kernels::matmul` runs them through this file); the two names stay registered so that
+//! traces recorded with them keep replaying.
 //!
 //! Like `matmul`, they compute through `kernels::gemm` (the `gemm` crate for large `f32`
 //! products, plain loops otherwise; its docs give the summation order); `i64` wraps.
@@ -11,7 +13,7 @@ use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// Which operand is transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layout {
+pub(super) enum Layout {
     /// `a: [k, m]`, `b: [k, n]`: `aᵀ b`.
     Tn,
     /// `a: [m, k]`, `b: [n, k]`: `a bᵀ`.
@@ -27,7 +29,7 @@ impl Layout {
     }
 
     /// Check the operands' shapes; give `(m, k, n)`.
-    fn dims(self, a: &TensorMeta, b: &TensorMeta) -> Result<(usize, usize, usize), String> {
+    pub(super) fn dims(self, a: &TensorMeta, b: &TensorMeta) -> Result<(usize, usize, usize), String> {
         for (i, t) in [a, b].into_iter().enumerate() {
             if t.shape.len() != 2 {
                 return Err(format!("input {i} is {}: {} takes 2-D inputs", t.describe(), self.op()));
@@ -50,7 +52,7 @@ impl Layout {
         })
     }
 
-    fn infer(self, inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), String> {
+    pub(super) fn infer(self, inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), String> {
         expect_inputs(inputs, 2)?;
         let dtype = common_dtype(inputs)?;
         let (m, _, n) = self.dims(inputs[0], inputs[1])?;
@@ -109,7 +111,7 @@ impl OpKernel for MatmulNtKernel {
     }
 }
 
-fn product<T: Num>(ctx: &mut KernelCtx<'_, '_>, layout: Layout) -> Result<(), String> {
+pub(super) fn product<T: Num>(ctx: &mut KernelCtx<'_, '_>, layout: Layout) -> Result<(), String> {
     let (ma, mb) = match ctx.inputs {
         [a, b] => (a.meta, b.meta),
         _ => return Err(format!("expected 2 inputs, got {}", ctx.inputs.len())),

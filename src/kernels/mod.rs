@@ -8,13 +8,13 @@
 //! | `scale` | `x` | like `x` | `x * attrs.scalar` |
 //! | `relu` | `x` | like `x` | `max(x, 0)`; NaN stays NaN |
 //! | `sum` | `x` | scalar `[]` | in index order up to 4096 elements, 32 partial sums above ([`sum_f32`]) |
-//! | `matmul` | `[m, k]`, `[k, n]` | `[m, n]` | the `gemm` crate above 64³ multiply-adds (`f32`), plain loops below and for `i64` |
+//! | `matmul` | `[m, k]`, `[k, n]` | `[m, n]` | `a b`; with `attrs.transpose_a`, `a: [k, m]` and `aᵀ b`; with `attrs.transpose_b`, `b: [n, k]` and `a bᵀ` (not both); the `gemm` crate above 64³ multiply-adds (`f32`), plain loops below and for `i64` |
 //! | `sub` | `a`, `b` of one shape | like `a` | `a - b`; no broadcasting |
 //! | `relu_grad` | `dy`, `x` of one shape | like `x` | `dy` where `x > 0`, else 0 |
 //! | `add_bias` | `x: [n, k]`, `b: [k]` | `[n, k]` | `x[i][j] + b[j]` |
 //! | `sum_rows` | `x: [n, k]` | `[k]` | column sums: `sum over i of x[i][j]` |
-//! | `matmul_tn` | `a: [k, m]`, `b: [k, n]` | `[m, n]` | `aᵀ b` |
-//! | `matmul_nt` | `a: [m, k]`, `b: [n, k]` | `[m, n]` | `a bᵀ` |
+//! | `matmul_tn` | `a: [k, m]`, `b: [k, n]` | `[m, n]` | `aᵀ b`: `matmul` with `transpose_a`, kept for recorded traces |
+//! | `matmul_nt` | `a: [m, k]`, `b: [n, k]` | `[m, n]` | `a bᵀ`: `matmul` with `transpose_b`, kept for recorded traces |
 //! | `noop` | any | given by the caller | does nothing (measures VM overhead) |
 //! | `fail` | any | given by the caller | returns an error (tests error propagation) |
 //! | `panic` | any | given by the caller | panics (tests panic containment) |
@@ -271,6 +271,30 @@ mod tests {
         for k in BUILTINS {
             assert_eq!(k.cross_device(), k.name() == "copy", "{}", k.name());
         }
+    }
+
+    /// `matmul`'s transpose flags compute what `matmul_tn` and `matmul_nt` compute, bit for
+    /// bit; both flags at once are refused by `infer`; and the flags are part of the call's
+    /// signature (other flags, other shapes accepted).
+    #[test]
+    fn matmul_flags_are_the_transposed_products() {
+        use crate::vm::Attrs;
+        use testing::{as_f32, run, run_with, t_f32};
+        let vals = |n: usize| (0..n).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>();
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        let tn_ops = || vec![t_f32(&[3, 2], &vals(6)), t_f32(&[3, 4], &vals(12))];
+        let tn = run(&MatmulTnKernel, 0.0, tn_ops(), &[]).unwrap();
+        let flag = run_with(&MatmulKernel, Attrs::transposed(true, false), tn_ops(), &[]).unwrap();
+        assert_eq!(flag[0].0.shape.as_slice(), &[2, 4]);
+        assert_eq!(bits(as_f32(&flag[0])), bits(as_f32(&tn[0])));
+        let nt_ops = || vec![t_f32(&[2, 3], &vals(6)), t_f32(&[4, 3], &vals(12))];
+        let nt = run(&MatmulNtKernel, 0.0, nt_ops(), &[]).unwrap();
+        let flag = run_with(&MatmulKernel, Attrs::transposed(false, true), nt_ops(), &[]).unwrap();
+        assert_eq!(bits(as_f32(&flag[0])), bits(as_f32(&nt[0])));
+        // Without the flag the same operands do not fit.
+        assert!(run(&MatmulKernel, 0.0, nt_ops(), &[]).is_err());
+        let both = run_with(&MatmulKernel, Attrs::transposed(true, true), tn_ops(), &[]);
+        assert!(both.unwrap_err().contains("transpose_a and transpose_b both set"));
     }
 
     #[test]

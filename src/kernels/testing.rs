@@ -51,7 +51,16 @@ pub(crate) fn run(
     inputs: Vec<Owned>,
     given: &[TensorMeta],
 ) -> Result<Vec<Owned>, String> {
-    let attrs = Attrs::scalar(scalar);
+    run_with(kernel, Attrs::scalar(scalar), inputs, given)
+}
+
+/// [`run`] with any attributes.
+pub(crate) fn run_with(
+    kernel: &dyn OpKernel,
+    attrs: Attrs,
+    inputs: Vec<Owned>,
+    given: &[TensorMeta],
+) -> Result<Vec<Owned>, String> {
     let in_metas: Vec<&TensorMeta> = inputs.iter().map(|t| &t.0).collect();
     let given: Vec<&TensorMeta> = given.iter().collect();
     let mut specs = OutSpecs::new();

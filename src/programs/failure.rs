@@ -126,7 +126,7 @@ pub fn failure_keeping(
         keep.push(a.tensor()?.clone());
     }
     let expected_error = format!("fail op: {}", opts.code);
-    let outcome = |name: &str, a: &crate::eager::Array<'_>| {
+    let outcome = |name: &str, a: &crate::eager::Array| {
         let r = a.sum().and_then(|s| s.item::<f32>());
         let (value, error) = match r {
             Ok(v) => (Some(v), None),

@@ -107,7 +107,7 @@ pub fn fanout_keeping(
     let cx = Context::new(vm);
     let xv = Rng::new(opts.seed).vec(opts.len, 1.0);
     let x = cx.from_slice(&xv, &[opts.len], opts.device)?;
-    let branches: Vec<Array<'_>> =
+    let branches: Vec<Array> =
         (0..opts.width).map(|i| x.scale(factor(i, opts.width))?.relu()?.sum()).collect::<Result<_>>()?;
     let total_array = tree(branches.clone(), |a, b| a.add(b))?;
     for a in branches.iter().chain(&total_array) {

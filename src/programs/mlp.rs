@@ -144,7 +144,7 @@ pub fn mlp_keeping(vm: &VirtualMachine, opts: &MlpOptions, keep: &mut Vec<Tensor
     let mut b2 = cx.zeros(&[1], DType::F32, dev)?;
     let (inv_n, lr) = (1.0 / n.max(1) as f64, opts.lr as f64);
 
-    let mut losses: Vec<Array<'_>> = Vec::with_capacity(opts.steps);
+    let mut losses: Vec<Array> = Vec::with_capacity(opts.steps);
     for _ in 0..opts.steps {
         // Forward.
         let z = x.matmul(&w1)?.add_bias(&b1)?;

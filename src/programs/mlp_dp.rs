@@ -165,30 +165,30 @@ pub fn shard(samples: usize, world: usize, rank: usize) -> (usize, usize) {
 }
 
 /// One rank's replica: its data shard and parameters.
-struct Replica<'a> {
-    x: Array<'a>,
-    y: Array<'a>,
-    w1: Array<'a>,
-    b1: Array<'a>,
-    w2: Array<'a>,
-    b2: Array<'a>,
+struct Replica {
+    x: Array,
+    y: Array,
+    w1: Array,
+    b1: Array,
+    w2: Array,
+    b2: Array,
 }
 
 /// The activations and gradients of one rank in one step.
-struct Step<'a> {
-    z: Array<'a>,
-    a: Array<'a>,
-    diff: Array<'a>,
-    dp: Option<Array<'a>>,
+struct Step {
+    z: Array,
+    a: Array,
+    diff: Array,
+    dp: Option<Array>,
 }
 
 /// Issue `call` once per group of `groups` (one array per local member, in member order),
 /// all in one batch; returns its outputs in the same layout.
-fn collectives<'a>(
-    cx: &'a Context<'a>,
-    groups: &[Vec<&Array<'a>>],
+fn collectives(
+    cx: &Context,
+    groups: &[Vec<&Array>],
     call: impl Fn(&mut InstructionsBuilder<'_>, &[&Tensor]) -> Result<Vec<Tensor>>,
-) -> Result<Vec<Vec<Array<'a>>>> {
+) -> Result<Vec<Vec<Array>>> {
     // `tensor()` flushes the context: the compute calls that make the inputs reach the VM
     // before the collectives that read them.
     let tensors = groups
@@ -202,11 +202,7 @@ fn collectives<'a>(
 }
 
 /// All-reduce (mean) each group of `groups` over `comm`, in one batch.
-fn all_reduce_mean<'a>(
-    cx: &'a Context<'a>,
-    comm: &Communicator,
-    groups: &[Vec<&Array<'a>>],
-) -> Result<Vec<Vec<Array<'a>>>> {
+fn all_reduce_mean(cx: &Context, comm: &Communicator, groups: &[Vec<&Array>]) -> Result<Vec<Vec<Array>>> {
     collectives(cx, groups, |b, ins| b.all_reduce(comm, ins, ReduceOp::Mean))
 }
 
@@ -256,7 +252,7 @@ pub fn mlp_dp_keeping(
         });
     }
     // Rank 0's parameters on every rank, as a data-parallel trainer starts.
-    let groups: Vec<Vec<&Array<'_>>> = vec![
+    let groups: Vec<Vec<&Array>> = vec![
         reps.iter().map(|r| &r.w1).collect(),
         reps.iter().map(|r| &r.b1).collect(),
         reps.iter().map(|r| &r.w2).collect(),
@@ -273,7 +269,7 @@ pub fn mlp_dp_keeping(
     // Rank r's loss and gradients are those of (N/n) Σ_shard (p - y)² (module docs).
     let per_rank = world as f64 / n as f64;
     let lr = m.lr as f64;
-    let mut losses: Vec<Array<'_>> = Vec::with_capacity(m.steps);
+    let mut losses: Vec<Array> = Vec::with_capacity(m.steps);
     for _ in 0..m.steps {
         // Forward, and the global loss.
         let mut steps = Vec::with_capacity(reps.len());

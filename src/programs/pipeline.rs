@@ -157,7 +157,7 @@ fn checksums(
     let (rows, cols) = (opts.rows, opts.cols);
     let mut data = chunk_source(opts);
     let w = cx.from_slice(&data.weight(), &[cols, cols], device)?;
-    let mut sums: Vec<Array<'_>> = Vec::with_capacity(opts.chunks);
+    let mut sums: Vec<Array> = Vec::with_capacity(opts.chunks);
     for _ in 0..opts.chunks {
         let host = cx.from_slice(&data.chunk(), &[rows, cols], DeviceId::CPU)?;
         let x = host.to(device)?; // H2D

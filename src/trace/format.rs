@@ -9,7 +9,7 @@ use std::fmt::{self, Write as _};
 use std::hash::Hasher;
 
 use crate::ep::{DeviceId, DeviceType, StreamType};
-use crate::framework::DType;
+use crate::framework::{Attrs, DType};
 
 /// The version this build writes (the number after `eagervm-trace`). It reads every version
 /// from 1 to this one: version 2 added `after`, which a version-1 trace may not use.
@@ -221,7 +221,8 @@ pub enum Stmt {
         /// Where it lives.
         device: TraceDevice,
     },
-    /// `call s1 add in=t1,t2 out=t3 scalar=0.5`: an `OpCall`.
+    /// `call s1 add in=t1,t2 out=t3 scalar=0.5`, `call s1 matmul in=t1,t2 out=t3
+    /// transpose_a=true`: an `OpCall`.
     Call {
         /// The stream.
         stream: Ref,
@@ -233,8 +234,9 @@ pub enum Stmt {
         inputs: Vec<Ref>,
         /// Tensors written.
         outputs: Vec<Ref>,
-        /// `attrs.scalar`.
-        scalar: f64,
+        /// Its attributes (`scalar=`, `transpose_a=`, `transpose_b=`; a missing one is
+        /// its default).
+        attrs: Attrs,
     },
     /// `record s2 e4 t3,t5`: a `RecordEvent` on the stream, reading the tensors.
     Record {
@@ -421,13 +423,11 @@ pub fn write_stmt(out: &mut String, stmt: &Stmt) {
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
             write!(out, "tensor t{} {dtype}[{}] {device}", id.id, dims.join(","))
         }
-        Stmt::Call { stream, op, inputs, outputs, scalar, .. } => {
+        Stmt::Call { stream, op, inputs, outputs, attrs, .. } => {
             let _ = write!(out, "call s{} {op}", stream.id);
             list(out, "in", inputs, 't');
             list(out, "out", outputs, 't');
-            if *scalar != 0.0 || scalar.is_sign_negative() {
-                let _ = write!(out, " scalar={scalar:?}");
-            }
+            write_attrs(out, attrs);
             Ok(())
         }
         Stmt::Record { stream, event, tensors } => {
@@ -544,4 +544,20 @@ pub(crate) fn parse_device(s: &str) -> Result<TraceDevice, String> {
     let kind = DeviceKind::parse(k).ok_or_else(bad)?;
     let index = i.parse().map_err(|_| bad())?;
     Ok(TraceDevice { kind, index })
+}
+
+/// Append a call's attributes as the trace writes them: each one that is not its default,
+/// as ` name=value` (`scalar=` in Rust's shortest round-trip form, so that reading it back
+/// gives the same bits; `-0.0` is written, being other bits than the default).
+pub(crate) fn write_attrs(out: &mut String, attrs: &Attrs) {
+    let Attrs { scalar, transpose_a, transpose_b } = *attrs;
+    if scalar != 0.0 || scalar.is_sign_negative() {
+        let _ = write!(out, " scalar={scalar:?}");
+    }
+    if transpose_a {
+        out.push_str(" transpose_a=true");
+    }
+    if transpose_b {
+        out.push_str(" transpose_b=true");
+    }
 }

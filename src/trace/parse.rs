@@ -11,7 +11,7 @@ use super::format::{
 };
 use super::progress::{Phase, Progress, STRIDE};
 use super::{Diagnostic, TraceError};
-use crate::framework::DType;
+use crate::framework::{Attrs, DType};
 
 /// One token: its text (quotes removed, escapes resolved) and its 1-based column.
 #[derive(Debug, Clone)]
@@ -342,12 +342,18 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
         return Err((op.col, format!("expected an op name, found `{}`", op.text)));
     }
     let (mut inputs, mut outputs, mut scalar) = (None, None, None);
+    let (mut transpose_a, mut transpose_b) = (None, None);
+    let flag = |t: &Tok, v: &str| match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err((t.col, format!("`{v}` is not `true` or `false`"))),
+    };
     while let Some(t) = c.peek() {
         c.i += 1;
         let (k, v) = t
             .text
             .split_once('=')
-            .ok_or_else(|| (t.col, format!("expected `in=`, `out=` or `scalar=`, found `{}`", t.text)))?;
+            .ok_or_else(|| (t.col, format!("expected `in=`, `out=` or an attribute, found `{}`", t.text)))?;
         let dup = || (t.col, format!("`{k}=` given twice"));
         match k {
             "in" if inputs.is_none() => inputs = Some(parse_ref_list(t, v, 't', "a tensor")?),
@@ -355,8 +361,15 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
             "scalar" if scalar.is_none() => {
                 scalar = Some(v.parse::<f64>().map_err(|_| (t.col, format!("`{v}` is not a number")))?)
             }
-            "in" | "out" | "scalar" => return Err(dup()),
-            _ => return Err((t.col, format!("unknown attribute `{k}` (expected in, out or scalar)"))),
+            "transpose_a" if transpose_a.is_none() => transpose_a = Some(flag(t, v)?),
+            "transpose_b" if transpose_b.is_none() => transpose_b = Some(flag(t, v)?),
+            "in" | "out" | "scalar" | "transpose_a" | "transpose_b" => return Err(dup()),
+            _ => {
+                return Err((
+                    t.col,
+                    format!("unknown attribute `{k}` (expected in, out, scalar, transpose_a or transpose_b)"),
+                ))
+            }
         }
     }
     Ok(Stmt::Call {
@@ -365,7 +378,11 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
         op_col: op.col,
         inputs: inputs.unwrap_or_default(),
         outputs: outputs.unwrap_or_default(),
-        scalar: scalar.unwrap_or(0.0),
+        attrs: Attrs {
+            scalar: scalar.unwrap_or(0.0),
+            transpose_a: transpose_a.unwrap_or(false),
+            transpose_b: transpose_b.unwrap_or(false),
+        },
     })
 }
 
@@ -491,6 +508,8 @@ mod tests {
             access s0 write t1 file=\"x y.bin\" offset=8 bytes=16 fnv1a64=0x00000000000000ff\n\
             call s1 copy in=t0 out=t1 scalar=-0.5\n\
             call s1 fill out=t1\n\
+            call s0 matmul in=t0,t0 out=t1 transpose_a=true\n\
+            call s0 matmul in=t0,t0 out=t1 scalar=2.0 transpose_b=true\n\
             record s1 e3 t0 t1\n\
             wait s1 e3\n\
             after s0 s1 t1 t0\n\
@@ -502,11 +521,33 @@ mod tests {
             expect error kernel op=fail message=\"fail \\\"op\\\": 7\\n\"\n";
         let (trace, diags) = parse_str("x", text);
         assert!(diags.is_empty(), "{diags:?}");
-        assert_eq!(trace.lines.len(), 19);
+        assert_eq!(trace.lines.len(), 21);
         assert_eq!(trace.to_text(), text);
         let (again, d2) = parse_str("x", &trace.to_text());
         assert!(d2.is_empty());
         assert_eq!(again, trace);
+    }
+
+    #[test]
+    fn call_attributes_are_named_and_typed() {
+        let (t, d) = parse_str(
+            "f",
+            "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_b=false transpose_a=true\n",
+        );
+        assert!(d.is_empty(), "{d:?}");
+        match &t.lines[0].stmt {
+            Stmt::Call { attrs, .. } => assert_eq!(*attrs, Attrs::transposed(true, false)),
+            other => panic!("{other:?}"),
+        }
+        // Written back with only what differs from the defaults.
+        assert_eq!(t.to_text(), "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_a=true\n");
+        let (_, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_a=yes\n");
+        assert_eq!((d[0].line, d[0].col), (2, 32), "{d:?}");
+        assert!(d[0].message.contains("`yes` is not `true` or `false`"), "{d:?}");
+        let (_, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul transpose_a=true transpose_a=true\n");
+        assert!(d[0].message.contains("given twice"), "{d:?}");
+        let (_, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul axis=1\n");
+        assert!(d[0].message.contains("unknown attribute `axis`"), "{d:?}");
     }
 
     #[test]

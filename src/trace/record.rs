@@ -42,10 +42,12 @@ use crossbeam_queue::SegQueue;
 use fnv::FnvHashMap;
 use smallvec::SmallVec;
 
-use super::format::{quote, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION};
+use super::format::{
+    quote, write_attrs, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
+};
 use super::sync::TensorSync;
 use super::{checksum, TraceError};
-use crate::framework::{DType, Tensor, TensorMeta};
+use crate::framework::{Attrs, DType, Tensor, TensorMeta};
 use crate::vm::observe::{InstrKind, SubmitObserver, Submitted};
 use crate::vm::Engine;
 use crate::vm::Error;
@@ -63,7 +65,7 @@ const SEND_AT: usize = 4096;
 
 /// What kind of instruction, in the compact form the hot path copies.
 enum RecKind {
-    Call { op: &'static str, scalar: f64, n_inputs: u8 },
+    Call { op: &'static str, attrs: Attrs, n_inputs: u8 },
     Record { id: u64 },
     Wait { id: u64 },
     Barrier,
@@ -132,7 +134,7 @@ impl Capture {
                 }
             }
             let kind = match ins.kind() {
-                InstrKind::Call { op, scalar, n_inputs } => RecKind::Call { op, scalar, n_inputs },
+                InstrKind::Call { op, attrs, n_inputs } => RecKind::Call { op, attrs, n_inputs },
                 InstrKind::RecordEvent { id } => RecKind::Record { id },
                 InstrKind::StreamWaitEvent { id } => RecKind::Wait { id },
                 InstrKind::Barrier => RecKind::Barrier,
@@ -517,7 +519,7 @@ impl Writer {
         push_id(&mut self.line, " s", stream as u64);
         self.line.push_str(tail);
         match kind {
-            RecKind::Call { op, scalar, n_inputs } => {
+            RecKind::Call { op, attrs, n_inputs } => {
                 let l = &mut self.line;
                 l.push(' ');
                 l.push_str(op);
@@ -527,10 +529,7 @@ impl Writer {
                         push_id(l, if i == 0 { key } else { ",t" }, t as u64);
                     }
                 }
-                if scalar != 0.0 || scalar.is_sign_negative() {
-                    use std::fmt::Write as _;
-                    let _ = write!(l, " scalar={scalar:?}");
-                }
+                write_attrs(l, &attrs);
             }
             RecKind::Record { id } => {
                 let e = self.event(id);

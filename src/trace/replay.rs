@@ -29,7 +29,7 @@ use super::record::failure_of;
 use super::validate::{kernel_device, validate_with, ValidateOptions};
 use super::{checksum, Diagnostic, TraceError};
 use crate::ep::{DeviceId, DeviceType, EpError, StreamType};
-use crate::framework::{Attrs, DType, Tensor};
+use crate::framework::{DType, Tensor};
 use crate::profile::Profile;
 use crate::vm::instruction::AccessSlot;
 use crate::vm::Error;
@@ -534,9 +534,9 @@ impl Replayer<'_> {
                     self.vm.empty(shape, *dtype, self.map.devices[device]).map_err(|e| self.err(l, 0, e))?;
                 self.tensors.insert(id.id, t);
             }
-            Stmt::Call { stream, op, op_col, inputs, outputs, scalar } => {
+            Stmt::Call { stream, op, op_col, inputs, outputs, attrs } => {
                 let s = self.stream(*stream);
-                let attrs = Attrs::scalar(*scalar);
+                let attrs = *attrs;
                 let resolved = self.resolve(op).map_err(|e| self.err(l, *op_col, e))?;
                 if raw {
                     let dev = self.streams[&stream.id].1;

@@ -308,8 +308,8 @@ impl Checker<'_> {
                     self.err(id.col, format!("tensor t{} is declared twice", id.id));
                 }
             }
-            Stmt::Call { stream, op, op_col, inputs, outputs, scalar } => {
-                self.call(*stream, op, *op_col, inputs, outputs, *scalar);
+            Stmt::Call { stream, op, op_col, inputs, outputs, attrs } => {
+                self.call(*stream, op, *op_col, inputs, outputs, attrs);
             }
             Stmt::Record { stream, event, tensors } => {
                 let dev = self.stream(*stream);
@@ -427,7 +427,7 @@ impl Checker<'_> {
         }
     }
 
-    fn call(&mut self, stream: Ref, op: &str, op_col: u32, inputs: &[Ref], outputs: &[Ref], scalar: f64) {
+    fn call(&mut self, stream: Ref, op: &str, op_col: u32, inputs: &[Ref], outputs: &[Ref], attrs: &Attrs) {
         let dev = self.stream(stream);
         let kernel = match self.ops.get(op) {
             None => {
@@ -492,7 +492,7 @@ impl Checker<'_> {
         let (ins, outs): (Vec<&TensorMeta>, Vec<&TensorMeta>) =
             (in_metas.iter().collect(), out_metas.iter().collect());
         let mut specs = OutSpecs::new();
-        if let Err(m) = kernel.infer(&ins, &outs, &Attrs::scalar(scalar), &mut specs) {
+        if let Err(m) = kernel.infer(&ins, &outs, attrs, &mut specs) {
             self.err(op_col, format!("`{op}` refuses its operands: {m}"));
             return;
         }

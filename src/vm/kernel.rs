@@ -18,17 +18,66 @@ use crate::alloc::Storage;
 
 use super::tensor::{DType, Shape, TensorMeta};
 
-/// Scalar attributes of an op call (`fill`'s value, `scale`'s factor).
+/// The attributes of an op call, by name: what an op takes besides its operands.
+///
+/// Each op reads the fields it needs and ignores the others: `fill`'s value and `scale`'s
+/// factor are [`scalar`](Self::scalar); `matmul` reads the transpose flags. Every field's
+/// default is the op's plain form (0, not transposed). `Attrs` is `Copy` and 16 bytes, so
+/// that an instruction carries it inline (its body stays three words) and a call allocates
+/// nothing for it; the inference cache compares its bits ([`Attrs::flag_bits`]).
+///
+/// ```
+/// use eagervm::prelude::*;
+///
+/// let fill = Attrs::scalar(0.5);
+/// let grad = Attrs::transposed(true, false); // aᵀ b, a weight gradient
+/// assert_eq!((fill.scalar, fill.transpose_a), (0.5, false));
+/// assert_eq!(Attrs::default().with_transpose_b(true), Attrs::transposed(false, true));
+/// assert_eq!(grad, Attrs { transpose_a: true, ..Attrs::default() });
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Attrs {
-    /// The scalar argument, if the op takes one.
+    /// The scalar argument, if the op takes one (`fill`'s value, `scale`'s factor, `fail`'s
+    /// code); 0 otherwise.
     pub scalar: f64,
+    /// `matmul`: use `aᵀ` for the first operand (`a` is `[k, m]`).
+    pub transpose_a: bool,
+    /// `matmul`: use `bᵀ` for the second operand (`b` is `[n, k]`).
+    pub transpose_b: bool,
 }
 
 impl Attrs {
     /// Attributes with the given scalar.
     pub fn scalar(v: f64) -> Self {
-        Attrs { scalar: v }
+        Attrs { scalar: v, ..Attrs::default() }
+    }
+
+    /// Attributes with the given transpose flags (`matmul`).
+    pub fn transposed(a: bool, b: bool) -> Self {
+        Attrs { transpose_a: a, transpose_b: b, ..Attrs::default() }
+    }
+
+    /// These attributes with `scalar` set to `v`.
+    pub fn with_scalar(self, v: f64) -> Self {
+        Attrs { scalar: v, ..self }
+    }
+
+    /// These attributes with `transpose_a` set to `t`.
+    pub fn with_transpose_a(self, t: bool) -> Self {
+        Attrs { transpose_a: t, ..self }
+    }
+
+    /// These attributes with `transpose_b` set to `t`.
+    pub fn with_transpose_b(self, t: bool) -> Self {
+        Attrs { transpose_b: t, ..self }
+    }
+
+    /// Every field but `scalar`, as bits (bit 0: `transpose_a`, bit 1: `transpose_b`; at
+    /// most 16 bits): with `scalar`'s bits, two attributes are equal exactly when both are
+    /// (up to NaN payloads, which compare by bits), so caches key calls by them.
+    #[inline(always)]
+    pub fn flag_bits(&self) -> u16 {
+        self.transpose_a as u16 | (self.transpose_b as u16) << 1
     }
 }
 

@@ -3,8 +3,8 @@
 //!
 //! This layer knows nothing above it (`docs/architecture.md`, "Layers"): the front end
 //! (`framework`) starts an engine and submits batches of instructions to it; trace
-//! recording and profiling watch it through `observe`. See [`scheduler`] for the lifecycle
-//! of an instruction and the edge rules, [`thread_ctx`] for the workers' sleep/wake
+//! recording and profiling watch it through `observe`. See `scheduler.rs` for the lifecycle
+//! of an instruction and the edge rules, `thread_ctx.rs` for the workers' sleep/wake
 //! protocol, and `engine.rs` for start-up, submission, back-pressure and shutdown.
 //! `stream_policy/` has how each stream's instructions run and complete, one file per
 //! stream policy (synchronous, event-recorded, on the scheduler thread), with the one
@@ -25,12 +25,12 @@ mod intern;
 pub mod kernel;
 pub(crate) mod observe;
 pub(crate) mod panic_hook;
-pub mod scheduler;
+pub(crate) mod scheduler;
 pub mod shape;
 mod stream;
 mod stream_policy;
 pub(crate) mod tensor;
-pub mod thread_ctx;
+pub(crate) mod thread_ctx;
 mod watchdog;
 
 pub use config::{bounds, default_max_tensor_bytes, FALLBACK_MAX_TENSOR_BYTES};

@@ -50,7 +50,7 @@ fn transpose(a: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
-fn read(a: &Array<'_>) -> Vec<f32> {
+fn read(a: &Array) -> Vec<f32> {
     a.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap()
 }
 
@@ -321,7 +321,7 @@ fn a_call_the_builder_would_refuse_is_refused_at_the_call() {
     let vm = vm();
     let cx = Context::new(&vm);
     let a = cx.full(&[2], 1.0, DType::F32, DeviceId::CPU).unwrap();
-    let many: Vec<&Array<'_>> = vec![&a; eagervm::framework::MAX_INPUTS + 1];
+    let many: Vec<&Array> = vec![&a; eagervm::framework::MAX_INPUTS + 1];
     let spec = eagervm::framework::OutSpec { shape: [2].into_iter().collect(), dtype: DType::F32 };
     let r = cx.call("noop", &many, Attrs::default(), &[spec], DeviceId::CPU);
     assert!(
@@ -330,4 +330,247 @@ fn a_call_the_builder_would_refuse_is_refused_at_the_call() {
     );
     assert_eq!(a.scale(3.0).unwrap().to_vec::<f32>().unwrap(), vec![3.0, 3.0]);
     cx.sync().unwrap();
+}
+
+/// Arrays and contexts are owned handles: `Clone + Send + Sync + 'static`, so a model keeps
+/// its weights in a struct beside its VM.
+#[test]
+fn arrays_are_owned_handles_that_live_beside_their_vm() {
+    fn owned<T: Clone + Send + Sync + 'static>() {}
+    owned::<Array>();
+    owned::<Context>();
+
+    struct Model {
+        vm: VirtualMachine,
+        w: Array,
+        b: Array,
+    }
+    impl Model {
+        fn forward(&self, x: &Array) -> eagervm::Result<Array> {
+            x.matmul(&self.w)?.add_bias(&self.b)?.relu()
+        }
+    }
+    let vm = vm();
+    let cx = Context::new(&vm);
+    let w = cx.from_slice(&[1.0f32, -1.0, 2.0, 0.5], &[2, 2], DeviceId::CPU).unwrap();
+    let b = cx.from_slice(&[0.5f32, -10.0], &[2], DeviceId::CPU).unwrap();
+    let m = Model { vm, w, b };
+    let x = cx.from_slice(&[1.0f32, 2.0, -1.0, 1.0], &[2, 2], DeviceId::CPU).unwrap();
+    // [1 2; -1 1] @ [1 -1; 2 0.5] = [5 0; 1 1.5], plus [0.5, -10], relu.
+    assert_eq!(m.forward(&x).unwrap().to_vec::<f32>().unwrap(), vec![5.5, 0.0, 1.5, 0.0]);
+    m.vm.sync().unwrap();
+}
+
+/// Arrays move to other threads and are used there, concurrently, through one context.
+#[test]
+fn arrays_are_used_from_several_threads() {
+    let vm = vm();
+    let cx = Context::with_options(&vm, ContextOptions { flush_every: 3 });
+    for dev in DEVICES {
+        let x = cx.from_slice(&values(64, 1), &[8, 8], dev).unwrap();
+        let want = matmul_ref(&values(64, 1), &values(64, 1), 8, 8, 8);
+        let sums: Vec<Vec<f32>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|i| {
+                    let x = x.clone();
+                    s.spawn(move || {
+                        let mut y = x.matmul(&x).unwrap();
+                        for _ in 0..i {
+                            y = y.scale(1.0).unwrap();
+                        }
+                        read(&y)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for got in sums {
+            close(&got, &want);
+        }
+    }
+    cx.sync().unwrap();
+}
+
+/// Arrays keep their VM running: dropping the `VirtualMachine` first returns at once, the
+/// arrays keep working, and the VM shuts down (its threads joined) when the last goes.
+#[test]
+fn arrays_keep_their_vm_running_after_it_is_dropped() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    let x = cx.from_slice(&[1.0f32, -2.0, 3.0], &[3], DeviceId::mock(0)).unwrap();
+    let low = x.tensor().unwrap().clone();
+    drop(vm);
+    let y = x.relu().unwrap().scale(2.0).unwrap();
+    assert_eq!(read(&y), vec![2.0, 0.0, 6.0]);
+    assert_eq!(low.to_vec::<f32>().unwrap(), vec![1.0, -2.0, 3.0], "the VM is still running");
+    drop(cx);
+    let z = y.add(&y).unwrap();
+    drop((x, y));
+    // The last handle: `z`'s call is drained before the VM stops.
+    let z_tensor = z.tensor().unwrap().clone();
+    drop(z);
+    // Every handle of the VM is gone: it has shut down, and a low-level handle says so.
+    assert_eq!(low.to_vec::<f32>(), Err(Error::ShutDown));
+    assert_eq!(z_tensor.wait(), Err(Error::ShutDown));
+}
+
+/// The in-place and `out=` forms give the values the plain forms give, keep the order of
+/// every use (a read made before an in-place update sees the old value), and refuse what
+/// the plain forms refuse.
+#[test]
+fn in_place_and_out_forms_match_the_plain_ones() {
+    let vm = vm();
+    let cx = Context::new(&vm);
+    for dev in DEVICES {
+        let (a, b) = (values(12, 3), values(12, 4));
+        let xa = cx.from_slice(&a, &[3, 4], dev).unwrap();
+        let xb = cx.from_slice(&b, &[3, 4], dev).unwrap();
+        let bias = cx.from_slice(&values(4, 5), &[4], dev).unwrap();
+        let plain = [
+            xa.add(&xb).unwrap(),
+            xa.sub(&xb).unwrap(),
+            xa.mul(&xb).unwrap(),
+            xa.add_bias(&bias).unwrap(),
+            xa.scale(-1.5).unwrap(),
+            xa.relu().unwrap(),
+        ];
+        // out=: written into existing arrays.
+        let mut outs: Vec<Array> = (0..6).map(|_| cx.zeros(&[3, 4], DType::F32, dev).unwrap()).collect();
+        xa.add_into(&xb, &mut outs[0]).unwrap();
+        xa.sub_into(&xb, &mut outs[1]).unwrap();
+        xa.mul_into(&xb, &mut outs[2]).unwrap();
+        xa.add_bias_into(&bias, &mut outs[3]).unwrap();
+        xa.scale_into(-1.5, &mut outs[4]).unwrap();
+        xa.relu_into(&mut outs[5]).unwrap();
+        // In place: on copies of `xa`, each read before its update.
+        let mut ins: Vec<Array> = Vec::new();
+        let mut before = Vec::new();
+        for i in 0..6 {
+            let mut y = xa.add(&cx.zeros(&[3, 4], DType::F32, dev).unwrap()).unwrap();
+            before.push(y.scale(1.0).unwrap());
+            let alias = y.clone();
+            match i {
+                0 => y.add_(&xb).map(|_| ()),
+                1 => y.sub_(&xb).map(|_| ()),
+                2 => y.mul_(&xb).map(|_| ()),
+                3 => y.add_bias_(&bias).map(|_| ()),
+                4 => y.scale_(-1.5).map(|_| ()),
+                _ => y.relu_().map(|_| ()),
+            }
+            .unwrap();
+            ins.push(alias); // another handle of the array updated: it sees the update
+        }
+        for i in 0..6 {
+            let want = read(&plain[i]);
+            assert_eq!(read(&outs[i]), want, "out= form {i} on {dev}");
+            assert_eq!(read(&ins[i]), want, "in-place form {i} on {dev}");
+            assert_eq!(read(&before[i]), a, "a read made before the in-place update {i} on {dev}");
+        }
+        // The products, the transposed ones through `matmul`'s flags.
+        let (m, k, n) = (3, 4, 2);
+        let (p, q) = (values(m * k, 6), values(k * n, 7));
+        let xp = cx.from_slice(&p, &[m, k], dev).unwrap();
+        let xq = cx.from_slice(&q, &[k, n], dev).unwrap();
+        let mut out = cx.zeros(&[m, n], DType::F32, dev).unwrap();
+        xp.matmul_into(&xq, &mut out).unwrap();
+        close(&read(&out), &matmul_ref(&p, &q, m, k, n));
+        let xpt = cx.from_slice(&transpose(&p, m, k), &[k, m], dev).unwrap();
+        let xqt = cx.from_slice(&transpose(&q, k, n), &[n, k], dev).unwrap();
+        assert_eq!(read(&xpt.matmul_t(&xq, true, false).unwrap()), read(&out));
+        assert_eq!(read(&xp.matmul_t(&xqt, false, true).unwrap()), read(&out));
+        assert_eq!(read(&xpt.matmul_tn(&xq).unwrap()), read(&out));
+        assert!(matches!(xpt.matmul_t(&xqt, true, true), Err(Error::InvalidOperands { .. })));
+        // Refusals: a wrong shape, an output that is an input, the wrong dtype.
+        let mut small = cx.zeros(&[2], DType::F32, dev).unwrap();
+        assert!(matches!(xa.add_into(&xb, &mut small), Err(Error::OutputMismatch { .. })));
+        let mut alias = xa.clone();
+        assert!(matches!(xa.add_into(&xb, &mut alias), Err(Error::Aliased { .. })));
+        let mut ints = cx.zeros(&[3, 4], DType::I64, dev).unwrap();
+        assert!(matches!(xa.relu_into(&mut ints), Err(Error::OutputMismatch { .. })));
+        assert!(matches!(small.add_(&xb), Err(Error::InvalidOperands { .. })));
+        assert_eq!(read(&small), vec![0.0, 0.0], "a refused in-place call changes nothing");
+    }
+    cx.sync().unwrap();
+}
+
+/// The builder's short forms: default attributes on the compute stream of the first
+/// input's device, `.with(attrs)` and `.on(stream)`; a call with no input names its stream.
+#[test]
+fn the_builder_takes_defaults() {
+    let vm = vm();
+    let gpu = DeviceId::mock(0);
+    let x = vm.from_slice(&[1.0f32, -2.0, 3.0], &[3], gpu).unwrap();
+    let (relu, scale, fill) = (vm.op("relu").unwrap(), vm.op("scale").unwrap(), vm.op("fill").unwrap());
+    let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+    let (y, z) = vm
+        .run(|b| {
+            let r = b.apply(relu, &[&x])?; // mock:0's compute stream
+            let y = b.apply(scale.with(Attrs::scalar(2.0)), &[&r])?;
+            let h = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU)?;
+            let z = b.apply(scale.with(Attrs::scalar(-1.0)).on(cpu), &[&h])?;
+            Ok::<_, Error>((y, z))
+        })
+        .unwrap();
+    assert_eq!(y.device(), gpu, "on the input's device");
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![2.0, 0.0, 6.0]);
+    assert_eq!(z.to_vec::<f32>().unwrap(), vec![-1.0, -2.0]);
+    let r = vm.run(|b| b.apply(fill.with(Attrs::scalar(1.0)), &[]));
+    assert!(
+        matches!(&r, Err(Error::InvalidOperands { detail, .. }) if detail.contains(".on(stream)")),
+        "{r:?}"
+    );
+    vm.sync().unwrap();
+}
+
+/// A program that calls `matmul` with its transpose flags is recorded with them
+/// (`transpose_a=true`), validates, and replays to the recorded checksums, as recorded and
+/// on the CPU; an old trace's `matmul_tn` replays to the same bits.
+#[test]
+fn transpose_flags_are_recorded_and_replayed() {
+    use eagervm::trace::{self, DeviceMap, Recorder, ReplayOptions};
+    let dir = std::env::temp_dir().join(format!("eagervm-eager-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("flags.trace");
+    let vm = vm();
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let cx = Context::new(&vm);
+    let x = cx.from_slice(&values(12, 9), &[4, 3], DeviceId::mock(0)).unwrap();
+    let y = cx.from_slice(&values(8, 10), &[4, 2], DeviceId::mock(0)).unwrap();
+    let g = x.matmul_tn(&y).unwrap(); // [3, 2]
+    let h = g.matmul_nt(&g).unwrap(); // [3, 3]
+    let outs = [g.tensor().unwrap(), h.tensor().unwrap()];
+    let summary = rec.finish(&vm, &outs, None).unwrap();
+    assert_eq!(summary.expects, 2);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.lines().any(|l| l.contains(" matmul ") && l.ends_with("transpose_a=true")), "{text}");
+    assert!(text.lines().any(|l| l.contains(" matmul ") && l.ends_with("transpose_b=true")), "{text}");
+    let parsed = trace::load(&path).unwrap();
+    for (device, resync) in [(DeviceMap::AsRecorded, false), (DeviceMap::Cpu, true)] {
+        let report = trace::replay(&parsed, &ReplayOptions { resync, device, ..Default::default() }).unwrap();
+        assert_eq!(report.checked, 2, "on {device:?}");
+        assert!(report.failures.is_empty());
+    }
+    // The same trace with the old op names replays to the same checksums.
+    let old = text
+        .replace("matmul in=", "OP in=")
+        .replace(" transpose_a=true", "")
+        .replace(" transpose_b=true", "");
+    let mut ops = ["matmul_tn", "matmul_nt"].into_iter();
+    let old: String = old
+        .lines()
+        .map(|l| {
+            if l.contains(" OP ") {
+                l.replace(" OP ", &format!(" {} ", ops.next().unwrap()))
+            } else {
+                l.into()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n";
+    let (old, diags) = trace::parse_str("old.trace", &old);
+    assert!(diags.is_empty(), "{diags:?}");
+    let report = trace::replay(&old, &ReplayOptions::default()).unwrap();
+    assert_eq!(report.checked, 2);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

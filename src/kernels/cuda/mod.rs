@@ -446,10 +446,20 @@ impl OpKernel for CudaGemm {
         self.cpu().infer(inputs, given, attrs, out)
     }
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        // `matmul`'s transpose flags pick the product (`matmul_tn` and `matmul_nt` are fixed).
+        let product = match (self.0, ctx.attrs.transpose_a, ctx.attrs.transpose_b) {
+            (Product::Nn, false, false) => Product::Nn,
+            (Product::Nn, true, false) => Product::Tn,
+            (Product::Nn, false, true) => Product::Nt,
+            (Product::Nn, true, true) => {
+                return Err("transpose_a and transpose_b both set: matmul computes a b, aᵀ b or a bᵀ".into())
+            }
+            (p, _, _) => p,
+        };
         let op = self.0.op();
         let [a, b] = ctx.inputs else { return Err(format!("expected 2 inputs, got {}", ctx.inputs.len())) };
         let out = ctx.outputs.first().ok_or("missing output 0")?;
-        let (m, n, k) = self.0.dims(&a.meta.shape, &b.meta.shape)?;
+        let (m, n, k) = product.dims(&a.meta.shape, &b.meta.shape)?;
         if out.meta.shape.as_slice() != [m, n] {
             return Err(format!("output 0 is {} but {op} produces [{m}, {n}]", out.meta.describe()));
         }
@@ -458,7 +468,7 @@ impl OpKernel for CudaGemm {
             device_f32("input 1", b.meta, b.data)?,
             device_f32("output 0", out.meta, out.data)?,
         );
-        let g = gemm_args(self.0, m, n, k);
+        let g = gemm_args(product, m, n, k);
         let int = |d: usize| i32::try_from(d).map_err(|_| format!("size {d} exceeds cuBLAS's 32-bit sizes"));
         let (gm, gn, gk, lda, ldb, ldc) =
             (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);

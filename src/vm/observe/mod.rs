@@ -71,8 +71,8 @@ pub(crate) struct InstrView<'a> {
 /// What a submitted instruction does.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum InstrKind<'a> {
-    /// A kernel call: the op, its scalar attribute, how many operands it reads.
-    Call { op: &'static str, scalar: f64, n_inputs: u8 },
+    /// A kernel call: the op, its attributes, how many operands it reads.
+    Call { op: &'static str, attrs: crate::vm::Attrs, n_inputs: u8 },
     /// Record event `id`.
     RecordEvent { id: u64 },
     /// Wait, on the device, for event `id`.
@@ -103,7 +103,7 @@ impl<'a> InstrView<'a> {
     pub(crate) fn kind(&self) -> InstrKind<'a> {
         match &self.ins.body {
             Body::OpCall { kernel, attrs } => {
-                InstrKind::Call { op: kernel.name(), scalar: attrs.scalar, n_inputs: self.ins.n_inputs }
+                InstrKind::Call { op: kernel.name(), attrs: *attrs, n_inputs: self.ins.n_inputs }
             }
             Body::RecordEvent { id } => InstrKind::RecordEvent { id: *id },
             Body::StreamWaitEvent { id } => InstrKind::StreamWaitEvent { id: *id },

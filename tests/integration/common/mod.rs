@@ -582,7 +582,7 @@ pub fn vm_on(
 /// `ts` and the stream table `streams` ([`Mix::stream_table`]).
 pub fn emit(
     vm: &VirtualMachine,
-    b: &mut eagervm::framework::builder::InstructionsBuilder<'_>,
+    b: &mut eagervm::framework::InstructionsBuilder<'_>,
     s: &Step,
     ts: &[Tensor],
     streams: &[StreamId],

@@ -97,10 +97,10 @@ struct Over {
 
 struct State<'a> {
     vm: &'a VirtualMachine,
-    cxs: &'a [Context<'a>; 2],
+    cxs: &'a [Context; 2],
     stats: &'static Stats,
     tensors: Vec<Tensor>,
-    arrays: Vec<Array<'a>>,
+    arrays: Vec<Array>,
     /// Ids of the tensors released (`Array::release`): a call on one is refused before the
     /// size check.
     released: HashSet<u64>,
@@ -365,7 +365,7 @@ impl<'a> State<'a> {
         Ok(())
     }
 
-    fn array(&self, a: usize) -> Option<&Array<'a>> {
+    fn array(&self, a: usize) -> Option<&Array> {
         pick(&self.arrays, a)
     }
 
@@ -412,8 +412,9 @@ impl<'a> State<'a> {
                     _ => "",
                 };
                 // On the compute stream of `a`'s device (which the VM has).
+                // The eager transposed products call `matmul` with its transpose flags.
                 let over = product_over(name, (a.shape(), a.dtype()), (b.shape(), b.dtype())).map(|o| Over {
-                    error: o.error(format!("output 0 of `{name}` on {}", a.device())),
+                    error: o.error(format!("output 0 of `matmul` on {}", a.device())),
                     sure: self.live(a.id()) && self.live(b.id()) && a.device() == b.device(),
                 });
                 let r = match op {
@@ -433,7 +434,7 @@ impl<'a> State<'a> {
                 self.judge(a.to(self.device(*dev)))?
             }
             Eager::Call { cx, op, ins, given, dev, scalar } => {
-                let inputs: Vec<&Array<'a>> = ins.iter().filter_map(|&i| self.array(i)).collect();
+                let inputs: Vec<&Array> = ins.iter().filter_map(|&i| self.array(i)).collect();
                 let id = self.device(*dev);
                 // The outputs the call makes, as `infer` gives them: the given ones for the
                 // ops that write what they are given, the product for a product, and for
