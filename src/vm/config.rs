@@ -441,7 +441,7 @@ impl Config {
         set!(env.int(crate::alloc::pin::ENV_LOCK_MIN_BYTES, 0usize, USIZE), |_v| {});
         set!(env.text(crate::ep::cuda::ENV_DRIVER_LIB, LIB), |_v| {});
         set!(env.text("EAGERVM_NCCL_LIB", LIB), |_v| {});
-        // `kernels::KERNEL_THREADS_ENV`, a layer above this one.
+        // The CPU kernels' thread count, read a layer above this one.
         set!(env.int("EAGERVM_KERNEL_THREADS", 1usize, "a whole number of threads, 1 or more"), |_v| {});
         Ok(())
     }

@@ -34,7 +34,7 @@ pub const VARS: &[&str] = &[
     crate::ep::cuda::ENV_DRIVER_LIB,
     // `crate::ep::ccl::nccl::ENV_NCCL_LIB`, which exists only with the `cuda` feature.
     "EAGERVM_NCCL_LIB",
-    // `crate::kernels::KERNEL_THREADS_ENV`, a layer above this one.
+    // The CPU kernels' thread count, read a layer above this one.
     "EAGERVM_KERNEL_THREADS",
 ];
 

@@ -333,7 +333,10 @@ fn a_checked_wide_signature_still_checks_each_operands_state() {
     .unwrap();
     vm.sync().unwrap();
     let p = vm.stop_profiling().unwrap();
-    let names: Vec<(&str, StreamId)> = p.instructions().iter().map(|i| (i.name, i.stream)).collect();
+    // Releases of the staging tensors dropped earlier may come in this batch (a building
+    // thread defers them to its next submission); they do not order the calls.
+    let names: Vec<(&str, StreamId)> =
+        p.instructions().iter().filter(|i| i.name != "Release").map(|i| (i.name, i.stream)).collect();
     assert!(names.ends_with(&[("copy", d2h), ("RecordEvent", d2h), ("noop", cpu)]), "{names:?}");
     assert_eq!(ins[2].to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
     vm.sync().unwrap();
