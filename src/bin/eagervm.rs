@@ -526,8 +526,7 @@ fn replay_file(file: &Path, args: &ReplayArgs) -> Result<(), CliError> {
         // bytes per instruction until the replay ends: taken for traces up to
         // BUSY_TIME_LIMIT instructions, or on any trace with `--profile` (which also writes
         // it out).
-        let profile =
-            args.profile.is_some() || args.profile_summary || t.instructions() <= BUSY_TIME_LIMIT;
+        let profile = args.profile.is_some() || args.profile_summary || t.instructions() <= BUSY_TIME_LIMIT;
         let opts = ReplayOptions {
             resync: args.resync,
             device: args.device,
