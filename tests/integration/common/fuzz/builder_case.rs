@@ -33,14 +33,18 @@ use super::harness::{oversized, setup, Oversized, Stats, TENSOR_CAP};
 const KEEP: usize = 24;
 
 /// Stream ids that exist in a VM with more mock devices than the case's, and not in the
-/// case's VM (whose two mock devices make streams 0-6).
+/// case's VM (two mock devices; its stream count is read off such a VM, since the stream
+/// table grows with the stream types, e.g. the collective streams that come last).
 fn foreign_streams() -> &'static [StreamId] {
     static IDS: OnceLock<Vec<StreamId>> = OnceLock::new();
     IDS.get_or_init(|| {
-        let config = Config { synchronous: true, ..Config::default() }
-            .with_mock_devices(4, eagervm::ep::mock::MockConfig::default());
-        let other = VirtualMachine::new(config).expect("a VM with four mock devices starts");
-        other.streams().into_iter().map(|s| s.0).filter(|s| s.index() >= 7).collect()
+        let vm_of = |mock_devices| {
+            let config = Config { synchronous: true, ..Config::default() }
+                .with_mock_devices(mock_devices, eagervm::ep::mock::MockConfig::default());
+            VirtualMachine::new(config).expect("a VM with mock devices starts")
+        };
+        let ours = vm_of(2).streams().len();
+        vm_of(4).streams().into_iter().map(|s| s.0).filter(|s| s.index() >= ours).collect()
     })
 }
 
@@ -63,8 +67,8 @@ pub fn defect(e: &Error) -> Option<String> {
 }
 
 /// The output shape of a product `op` of operands of shapes `a` and `b`, if `op` is one and
-/// its `infer` accepts the shapes (the one kind of call whose output can be far larger
-/// than its inputs).
+/// its `infer` accepts the shapes (a kind of call whose output can be far larger than its
+/// inputs; the other is [`sum_rows_over`]'s).
 fn product_shape(op: &str, a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     match (op, a, b) {
         ("matmul", [m, k], [j, n]) | ("matmul_tn", [k, m], [j, n]) | ("matmul_nt", [m, k], [n, j])
@@ -83,6 +87,15 @@ fn product_over(op: &str, a: (&[usize], DType), b: (&[usize], DType)) -> Option<
         return None;
     }
     product_shape(op, a.0, b.0).and_then(|s| oversized(&s, a.1))
+}
+
+/// The output of `sum_rows` on an operand of shape `a`, if it is over the cap: `[n, k]`
+/// gives `[k]`, far larger than its input where `n` is 0.
+fn sum_rows_over(a: &[usize], dtype: DType) -> Option<Oversized> {
+    match a {
+        [_, k] => oversized(&[*k], dtype),
+        _ => None,
+    }
 }
 
 /// A call that asks for a tensor over the cap: the refusal it must get.
@@ -395,13 +408,20 @@ impl<'a> State<'a> {
             }
             Eager::Unary { a, op, scalar } => {
                 let Some(a) = self.array(*a) else { return Ok(()) };
+                let over = match op {
+                    Unary::SumRows => sum_rows_over(a.shape(), a.dtype()).map(|o| Over {
+                        error: o.error(format!("output 0 of `sum_rows` on {}", a.device())),
+                        sure: self.live(a.id()),
+                    }),
+                    _ => None,
+                };
                 let r = match op {
                     Unary::Scale => a.scale(*scalar),
                     Unary::Relu => a.relu(),
                     Unary::Sum => a.sum(),
                     Unary::SumRows => a.sum_rows(),
                 };
-                self.judge(r)?
+                self.judge_size(r, over)?
             }
             Eager::Binary { a, b, op } => {
                 let (Some(a), Some(b)) = (self.array(*a), self.array(*b)) else { return Ok(()) };
@@ -437,12 +457,13 @@ impl<'a> State<'a> {
                 let inputs: Vec<&Array> = ins.iter().filter_map(|&i| self.array(i)).collect();
                 let id = self.device(*dev);
                 // The outputs the call makes, as `infer` gives them: the given ones for the
-                // ops that write what they are given, the product for a product, and for
-                // every other op outputs no larger than its inputs.
+                // ops that write what they are given, the product for a product, the row of
+                // `sum_rows`, and for every other op outputs no larger than its inputs.
                 let outs: Vec<Option<Oversized>> = match (*op, &inputs[..]) {
                     ("fill", []) if given.len() == 1 => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
                     ("noop" | "fail" | "panic", _) => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
                     (_, [a, b]) => vec![product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))],
+                    ("sum_rows", [a]) => vec![sum_rows_over(a.shape(), a.dtype())],
                     _ => Vec::new(),
                 };
                 // The size check refuses the first output over the cap.
