@@ -257,7 +257,8 @@ fn matmul_summary(vm: &Vm, sync: &Vm, torch: &mut Option<Torch>) {
         .map(|v| v.split(',').filter_map(|x| x.trim().parse().ok()).collect())
         .unwrap_or_else(|| vec![64, 512, 1024]);
     for n in sizes {
-        // About 40 ms of the gemm crate per variant and round.
+        // Repetitions for about 4·10^9 multiply-adds per variant and round (1 to 200): long
+        // enough to time at every size, short enough for 7 rounds.
         let reps = (4e9 / (n * n * n) as f64).clamp(1.0, 200.0) as usize;
         let (av, bv) = (values(n * n, 1), values(n * n, 2));
         let mut out = vec![0.0f32; n * n];

@@ -154,7 +154,7 @@ pub(crate) fn product<T: Num>(
     let macs = m.saturating_mul(k).saturating_mul(n);
     if let Some(f) = T::as_f32_operands(a, b, out) {
         if macs > SEQUENTIAL_MAX_MACS {
-            return gemm_f32((m, k, n), f, layout);
+            return gemm_f32((m, k, n), f, layout, kernel_threads());
         }
     }
     sequential((m, k, n), a, b, layout, out);
@@ -164,18 +164,19 @@ pub(crate) fn product<T: Num>(
 /// An `f32` product's operands, `(a, b, out)`.
 pub(crate) type F32Operands<'x> = (&'x [f32], &'x [f32], &'x mut [f32]);
 
-/// The `gemm` crate's product, on the calling thread or the kernel pool.
+/// The `gemm` crate's product, on the calling thread or, with `threads > 1` and a product
+/// large enough, the kernel pool.
 fn gemm_f32(
     (m, k, n): (usize, usize, usize),
     (a, b, out): F32Operands<'_>,
     layout: Layout,
+    threads: usize,
 ) -> Result<(), String> {
     // Strides in elements, row then column, of each operand as `product` documents them.
     // Every dimension is at most a slice's length here (none is empty), so below isize::MAX.
     let (m_, k_, n_) = (m as isize, k as isize, n as isize);
     let (a_rs, a_cs) = if layout.a_trans { (1, m_) } else { (k_, 1) };
     let (b_rs, b_cs) = if layout.b_trans { (1, k_) } else { (n_, 1) };
-    let threads = kernel_threads();
     let mut run = |parallelism: gemm::Parallelism| {
         // SAFETY: `product` checked that `a` holds `m·k`, `b` `k·n` and `out` `m·n`
         // elements, and the strides above address exactly those (row-major `[m, k]` or
@@ -389,36 +390,7 @@ mod tests {
         l: Layout,
         out: &mut [f32],
     ) {
-        let (m, k, n) = dims;
-        let (m_, k_, n_) = (m as isize, k as isize, n as isize);
-        let (a_rs, a_cs) = if l.a_trans { (1, m_) } else { (k_, 1) };
-        let (b_rs, b_cs) = if l.b_trans { (1, k_) } else { (n_, 1) };
-        let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-        assert!(a.len() >= m * k && b.len() >= k * n && out.len() >= m * n);
-        // SAFETY: the slices hold the elements the strides address (asserted above).
-        pool().unwrap().install(|| unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                out.as_mut_ptr(),
-                1,
-                n_,
-                false,
-                a.as_ptr(),
-                a_cs,
-                a_rs,
-                b.as_ptr(),
-                b_cs,
-                b_rs,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            )
-        });
+        gemm_f32(dims, (a, b, out), l, threads).unwrap();
     }
 
     /// The kernel's path through the pool gives what the calling thread gives.
