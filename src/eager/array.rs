@@ -265,8 +265,8 @@ impl Array {
         if T::DTYPE != self.dtype() {
             return Err(Error::DType { expected: self.dtype(), found: T::DTYPE });
         }
-        self.cx.flush()?;
-        self.t.to_vec()
+        let bytes = self.cx.host_access(&self.t, false)?;
+        self.t.values_of(&bytes)
     }
 
     /// The one element of a one-element array (a scalar such as a loss).
@@ -287,8 +287,7 @@ impl Array {
     /// Wait until the array's value is computed (flushes first). Returns the error it
     /// carries, if any.
     pub fn wait(&self) -> Result<()> {
-        self.cx.flush()?;
-        self.t.wait()
+        self.cx.host_access(&self.t, true).map(|_| ())
     }
 
     /// Free the array's storage now, after every use already made of it, even while

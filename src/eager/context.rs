@@ -50,6 +50,7 @@ use smallvec::SmallVec;
 
 use super::Array;
 use crate::ep::{DeviceId, StreamType};
+use crate::framework::virtual_machine::build_host_access;
 use crate::framework::VirtualMachine;
 use crate::framework::{
     Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta,
@@ -314,6 +315,24 @@ impl Context {
     pub fn sync(&self) -> Result<()> {
         self.flush()?;
         self.vm().sync()
+    }
+
+    /// A host access of `t`, an array of this context (`Array::to_vec`, `Array::wait`): built
+    /// into the open batch, which is handed to the VM with it, so that an idle VM lets this
+    /// thread run the batch itself instead of waking two others (`vm::Handoff`). The lock is
+    /// held only until the batch is handed over.
+    pub(super) fn host_access(&self, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
+        let (slot, handoff) = {
+            let mut open = self.shared.open.lock();
+            let slot = build_host_access(&mut open.b, t, wait_only)?;
+            if open.pending > 0 {
+                open.flushes += 1;
+            }
+            open.pending = 0;
+            (slot, open.b.flush_for_wait())
+        };
+        handoff.finish();
+        self.shared.vm.engine().wait_access(&slot)
     }
 
     fn flush_open(open: &mut Open) {

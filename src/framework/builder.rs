@@ -69,9 +69,9 @@ use crate::vm::instruction::{AccessSlot, AsObject, Batch};
 use crate::vm::shape;
 use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
 use crate::vm::KernelRef;
-use crate::vm::{Element, Engine, Error, Result, StreamId, TensorMeta, VmStream};
+use crate::vm::{Element, Engine, Error, Handoff, Result, StreamId, TensorMeta, VmStream};
 
-use super::virtual_machine::{front, new_tensor, submit_releases, Front};
+use super::virtual_machine::{front, new_tensor, release_batch, submit_releases, Front};
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
@@ -471,6 +471,36 @@ impl<'vm> InstructionsBuilder<'vm> {
         Ok(())
     }
 
+    /// Hand what has been built so far to the VM, then wait for `t`'s values, as
+    /// [`Tensor::to_vec`] does after the builder is done. The read goes with the batch: when
+    /// nothing else is in flight and everything in the batch runs on the CPU's streams, this
+    /// thread runs the batch itself rather than waking the VM's threads and waiting for them
+    /// (`docs/architecture.md`, "A waiter runs its own work"). A refused read submits
+    /// nothing new and leaves what was built to be handed over later.
+    ///
+    /// ```
+    /// use eagervm::prelude::*;
+    ///
+    /// let vm = VirtualMachine::new(Config::default())?;
+    /// let (add, cpu) = (vm.op("add")?, vm.compute_stream(DeviceId::CPU)?);
+    /// let x = vm.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU)?;
+    /// let y = vm.run(|b| {
+    ///     let y = b.call(add, &[&x, &x], Attrs::default(), cpu)?;
+    ///     b.to_vec::<f32>(&y)
+    /// })?;
+    /// assert_eq!(y, vec![2.0, 4.0]);
+    /// # Ok::<(), eagervm::Error>(())
+    /// ```
+    pub fn to_vec<T: Element>(&mut self, t: &Tensor) -> Result<Vec<T>> {
+        if T::DTYPE != t.dtype() {
+            return Err(Error::DType { expected: t.dtype(), found: T::DTYPE });
+        }
+        let slot = super::virtual_machine::build_host_access(self, t, false)?;
+        self.flush_for_wait().finish();
+        let bytes = self.vm.wait_access(&slot)?;
+        t.values_of(&bytes)
+    }
+
     /// Hand what has been built so far to the scheduler now.
     pub fn flush(&mut self) {
         if !self.batch.is_empty() {
@@ -486,20 +516,45 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.make_deferred_releases();
     }
 
+    /// [`flush`](Self::flush) for a caller that waits next for the batch's last instruction
+    /// (a host access): the VM, if idle, runs the batch and the releases that follow it on
+    /// the caller's thread once the returned hand-off is finished (`vm::Handoff`).
+    pub(crate) fn flush_for_wait(&mut self) -> Handoff<'vm> {
+        let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
+        let engine: &'vm Engine = self.vm;
+        let mut h = engine.submit_for_wait(batch);
+        if self.open {
+            self.open = false;
+            let ready = self.front.releases.close(&self.slot);
+            if let Some(b) = release_batch(self.vm, ready) {
+                h.follow(b);
+            }
+        }
+        if let Some(b) = self.deferred_releases() {
+            h.follow(b);
+        }
+        h
+    }
+
     /// Make the releases this thread deferred for this VM (`framework::deferred`), all at
     /// once, after this builder's batch is in the inbox.
     fn make_deferred_releases(&mut self) {
+        if let Some(b) = self.deferred_releases() {
+            self.vm.submit_unbounded(b);
+        }
+    }
+
+    /// The batch of the releases this thread deferred for this VM, if any.
+    fn deferred_releases(&mut self) -> Option<Batch> {
         deferred::take(self.vm, &mut self.deferred);
         if self.deferred.is_empty() {
-            return;
+            return None;
         }
         let (vm, mut b) = (self.vm, None);
         self.front.releases.release_all(self.deferred.drain(..), |t| {
             push_release(b.get_or_insert_with(|| vm.take_batch()), t)
         });
-        if let Some(b) = b {
-            vm.submit_unbounded(b);
-        }
+        b
     }
 
     /// Before a call's checks, if no batch is open: tell the release rule a batch is open.

@@ -169,8 +169,13 @@ impl Tensor {
             return Err(Error::DType { expected: self.dtype(), found: T::DTYPE });
         }
         let bytes = self.read_bytes()?;
-        T::try_from_bytes(&bytes)
-            .map_err(|e| out_of_host_memory(self.id(), bytes.len(), "the values read", e))
+        self.values_of(&bytes)
+    }
+
+    /// `bytes` read from this tensor as values of type `T` (checked against the dtype by
+    /// the caller).
+    pub(crate) fn values_of<T: Element>(&self, bytes: &[u8]) -> Result<Vec<T>> {
+        T::try_from_bytes(bytes).map_err(|e| out_of_host_memory(self.id(), bytes.len(), "the values read", e))
     }
 }
 

@@ -18,7 +18,7 @@ use crossbeam_queue::SegQueue;
 use crate::ep::{DeviceId, StreamType};
 use crate::profile::{Profile, ProfileError};
 use crate::vm::engine::{Engine, EngineHandle};
-use crate::vm::instruction::AccessSlot;
+use crate::vm::instruction::{AccessSlot, Batch};
 use crate::vm::observe::ThreadRole;
 use crate::vm::tensor::{Fetch, MetaId, TensorOwner};
 use crate::vm::{Attrs, Config, DType, Element, Error, Result, StreamId, TensorMeta};
@@ -75,13 +75,18 @@ pub(crate) fn new_tensor(engine: &Engine, meta: TensorMeta, meta_id: MetaId, fet
 /// Submit the `Release`s of `owners` (`framework::release`), without waiting for
 /// back-pressure.
 pub(crate) fn submit_releases(engine: &Engine, owners: impl IntoIterator<Item = TensorOwner>) {
+    if let Some(b) = release_batch(engine, owners) {
+        engine.submit_unbounded(b);
+    }
+}
+
+/// The batch of the `Release`s of `owners`, if there are any.
+pub(crate) fn release_batch(engine: &Engine, owners: impl IntoIterator<Item = TensorOwner>) -> Option<Batch> {
     let mut b = None;
     for t in owners {
         push_release(b.get_or_insert_with(|| engine.take_batch()), t);
     }
-    if let Some(b) = b {
-        engine.submit_unbounded(b);
-    }
+    b
 }
 
 /// Emit the `Release` that `t` (marked released) will be owned by, once every builder batch
@@ -120,22 +125,35 @@ pub(crate) fn read_bytes(engine: &Arc<Engine>, t: &Tensor) -> Result<Vec<u8>> {
 /// returns `Uninitialized` with the op `Access`, and neither counts as a failure.
 fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
     let _span = tracing::debug_span!("host_wait", tensor = t.id(), device = %t.device(), wait_only).entered();
-    let slot = AccessSlot::new();
-    {
-        let mut b = InstructionsBuilder::new(engine);
-        if t.device().is_host() {
-            b.read_into(t, slot.clone(), wait_only)?;
-        } else {
-            let d2h = engine.stream_of(t.device(), StreamType::D2H)?;
-            let copy = front(engine).ops.resolve("copy", t.device())?;
-            let meta = TensorMeta { device: DeviceId::CPU, ..t.meta().clone() };
-            let fetch = if wait_only { Fetch::Wait } else { Fetch::Read };
-            let host = new_tensor(engine, meta.clone(), engine.intern(&meta), fetch);
-            b.call_into(copy, &[t], &[&host], Attrs::default(), d2h)?;
-            b.read_into(&host, slot.clone(), wait_only)?;
-        }
-    }
+    let mut b = InstructionsBuilder::new(engine);
+    let slot = build_host_access(&mut b, t, wait_only)?;
+    b.flush_for_wait().finish();
+    drop(b);
     engine.wait_access(&slot)
+}
+
+/// Build into `b` a host access of `t` (a tensor of `b`'s VM), as [`host_access`] makes it,
+/// and return the slot its result will come to. The caller submits `b`'s batch, preferably
+/// with [`InstructionsBuilder::flush_for_wait`], and waits on the slot.
+pub(crate) fn build_host_access(
+    b: &mut InstructionsBuilder<'_>,
+    t: &Tensor,
+    wait_only: bool,
+) -> Result<Arc<AccessSlot>> {
+    let slot = AccessSlot::new();
+    let engine = b.engine();
+    if t.device().is_host() {
+        b.read_into(t, slot.clone(), wait_only)?;
+    } else {
+        let d2h = engine.stream_of(t.device(), StreamType::D2H)?;
+        let copy = front(engine).ops.resolve("copy", t.device())?;
+        let meta = TensorMeta { device: DeviceId::CPU, ..t.meta().clone() };
+        let fetch = if wait_only { Fetch::Wait } else { Fetch::Read };
+        let host = new_tensor(engine, meta.clone(), engine.intern(&meta), fetch);
+        b.call_into(copy, &[t], &[&host], Attrs::default(), d2h)?;
+        b.read_into(&host, slot.clone(), wait_only)?;
+    }
+    Ok(slot)
 }
 
 /// The eager-execution virtual machine.
@@ -334,7 +352,7 @@ impl VirtualMachine {
             return Err(ProfileError::Synchronous);
         }
         self.engine().timeline().start();
-        self.engine().barrier_wait().map_err(|_| ProfileError::ShutDown)
+        self.engine().barrier_wait_scheduled().map_err(|_| ProfileError::ShutDown)
     }
 
     /// Whether a profiling session is open.
@@ -353,7 +371,7 @@ impl VirtualMachine {
         if !sh.timeline().is_on() {
             return Err(ProfileError::NotProfiling);
         }
-        sh.barrier_wait().map_err(|_| ProfileError::ShutDown)?;
+        sh.barrier_wait_scheduled().map_err(|_| ProfileError::ShutDown)?;
         // A last counter sample, so that every session has one.
         let timeline = sh.timeline();
         if let Some(mut r) = timeline.begin(ThreadRole::Scheduler) {
@@ -366,7 +384,7 @@ impl VirtualMachine {
         // callback may still hold records of this session. Workers and watchers hand theirs
         // in before reporting, so they are all in. After this second barrier nothing of
         // the session is left outside the sink.
-        sh.barrier_wait().map_err(|_| ProfileError::ShutDown)?;
+        sh.barrier_wait_scheduled().map_err(|_| ProfileError::ShutDown)?;
         let threads = sh.thread_names();
         let streams = sh.streams().iter().map(|s| s.name.clone()).collect();
         Ok(crate::profile::build(timeline.drain(session), streams, threads, &timeline.allocator_names()))

@@ -461,12 +461,13 @@ impl Replayer<'_> {
                 .map(|(i, &n)| (streams[i].3.clone(), n))
                 .collect();
         }
-        // A stream's positions count from 1, one per instruction admitted on it.
+        // A stream's positions count from 1, one per instruction admitted on it; the
+        // instructions a waiter ran itself take none.
         vm.flight_record()
             .streams
             .into_iter()
-            .filter(|s| s.admitted > 0)
-            .map(|s| (s.name, s.admitted))
+            .filter(|s| s.admitted + s.ran_inline > 0)
+            .map(|s| (s.name, s.admitted + s.ran_inline))
             .collect()
     }
 

@@ -29,12 +29,25 @@
 //!    flag (the caller's, read by the `dead` closure of step 2), then take the lock and
 //!    wake every waiter.
 //!
+//! 5. **Claim** ([`BackPressure::try_claim_inline`], a caller about to wait for its own
+//!    batch): compare-and-swap the word from exactly 0 (nothing in flight, nobody waiting) to
+//!    [`INLINE`]. On success the caller runs its batch on its own thread instead of handing
+//!    it over (`vm::engine`, "Running a waiter's work on its thread"); on failure it hands
+//!    the batch over as usual.
+//! 6. **End the claim** ([`BackPressure::end_inline`], the claimant): clear [`INLINE`] in one
+//!    read-modify-write; if the count it returns is not 0, batches were admitted meanwhile,
+//!    and the claimant wakes the scheduler.
+//! 7. **Hold** ([`BackPressure::inline_running`], the scheduler, after taking a batch from
+//!    the inbox): while [`INLINE`] is set, receive nothing; sleep until the claimant wakes it.
+//!    Other submitters never wait for a claim: they admit and hand over as usual.
+//!
 //! So admitting costs one atomic read-modify-write, and retiring one read-modify-write
 //! and, while nobody waits, nothing else: no lock and no load.
 //!
 //! # Memory ordering
 //!
-//! Every access to `state` is `Relaxed`. Nothing is published through the word: a batch
+//! Steps 1–4 access `state` with `Relaxed` (retiring with `Release`, for step 5, which
+//! costs nothing more on x86-64 or AArch64's read-modify-writes). Nothing is published through the word: a batch
 //! reaches the scheduler through the inbox, a queue with its own release/acquire pairs,
 //! and a waiter reads nothing the scheduler wrote but the count. What the argument below
 //! needs is coherence (the accesses to one atomic have one modification order, a
@@ -95,6 +108,28 @@
 //! or it read the flag before `wake_all` took the lock, and then it is asleep when the
 //! wake-up comes.
 //!
+//! *The inline claim.* Three orderings, each a release/acquire pair through the word:
+//!
+//! - *What retired before the claim happens-before the claimant's work.* A worker's writes
+//!   reach the scheduler through its completion queue (release/acquire), and the scheduler
+//!   retires them with a `Release` read-modify-write. The claim is an `Acquire`
+//!   compare-and-swap that reads the word at 0, the value the last retirement wrote or a
+//!   later one written by read-modify-writes (every write to the word is one), so it reads
+//!   from the release sequence of every retirement before it and synchronises with each.
+//! - *The claim excludes the scheduler.* The count is 0 when the claim succeeds, so every
+//!   batch admitted before it has retired, which the scheduler does only after receiving it;
+//!   a batch admitted after it has its count added to a word with [`INLINE`] set.
+//! - *The claimant's work happens-before what the scheduler receives after it.* The
+//!   scheduler takes a batch from the inbox, which orders the batch's admission before it,
+//!   and then loads the word with `Acquire`. Its load reads the admission's value or a later
+//!   one. If [`INLINE`] is set there, it holds until a later `Acquire` load finds it clear; a
+//!   value with it clear that follows the claim in the word's modification order is the
+//!   `Release` clearing's, or one a later read-modify-write wrote, in that clearing's release
+//!   sequence. Either way the load synchronises with the clearing.
+//!
+//! The wake-up after a hold goes through the scheduler's `Notifier`, whose protocol
+//! (`sync::notify`) loses none: the claimant clears the bit (publishes) and then notifies.
+//!
 //! *Why one word.* With the two counts in two atomics, the same argument is the
 //! store-then-load pattern of Dekker's algorithm (register, then read the count; retire,
 //! then read the registrations), which needs the four accesses `SeqCst`, or a `SeqCst`
@@ -105,8 +140,8 @@
 //! read-modify-write returns, without a second access.
 //!
 //! The word's width bounds both counts: 2^40 instructions in flight (each holds at least
-//! its own allocation, so memory runs out long before) and 2^24 waiting submitters (one per
-//! thread). Debug builds check both.
+//! its own allocation, so memory runs out long before) and 2^23 waiting submitters (one per
+//! thread), below the claim's bit. Debug builds check both.
 //!
 //! `tests/loom/back_pressure.rs` checks the protocol under loom: this file takes nothing
 //! from the crate but [`crate::sync`], so that the model can compile it alone.
@@ -121,6 +156,12 @@ const WAITER: u64 = 1 << COUNT_BITS;
 
 /// The count's bits of `state`.
 const COUNT_MASK: u64 = WAITER - 1;
+
+/// The top bit of `state`: a caller is running work on its own thread (the inline claim).
+pub(crate) const INLINE: u64 = 1 << 63;
+
+/// The waiters' bits of `state`.
+const WAITERS_MASK: u64 = !COUNT_MASK & !INLINE;
 
 /// The in-flight count and the wait of submitters above high water (see the module docs).
 #[derive(Debug)]
@@ -182,7 +223,7 @@ impl BackPressure {
         )
         .entered();
         let old = self.state.fetch_add(WAITER, Ordering::Relaxed);
-        debug_assert!(old >> COUNT_BITS < (u64::MAX >> COUNT_BITS), "too many waiters");
+        debug_assert!(old & WAITERS_MASK != WAITERS_MASK, "too many waiters");
         let mut g = self.lock.lock();
         // Re-read under the lock: the check and the sleep must be one step for a waker.
         while self.in_flight() > self.low_water && !dead() {
@@ -196,9 +237,9 @@ impl BackPressure {
     /// `n` instructions left flight (step 3; the scheduler, once per loop).
     #[inline]
     pub(crate) fn retire(&self, n: usize) {
-        let old = self.state.fetch_sub(n as u64, Ordering::Relaxed);
+        let old = self.state.fetch_sub(n as u64, Ordering::Release);
         debug_assert!(old & COUNT_MASK >= n as u64, "retired {n} of {} in flight", old & COUNT_MASK);
-        if old >= WAITER && (old & COUNT_MASK) - n as u64 <= self.low_water as u64 {
+        if old & WAITERS_MASK != 0 && (old & COUNT_MASK) - n as u64 <= self.low_water as u64 {
             self.wake_all();
         }
     }
@@ -207,6 +248,33 @@ impl BackPressure {
     pub(crate) fn wake_all(&self) {
         let _g = self.lock.lock();
         self.cv.notify_all();
+    }
+
+    /// Claim the right to run work on the calling thread (step 5): only when nothing is in
+    /// flight and nobody waits, and only one claim at a time. On success everything retired
+    /// before happens-before the caller's next accesses, and until
+    /// [`end_inline`](Self::end_inline) the scheduler holds back whatever it receives.
+    #[inline]
+    pub(crate) fn try_claim_inline(&self) -> bool {
+        self.state.compare_exchange(0, INLINE, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    /// Give the claim back (step 6); what the claimant did happens-before whatever the
+    /// scheduler does with the batches it held back. Returns whether any were admitted
+    /// meanwhile, so that the caller knows to wake the scheduler.
+    #[inline]
+    pub(crate) fn end_inline(&self) -> bool {
+        let old = self.state.fetch_and(!INLINE, Ordering::Release);
+        debug_assert!(old & INLINE != 0, "no inline claim to end");
+        old & COUNT_MASK != 0
+    }
+
+    /// Whether a claimant runs work on its own thread now (the scheduler, after taking a
+    /// batch from the inbox). `false` orders the claimant's work before the caller's next
+    /// accesses (step 7).
+    #[inline]
+    pub(crate) fn inline_running(&self) -> bool {
+        self.state.load(Ordering::Acquire) & INLINE != 0
     }
 
     /// Instructions admitted and not yet retired. A reading that orders nothing: for

@@ -57,6 +57,8 @@ use crossbeam_queue::SegQueue;
 
 use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, Registry, StreamType};
+use smallvec::SmallVec;
+
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 
@@ -102,6 +104,13 @@ pub(crate) struct Engine {
     next_event: AtomicU64,
     /// Program numbers of instructions run in synchronous mode.
     next_inline: AtomicU64,
+    /// The last program number given out (asynchronous mode): written by the scheduler after
+    /// each batch it receives and by a waiter that ran its own work, read by each before it
+    /// numbers a batch. The inline claim orders the two (`back_pressure`, steps 5–7).
+    pub(super) program: AtomicU64,
+    /// Per stream: whether a waiter may run the stream's instructions on its own thread
+    /// ([`Engine::submit_for_wait`]).
+    inline_ok: Box<[bool]>,
     pub(super) failures: Arc<FailureLog>,
     pub(super) fault: super::config::FaultInjection,
     /// In synchronous mode: the executor environment of each stream.
@@ -302,6 +311,17 @@ impl Engine {
                 .iter()
                 .map(|s| (s.name.clone(), config.flight_all_streams || s.ty == StreamType::Collective)),
         );
+        // A collective could wait for its peers on the caller's thread, out of the
+        // watchdog's sight, and the instructions of a stream whose flight records are kept
+        // would be missing from them.
+        let inline_ok = streams
+            .iter()
+            .map(|s| {
+                s.policy == StreamPolicy::Synchronous
+                    && s.ty != StreamType::Collective
+                    && !(config.flight_all_streams && config.flight_records > 0)
+            })
+            .collect();
         let shared = Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             ctxs: ctx_streams.iter().map(|_| ThreadCtx::default()).collect(),
@@ -324,6 +344,8 @@ impl Engine {
             next_tensor: AtomicU64::new(0),
             next_event: AtomicU64::new(1),
             next_inline: AtomicU64::new(1),
+            program: AtomicU64::new(0),
+            inline_ok,
             failures,
             fault: config.fault.clone(),
             sync_envs,
@@ -521,18 +543,117 @@ impl Engine {
     /// Splice a batch into the inbox without waiting for back-pressure: for `Release`s,
     /// which only free memory, so that the thread that drops a handle does not block on
     /// other threads' work.
+    ///
+    /// When the VM is idle, the `Release`s run on this thread at once instead (see
+    /// [`Handoff`]): a handle dropped between round trips would otherwise keep the VM busy
+    /// just long enough that the next waiter finds it so.
     pub(crate) fn submit_unbounded(&self, batch: Batch) {
         if batch.is_empty() {
             self.recycle(batch);
+        } else if self.bp.in_flight() == 0 && !self.config.synchronous && self.may_run_inline(&batch) {
+            self.hand_off(batch, false).finish();
         } else {
             self.enqueue(batch);
         }
     }
 
+    /// Submit a batch whose results the caller waits for next (it ends with a host access
+    /// or a barrier), and run it on the caller's thread if the VM is idle: see
+    /// [`Handoff`]. Otherwise the same as [`submit`](Self::submit).
+    pub(crate) fn submit_for_wait(&self, batch: Batch) -> Handoff<'_> {
+        self.hand_off(batch, true)
+    }
+
+    /// [`submit_for_wait`](Self::submit_for_wait); `bounded`: wait for back-pressure when
+    /// the batch is handed over (as [`submit`](Self::submit), not
+    /// [`submit_unbounded`](Self::submit_unbounded), does).
+    fn hand_off(&self, batch: Batch, bounded: bool) -> Handoff<'_> {
+        let mut h = Handoff { engine: self, claimed: false, absorbing: false, batches: SmallVec::new() };
+        if self.config.synchronous || batch.is_empty() || !self.may_run_inline(&batch) {
+            let now = self.enqueue(batch);
+            if bounded {
+                self.bp.throttle(now, || self.is_dead());
+            }
+            return h;
+        }
+        let observed = if self.observing.load(Ordering::Relaxed) { self.observe(&batch) } else { None };
+        // The load first: a busy VM's word is written by other cores, and a failing
+        // compare-and-swap would take its cache line from them.
+        if self.bp.in_flight() == 0 && !self.is_dead() && self.bp.try_claim_inline() {
+            // The observer's lock is held until the claim, so the observer sees this batch
+            // before any a later submitter hands over (the scheduler holds those back).
+            drop(observed);
+            h.claimed = true;
+            h.absorbing = true;
+            h.batches.push(batch);
+            return h;
+        }
+        let now = self.enqueue_observed(batch, observed);
+        if bounded {
+            self.bp.throttle(now, || self.is_dead());
+        }
+        h
+    }
+
+    /// Whether every instruction of `batch` may run on a waiter's thread: host accesses,
+    /// calls and releases on the streams `inline_ok` marks, and barriers; nothing while a
+    /// profiling session is open, so that the timeline shows everything.
+    fn may_run_inline(&self, batch: &Batch) -> bool {
+        !self.timeline.is_on()
+            && batch.ins.iter().all(|ins| match ins.body {
+                Body::Barrier { .. } => true,
+                Body::OpCall { .. }
+                | Body::Release { .. }
+                | Body::Read(_)
+                | Body::Write(_)
+                | Body::Wait(_) => self.inline_ok[ins.stream.index()],
+                Body::RecordEvent { .. } | Body::StreamWaitEvent { .. } | Body::WaitEvent { .. } => false,
+            })
+    }
+
+    /// Run a claimed batch on this thread (see [`Handoff`]), numbering its instructions
+    /// after everything the scheduler has numbered.
+    fn run_claimed(&self, mut batch: Batch) {
+        let first = self.program.load(Ordering::Relaxed) + 1;
+        self.program.store(first - 1 + batch.len() as u64, Ordering::Relaxed);
+        batch.number_from(first);
+        batch.drain_each(|ins, ops, program| {
+            if !StreamPolicy::on_scheduler(&ins.body) {
+                self.flight.ran_inline(ins.stream.index(), 1);
+            }
+            self.run_inline(ins, ops, program);
+        });
+        self.recycle(batch);
+    }
+
+    /// Scheduler, after taking a batch from the inbox: hold it while a waiter runs work on
+    /// its own thread (`back_pressure`, step 7).
+    #[inline]
+    pub(super) fn hold_while_inline(&self) {
+        if self.bp.inline_running() {
+            self.wait_inline_end();
+        }
+    }
+
+    #[cold]
+    fn wait_inline_end(&self) {
+        self.sched_notify.wait(self.config.backoff(), || !self.bp.inline_running());
+    }
+
     /// Splice a batch into the inbox (or run it, in synchronous mode); returns how many
     /// instructions are in flight now.
-    fn enqueue(&self, mut batch: Batch) -> usize {
+    fn enqueue(&self, batch: Batch) -> usize {
         let observed = if self.observing.load(Ordering::Relaxed) { self.observe(&batch) } else { None };
+        self.enqueue_observed(batch, observed)
+    }
+
+    /// [`enqueue`](Self::enqueue), once the observer has seen `batch` (`observed` holds its
+    /// lock, if one is attached).
+    fn enqueue_observed(
+        &self,
+        mut batch: Batch,
+        observed: Option<crate::sync::MutexGuard<'_, Option<Box<dyn SubmitObserver>>>>,
+    ) -> usize {
         if self.config.synchronous {
             batch.drain_each(|ins, ops, _| {
                 let program = self.next_inline.fetch_add(1, Ordering::Relaxed);
@@ -643,6 +764,19 @@ impl Engine {
         let barrier = Body::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
         let mut b = self.take_batch();
         b.push(Instruction::new(barrier, self.host_stream), &[]);
+        self.submit_for_wait(b).finish();
+        self.wait_access(&slot).map(|_| ())
+    }
+
+    /// [`barrier_wait`](Self::barrier_wait) through the scheduler even when the VM is idle:
+    /// for the profiler, which relies on the scheduler handing its records in before it
+    /// runs a barrier's callback.
+    pub(crate) fn barrier_wait_scheduled(&self) -> Result<()> {
+        let slot = AccessSlot::new();
+        let s2 = slot.clone();
+        let barrier = Body::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
+        let mut b = self.take_batch();
+        b.push(Instruction::new(barrier, self.host_stream), &[]);
         self.submit(b);
         self.wait_access(&slot).map(|_| ())
     }
@@ -650,6 +784,64 @@ impl Engine {
     /// Wait for a host access of this engine to be fulfilled, or for the engine to die.
     pub(crate) fn wait_access(&self, slot: &AccessSlot) -> Result<Vec<u8>> {
         slot.wait(self.config.backoff(), || self.is_dead())
+    }
+}
+
+/// What [`Engine::submit_for_wait`] did with a batch: handed it to the scheduler, or, the VM
+/// being idle, claimed the VM to run it on this thread (`back_pressure`, steps 5–7). A
+/// claimed batch runs, under its streams' policies as in synchronous mode, when the
+/// hand-off is finished or dropped, so that nothing accepted is lost; then the claim ends
+/// and the scheduler receives what others submitted meanwhile.
+///
+/// A waiter that hands its batch over pays for two threads' wake-ups (the scheduler's, then
+/// the worker's) before its result can come back; a waiter that runs it pays for neither.
+/// The claim is taken only when nothing is in flight, so the batch cannot overtake earlier
+/// work, and only for batches that end in a wait, so the VM's asynchrony is kept for
+/// everything else (`docs/architecture.md`, "A waiter runs its own work").
+#[must_use = "a claimed batch runs when the hand-off is finished or dropped"]
+pub(crate) struct Handoff<'e> {
+    engine: &'e Engine,
+    /// Whether this thread holds the inline claim.
+    claimed: bool,
+    /// Whether [`follow`](Self::follow) may still add batches to the claimed run: once one
+    /// went to the scheduler, later ones must too, to keep program order.
+    absorbing: bool,
+    /// The claimed batches, in program order.
+    batches: SmallVec<[Batch; 2]>,
+}
+
+impl Handoff<'_> {
+    /// Submit `batch` (`Release`s that follow the handed-off batch, without waiting for
+    /// back-pressure): into the claimed run when it may run there, else to the scheduler.
+    pub(crate) fn follow(&mut self, batch: Batch) {
+        let e = self.engine;
+        if self.absorbing && !batch.is_empty() && e.may_run_inline(&batch) {
+            if e.observing.load(Ordering::Relaxed) {
+                drop(e.observe(&batch));
+            }
+            self.batches.push(batch);
+        } else {
+            self.absorbing = false;
+            e.submit_unbounded(batch);
+        }
+    }
+
+    /// Run the claimed batches, if any, and end the claim.
+    pub(crate) fn finish(self) {}
+}
+
+impl Drop for Handoff<'_> {
+    fn drop(&mut self) {
+        if !self.claimed {
+            return;
+        }
+        let e = self.engine;
+        for batch in self.batches.drain(..) {
+            e.run_claimed(batch);
+        }
+        if e.bp.end_inline() {
+            e.sched_notify.notify();
+        }
     }
 }
 

@@ -257,6 +257,7 @@ impl Scheduler {
             // Bounded per loop so that completions (which free memory) interleave with intake.
             for _ in 0..4 {
                 let Some(batch) = vm.inbox.pop() else { break };
+                vm.hold_while_inline();
                 let _span = tracing::trace_span!("receive", n = batch.len()).entered();
                 n += batch.len();
                 self.receive_batch(batch);
@@ -318,6 +319,9 @@ impl Scheduler {
     /// completion reports only. So the order in which this function hands instructions over
     /// is program order per stream.
     fn receive_batch(&mut self, mut batch: Batch) {
+        // A waiter may have numbered instructions it ran itself since the last batch
+        // (`Engine::submit_for_wait`); `hold_while_inline` ordered its numbers before this.
+        self.program = self.vm.program.load(Ordering::Relaxed);
         let first = self.program + 1;
         let mut single: Option<u32> = None;
         let mut whole = true;
@@ -348,6 +352,7 @@ impl Scheduler {
             }
             i += 1;
         }
+        self.vm.program.store(self.program, Ordering::Relaxed);
         if let (true, Some(ctx)) = (whole, single) {
             // Keep order with what this loop already dispatched to the same worker.
             let ctx = ctx as usize;

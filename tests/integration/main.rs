@@ -20,6 +20,7 @@ mod eager;
 mod errors;
 mod flight;
 mod fuzz;
+mod inline_wait;
 mod lifecycle;
 #[cfg(feature = "cuda")]
 mod nccl;

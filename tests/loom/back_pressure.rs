@@ -10,6 +10,13 @@
 //! Two models run the first model over a copy of the handshake with a bug planted in it (the
 //! scheduler reads the waiters in an access of its own before it retires; the submitter
 //! checks the count before it takes the lock), and check that loom finds the lost wake-up.
+//!
+//! The inline claim (steps 5–7 of the handshake's docs) has a model of its own: a claimant
+//! that runs work on its own thread, a submitter that hands a batch over meanwhile, and a
+//! scheduler that retires earlier work and then receives the batch. Each writes the same
+//! unsynchronised cell, so loom fails the model if any two of them are not ordered. Two
+//! planted copies (a retirement that does not release; an end of the claim that does not
+//! release) check that loom finds the race.
 
 #[path = "../../src/vm/back_pressure.rs"]
 #[allow(dead_code)]
@@ -24,7 +31,7 @@ use loom::sync::{Condvar, Mutex};
 use loom::thread;
 
 use crate::common::{check, failure_of};
-use handshake::{BackPressure, COUNT_BITS};
+use handshake::{BackPressure, COUNT_BITS, INLINE};
 
 /// The marks of every model: a batch of 3 is above high water, and the count must fall
 /// to 1 before its submitter goes on.
@@ -248,4 +255,135 @@ fn planted_waiters_read_before_retiring_is_caught() {
 fn planted_count_read_outside_the_lock_is_caught() {
     let message = failure_of(|| submitter_and_scheduler(|| Planted::new(Bug::CountReadOutsideTheLock)));
     assert!(message.contains("deadlock"), "the model failed, but not by a lost wake-up: {message}");
+}
+
+/// What the claim model drives: the handshake itself, or a copy with a planted bug.
+trait Claim: Send + Sync + 'static {
+    fn admit(&self, n: usize) -> usize;
+    fn retire(&self, n: usize);
+    fn try_claim_inline(&self) -> bool;
+    fn end_inline(&self) -> bool;
+    fn inline_running(&self) -> bool;
+}
+
+impl Claim for BackPressure {
+    fn admit(&self, n: usize) -> usize {
+        BackPressure::admit(self, n)
+    }
+    fn retire(&self, n: usize) {
+        BackPressure::retire(self, n)
+    }
+    fn try_claim_inline(&self) -> bool {
+        BackPressure::try_claim_inline(self)
+    }
+    fn end_inline(&self) -> bool {
+        BackPressure::end_inline(self)
+    }
+    fn inline_running(&self) -> bool {
+        BackPressure::inline_running(self)
+    }
+}
+
+/// Add `k` to the cell; loom fails the model if another thread's access is not ordered
+/// with this one.
+fn touch(cell: &loom::cell::UnsafeCell<u32>, k: u32) {
+    // SAFETY: the model's claim is that every access to the cell is ordered with every
+    // other; loom checks exactly that and fails the model where it is not.
+    cell.with_mut(|p| unsafe { *p += k });
+}
+
+/// One instruction is in flight: its worker's write is the scheduler's (the completion
+/// queue orders the two in the VM). The scheduler retires it, then receives a batch if one
+/// arrived, holding it while a claim runs. A submitter admits and hands over a batch. This
+/// thread claims and, if it gets the claim, runs its own work and ends the claim.
+fn claim_model<C: Claim>(make: fn() -> C) {
+    check(move || {
+        let bp = Arc::new(make());
+        let cell = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        let inbox = Arc::new(AtomicBool::new(false));
+        bp.admit(1);
+        let scheduler = {
+            let (bp, cell, inbox) = (bp.clone(), cell.clone(), inbox.clone());
+            thread::spawn(move || {
+                touch(&cell, 1);
+                bp.retire(1);
+                if inbox.load(Ordering::Acquire) {
+                    while bp.inline_running() {
+                        thread::yield_now();
+                    }
+                    touch(&cell, 100);
+                }
+            })
+        };
+        let submitter = {
+            let (bp, inbox) = (bp.clone(), inbox.clone());
+            thread::spawn(move || {
+                bp.admit(1);
+                inbox.store(true, Ordering::Release);
+            })
+        };
+        if bp.try_claim_inline() {
+            touch(&cell, 10);
+            bp.end_inline();
+        }
+        scheduler.join().unwrap();
+        submitter.join().unwrap();
+    });
+}
+
+#[test]
+fn an_inline_claim_is_ordered_with_the_scheduler_both_ways() {
+    claim_model(handshake);
+}
+
+/// Where the planted copy of the claim goes wrong.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ClaimBug {
+    /// The retirement is `Relaxed`: the claimant may run before the retired work's writes
+    /// reach it.
+    RetireRelaxed,
+    /// The end of the claim is `Relaxed`: the scheduler may run the held batch before the
+    /// claimant's writes reach it.
+    EndRelaxed,
+}
+
+/// The claim's protocol, copied, with one bug.
+struct PlantedClaim {
+    state: AtomicU64,
+    bug: ClaimBug,
+}
+
+impl Claim for PlantedClaim {
+    fn admit(&self, n: usize) -> usize {
+        ((self.state.fetch_add(n as u64, Ordering::Relaxed) % WAITER) as usize) + n
+    }
+    fn retire(&self, n: usize) {
+        let order = if self.bug == ClaimBug::RetireRelaxed { Ordering::Relaxed } else { Ordering::Release };
+        self.state.fetch_sub(n as u64, order);
+    }
+    fn try_claim_inline(&self) -> bool {
+        self.state.compare_exchange(0, INLINE, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+    fn end_inline(&self) -> bool {
+        let order = if self.bug == ClaimBug::EndRelaxed { Ordering::Relaxed } else { Ordering::Release };
+        self.state.fetch_and(!INLINE, order) % WAITER != 0
+    }
+    fn inline_running(&self) -> bool {
+        self.state.load(Ordering::Acquire) & INLINE != 0
+    }
+}
+
+#[test]
+fn planted_relaxed_retirement_is_caught() {
+    let message = failure_of(|| {
+        claim_model(|| PlantedClaim { state: AtomicU64::new(0), bug: ClaimBug::RetireRelaxed })
+    });
+    assert!(message.contains("Causality"), "the model failed, but not by a race: {message}");
+}
+
+#[test]
+fn planted_relaxed_end_of_claim_is_caught() {
+    let message =
+        failure_of(|| claim_model(|| PlantedClaim { state: AtomicU64::new(0), bug: ClaimBug::EndRelaxed }));
+    assert!(message.contains("Causality"), "the model failed, but not by a race: {message}");
 }

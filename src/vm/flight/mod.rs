@@ -74,6 +74,9 @@ pub(crate) type Stamp = u64;
 /// The watermarks of one stream (scheduler-written).
 #[derive(Default)]
 struct Marks {
+    /// Instructions a waiter ran on its own thread (`vm::engine`, "Running a waiter's work
+    /// on its thread"): they take no position.
+    ran_inline: AtomicU64,
     admitted: AtomicU64,
     dispatched: AtomicU64,
     done: AtomicU64,
@@ -194,6 +197,12 @@ impl Flight {
         m.dispatched.store(dispatched, Ordering::Relaxed);
     }
 
+    /// A waiter ran `n` instructions of stream `s` on its own thread.
+    #[inline]
+    pub(crate) fn ran_inline(&self, s: usize, n: u64) {
+        self.streams[s].marks.ran_inline.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Scheduler: stream `s`'s dispatched watermark moved to `dispatched`.
     #[inline(always)]
     pub(crate) fn dispatched_mark(&self, s: usize, dispatched: u64) {
@@ -304,6 +313,7 @@ impl Flight {
                 launched: launched.map(|l| l.clamp(done, dispatched)),
                 done,
                 done_ago: Self::age(now, ring.marks.done_at.load(Ordering::Relaxed)),
+                ran_inline: ring.marks.ran_inline.load(Ordering::Relaxed),
                 stuck_for: stuck.iter().find(|(i, _)| *i == s).map(|&(_, d)| d),
                 entries,
             });
@@ -402,6 +412,10 @@ pub struct StreamRecord {
     pub done: u64,
     /// How long before the snapshot `done` last moved (`None` if never, or no slots kept).
     pub done_ago: Option<Duration>,
+    /// Instructions of the stream that a caller waiting for them ran on its own thread, the
+    /// VM being idle (`docs/architecture.md`, "A waiter runs its own work"): done, and
+    /// not counted in the positions above.
+    pub ran_inline: u64,
     /// For a stream the watchdog found stuck: how long it has had work in flight and made
     /// no progress.
     pub stuck_for: Option<Duration>,
@@ -516,6 +530,9 @@ impl fmt::Display for FlightRecord {
             write!(f, ", done {}", s.done)?;
             if let Some(a) = s.done_ago {
                 write!(f, " ({} ago)", T(Some(a)))?;
+            }
+            if s.ran_inline > 0 {
+                write!(f, "; ran by waiters {}", s.ran_inline)?;
             }
             writeln!(f)?;
             if let Some(d) = s.stuck_for {

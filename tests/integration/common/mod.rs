@@ -629,21 +629,24 @@ pub fn execute(vm: &VirtualMachine, p: &Program) -> eagervm::Result<Outcome> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < p.steps.len() {
-        // Submit up to the next read or recreate in one `run`.
+        // Submit up to the next read or recreate in one `run`; a read goes with the batch
+        // (`InstructionsBuilder::to_vec`), so that an idle VM lets this thread run it.
         vm.run(|b| -> eagervm::Result<()> {
             while i < p.steps.len() {
-                if let Step::Read { .. } | Step::Recreate { .. } = p.steps[i] {
-                    break;
+                match p.steps[i] {
+                    Step::Read { t } => {
+                        out.push(bits(&b.to_vec::<f32>(&ts[t])?));
+                        break;
+                    }
+                    Step::Recreate { .. } => break,
+                    _ => emit(vm, b, &p.steps[i], &ts, &streams)?,
                 }
-                emit(vm, b, &p.steps[i], &ts, &streams)?;
                 i += 1;
             }
             Ok(())
         })?;
-        match p.steps.get(i) {
-            Some(Step::Read { t }) => out.push(bits(&ts[*t].to_vec::<f32>()?)),
-            Some(Step::Recreate { t }) => ts[*t] = make(*t)?,
-            _ => {}
+        if let Some(Step::Recreate { t }) = p.steps.get(i) {
+            ts[*t] = make(*t)?;
         }
         i += 1;
     }
