@@ -5,7 +5,8 @@
 //!   the previous one, so every step also emits a `Release`), then one sync;
 //! - `chain/call_into`: the same chain into two preallocated tensors, then one sync (the
 //!   baseline the others are divided by);
-//! - `round_trip`: issue one add, then read its result (`loss.item()`-style);
+//! - `round_trip`: issue one add, then read its result (`loss.item()`-style), the read going
+//!   with the add; `round_trip/read_after`: the read made once the add is handed over;
 //! - `mlp_step`: the MLP step of `run mlp` (64×8×32, 24 distinct call signatures) through
 //!   `call`, with (`mlp_step/read_loss`) and without reading the loss every step.
 //!
@@ -71,8 +72,19 @@ fn chain_call_into(s: &Setup, y: &Tensor, ab: &[Tensor; 2], n: usize) -> Duratio
     issued
 }
 
-/// Issue one add and wait for its value.
+/// Issue one add and wait for its value, the read going with the add
+/// (`InstructionsBuilder::to_vec`): an idle VM lets this thread run both.
 fn round_trip(s: &Setup, y: &Tensor) -> f32 {
+    let v = s.vm.run(|b| {
+        let x = b.call(s.add, &[y, y], Attrs::default(), s.cpu)?;
+        b.to_vec::<f32>(&x)
+    });
+    v.expect("read")[0]
+}
+
+/// [`round_trip`] with the read made after the builder is done (`Tensor::to_vec`): the add
+/// is handed to the VM's threads before the read is known.
+fn round_trip_read_after(s: &Setup, y: &Tensor) -> f32 {
     let x = s.vm.run(|b| b.call(s.add, &[y, y], Attrs::default(), s.cpu)).expect("call");
     x.to_vec::<f32>().expect("read")[0]
 }
@@ -163,6 +175,7 @@ fn chains(c: &mut Criterion) {
     g.bench_function("call", |b| b.iter(|| chain_call(&s, &y, CHAIN)));
     g.finish();
     c.bench_function("round_trip", |b| b.iter(|| round_trip(&s, &y)));
+    c.bench_function("round_trip/read_after", |b| b.iter(|| round_trip_read_after(&s, &y)));
 }
 
 fn mlp_steps(c: &mut Criterion) {
@@ -203,6 +216,7 @@ fn summary() {
     let mut m = Mlp::new();
     let (mut into, mut call, mut ratio, mut trip, mut step, mut step_read) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut trip_after = vec![];
     let (mut into_issue, mut call_issue) = (vec![], vec![]);
     let (mut into_cpu, mut call_cpu) = (vec![], vec![]);
     let cpu_per = |c: Duration, n: usize| (cpu_time() - c).as_secs_f64() * 1e9 / n as f64;
@@ -228,6 +242,14 @@ fn summary() {
             })
             .collect();
         trip.push(median(&mut rts));
+        let mut rts: Vec<f64> = (0..TRIPS)
+            .map(|_| {
+                let t = Instant::now();
+                std::hint::black_box(round_trip_read_after(&s, &y));
+                per(t, 1)
+            })
+            .collect();
+        trip_after.push(median(&mut rts));
         let t = Instant::now();
         for _ in 0..200 {
             drop(m.step());
@@ -259,6 +281,11 @@ fn summary() {
         "  round trip (issue one add, read it; median of {TRIPS} per round)  {:>8.1} ns  [{:.2}]",
         median(&mut trip.clone()),
         spread(&trip)
+    );
+    println!(
+        "  the same, read after the add was handed over        {:>8.1} ns  [{:.2}]",
+        median(&mut trip_after.clone()),
+        spread(&trip_after)
     );
     println!("  MLP step (64x8x32, 24 signatures), per step:");
     println!("    loss not read  {:>8.1} ns  [{:.2}]", median(&mut step.clone()), spread(&step));
