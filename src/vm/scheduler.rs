@@ -400,7 +400,9 @@ impl Scheduler {
         let mut seq = last;
         let mut i = from;
         let mut parked = None;
-        let flight = self.vm.flight.on();
+        // Most streams keep no flight slots (`vm::flight`): asked once per run, not per
+        // instruction.
+        let flight = self.vm.flight.keeps(s as usize);
         while i < end {
             let (body, stream, n_inputs, ops) = batch.parts(i);
             if stream.0 != s || !matches!(body, Body::OpCall { .. }) {
