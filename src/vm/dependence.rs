@@ -329,7 +329,8 @@ mod tests {
         // a reader slot beyond the first.
         let streams = [0u32, 1, 2];
         let choices: Vec<(u32, bool)> = streams.iter().flat_map(|&st| [(st, false), (st, true)]).collect();
-        let (mut histories, mut longest): (Vec<Vec<(u32, bool)>>, Vec<Vec<(u32, bool)>>) = (vec![vec![]], vec![vec![]]);
+        let (mut histories, mut longest): (Vec<Vec<(u32, bool)>>, Vec<Vec<(u32, bool)>>) =
+            (vec![vec![]], vec![vec![]]);
         for _ in 0..4 {
             longest = longest
                 .iter()
@@ -362,7 +363,10 @@ mod tests {
                     let took = if write { local.write_local(me) } else { local.read_local(me) };
                     if took {
                         local_taken += 1;
-                        assert!(edges.edges.is_empty(), "{h:?} then {me:?}: local, yet the rule made an edge");
+                        assert!(
+                            edges.edges.is_empty(),
+                            "{h:?} then {me:?}: local, yet the rule made an edge"
+                        );
                         assert_eq!(state(&local), state(&full), "{h:?} then {me:?}");
                     } else {
                         assert_eq!(state(&local), state(&d), "{h:?} then {me:?}: declined, yet changed");
