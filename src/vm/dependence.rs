@@ -329,8 +329,9 @@ mod tests {
         // a reader slot beyond the first.
         let streams = [0u32, 1, 2];
         let choices: Vec<(u32, bool)> = streams.iter().flat_map(|&st| [(st, false), (st, true)]).collect();
-        let (mut histories, mut longest): (Vec<Vec<(u32, bool)>>, Vec<Vec<(u32, bool)>>) =
-            (vec![vec![]], vec![vec![]]);
+        // Each access: its stream, and whether it writes.
+        type History = Vec<(u32, bool)>;
+        let (mut histories, mut longest): (Vec<History>, Vec<History>) = (vec![vec![]], vec![vec![]]);
         for _ in 0..4 {
             longest = longest
                 .iter()
