@@ -377,11 +377,11 @@ impl Scheduler {
     /// the common case, with the stream's state looked up once: what [`admit`](Self::admit)
     /// does to each, without its checks for other kinds of instruction and for profiling.
     /// Returns how many it admitted (0 if the run cannot start here: the stream has
-    /// undispatched instructions, no position left, or `from` is not an `OpCall`), the
-    /// worker that runs them, and whether it parked the last of them. The run stops after
-    /// an instruction that must wait, which it parks (the batch is then not handed over
-    /// whole), or before the first instruction of another kind or stream. Called only
-    /// without a profiling session.
+    /// undispatched instructions, keeps flight slots or has no position left, or `from` is
+    /// not an `OpCall`), the worker that runs them, and whether it parked the last of them.
+    /// The run stops after an instruction that must wait, which it parks (the batch is then
+    /// not handed over whole), or before the first instruction of another kind or stream.
+    /// Called only without a profiling session.
     ///
     /// Kept out of line: compiled on its own, its loop keeps its state in registers; inlined
     /// into the scheduler's loop it spilled to the stack on every instruction
