@@ -147,6 +147,38 @@ impl DepObject {
         }
     }
 
+    /// The read rule for `me` when everything on record is on `me`'s stream or absent (no
+    /// edge, and `me` takes the first reader slot): applies it and returns true; otherwise
+    /// changes nothing and returns false, and [`read`](Self::read) applies the rule.
+    ///
+    /// The scheduler's intake tries this first: it needs no [`EdgeSink`], so the loop that
+    /// admits a run of instructions on one stream calls nothing while no access on record
+    /// is on another stream, and keeps its state in registers.
+    #[inline(always)]
+    pub(crate) fn read_local(&mut self, me: InstrRef) -> bool {
+        let local = !other_stream(self.last_write, me) & !other_stream(self.readers[0], me);
+        if local {
+            self.readers[0] = Some(me);
+        }
+        local
+    }
+
+    /// The write rule for `me` when everything on record is on `me`'s stream or absent (no
+    /// edge; the readers cleared, `me` the last writer): applies it and returns true;
+    /// otherwise changes nothing and returns false, and [`write`](Self::write) applies the
+    /// rule.
+    #[inline(always)]
+    pub(crate) fn write_local(&mut self, me: InstrRef) -> bool {
+        let local = !other_stream(self.last_write, me)
+            & !other_stream(self.readers[0], me)
+            & self.readers[1].is_none();
+        if local {
+            self.readers[0] = None;
+            self.last_write = Some(me);
+        }
+        local
+    }
+
     /// Apply the write rule for instruction `me`.
     #[inline(always)]
     pub(crate) fn write(&mut self, me: InstrRef, sink: &mut impl EdgeSink) {
@@ -188,6 +220,12 @@ impl DepObject {
             }
         }
         self.more.clear();
+    }
+
+    /// A copy of the record.
+    #[cfg(test)]
+    fn clone_state(&self) -> DepObject {
+        DepObject { last_write: self.last_write, readers: self.readers, more: self.more.clone() }
     }
 
     /// How many readers are on record (one per stream).
@@ -276,6 +314,70 @@ mod tests {
         s.edges.clear();
         d.write(r(1, 1001), &mut s);
         assert_eq!(s.edges, vec![(r(3, 1), r(1, 1001)), (r(2, 1000), r(1, 1001))]);
+    }
+
+    /// The state of `d` as the rules see it.
+    fn state(d: &DepObject) -> (Option<InstrRef>, [Option<InstrRef>; INLINE_READERS], Vec<InstrRef>) {
+        (d.last_write, d.readers, d.more.clone())
+    }
+
+    #[test]
+    fn the_local_rules_apply_exactly_when_the_full_rules_make_no_edge_and_stay_inline() {
+        // Every history of up to four accesses over three streams, then each access: the
+        // local form either does what the full rule does (which then makes no edge), or
+        // changes nothing, and it declines only where the full rule makes an edge or needs
+        // a reader slot beyond the first.
+        let streams = [0u32, 1, 2];
+        let choices: Vec<(u32, bool)> = streams.iter().flat_map(|&st| [(st, false), (st, true)]).collect();
+        // Each access: its stream, and whether it writes.
+        type History = Vec<(u32, bool)>;
+        let (mut histories, mut longest): (Vec<History>, Vec<History>) = (vec![vec![]], vec![vec![]]);
+        for _ in 0..4 {
+            longest = longest
+                .iter()
+                .flat_map(|h| choices.iter().map(move |&c| h.iter().copied().chain([c]).collect()))
+                .collect();
+            histories.extend(longest.iter().cloned());
+        }
+        let mut local_taken = 0;
+        for h in &histories {
+            let mut d = DepObject::default();
+            let mut sink = Rec::default();
+            for (q, &(st, write)) in h.iter().enumerate() {
+                let me = r(st, q as u64 + 1);
+                if write {
+                    d.write(me, &mut sink)
+                } else {
+                    d.read(me, &mut sink)
+                }
+            }
+            for &st in &streams {
+                for write in [false, true] {
+                    let me = r(st, 100);
+                    let (mut full, mut local) = (d.clone_state(), d.clone_state());
+                    let mut edges = Rec::default();
+                    if write {
+                        full.write(me, &mut edges)
+                    } else {
+                        full.read(me, &mut edges)
+                    }
+                    let took = if write { local.write_local(me) } else { local.read_local(me) };
+                    if took {
+                        local_taken += 1;
+                        assert!(
+                            edges.edges.is_empty(),
+                            "{h:?} then {me:?}: local, yet the rule made an edge"
+                        );
+                        assert_eq!(state(&local), state(&full), "{h:?} then {me:?}");
+                    } else {
+                        assert_eq!(state(&local), state(&d), "{h:?} then {me:?}: declined, yet changed");
+                        let needs_slow = !edges.edges.is_empty() || full.readers[1].is_some();
+                        assert!(needs_slow, "{h:?} then {me:?}: declined a case the fast form covers");
+                    }
+                }
+            }
+        }
+        assert!(local_taken > 100, "the local forms applied only {local_taken} times");
     }
 
     #[test]

@@ -382,11 +382,11 @@ impl Scheduler {
     /// the common case, with the stream's state looked up once: what [`admit`](Self::admit)
     /// does to each, without its checks for other kinds of instruction and for profiling.
     /// Returns how many it admitted (0 if the run cannot start here: the stream has
-    /// undispatched instructions, no position left, or `from` is not an `OpCall`), the
-    /// worker that runs them, and whether it parked the last of them. The run stops after
-    /// an instruction that must wait, which it parks (the batch is then not handed over
-    /// whole), or before the first instruction of another kind or stream. Called only
-    /// without a profiling session.
+    /// undispatched instructions, keeps flight slots or has no position left, or `from` is
+    /// not an `OpCall`), the worker that runs them, and whether it parked the last of them.
+    /// The run stops after an instruction that must wait, which it parks (the batch is then
+    /// not handed over whole), or before the first instruction of another kind or stream.
+    /// Called only without a profiling session.
     ///
     /// Kept out of line: compiled on its own, its loop keeps its state in registers; inlined
     /// into the scheduler's loop it spilled to the stack on every instruction
@@ -396,7 +396,12 @@ impl Scheduler {
         let ins = &batch.ins[from];
         let s = ins.stream.0;
         let st = &self.streams[s as usize];
-        if !matches!(ins.body, Body::OpCall { .. }) || st.dispatched != st.last {
+        // A stream that keeps flight slots (the collective streams by default, `vm::flight`)
+        // records each instruction as it is admitted: `admit` does that, one at a time.
+        if !matches!(ins.body, Body::OpCall { .. })
+            || st.dispatched != st.last
+            || self.vm.flight.keeps(s as usize)
+        {
             return (0, 0, false);
         }
         let (last, ctx) = (st.last, st.ctx);
@@ -405,22 +410,41 @@ impl Scheduler {
         let mut seq = last;
         let mut i = from;
         let mut parked = None;
-        let flight = self.vm.flight.on();
-        while i < end {
-            let (body, stream, n_inputs, ops) = batch.parts(i);
-            if stream.0 != s || !matches!(body, Body::OpCall { .. }) {
-                break;
+        loop {
+            // The common path: every access on record is on this stream (or there is none),
+            // so no edge is made (`DepObject::read_local`). It calls nothing, so that its
+            // state stays in registers; an operand whose record names another stream leaves
+            // it, with that operand and the ones after it still to be ruled on.
+            let mut rest = None;
+            while i < end {
+                let (body, stream, _, ops) = batch.parts(i);
+                if stream.0 != s || !matches!(body, Body::OpCall { .. }) {
+                    break;
+                }
+                seq += 1;
+                i += 1;
+                let me = InstrRef::new(s, seq);
+                for (k, op) in ops.iter().enumerate() {
+                    // SAFETY: as in `apply_rules`.
+                    let dep = unsafe { op.tensor().dep_mut() };
+                    let local = match op.mode() {
+                        AccessMode::Read => dep.read_local(me),
+                        AccessMode::Write => dep.write_local(me),
+                    };
+                    if !local {
+                        rest = Some(k);
+                        break;
+                    }
+                }
+                if rest.is_some() {
+                    break;
+                }
             }
-            seq += 1;
-            i += 1;
-            let me = InstrRef::new(s, seq);
+            let Some(k) = rest else { break };
+            // Instruction `i - 1`, from operand `k` on: the full rules, which may make edges.
+            let ops = batch.parts(i - 1).3;
             self.pending = 0;
-            self.apply_rules(me, ops);
-            if flight {
-                let program = self.program + (i - from) as u64;
-                let ready = self.pending == 0;
-                self.vm.flight.admitted(s as usize, seq, program, body, n_inputs, ops, self.now, ready);
-            }
+            self.apply_rules(InstrRef::new(s, seq), &ops[k..]);
             if self.pending > 0 {
                 parked = Some(self.pending);
                 break;

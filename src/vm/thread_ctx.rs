@@ -183,12 +183,18 @@ impl Lanes {
                 self.touched.push(s);
             }
             let env = lane.env.as_deref().expect("ctx serves the instruction's stream");
+            // Most streams keep no flight slots (`vm::flight`): asked once per run.
+            let keeps = self.now != 0 && vm.flight.keeps(s);
+            let mut seq = lane.seq;
             // The synchronous policy's run (`stream_policy::synchronous`), here so that the
             // lane is looked up once per run of the stream.
             loop {
-                lane.seq += 1;
-                if self.now != 0 {
-                    vm.flight.launched(s, lane.seq, self.now);
+                seq += 1;
+                // In the lane before the call: a kernel that panics is reported at it
+                // (`unwound`).
+                lane.seq = seq;
+                if keeps {
+                    vm.flight.launched(s, seq, self.now);
                 }
                 let program = batch.program(*i);
                 prefetch_ahead(batch, *i);

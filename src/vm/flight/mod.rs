@@ -131,6 +131,14 @@ impl Flight {
         self.n != 0
     }
 
+    /// Whether stream `s` keeps slots (`on`, and `s` is one of the streams given slots):
+    /// looked up once per run of one stream's instructions, so that a stream without slots
+    /// pays nothing per instruction.
+    #[inline(always)]
+    pub(crate) fn keeps(&self, s: usize) -> bool {
+        self.streams.get(s).is_some_and(|r| r.n != 0)
+    }
+
     /// The clock, as a [`Stamp`] (once per scheduler loop or worker batch).
     #[inline]
     pub(crate) fn now(&self) -> Stamp {
