@@ -20,7 +20,9 @@
 //! The builder sits behind a mutex. It is taken with the GIL held for a call (short:
 //! checks and a push), or without the GIL for a flush (which may wait for back-pressure);
 //! no thread ever waits for the GIL while holding it, so the two cannot deadlock, and
-//! nothing in here calls into Python.
+//! nothing in here calls into Python while it holds the lock (the one call into Python,
+//! deleting the DLPack producers' tensors the VM has freed, comes before the lock is taken
+//! and after a flush has let it go: `python::dlpack`).
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -116,6 +118,9 @@ impl Shared {
         py: Python<'_>,
         f: impl for<'a> FnOnce(&mut InstructionsBuilder<'a>) -> R,
     ) -> R {
+        // Producers' tensors the VM has freed are deleted here, with the GIL and no lock
+        // held (`python::dlpack`).
+        super::dlpack::collect(py);
         let (r, full) = {
             let mut open = self.open.lock();
             let r = f(&mut open.b);
@@ -132,6 +137,7 @@ impl Shared {
     /// Releases the GIL: a submission can wait for back-pressure.
     pub(crate) fn flush(&self, py: Python<'_>) {
         py.allow_threads(|| self.flush_nogil());
+        super::dlpack::collect(py);
     }
 
     /// [`flush`](Self::flush) on a thread that does not hold the GIL.
