@@ -16,7 +16,7 @@
 //! taken by an instruction that holds a read access to the tensor
 //! (`Tensor::lend_host`), and every drop of that storage happens after it (the `Release`
 //! is ordered after every access; an object freed without a `Release` is freed after its
-//! last handle, or after its VM's threads are joined). The count of live loans, [`LOANS`],
+//! last handle, or after its VM's threads are joined). The count of live loans (`LOANS`)
 //! is changed under the registry's lock and read relaxed by every storage's drop: a loan
 //! that happens before the drop is seen by it (read-write coherence), so a drop that reads
 //! zero has no loan of its block to respect. The registry is taken only while some loan is

@@ -249,9 +249,9 @@ impl PyArr {
             let np = py.import("numpy")?;
             let a = np.getattr("from_dlpack")?.call1((slf,))?;
             return match dtype {
-                Some(d) if !a.getattr("dtype")?.eq(d)? => Err(PyValueError::new_err(
-                    "a view cannot change the dtype; pass copy=None or copy=True",
-                )),
+                Some(d) if !a.getattr("dtype")?.eq(d)? => {
+                    Err(PyValueError::new_err("a view cannot change the dtype; pass copy=None or copy=True"))
+                }
                 _ => Ok(a),
             };
         }

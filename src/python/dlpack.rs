@@ -458,7 +458,9 @@ fn take_capsule(x: &Bound<'_, PyAny>) -> PyResult<Owner> {
             Managed::Legacy(p.cast())
         })));
     }
-    Err(PyBufferError::new_err("__dlpack__ returned a capsule that is neither a fresh \"dltensor\" nor a \"dltensor_versioned\""))
+    Err(PyBufferError::new_err(
+        "__dlpack__ returned a capsule that is neither a fresh \"dltensor\" nor a \"dltensor_versioned\"",
+    ))
 }
 
 /// What an import found in the producer's tensor.
@@ -514,7 +516,9 @@ fn layout(m: &Managed) -> PyResult<Layout> {
     };
     let shape = dims
         .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| PyValueError::new_err(format!("a negative size in {dims:?}"))))
+        .map(|&d| {
+            usize::try_from(d).map_err(|_| PyValueError::new_err(format!("a negative size in {dims:?}")))
+        })
         .collect::<PyResult<Vec<usize>>>()?;
     let numel: usize = shape.iter().product();
     let strides = if dl.strides.is_null() || ndim == 0 {
