@@ -41,6 +41,14 @@ def test_dlpack_numpy_round_trip(vm, device):
     np.testing.assert_array_equal(np.from_dlpack(k), np.arange(5))
 
 
+def test_from_dlpack_without_a_vm_uses_the_default_one():
+    a = np.arange(3, dtype=np.float32)
+    x = eagervm.from_dlpack(a)
+    assert eagervm.default_vm() is eagervm.default_vm()
+    a[2] = 7.0
+    np.testing.assert_array_equal(x.numpy(), [0, 1, 7])
+
+
 def test_import_shares_the_producer_s_memory(vm):
     a = np.arange(8, dtype=np.float32)
     x = vm.from_dlpack(a)
@@ -324,6 +332,31 @@ def test_torch_s_deleter_runs_once(vm):
     vm.sync()
     gc.collect()
     assert sys.getrefcount(a) == before, "torch's deleter ran once when the VM freed its array"
+
+
+def test_exports_and_imports_from_several_threads(vm):
+    base = vm.array(np.arange(256, dtype=np.float32))
+    errors = []
+
+    def work(k):
+        try:
+            for i in range(100):
+                y = base * float(k)
+                v = np.from_dlpack(y)
+                del y  # released while the view lives
+                a = np.full(256, float(i), np.float32)
+                x = vm.from_dlpack(a)
+                np.testing.assert_array_equal(v, np.arange(256, dtype=np.float32) * k)
+                assert x.sum().item() == 256.0 * i
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
 
 
 def test_arrays_from_several_threads(vm, device):
