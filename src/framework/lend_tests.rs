@@ -46,14 +46,14 @@ fn a_loan_sees_the_final_value_and_outlives_the_tensor_and_the_vm() {
 #[test]
 fn an_explicit_release_waits_for_the_loan() {
     let vm = VirtualMachine::new(Config::default()).unwrap();
-    let cx = crate::eager::Context::new(&vm);
-    let a = cx.from_slice(&[5.0f32; 64], &[64], DeviceId::CPU).unwrap();
-    let loan = a.tensor().unwrap().lend_host().unwrap();
-    a.release().unwrap();
-    cx.sync().unwrap();
+    let a = vm.from_slice(&[5.0f32; 64], &[64], DeviceId::CPU).unwrap();
+    let loan = a.lend_host().unwrap();
+    // `Array::release`'s path: a `Release` while the handle lives on.
+    a.release_now().unwrap();
+    vm.sync().unwrap();
     // A new tensor of the same size must get another block.
-    let b = cx.from_slice(&[7.0f32; 64], &[64], DeviceId::CPU).unwrap();
-    let other = b.tensor().unwrap().lend_host().unwrap();
+    let b = vm.from_slice(&[7.0f32; 64], &[64], DeviceId::CPU).unwrap();
+    let other = b.lend_host().unwrap();
     assert_ne!(other.as_ptr(), loan.as_ptr());
     assert_eq!(f32s(loan.as_ptr(), 64), vec![5.0; 64]);
 }

@@ -537,6 +537,9 @@ fn layout(m: &Managed) -> PyResult<Layout> {
         }
         (!compact && numel > 0).then_some(s)
     };
+    if dl.data.is_null() && numel > 0 {
+        return Err(PyBufferError::new_err(format!("a DLPack tensor of shape {shape:?} with no data")));
+    }
     let data = (dl.data as *mut u8).wrapping_add(dl.byte_offset as usize);
     Ok(Layout { dtype, shape, strides, data, read_only: m.flags() & FLAG_READ_ONLY != 0 })
 }
@@ -648,6 +651,8 @@ fn import_owned(
         drop(owner);
         host
     } else {
+        // Null only for an empty tensor (`layout` refuses it otherwise), whose address
+        // nothing reads.
         let data = NonNull::new(l.data).unwrap_or(NonNull::<u64>::dangling().cast());
         // SAFETY: DLPack: the producer's memory (`numel` elements of the dtype from `data`,
         // compact, checked above, and 8-aligned) stays valid until its deleter runs, which
