@@ -108,3 +108,37 @@ fn foreign_memory_is_read_and_written_in_place_and_its_owner_dropped_once() {
     drop(vm);
     drop(mem);
 }
+
+#[test]
+fn loans_taken_and_dropped_on_several_threads_while_the_vm_frees_their_storage() {
+    let vm = Arc::new(VirtualMachine::new(Config::default()).unwrap());
+    let threads: Vec<_> = (0..4)
+        .map(|k| {
+            let vm = vm.clone();
+            std::thread::spawn(move || {
+                let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
+                let scale = vm.op("scale").unwrap();
+                let mut kept = Vec::new();
+                for i in 0..200 {
+                    let v = (k * 1000 + i) as f32;
+                    let x = vm.from_slice(&[v; 16], &[16], DeviceId::CPU).unwrap();
+                    let y = vm.run(|b| b.call(scale, &[&x], Attrs::scalar(2.0), cpu)).unwrap();
+                    let loan = y.lend_host().unwrap();
+                    drop((x, y)); // released while lent
+                    kept.push((v, loan));
+                    if kept.len() > 8 {
+                        let (v, loan) = kept.remove(0);
+                        assert_eq!(f32s(loan.as_ptr(), 16), vec![2.0 * v; 16]);
+                    }
+                }
+                for (v, loan) in kept {
+                    assert_eq!(f32s(loan.as_ptr(), 16), vec![2.0 * v; 16]);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    vm.sync().unwrap();
+}
