@@ -10,6 +10,11 @@
    the command line, `eagervm run mlp`, whose time includes a timeline it takes; set
    EAGERVM_BIN or build it with `cargo build --release`), and against the program's
    recorded instruction stream replayed by the Rust crate (instructions/mlp.trace).
+3. DLPack exchange with NumPy, per call, for a 4 KiB and a 64 MiB float32 array on cpu:0:
+   export as a view of the VM's storage (`numpy.from_dlpack(y)`) against a copy
+   (`numpy.from_dlpack(y, copy=True)`), and import of the producer's memory
+   (`vm.from_dlpack(a)`) against a copy (`copy=True`); each import is waited for
+   (`wait()`), each exported view dropped. Median of the repetitions.
 """
 
 import argparse
@@ -69,6 +74,43 @@ def chain_torch(torch, n):
             x = x + y
 
     return run
+
+
+def per_call(f, k, reps):
+    """Seconds per call of `f`, `k` calls a repetition, median of `reps`."""
+
+    def run():
+        for _ in range(k):
+            f()
+
+    run()
+    return median_time(run, reps) / k
+
+
+def dlpack_rows(vm, reps):
+    """(size, what, zero-copy seconds, copy seconds) per call."""
+    rows = []
+    for label, n, k in [("4 KiB", 1 << 10, 2000), ("64 MiB", 1 << 24, 5)]:
+        a = np.arange(n, dtype=np.float32)
+        y = vm.array(a) * 1.0
+        y.wait()
+        rows.append(
+            (
+                label,
+                "export (numpy.from_dlpack)",
+                per_call(lambda: np.from_dlpack(y), k, reps),
+                per_call(lambda: np.from_dlpack(y, copy=True), k, reps),
+            )
+        )
+        rows.append(
+            (
+                label,
+                "import (vm.from_dlpack)",
+                per_call(lambda: vm.from_dlpack(a).wait(), k, reps),
+                per_call(lambda: vm.from_dlpack(a, copy=True).wait(), k, reps),
+            )
+        )
+    return rows
 
 
 def rust_mlp_step(reps):
@@ -140,6 +182,11 @@ def main():
     else:
         print(f"  rust (eagervm run mlp)           {cli * 1e6:8.1f} us   python / rust {py_step / cli:.2f}")
     print(f"  rust (replay of mlp.trace)       {rust_step * 1e6:8.1f} us   python / replay {py_step / rust_step:.2f}")
+
+    print(f"DLPack with NumPy (cpu:0), per call, median of {reps}:")
+    print(f"  {'':<8} {'':<28} {'zero-copy':>11} {'copy':>11} {'copy / zero-copy':>17}")
+    for size, what, view, copy in dlpack_rows(vm, reps):
+        print(f"  {size:<8} {what:<28} {view * 1e6:>9.1f}us {copy * 1e6:>9.1f}us {copy / view:>17.1f}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ runs the work. ``docs/python.md`` in the repository is the guide.
     array([2., 0., 6.], dtype=float32)
 """
 
+import threading
+
 from ._eagervm import (
     VM,
     Array,
@@ -48,10 +50,29 @@ from ._eagervm import (
 )
 
 
-def from_dlpack(x, *, vm, device="cpu:0"):
-    """A new array of ``vm`` holding a copy of ``x``, any DLPack producer of host memory
-    (a NumPy array, a PyTorch CPU tensor, ...), on ``device``."""
-    return vm.from_dlpack(x, device=device)
+_default_vm = None
+_default_vm_lock = threading.Lock()
+
+
+def default_vm():
+    """The VM that ``from_dlpack`` uses when it is given none: started on first use with
+    ``VM()``'s defaults (the ``EAGERVM_*`` variables apply), and kept for the process."""
+    global _default_vm
+    with _default_vm_lock:
+        if _default_vm is None:
+            _default_vm = VM()
+        return _default_vm
+
+
+def from_dlpack(x, *, vm=None, device=None, copy=None):
+    """An array of ``vm`` (``default_vm()`` if None) over ``x``, any DLPack producer of
+    host memory (a NumPy array, a PyTorch CPU tensor, ...): the producer's memory itself
+    where the VM can use it as it is, otherwise one copy. ``device`` (default ``"cpu:0"``)
+    other than the host copies to it; ``copy=True`` always copies, ``copy=False`` raises
+    ``BufferError`` where a copy is needed. ``docs/python.md``, "DLPack", has the rules."""
+    if vm is None:
+        vm = default_vm()
+    return vm.from_dlpack(x, device=device, copy=copy)
 
 
 __all__ = [
@@ -65,6 +86,7 @@ __all__ = [
     "validate",
     "analyze",
     "from_dlpack",
+    "default_vm",
     "Error",
     "UnknownOpError",
     "InvalidOperandsError",

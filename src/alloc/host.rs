@@ -81,6 +81,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use super::fault::AllocFaults;
+use super::lend::{self, Foreign};
 use crate::ep::memory::defer;
 use crate::ep::memory::{DeviceBuffer, DeviceMemory};
 use crate::ep::{DeviceId, EpError};
@@ -358,6 +359,7 @@ impl HostAllocator {
                 class: None,
                 allocator: Arc::clone(self),
                 device: Some(Box::new(DeviceBuffer::new(m, bytes)?)),
+                foreign: None,
             }),
             _ => self.try_alloc(bytes).map_err(|e| EpError::OutOfMemory { device, detail: e.to_string() }),
         }
@@ -386,6 +388,7 @@ impl HostAllocator {
                 class: None,
                 allocator: Arc::clone(self),
                 device: None,
+                foreign: None,
             });
         }
         if bytes > MAX_BYTES {
@@ -431,7 +434,14 @@ impl HostAllocator {
                 ptr
             }
         };
-        Ok(Storage { ptr, len: bytes, class: Some(class), allocator: Arc::clone(self), device: None })
+        Ok(Storage {
+            ptr,
+            len: bytes,
+            class: Some(class),
+            allocator: Arc::clone(self),
+            device: None,
+            foreign: None,
+        })
     }
 
     #[cold]
@@ -551,17 +561,38 @@ pub struct Storage {
     /// tensor's value (its storage and its error) fits in one cache line: the worker reads
     /// that line for every operand of every call.
     device: Option<Box<DeviceBuffer>>,
+    /// The owner of memory the VM did not allocate (`Storage::foreign`, `alloc::lend`),
+    /// dropped when the storage is freed; then `ptr` is its memory and `class` is `None`.
+    foreign: Option<Box<Foreign>>,
 }
 
 // SAFETY: a `Storage` owns its block exclusively (no other pointer to it exists while the
-// storage lives), so sending it to another thread moves plain owned bytes; the allocator
-// it returns them to is `Send + Sync` (a mutex and atomics).
+// storage lives, except a loan's, which grants no access: `alloc::lend`; a foreign block's
+// other users are bound by `Storage::foreign`'s contract), so sending it to another thread
+// moves plain owned bytes; the allocator it returns them to is `Send + Sync` (a mutex and
+// atomics), and a foreign owner is `Send`.
 unsafe impl Send for Storage {}
 // SAFETY: through `&Storage` the block is only read (`as_bytes`, `as_f32`, `as_i64`); every
-// write needs `&mut Storage`, so shared references never race.
+// write needs `&mut Storage`, so shared references never race. A foreign owner is never
+// reached through `&Storage`.
 unsafe impl Sync for Storage {}
 
 impl Storage {
+    /// A storage of foreign memory (`Storage::foreign`, whose contract the caller keeps).
+    pub(super) fn with_foreign(
+        ptr: NonNull<u8>,
+        len: usize,
+        allocator: Arc<HostAllocator>,
+        owner: Box<Foreign>,
+    ) -> Storage {
+        Storage { ptr, len, class: None, allocator, device: None, foreign: Some(owner) }
+    }
+
+    /// The first byte (dangling and aligned for an empty storage).
+    pub(super) fn ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
     /// The device memory behind this storage, for tensors on a device with memory of its
     /// own (CUDA); `None` for host memory.
     pub fn device_buffer(&self) -> Option<&DeviceBuffer> {
@@ -627,12 +658,14 @@ impl Storage {
     /// The largest whole prefix of the bytes as `T`s.
     ///
     /// # Safety
-    /// `T` must have alignment at most 64 and no invalid bit patterns (plain old data).
+    /// `T` must have alignment at most 8 (a foreign storage's) and no invalid bit patterns
+    /// (plain old data).
     unsafe fn view<T>(&self) -> &[T] {
-        debug_assert!(mem::align_of::<T>() <= ALIGN && mem::size_of::<T>() > 0);
+        debug_assert!(mem::align_of::<T>() <= lend::FOREIGN_ALIGN && mem::size_of::<T>() > 0);
         let n = self.len / mem::size_of::<T>();
         // SAFETY: `ptr` is 64-byte aligned (a block's layout, or `Align64`'s dangling
-        // address when empty), which covers `T`'s alignment by the caller's contract;
+        // address when empty), or 8-byte aligned for foreign memory (`Storage::foreign`'s
+        // contract), which covers `T`'s alignment by the caller's contract (f32, i64);
         // `n * size_of::<T>() <= len` bytes are valid for reads, and any bit pattern
         // there is a valid `T` by the contract. The borrow of `self` keeps the block
         // alive and unwritten for the slice's lifetime.
@@ -645,7 +678,7 @@ impl Storage {
     /// As for [`Storage::view`]; moreover every bit pattern written through a `T` is a
     /// valid byte sequence (true of any type without padding, such as `f32` and `i64`).
     unsafe fn view_mut<T>(&mut self) -> &mut [T] {
-        debug_assert!(mem::align_of::<T>() <= ALIGN && mem::size_of::<T>() > 0);
+        debug_assert!(mem::align_of::<T>() <= lend::FOREIGN_ALIGN && mem::size_of::<T>() > 0);
         let n = self.len / mem::size_of::<T>();
         // SAFETY: as in `view`; `&mut self` makes this the only reference to the block.
         unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<T>(), n) }
@@ -654,6 +687,10 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
+        if self.foreign.is_some() || lend::any() {
+            self.drop_lent_or_foreign();
+            return;
+        }
         if let Some(class) = self.class {
             if defer::active() {
                 // Freed while work is enqueued on an asynchronous stream: return the block
@@ -667,6 +704,33 @@ impl Drop for Storage {
             } else {
                 self.allocator.give_back(class, self.len, self.ptr);
             }
+        }
+    }
+}
+
+impl Storage {
+    /// The drop of a foreign storage, or of any while some loan is live (`alloc::lend`):
+    /// what frees the block waits for the loans of its address, and, as a cached block's
+    /// return does, for a launch in flight on this thread's asynchronous stream.
+    #[cold]
+    fn drop_lent_or_foreign(&mut self) {
+        let free: Box<dyn FnOnce() + Send> = match (self.class, self.foreign.take()) {
+            (Some(class), _) => {
+                let (allocator, block, len) = (self.allocator.clone(), Block(self.ptr), self.len);
+                Box::new(move || {
+                    let block = block;
+                    allocator.give_back(class, len, block.0)
+                })
+            }
+            (None, Some(owner)) => Box::new(move || drop(owner)),
+            (None, None) => return,
+        };
+        let addr = self.ptr.as_ptr() as usize;
+        let free = move || lend::free_unless_lent(addr, free);
+        if defer::active() {
+            defer::offer(free);
+        } else {
+            free();
         }
     }
 }

@@ -20,12 +20,16 @@
 //! value ([`HostOutOfMemory`], `EpError::OutOfMemory`), never the global allocator's abort,
 //! and each allocator gives its cache back and retries once before reporting it. For tests,
 //! [`AllocFaults`] makes chosen tensors' allocations fail without real memory pressure.
-//! [`pin`] remembers which cached host blocks a device backend has page-locked.
+//! [`pin`] remembers which cached host blocks a device backend has page-locked. [`lend`]
+//! lends a storage's bytes out of the VM ([`HostLoan`]) and wraps memory another library
+//! owns as a storage ([`Storage::foreign`]).
 
 mod fault;
 mod host;
+pub mod lend;
 pub(crate) mod objects;
 pub mod pin;
 
 pub use fault::AllocFaults;
 pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
+pub use lend::HostLoan;

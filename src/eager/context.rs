@@ -50,7 +50,7 @@ use smallvec::SmallVec;
 
 use super::Array;
 use crate::ep::{DeviceId, StreamType};
-use crate::framework::virtual_machine::build_host_access;
+use crate::framework::virtual_machine::{build_host_access, HostAccess};
 use crate::framework::VirtualMachine;
 use crate::framework::{
     Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta,
@@ -324,7 +324,8 @@ impl Context {
     pub(super) fn host_access(&self, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
         let (slot, handoff) = {
             let mut open = self.shared.open.lock();
-            let slot = build_host_access(&mut open.b, t, wait_only)?;
+            let what = if wait_only { HostAccess::Wait } else { HostAccess::Read };
+            let slot = build_host_access(&mut open.b, t, what)?;
             if open.pending > 0 {
                 open.flushes += 1;
             }

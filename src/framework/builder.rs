@@ -495,7 +495,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         if T::DTYPE != t.dtype() {
             return Err(Error::DType { expected: t.dtype(), found: T::DTYPE });
         }
-        let slot = super::virtual_machine::build_host_access(self, t, false)?;
+        let slot =
+            super::virtual_machine::build_host_access(self, t, super::virtual_machine::HostAccess::Read)?;
         self.flush_for_wait().finish();
         let bytes = self.vm.wait_access(&slot)?;
         t.values_of(&bytes)

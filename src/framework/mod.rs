@@ -12,7 +12,10 @@ pub use tensor::Tensor;
 pub(crate) mod builder;
 mod deferred;
 pub(crate) mod infer_cache;
+#[cfg(test)]
+mod lend_tests;
 pub(crate) mod release;
+pub use crate::alloc::HostLoan;
 pub use builder::{InstructionsBuilder, MAX_INPUTS};
 pub use collective::Communicator;
 pub use virtual_machine::VirtualMachine;

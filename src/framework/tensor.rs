@@ -158,6 +158,21 @@ impl Tensor {
         super::virtual_machine::wait_tensor(&self.vm()?, self)
     }
 
+    /// Lend the tensor's host bytes, once every instruction issued so far that writes it
+    /// has finished (a zero-copy export: DLPack, `docs/python.md`). The loan keeps the bytes
+    /// allocated until it drops, even after this tensor's `Release`, its last handle or its
+    /// VM; it points at the tensor's own storage, or for a tensor on a device at a host
+    /// copy made through the device's device-to-host stream. Returns the error the tensor
+    /// carries, or [`Error::Uninitialized`] if nothing has written it.
+    ///
+    /// The loan grants no access: an instruction issued later that writes this tensor
+    /// writes the lent bytes in place, so a reader through the pointer waits for the VM's
+    /// writes ([`wait`](Self::wait)) before it reads, and a writer through it waits until
+    /// no instruction uses the tensor.
+    pub fn lend_host(&self) -> Result<crate::alloc::HostLoan> {
+        super::virtual_machine::lend_host(&self.vm()?, self)
+    }
+
     /// Copy the tensor's elements to a `Vec` (waiting for pending writes first). Tensors on
     /// a device are copied to the host through the device's device-to-host stream.
     ///

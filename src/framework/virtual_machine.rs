@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use crossbeam_queue::SegQueue;
 
+use crate::alloc::{HostLoan, Storage};
 use crate::ep::{DeviceId, StreamType};
 use crate::profile::{Profile, ProfileError};
 use crate::vm::engine::{Engine, EngineHandle};
@@ -110,26 +111,49 @@ pub(crate) fn release_tensor(engine: &Engine, t: &Tensor) {
 
 /// Wait until every instruction issued so far that writes `t` has finished.
 pub(crate) fn wait_tensor(engine: &Arc<Engine>, t: &Tensor) -> Result<()> {
-    host_access(engine, t, true).map(|_| ())
+    host_access(engine, t, HostAccess::Wait).map(|_| ())
 }
 
 /// `t`'s bytes, once every instruction issued so far that writes it has finished.
 pub(crate) fn read_bytes(engine: &Arc<Engine>, t: &Tensor) -> Result<Vec<u8>> {
-    host_access(engine, t, false)
+    host_access(engine, t, HostAccess::Read).map(|(bytes, _)| bytes)
 }
 
-/// A host access of `t` (a tensor of this VM): its bytes, or for `wait_only` nothing,
-/// or the error it carries. A device tensor is first copied to a new host tensor on
-/// the device's device-to-host stream; that copy answers for a device tensor nothing
-/// has written as the access does for a host one ([`Fetch`]): `wait` passes, `to_vec`
-/// returns `Uninitialized` with the op `Access`, and neither counts as a failure.
-fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
+/// A loan of `t`'s host bytes (of a host copy for a device tensor), once every instruction
+/// issued so far that writes it has finished (`Tensor::lend_host`).
+pub(crate) fn lend_host(engine: &Arc<Engine>, t: &Tensor) -> Result<HostLoan> {
+    match host_access(engine, t, HostAccess::Lend)? {
+        (_, Some(loan)) => Ok(loan),
+        (_, None) => unreachable!("a lending access that succeeds keeps a loan"),
+    }
+}
+
+/// What a host access gives its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostAccess {
+    /// Nothing but the error state (`Tensor::wait`).
+    Wait,
+    /// A copy of the bytes (`Tensor::to_vec`).
+    Read,
+    /// A loan of the bytes (`Tensor::lend_host`).
+    Lend,
+}
+
+/// A host access of `t` (a tensor of this VM): its bytes (`Read`), a loan of them
+/// (`Lend`), nothing (`Wait`), or the error it carries. A device tensor is first copied
+/// to a new host tensor on the device's device-to-host stream; that copy answers for a
+/// device tensor nothing has written as the access does for a host one ([`Fetch`]): `wait`
+/// passes, `to_vec` and a loan return `Uninitialized` with the op `Access`, and none counts
+/// as a failure. A loan of such a copy outlives the copy's tensor (`alloc::lend`).
+fn host_access(engine: &Arc<Engine>, t: &Tensor, what: HostAccess) -> Result<(Vec<u8>, Option<HostLoan>)> {
+    let wait_only = what != HostAccess::Read;
     let _span = tracing::debug_span!("host_wait", tensor = t.id(), device = %t.device(), wait_only).entered();
     let mut b = InstructionsBuilder::new(engine);
-    let slot = build_host_access(&mut b, t, wait_only)?;
+    let slot = build_host_access(&mut b, t, what)?;
     b.flush_for_wait().finish();
     drop(b);
-    engine.wait_access(&slot)
+    let bytes = engine.wait_access(&slot)?;
+    Ok((bytes, slot.take_loan()))
 }
 
 /// Build into `b` a host access of `t` (a tensor of `b`'s VM), as [`host_access`] makes it,
@@ -138,9 +162,10 @@ fn host_access(engine: &Arc<Engine>, t: &Tensor, wait_only: bool) -> Result<Vec<
 pub(crate) fn build_host_access(
     b: &mut InstructionsBuilder<'_>,
     t: &Tensor,
-    wait_only: bool,
+    what: HostAccess,
 ) -> Result<Arc<AccessSlot>> {
-    let slot = AccessSlot::new();
+    let wait_only = what != HostAccess::Read;
+    let slot = if what == HostAccess::Lend { AccessSlot::lending() } else { AccessSlot::new() };
     let engine = b.engine();
     if t.device().is_host() {
         b.read_into(t, slot.clone(), wait_only)?;
@@ -148,7 +173,7 @@ pub(crate) fn build_host_access(
         let d2h = engine.stream_of(t.device(), StreamType::D2H)?;
         let copy = front(engine).ops.resolve("copy", t.device())?;
         let meta = TensorMeta { device: DeviceId::CPU, ..t.meta().clone() };
-        let fetch = if wait_only { Fetch::Wait } else { Fetch::Read };
+        let fetch = if what == HostAccess::Wait { Fetch::Wait } else { Fetch::Read };
         let host = new_tensor(engine, meta.clone(), engine.intern(&meta), fetch);
         b.call_into(copy, &[t], &[&host], Attrs::default(), d2h)?;
         b.read_into(&host, slot.clone(), wait_only)?;
@@ -299,6 +324,50 @@ impl VirtualMachine {
             b.call_into(copy, &[&host], &[&dst], Attrs::default(), h2d)
         })?;
         Ok(dst)
+    }
+
+    /// A new host tensor whose storage is `len = numel * dtype.size()` bytes of memory the
+    /// VM did not allocate, at `ptr`, kept valid by `owner` (a zero-copy import: DLPack,
+    /// `docs/python.md`). No instruction is emitted: the tensor is written already. The VM's
+    /// instructions read and write those bytes in place; `owner` is dropped when the VM
+    /// frees the storage (after the tensor's `Release`, and after every loan of it,
+    /// [`Tensor::lend_host`]), on whatever thread frees it. `ptr` is ignored for an empty
+    /// shape. Refused, with `owner` dropped at once, as [`empty`](Self::empty) refuses a
+    /// shape, and with [`Error::Access`] if `ptr` is not aligned to 8 bytes.
+    ///
+    /// # Safety
+    /// Until `owner` drops, `ptr` must be valid for reads and writes of `len` bytes, and
+    /// nothing else may write them while an instruction of the VM may read them, nor access
+    /// them while one may write them (an outside party orders itself with the VM by waiting
+    /// for it: [`Tensor::wait`], [`sync`](Self::sync)).
+    pub unsafe fn from_host_memory(
+        &self,
+        ptr: std::ptr::NonNull<u8>,
+        shape: &[usize],
+        dtype: DType,
+        owner: Box<dyn Send>,
+    ) -> Result<Tensor> {
+        let t = self.empty_at(shape, dtype, DeviceId::CPU, || "`from_host_memory`".to_string())?;
+        let len = t.meta().bytes();
+        let ptr = if len == 0 { std::ptr::NonNull::<u64>::dangling().cast() } else { ptr };
+        if ptr.as_ptr() as usize % crate::alloc::lend::FOREIGN_ALIGN != 0 {
+            return Err(Error::Access {
+                tensor: t.id(),
+                detail: format!(
+                    "foreign memory at {:p} is not aligned to {} bytes",
+                    ptr.as_ptr(),
+                    crate::alloc::lend::FOREIGN_ALIGN
+                ),
+            });
+        }
+        // SAFETY: the caller's contract is `Storage::foreign`'s, and alignment is checked.
+        let storage = unsafe { Storage::foreign(ptr, len, owner) };
+        // SAFETY: the tensor was made just now: this is its only handle and no instruction
+        // names it, so nothing else reaches its value. The batch that first uses it is
+        // handed to the scheduler after this, through the inbox, whose release/acquire pair
+        // carries the store to the threads that run it.
+        unsafe { t.inner().value_mut() }.storage = Some(storage);
+        Ok(t)
     }
 
     /// Build instructions with `f` and submit them. Returns what `f` returns. Instructions

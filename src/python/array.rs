@@ -12,14 +12,14 @@ use std::sync::Arc;
 use numpy::{
     PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
 };
-use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyTuple};
+use pyo3::types::{PyFloat, PyInt, PyTuple};
 
 use super::errors::{bad_device, IntoPy};
 use super::shared::Shared;
-use super::wait::wait;
 use crate::ep::{DeviceId, StreamType};
+use crate::framework::virtual_machine::HostAccess;
 use crate::framework::{Attrs, DType, Op, Tensor};
 use crate::{Error, Result};
 
@@ -34,14 +34,6 @@ pub(crate) struct PyArr {
 pub(crate) enum Values {
     F32(Vec<f32>),
     I64(Vec<i64>),
-}
-
-/// `t`'s values (waits for the instructions that write it).
-pub(crate) fn read(t: &Tensor) -> Result<Values> {
-    Ok(match t.dtype() {
-        DType::F32 => Values::F32(t.to_vec()?),
-        DType::I64 => Values::I64(t.to_vec()?),
-    })
 }
 
 impl Values {
@@ -160,9 +152,12 @@ impl PyArr {
 
     /// This array's values (flushes, then waits with the GIL released).
     fn values(&self, py: Python<'_>) -> PyResult<Values> {
-        self.shared.flush(py);
-        let t = self.t.clone();
-        wait(py, move || read(&t))?.py_err()
+        let bytes = self.shared.host_access(py, &self.t, HostAccess::Read)?.py_err()?;
+        let t = &self.t;
+        Ok(match t.dtype() {
+            DType::F32 => Values::F32(t.values_of(&bytes).py_err()?),
+            DType::I64 => Values::I64(t.values_of(&bytes).py_err()?),
+        })
     }
 
     /// An operand of an operator: an array, a Python number (for `*`), or neither.
@@ -233,17 +228,29 @@ impl PyArr {
     /// `numpy.asarray(array)`.
     #[pyo3(signature = (dtype=None, copy=None))]
     fn __array__<'py>(
-        &self,
+        slf: &Bound<'py, Self>,
         py: Python<'py>,
         dtype: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         if copy == Some(false) {
-            return Err(PyValueError::new_err(
-                "an eagervm array cannot be viewed without a copy: its storage belongs to the VM",
-            ));
+            if !slf.get().t.device().is_host() {
+                return Err(PyValueError::new_err(format!(
+                    "the array is on {}: NumPy can only view host memory; copy it with .to(\"cpu\")",
+                    slf.get().t.device()
+                )));
+            }
+            // A view of the VM's storage, as `numpy.from_dlpack` makes (`docs/python.md`).
+            let np = py.import("numpy")?;
+            let a = np.getattr("from_dlpack")?.call1((slf,))?;
+            return match dtype {
+                Some(d) if !a.getattr("dtype")?.eq(d)? => {
+                    Err(PyValueError::new_err("a view cannot change the dtype; pass copy=None or copy=True"))
+                }
+                _ => Ok(a),
+            };
         }
-        let a = self.numpy(py)?;
+        let a = slf.get().numpy(py)?;
         match dtype {
             Some(d) => a.call_method1("astype", (d,)),
             None => Ok(a),
@@ -266,9 +273,7 @@ impl PyArr {
 
     /// Wait until the array is computed; raise the error it carries, if any.
     fn wait(&self, py: Python<'_>) -> PyResult<()> {
-        self.shared.flush(py);
-        let t = self.t.clone();
-        wait(py, move || t.wait())?.py_err()
+        self.shared.host_access(py, &self.t, HostAccess::Wait)?.py_err().map(|_| ())
     }
 
     /// Free the storage now, after every use already made of it; later uses raise
@@ -440,8 +445,10 @@ impl PyArr {
         }
     }
 
-    /// DLPack export (`docs/python.md`, "DLPack"): the values, read back to host memory (a
-    /// copy: the VM owns the array's storage), as a DLPack capsule that the consumer owns.
+    /// DLPack export (`docs/python.md`, "DLPack"): once every instruction issued so far
+    /// that writes the array has finished, its own host storage, lent to the consumer
+    /// until the consumer's deleter runs (`python::dlpack`); a host copy for an array on a
+    /// device, or with `copy=True`.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
@@ -451,34 +458,10 @@ impl PyArr {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if copy == Some(false) {
-            return Err(PyBufferError::new_err(
-                "eagervm exports a host copy of an array (its storage belongs to the VM); copy=False cannot be met",
-            ));
-        }
-        if let Some(d) = dl_device {
-            if d != (1, 0) {
-                return Err(PyBufferError::new_err(format!(
-                    "eagervm exports host memory (DLPack device (1, 0)), not {d:?}"
-                )));
-            }
-        }
-        if stream.is_some_and(|s| !s.is_none()) {
-            return Err(PyBufferError::new_err(
-                "a stream applies to device memory; eagervm exports host memory",
-            ));
-        }
-        let a = self.numpy(py)?;
-        let kw = PyDict::new(py);
-        if let Some(v) = max_version {
-            if !v.is_none() {
-                kw.set_item("max_version", v)?;
-            }
-        }
-        a.call_method("__dlpack__", (), Some(&kw))
+        super::dlpack::export(py, self, stream, max_version, dl_device, copy)
     }
 
-    /// `(1, 0)`: DLPack's CPU device; the export is a host copy whatever the array's device.
+    /// `(1, 0)`: DLPack's CPU device; an array on another device is exported as a host copy.
     fn __dlpack_device__(&self) -> (i32, i32) {
         (1, 0)
     }

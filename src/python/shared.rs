@@ -20,12 +20,16 @@
 //! The builder sits behind a mutex. It is taken with the GIL held for a call (short:
 //! checks and a push), or without the GIL for a flush (which may wait for back-pressure);
 //! no thread ever waits for the GIL while holding it, so the two cannot deadlock, and
-//! nothing in here calls into Python.
+//! nothing in here calls into Python while it holds the lock (the one call into Python,
+//! deleting the DLPack producers' tensors the VM has freed, comes before the lock is taken
+//! and after a flush has let it go: `python::dlpack`).
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
-use crate::framework::{InstructionsBuilder, Op};
+use super::wait::wait;
+use crate::framework::virtual_machine::{build_host_access, HostAccess};
+use crate::framework::{InstructionsBuilder, Op, Tensor};
 use crate::VirtualMachine;
 
 /// The ops the eager methods call, resolved once.
@@ -116,6 +120,9 @@ impl Shared {
         py: Python<'_>,
         f: impl for<'a> FnOnce(&mut InstructionsBuilder<'a>) -> R,
     ) -> R {
+        // Producers' tensors the VM has freed are deleted here, with the GIL and no lock
+        // held (`python::dlpack`).
+        super::dlpack::collect(py);
         let (r, full) = {
             let mut open = self.open.lock();
             let r = f(&mut open.b);
@@ -132,6 +139,45 @@ impl Shared {
     /// Releases the GIL: a submission can wait for back-pressure.
     pub(crate) fn flush(&self, py: Python<'_>) {
         py.allow_threads(|| self.flush_nogil());
+        super::dlpack::collect(py);
+    }
+
+    /// A read (`Read`) or wait (`Wait`) of `t`, an array of this VM, built into the open
+    /// batch and handed over with it (`InstructionsBuilder::flush_for_wait`): an idle VM
+    /// lets this thread run the batch, with the GIL released, and the answer is there at
+    /// once; otherwise the wait goes to a helper thread as every wait does (`python::wait`),
+    /// so that Ctrl-C cuts it short. A batch run on this thread is not cut short: it is the
+    /// work itself, as an op of an eager CPU framework is. Returns the bytes (none for a
+    /// wait), or the error the access raised.
+    pub(crate) fn host_access(
+        &self,
+        py: Python<'_>,
+        t: &Tensor,
+        what: HostAccess,
+    ) -> PyResult<crate::Result<Vec<u8>>> {
+        super::dlpack::collect(py);
+        let built = py.allow_threads(|| {
+            let (slot, handoff) = {
+                let mut open = self.open.lock();
+                let slot = build_host_access(&mut open.b, t, what)?;
+                open.calls = 0;
+                (slot, open.b.flush_for_wait())
+            };
+            let ran_here = handoff.is_claimed();
+            handoff.finish();
+            crate::Result::Ok((slot, ran_here))
+        });
+        let (slot, ran_here) = match built {
+            Ok(b) => b,
+            Err(e) => return Ok(Err(e)),
+        };
+        let engine = self.vm.engine().clone();
+        if ran_here {
+            super::dlpack::collect(py);
+            // The batch has run: the slot holds the answer, and this does not block.
+            return Ok(engine.wait_access(&slot));
+        }
+        wait(py, move || engine.wait_access(&slot))
     }
 
     /// [`flush`](Self::flush) on a thread that does not hold the GIL.

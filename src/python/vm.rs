@@ -255,20 +255,19 @@ impl PyVm {
         from_numpy(py, &self.shared, data, device)
     }
 
-    /// A new array from any DLPack producer holding host memory (NumPy, PyTorch CPU, ...):
-    /// imported through `numpy.from_dlpack`, then copied into the VM.
-    #[pyo3(name = "from_dlpack", signature = (x, device="cpu:0"))]
-    fn import_dlpack(&self, py: Python<'_>, x: &Bound<'_, PyAny>, device: &str) -> PyResult<PyArr> {
-        let device = parse_device(device)?;
-        let np = py.import("numpy")?;
-        let host = np.getattr("from_dlpack")?.call1((x,)).map_err(|e| {
-            pyo3::exceptions::PyBufferError::new_err(format!(
-                "eagervm imports DLPack host memory only (copy device tensors to the host first): {e}"
-            ))
-        })?;
-        // A view of read-only or strided memory is copied into a contiguous array first.
-        let host = np.getattr("ascontiguousarray")?.call1((host,))?;
-        from_numpy(py, &self.shared, &host, device)
+    /// A VM array over `x`'s memory, any DLPack producer of host memory (a NumPy array, a
+    /// PyTorch CPU tensor, ...), without a copy where the VM can use it as it is
+    /// (`docs/python.md`, "DLPack"); `device` other than the host, a strided, misaligned or
+    /// read-only producer, or `copy=True` make one copy.
+    #[pyo3(name = "from_dlpack", signature = (x, device=None, copy=None))]
+    fn import_dlpack(
+        &self,
+        py: Python<'_>,
+        x: &Bound<'_, PyAny>,
+        device: Option<&str>,
+        copy: Option<bool>,
+    ) -> PyResult<PyArr> {
+        super::dlpack::import(py, &self.shared, x, device, copy)
     }
 
     /// A new array of `shape` filled with zeros.

@@ -41,7 +41,12 @@ pub(crate) fn wait<R: Send + 'static>(py: Python<'_>, f: impl FnOnce() -> R + Se
         // A `Receiver` is `Send` but not `Sync`: lend it to the GIL-free closure by `&mut`.
         let rx = &mut rx;
         match py.allow_threads(move || rx.recv_timeout(SLICE)) {
-            Ok(r) => return Ok(r),
+            Ok(r) => {
+                // What the wait let the VM free: the DLPack producers' tensors among it are
+                // deleted now (`python::dlpack`).
+                super::dlpack::collect(py);
+                return Ok(r);
+            }
             Err(RecvTimeoutError::Timeout) => py.check_signals()?,
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(PyRuntimeError::new_err(

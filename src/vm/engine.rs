@@ -826,6 +826,12 @@ impl Handoff<'_> {
         }
     }
 
+    /// Whether this thread holds the claim: the batch runs here, in
+    /// [`finish`](Self::finish).
+    pub(crate) fn is_claimed(&self) -> bool {
+        self.claimed
+    }
+
     /// Run the claimed batches, if any, and end the claim.
     pub(crate) fn finish(self) {}
 }

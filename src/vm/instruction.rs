@@ -700,11 +700,35 @@ pub(crate) struct AccessSlot {
     cv: Condvar,
     /// Set (`Release`) once `result` holds the result.
     done: std::sync::atomic::AtomicBool,
+    /// Whether the access lends the tensor's storage (`Tensor::lend_host`): a `Wait` that
+    /// puts a loan of the bytes in `loan` before it fulfils the slot.
+    lend: bool,
+    loan: Mutex<Option<crate::alloc::HostLoan>>,
 }
 
 impl AccessSlot {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(AccessSlot::default())
+    }
+
+    /// A slot whose `Wait` lends the storage (`lend`).
+    pub(crate) fn lending() -> Arc<Self> {
+        Arc::new(AccessSlot { lend: true, ..AccessSlot::default() })
+    }
+
+    /// Whether the access lends the storage.
+    pub(crate) fn lends(&self) -> bool {
+        self.lend
+    }
+
+    /// Keep the loan for the waiter (before [`fulfil`](Self::fulfil)).
+    pub(crate) fn keep_loan(&self, loan: crate::alloc::HostLoan) {
+        *self.loan.lock() = Some(loan);
+    }
+
+    /// The loan kept, once the wait has returned.
+    pub(crate) fn take_loan(&self) -> Option<crate::alloc::HostLoan> {
+        self.loan.lock().take()
     }
 
     /// Hand the result to the waiter.

@@ -1,5 +1,5 @@
-//! Host accesses on the host stream: `Read` (`Tensor::to_vec`), `Wait` (`Tensor::wait`) and
-//! `Write` (a batch's `write`). A read answers its caller through the access's slot with a
+//! Host accesses on the host stream: `Read` (`Tensor::to_vec`), `Wait` (`Tensor::wait`, and
+//! `Tensor::lend_host`, whose wait lends the storage) and `Write` (a batch's `write`). A read answers its caller through the access's slot with a
 //! copy of the tensor's bytes or the error it carries; a write overwrites the tensor and
 //! clears its error.
 
@@ -18,6 +18,15 @@ pub(super) fn read_access(op: &Operand, slot: &AccessSlot, wait_only: bool, prog
     let v = unsafe { t.value() };
     let r = match (&v.error, &v.storage) {
         (Some(e), _) => Err((**e).clone()),
+        // A lending wait (`Tensor::lend_host`): the read access keeps any writer and the
+        // `Release` from running while the loan is taken (`alloc::lend`).
+        (None, Some(s)) if slot.lends() => {
+            slot.keep_loan(s.lend());
+            Ok(Vec::new())
+        }
+        (None, None) if slot.lends() => {
+            Err(Error::Uninitialized { instr: program, op: "Access".into(), tensor: t.id })
+        }
         (None, _) if wait_only => Ok(Vec::new()),
         (None, Some(s)) => copy_out(s.as_bytes()).map_err(|source| Error::Alloc {
             instr: program,
