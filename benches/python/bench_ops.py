@@ -10,7 +10,11 @@
    the command line, `eagervm run mlp`, whose time includes a timeline it takes; set
    EAGERVM_BIN or build it with `cargo build --release`), and against the program's
    recorded instruction stream replayed by the Rust crate (instructions/mlp.trace).
-3. DLPack exchange with NumPy, per call, for a 4 KiB and a 64 MiB float32 array on cpu:0:
+3. The round trip: issue one add on a one-element array, then read the result
+   (`x = x + y; x.item()`, as a loop that reads its loss each step), eagervm on cpu:0 and
+   PyTorch CPU eager if it is importable; the median trip of 2000, median of the
+   repetitions.
+4. DLPack exchange with NumPy, per call, for a 4 KiB and a 64 MiB float32 array on cpu:0:
    export as a view of the VM's storage (`numpy.from_dlpack(y)`) against a copy
    (`numpy.from_dlpack(y, copy=True)`), and import of the producer's memory
    (`vm.from_dlpack(a)`) against a copy (`copy=True`); each import is waited for
@@ -74,6 +78,24 @@ def chain_torch(torch, n):
             x = x + y
 
     return run
+
+
+def round_trip(add, one, zero, reps, trips=2000):
+    """Median seconds of one `x = add(x, one); x.item()`, median over `reps` rounds."""
+    medians = []
+    x = zero
+    for _ in range(200):
+        x = add(x, one)
+        x.item()
+    for _ in range(reps):
+        times = []
+        for _ in range(trips):
+            t0 = time.perf_counter()
+            x = add(x, one)
+            x.item()
+            times.append(time.perf_counter() - t0)
+        medians.append(statistics.median(times))
+    return statistics.median(medians)
 
 
 def per_call(f, k, reps):
@@ -164,6 +186,21 @@ def main():
             print(f"{name:<22} {'(not installed)':>19}")
         else:
             print(f"{name:<22} {t * 1e9:>9.0f} {t / np_cost:>9.2f}")
+
+    add = lambda a, b: a + b  # noqa: E731
+    trip = round_trip(add, vm.array(np.ones(1, np.float32)), vm.array(np.zeros(1, np.float32)), reps)
+    try:
+        import torch
+
+        torch_trip = round_trip(add, torch.ones(1), torch.zeros(1), reps)
+    except ImportError:
+        torch_trip = None
+    print(f"round trip (x = x + one; x.item()), median trip, median of {reps}:")
+    print(f"  eagervm cpu:0   {trip * 1e6:8.2f} us")
+    if torch_trip is None:
+        print("  torch cpu       (not installed)")
+    else:
+        print(f"  torch cpu       {torch_trip * 1e6:8.2f} us   eagervm / torch {trip / torch_trip:.2f}")
 
     mlp = runpy.run_path(str(ROOT / "examples" / "python" / "mlp.py"))
     steps = args.steps
