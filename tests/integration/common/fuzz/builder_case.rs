@@ -226,11 +226,16 @@ impl<'a> State<'a> {
         }
     }
 
-    /// A call of a product `op` on `ins` and `outs` (given outputs) on `stream`, if its
-    /// output is over the cap.
+    /// A call of `op` on `ins` and `outs` (given outputs) on `stream`, if it is a product or
+    /// `sum_rows` and its output is over the cap.
     fn product_call_over(&self, op: &str, ins: &[&Tensor], outs: &[&Tensor], stream: Strm) -> Option<Over> {
-        let [a, b] = ins else { return None };
-        let o = product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))?;
+        // The two kinds of call whose output can be far larger than their inputs: a
+        // product, and `sum_rows` of an `[0, k]` matrix.
+        let o = match ins {
+            [a, b] => product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))?,
+            [a] if op == "sum_rows" => sum_rows_over(a.shape(), a.dtype())?,
+            _ => return None,
+        };
         // The stream of another VM names no device here: the VM refuses it first.
         let dev = match stream {
             Strm::On(d, _) => Some(d.id()),
