@@ -54,11 +54,10 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 use crossbeam_queue::SegQueue;
+use smallvec::SmallVec;
 
 use crate::alloc::HostAllocator;
 use crate::ep::{DeviceId, Registry, StreamType};
-use smallvec::SmallVec;
-
 use crate::sync::notify::Notifier;
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering};
 
@@ -796,7 +795,8 @@ impl Engine {
 /// A waiter that hands its batch over pays for two threads' wake-ups (the scheduler's, then
 /// the worker's) before its result can come back; a waiter that runs it pays for neither.
 /// The claim is taken only when nothing is in flight, so the batch cannot overtake earlier
-/// work, and only for batches that end in a wait, so the VM's asynchrony is kept for
+/// work, and only for batches a thread waits for next or that only free memory (the
+/// `Release`s of handles dropped while the VM is idle), so the VM's asynchrony is kept for
 /// everything else (`docs/architecture.md`, "A waiter runs its own work").
 #[must_use = "a claimed batch runs when the hand-off is finished or dropped"]
 pub(crate) struct Handoff<'e> {
