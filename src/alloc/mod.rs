@@ -26,6 +26,7 @@ mod fault;
 mod host;
 pub(crate) mod objects;
 pub mod pin;
+pub(crate) mod thread_cache;
 
 pub use fault::AllocFaults;
 pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
