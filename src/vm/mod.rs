@@ -24,6 +24,7 @@ mod instruction_policy;
 mod intern;
 pub mod kernel;
 pub(crate) mod observe;
+mod refcount;
 pub(crate) mod panic_hook;
 pub(crate) mod scheduler;
 pub mod shape;
