@@ -470,7 +470,13 @@ impl HostAllocator {
                 ptr
             }
         };
-        Ok(Storage { ptr, len: bytes, class: Some(class), allocator: ManuallyDrop::new(Arc::clone(self)), device: None })
+        Ok(Storage {
+            ptr,
+            len: bytes,
+            class: Some(class),
+            allocator: ManuallyDrop::new(Arc::clone(self)),
+            device: None,
+        })
     }
 
     #[cold]

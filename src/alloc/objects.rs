@@ -45,7 +45,7 @@ use crossbeam_queue::ArrayQueue;
 pub(crate) const BATCH: usize = 64;
 
 /// An uninitialised block with room for one `T`, from the global allocator.
-struct Block<T>(NonNull<MaybeUninit<T>>);
+pub(crate) struct Block<T>(NonNull<MaybeUninit<T>>);
 
 // SAFETY: a block in the pool is plain memory that no one references: nothing in it is
 // shared, so handing it to another thread is moving bytes.
@@ -79,21 +79,27 @@ pub(crate) struct ObjectPool<T> {
 ///
 /// At the thread's exit its blocks go back to the pool it took them from.
 pub(crate) struct Local<T: 'static> {
-    /// The pool, and the blocks; the pool is set by the first block freed here.
-    inner: RefCell<(Option<&'static ObjectPool<T>>, Vec<Block<T>>)>,
+    inner: RefCell<Stack<T>>,
+}
+
+/// What a [`Local`] holds.
+struct Stack<T: 'static> {
+    /// The pool the blocks go back to, set by the first block that comes here.
+    pool: Option<&'static ObjectPool<T>>,
+    blocks: Vec<Block<T>>,
 }
 
 impl<T: 'static> Local<T> {
     /// An empty stack, for a `thread_local!`'s `const` initialiser.
     pub(crate) const fn new() -> Self {
-        Local { inner: RefCell::new((None, Vec::new())) }
+        Local { inner: RefCell::new(Stack { pool: None, blocks: Vec::new() }) }
     }
 }
 
 impl<T: 'static> Drop for Local<T> {
     /// At thread exit: the stack's blocks back to the pool.
     fn drop(&mut self) {
-        let (pool, blocks) = self.inner.get_mut();
+        let Stack { pool, blocks } = self.inner.get_mut();
         match pool {
             Some(pool) => pool.give_back(std::mem::take(blocks)),
             None => debug_assert!(blocks.is_empty(), "blocks without a pool"),
@@ -109,13 +115,13 @@ impl<T: 'static> ObjectPool<T> {
         ObjectPool { full: ArrayQueue::new(batches), empty: ArrayQueue::new(batches), _of: PhantomData }
     }
 
-    /// Move `value` into a block (from `local`, this thread's stack, or a batch, or the
-    /// global allocator) and return the pointer, which owns the object: give it back with
-    /// [`free`](Self::free), or free it as a `Box` would be (the block has `Box<T>`'s
-    /// layout). `local` is `None` when the thread's stack is gone (the thread is exiting).
+    /// Move `value` into `block` (one [`take`](Self::take) gave), or into a new block from
+    /// the global allocator if it gave none, and return the pointer, which owns the object:
+    /// give it back with [`free`](Self::free), or free it as a `Box` would be (the block has
+    /// `Box<T>`'s layout).
     #[inline]
-    pub(crate) fn alloc(&'static self, local: Option<&Local<T>>, value: T) -> NonNull<T> {
-        match local.and_then(|l| self.take(l)) {
+    pub(crate) fn place(&self, block: Option<Block<T>>, value: T) -> NonNull<T> {
+        match block {
             Some(Block(p)) => {
                 // SAFETY: a pooled block is owned by no one, and has room and alignment for a
                 // `T` (it was allocated with `T`'s layout).
@@ -126,19 +132,21 @@ impl<T: 'static> ObjectPool<T> {
         }
     }
 
-    /// A block from `local`, refilled with a batch if it is empty.
+    /// A block for a new object from `local`, this thread's stack, refilled with a batch if
+    /// it is empty; `None` if there is none (then [`place`](Self::place) asks the global
+    /// allocator).
     #[inline]
-    fn take(&'static self, local: &Local<T>) -> Option<Block<T>> {
+    pub(crate) fn take(&'static self, local: &Local<T>) -> Option<Block<T>> {
         let mut l = local.inner.try_borrow_mut().ok()?;
-        if let Some(b) = l.1.pop() {
+        if let Some(b) = l.blocks.pop() {
             return Some(b);
         }
         let batch = self.full.pop()?;
-        let emptied = std::mem::replace(&mut l.1, batch);
-        l.0 = Some(self);
+        let emptied = std::mem::replace(&mut l.blocks, batch);
+        l.pool = Some(self);
         // The emptied vector carries a later batch; dropped if there are enough already.
         let _ = self.empty.push(emptied);
-        l.1.pop()
+        l.blocks.pop()
     }
 
     /// Drop the object at `p` and keep its block in `local`, this thread's stack (module
@@ -157,16 +165,16 @@ impl<T: 'static> ObjectPool<T> {
             // SAFETY: the block has `T`'s layout (the contract) and holds no object now.
             return unsafe { block.dealloc() };
         };
-        if l.1.len() >= 2 * BATCH {
+        if l.blocks.len() >= 2 * BATCH {
             let mut batch = self.empty.pop().unwrap_or_default();
-            let from = l.1.len() - BATCH;
-            batch.extend(l.1.drain(from..));
+            let from = l.blocks.len() - BATCH;
+            batch.extend(l.blocks.drain(from..));
             if let Err(batch) = self.full.push(batch) {
                 self.give_back(batch);
             }
         }
-        l.0 = Some(self);
-        l.1.push(block);
+        l.pool = Some(self);
+        l.blocks.push(block);
     }
 
     /// Blocks a thread no longer keeps: into full batches while the queue takes them, the
@@ -229,7 +237,7 @@ mod tests {
     }
 
     fn alloc(pool: &'static ObjectPool<Obj>, o: Obj) -> NonNull<Obj> {
-        LOCAL.with(|l| pool.alloc(Some(l), o))
+        pool.place(LOCAL.with(|l| pool.take(l)), o)
     }
 
     /// # Safety

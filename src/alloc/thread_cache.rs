@@ -223,7 +223,11 @@ pub(crate) fn enable() {
 /// this thread does not cache `alloc`'s blocks, or neither its cache nor the shared list
 /// has a block of the class. The block is not zeroed yet; the counters count it in use.
 #[inline]
-pub(super) fn take(alloc: &Arc<HostAllocator>, class: usize, bytes: usize) -> Option<(NonNull<u8>, Arc<HostAllocator>)> {
+pub(super) fn take(
+    alloc: &Arc<HostAllocator>,
+    class: usize,
+    bytes: usize,
+) -> Option<(NonNull<u8>, Arc<HostAllocator>)> {
     CACHE
         .try_with(|c| {
             let mut c = c.try_borrow_mut().ok()?;
@@ -479,7 +483,15 @@ mod tests {
             let st = a.stats();
             assert_eq!((st.cached_blocks, st.cached_bytes, st.system_frees), (0, 0, 2));
         });
-        assert_eq!(a.stats(), AllocStats { system_allocs: 2, system_frees: 2, peak_in_use_bytes: 4160, ..AllocStats::default() });
+        assert_eq!(
+            a.stats(),
+            AllocStats {
+                system_allocs: 2,
+                system_frees: 2,
+                peak_in_use_bytes: 4160,
+                ..AllocStats::default()
+            }
+        );
     }
 
     #[test]

@@ -359,11 +359,9 @@ thread_local! {
 #[inline]
 pub(crate) fn alloc_object(t: TensorInner) -> NonNull<TensorInner> {
     let pool = objects();
-    let mut t = Some(t);
     // A thread that is exiting has no stack any more: the global allocator serves it.
-    LOCAL_OBJECTS
-        .try_with(|l| pool.alloc(Some(l), t.take().expect("taken once")))
-        .unwrap_or_else(|_| pool.alloc(None, t.take().expect("not taken: the stack was gone")))
+    let block = LOCAL_OBJECTS.try_with(|l| pool.take(l)).ok().flatten();
+    pool.place(block, t)
 }
 
 /// Free a tensor object.
