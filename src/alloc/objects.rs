@@ -115,20 +115,21 @@ impl<T: 'static> ObjectPool<T> {
         ObjectPool { full: ArrayQueue::new(batches), empty: ArrayQueue::new(batches), _of: PhantomData }
     }
 
-    /// Move `value` into `block` (one [`take`](Self::take) gave), or into a new block from
-    /// the global allocator if it gave none, and return the pointer, which owns the object:
-    /// give it back with [`free`](Self::free), or free it as a `Box` would be (the block has
-    /// `Box<T>`'s layout).
-    #[inline]
-    pub(crate) fn place(&self, block: Option<Block<T>>, value: T) -> NonNull<T> {
+    /// Make the object `make` returns in `block` (one [`take`](Self::take) gave), or in a
+    /// new block from the global allocator if it gave none, and return the pointer, which
+    /// owns the object: give it back with [`free`](Self::free), or free it as a `Box` would
+    /// be (the block has `Box<T>`'s layout). (The block is found before the object is made,
+    /// so that the object can be written straight into it rather than copied there.)
+    #[inline(always)]
+    pub(crate) fn place(&self, block: Option<Block<T>>, make: impl FnOnce() -> T) -> NonNull<T> {
         match block {
             Some(Block(p)) => {
                 // SAFETY: a pooled block is owned by no one, and has room and alignment for a
                 // `T` (it was allocated with `T`'s layout).
-                unsafe { p.as_ptr().write(MaybeUninit::new(value)) };
+                unsafe { p.as_ptr().write(MaybeUninit::new(make())) };
                 p.cast()
             }
-            None => NonNull::from(Box::leak(Box::new(value))),
+            None => NonNull::from(Box::leak(Box::new(make()))),
         }
     }
 
@@ -237,7 +238,7 @@ mod tests {
     }
 
     fn alloc(pool: &'static ObjectPool<Obj>, o: Obj) -> NonNull<Obj> {
-        pool.place(LOCAL.with(|l| pool.take(l)), o)
+        pool.place(LOCAL.with(|l| pool.take(l)), || o)
     }
 
     /// # Safety

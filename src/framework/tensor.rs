@@ -87,6 +87,7 @@ unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
 impl Tensor {
     /// A new tensor object with one handle, for the use `fetch` says; `meta_id` is `vm`'s
     /// number for `meta`.
+    #[inline]
     pub(crate) fn made_for(
         id: u64,
         meta: TensorMeta,
@@ -94,7 +95,7 @@ impl Tensor {
         vm: Weak<Engine>,
         fetch: Fetch,
     ) -> Self {
-        Tensor(alloc_object(TensorInner::new(id, meta, meta_id, vm, fetch)))
+        Tensor(alloc_object(|| TensorInner::new(id, meta, meta_id, vm, fetch)))
     }
 
     /// The tensor's id, unique within its VM; errors and traces name tensors by it.

@@ -216,6 +216,7 @@ unsafe impl Sync for TensorInner {}
 unsafe impl Send for TensorInner {}
 
 impl TensorInner {
+    #[inline(always)]
     pub(crate) fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<Engine>, fetch: Fetch) -> Self {
         TensorInner {
             refs: RefCount::one(),
@@ -354,14 +355,14 @@ thread_local! {
     static LOCAL_OBJECTS: Local<TensorInner> = const { Local::new() };
 }
 
-/// A new tensor object with a count of one, from the pool; freed by [`free`] (or by the
-/// last `TensorOwner`'s drop).
-#[inline]
-pub(crate) fn alloc_object(t: TensorInner) -> NonNull<TensorInner> {
+/// A new tensor object with a count of one, the one `make` returns, made in a block from
+/// the pool; freed by [`free`] (or by the last `TensorOwner`'s drop).
+#[inline(always)]
+pub(crate) fn alloc_object(make: impl FnOnce() -> TensorInner) -> NonNull<TensorInner> {
     let pool = objects();
     // A thread that is exiting has no stack any more: the global allocator serves it.
     let block = LOCAL_OBJECTS.try_with(|l| pool.take(l)).ok().flatten();
-    pool.place(block, t)
+    pool.place(block, make)
 }
 
 /// Free a tensor object.
