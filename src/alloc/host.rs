@@ -50,20 +50,25 @@
 //! # Locking and memory ordering
 //!
 //! One `parking_lot::Mutex` guards all free lists: allocation happens when a tensor is first
-//! written, not per instruction, so the lock is uncontended (in an eager loop that makes a
-//! tensor per call it is taken twice per call, by the worker that allocates and frees). The
-//! lock also orders a block's reuse
+//! written, not per instruction, so the lock is uncontended. A thread that allocates and
+//! frees many small blocks (a VM worker in an eager loop, which makes a tensor per call)
+//! keeps them in a cache of its own instead ([`thread_cache`](super::thread_cache)) and takes
+//! the lock once per batch of blocks. The lock also orders a block's reuse
 //! after its free: the thread that pushes a freed block releases the lock, the thread that
 //! pops it acquires it, so every write through the old [`Storage`] happens before the
 //! zeroing and every later access through the new one.
 //!
 //! The statistics are separate atomics with `Relaxed` ordering, so that
 //! [`HostAllocator::stats`] and the profiler's sample of the bytes in use read them without
-//! the lock. Every counter but the two of system calls changes only under the lock, with a
-//! load and a store rather than a read-modify-write: the lock already makes the update
-//! exclusive, and a locked instruction per counter cost more than the rest of an allocation
-//! from the cache. They synchronise nothing; `stats` reads each counter on its own, so under
-//! concurrent traffic a snapshot may mix counters from slightly different moments.
+//! the free lists' lock (and add up the thread caches' counters, under a lock of their own).
+//! Every shared counter but the two of system calls and the peak changes only under the
+//! lock, with a load and a store rather than a read-modify-write: the lock already makes
+//! the update exclusive, and a locked instruction per counter cost more than the rest of an
+//! allocation from the cache. A thread cache's counters are differences that only its thread
+//! writes, also with loads and stores; the counters wrap, and their sums come back in range.
+//! The peak, which thread caches raise too, is raised with `fetch_max`. The counters
+//! synchronise nothing; `stats` reads each on its own, so under concurrent traffic a
+//! snapshot may mix counters from slightly different moments.
 //!
 //! This module uses `std` and `parking_lot` directly rather than [`crate::sync`]: it never
 //! sleeps waiting for another thread, so it takes no part in the protocols the model
