@@ -50,20 +50,25 @@
 //! # Locking and memory ordering
 //!
 //! One `parking_lot::Mutex` guards all free lists: allocation happens when a tensor is first
-//! written, not per instruction, so the lock is uncontended (in an eager loop that makes a
-//! tensor per call it is taken twice per call, by the worker that allocates and frees). The
-//! lock also orders a block's reuse
+//! written, not per instruction, so the lock is uncontended. A thread that allocates and
+//! frees many small blocks (a VM worker in an eager loop, which makes a tensor per call)
+//! keeps them in a cache of its own instead ([`thread_cache`](super::thread_cache)) and takes
+//! the lock once per batch of blocks. The lock also orders a block's reuse
 //! after its free: the thread that pushes a freed block releases the lock, the thread that
 //! pops it acquires it, so every write through the old [`Storage`] happens before the
 //! zeroing and every later access through the new one.
 //!
 //! The statistics are separate atomics with `Relaxed` ordering, so that
 //! [`HostAllocator::stats`] and the profiler's sample of the bytes in use read them without
-//! the lock. Every counter but the two of system calls changes only under the lock, with a
-//! load and a store rather than a read-modify-write: the lock already makes the update
-//! exclusive, and a locked instruction per counter cost more than the rest of an allocation
-//! from the cache. They synchronise nothing; `stats` reads each counter on its own, so under
-//! concurrent traffic a snapshot may mix counters from slightly different moments.
+//! the free lists' lock (and add up the thread caches' counters, under a lock of their own).
+//! Every shared counter but the two of system calls and the peak changes only under the
+//! lock, with a load and a store rather than a read-modify-write: the lock already makes
+//! the update exclusive, and a locked instruction per counter cost more than the rest of an
+//! allocation from the cache. A thread cache's counters are differences that only its thread
+//! writes, also with loads and stores; the counters wrap, and their sums come back in range.
+//! The peak, which thread caches raise too, is raised with `fetch_max`. The counters
+//! synchronise nothing; `stats` reads each on its own, so under concurrent traffic a
+//! snapshot may mix counters from slightly different moments.
 //!
 //! This module uses `std` and `parking_lot` directly rather than [`crate::sync`]: it never
 //! sleeps waiting for another thread, so it takes no part in the protocols the model
@@ -72,7 +77,7 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fmt;
-use std::mem;
+use std::mem::{self, ManuallyDrop};
 use std::ptr::NonNull;
 use std::slice;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -82,6 +87,7 @@ use parking_lot::Mutex;
 
 use super::fault::AllocFaults;
 use super::lend::{self, Foreign};
+use super::thread_cache::{self, LocalCounters};
 use crate::ep::memory::defer;
 use crate::ep::memory::{DeviceBuffer, DeviceMemory};
 use crate::ep::{DeviceId, EpError};
@@ -100,7 +106,7 @@ const MAX_SHIFT: u32 = usize::BITS - 2;
 /// The largest request that has a size class.
 const MAX_BYTES: usize = 1 << MAX_SHIFT;
 /// Classes 64, 128, ..., 4096.
-const POW2_CLASSES: usize = (FINE_SHIFT - MIN_SHIFT + 1) as usize;
+pub(super) const POW2_CLASSES: usize = (FINE_SHIFT - MIN_SHIFT + 1) as usize;
 /// Number of size classes: the power-of-two ones, then four per power of two up to
 /// `MAX_BYTES`.
 const NUM_CLASSES: usize = POW2_CLASSES + (MAX_SHIFT - FINE_SHIFT) as usize * SUB_STEPS;
@@ -138,7 +144,7 @@ fn block_layout(size: usize) -> Layout {
 struct Align64([u8; ALIGN]);
 
 /// A free block's address. Its owner is the free list that holds it.
-struct Block(NonNull<u8>);
+pub(super) struct Block(pub(super) NonNull<u8>);
 
 // SAFETY: a `Block` is the sole owner of the memory it points to (it was allocated by the
 // global allocator, which any thread may free, and nothing else refers to it while it is
@@ -162,25 +168,39 @@ struct Counters {
 }
 
 impl Counters {
+    /// `n` more in a thread cache's `counter` (its thread alone writes it).
+    #[inline]
+    fn add_local(counter: &AtomicUsize, n: usize) {
+        counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    /// `n` less in a thread cache's `counter` (its thread alone writes it).
+    #[inline]
+    fn sub_local(counter: &AtomicUsize, n: usize) {
+        counter.store(counter.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
+    }
+
     /// `n` more in `counter` (under the free lists' lock).
     #[inline]
     fn add(&self, counter: &AtomicUsize, n: usize) {
-        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
     /// `n` less in `counter` (under the free lists' lock).
     #[inline]
     fn sub(&self, counter: &AtomicUsize, n: usize) {
-        counter.store(counter.load(Ordering::Relaxed) - n, Ordering::Relaxed);
+        counter.store(counter.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
     }
 
     /// A block of `size` bytes handed out for `bytes` requested (under the lock).
     #[inline]
     fn taken(&self, size: usize, bytes: usize) {
-        let in_use = self.in_use_bytes.load(Ordering::Relaxed) + size;
+        let in_use = self.in_use_bytes.load(Ordering::Relaxed).wrapping_add(size);
         self.in_use_bytes.store(in_use, Ordering::Relaxed);
-        if in_use > self.peak_in_use_bytes.load(Ordering::Relaxed) {
-            self.peak_in_use_bytes.store(in_use, Ordering::Relaxed);
+        // Thread caches raise the peak too (`HostAllocator::note_peak`), so it is raised
+        // with `fetch_max` rather than a store.
+        if (in_use as isize) > self.peak_in_use_bytes.load(Ordering::Relaxed) as isize {
+            self.peak_in_use_bytes.fetch_max(in_use, Ordering::Relaxed);
         }
         self.add(&self.requested_bytes, bytes);
     }
@@ -252,6 +272,9 @@ pub struct HostAllocator {
     /// One free list per size class, indexed by class index.
     free: Mutex<Vec<Vec<Block>>>,
     counters: Counters,
+    /// The counters of the thread caches this allocator owns (`alloc::thread_cache`):
+    /// [`stats`](Self::stats) adds them up.
+    locals: Mutex<Vec<Arc<LocalCounters>>>,
     /// Deliberate failures of tensors' storage (tests only; off by default).
     faults: AllocFaults,
 }
@@ -282,6 +305,7 @@ impl HostAllocator {
             device_memory: memory,
             free: Mutex::new(free),
             counters: Counters::default(),
+            locals: Mutex::new(Vec::new()),
             faults,
         })
     }
@@ -317,6 +341,7 @@ impl HostAllocator {
     /// [`HostAllocator::alloc_for`] gives, or [`EpError::OutOfMemory`] naming the tensor; the
     /// tensors this allocator's [`AllocFaults`] chooses always fail. What the VM calls to
     /// allocate an instruction's outputs and a host write's tensor.
+    #[inline]
     pub fn alloc_tensor(
         self: &Arc<Self>,
         tensor: u64,
@@ -351,13 +376,14 @@ impl HostAllocator {
     /// host view is empty), otherwise zeroed host memory as [`HostAllocator::try_alloc`]
     /// gives. Out of memory, host or device, is [`EpError::OutOfMemory`], never a panic or
     /// an abort.
+    #[inline]
     pub fn alloc_for(self: &Arc<Self>, device: DeviceId, bytes: usize) -> Result<Storage, EpError> {
         match &self.device_memory {
             Some(m) if m.device() == device => Ok(Storage {
                 ptr: NonNull::<Align64>::dangling().cast(),
                 len: 0,
                 class: None,
-                allocator: Arc::clone(self),
+                allocator: ManuallyDrop::new(Arc::clone(self)),
                 device: Some(Box::new(DeviceBuffer::new(m, bytes)?)),
                 foreign: None,
             }),
@@ -380,13 +406,38 @@ impl HostAllocator {
     /// If the system refuses, the cache is given back and the system asked once more; if it
     /// refuses again (or `bytes` exceeds the largest class, `isize::MAX / 2 + 1`), the
     /// request fails with [`HostOutOfMemory`].
+    #[inline]
     pub fn try_alloc(self: &Arc<Self>, bytes: usize) -> Result<Storage, HostOutOfMemory> {
+        // The thread cache's path inlined into the caller; everything else out of line.
+        if bytes.wrapping_sub(1) < 1 << FINE_SHIFT {
+            let (class, _) = class_of(bytes);
+            if let Some((ptr, allocator)) = thread_cache::take(self, class, bytes) {
+                // SAFETY: the block is a class's `>= bytes` bytes long and came off this
+                // thread's cache, so nothing else refers to it.
+                unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+                let allocator = ManuallyDrop::new(allocator);
+                return Ok(Storage {
+                    ptr,
+                    len: bytes,
+                    class: Some(class),
+                    allocator,
+                    device: None,
+                    foreign: None,
+                });
+            }
+        }
+        self.alloc_shared(bytes)
+    }
+
+    /// [`try_alloc`](Self::try_alloc) from the shared lists or the system.
+    #[inline(never)]
+    fn alloc_shared(self: &Arc<Self>, bytes: usize) -> Result<Storage, HostOutOfMemory> {
         if bytes == 0 {
             return Ok(Storage {
                 ptr: NonNull::<Align64>::dangling().cast(),
                 len: 0,
                 class: None,
-                allocator: Arc::clone(self),
+                allocator: ManuallyDrop::new(Arc::clone(self)),
                 device: None,
                 foreign: None,
             });
@@ -438,7 +489,7 @@ impl HostAllocator {
             ptr,
             len: bytes,
             class: Some(class),
-            allocator: Arc::clone(self),
+            allocator: ManuallyDrop::new(Arc::clone(self)),
             device: None,
             foreign: None,
         })
@@ -452,13 +503,13 @@ impl HostAllocator {
     /// Bytes in blocks handed out and not yet freed (one relaxed load; the profiler's
     /// allocator counter samples it).
     pub fn in_use_bytes(&self) -> usize {
-        self.counters.in_use_bytes.load(Ordering::Relaxed)
+        self.stats().in_use_bytes
     }
 
     /// A snapshot of the counters.
     pub fn stats(&self) -> AllocStats {
         let c = &self.counters;
-        AllocStats {
+        let mut s = AllocStats {
             in_use_bytes: c.in_use_bytes.load(Ordering::Relaxed),
             requested_bytes: c.requested_bytes.load(Ordering::Relaxed),
             peak_in_use_bytes: c.peak_in_use_bytes.load(Ordering::Relaxed),
@@ -467,12 +518,25 @@ impl HostAllocator {
             system_allocs: c.system_allocs.load(Ordering::Relaxed),
             system_frees: c.system_frees.load(Ordering::Relaxed),
             cache_hits: c.cache_hits.load(Ordering::Relaxed) as u64,
+        };
+        // The thread caches' differences (`alloc::thread_cache`, "Counters"); the sums
+        // wrap back into range.
+        for l in self.locals.lock().iter() {
+            s.in_use_bytes = s.in_use_bytes.wrapping_add(l.in_use_bytes.load(Ordering::Relaxed));
+            s.requested_bytes = s.requested_bytes.wrapping_add(l.requested_bytes.load(Ordering::Relaxed));
+            s.cached_bytes = s.cached_bytes.wrapping_add(l.cached_bytes.load(Ordering::Relaxed));
+            s.cached_blocks = s.cached_blocks.wrapping_add(l.cached_blocks.load(Ordering::Relaxed));
+            s.cache_hits = s.cache_hits.wrapping_add(l.cache_hits.load(Ordering::Relaxed) as u64);
         }
+        s
     }
 
     /// Give every cached free block back to the system. Blocks in use are not affected;
     /// they return to the (now empty) cache when their storages drop.
     pub fn shrink(&self) {
+        // This thread's cache first (other threads' caches keep theirs: at most
+        // `thread_cache::depth` blocks per class each).
+        thread_cache::flush(self);
         let c = &self.counters;
         // Take the lists under the lock, free them outside it.
         let lists: Vec<Vec<Block>> = {
@@ -511,10 +575,101 @@ impl HostAllocator {
         c.add(&c.cached_bytes, size);
         c.add(&c.cached_blocks, 1);
     }
+
+    /// Count a thread cache's counters in [`stats`](Self::stats) (it takes this allocator
+    /// as its owner).
+    pub(super) fn register(&self, counters: Arc<LocalCounters>) {
+        self.locals.lock().push(counters);
+    }
+
+    /// Move up to `thread_cache::batch` free blocks of `class` from the shared list to a
+    /// thread cache's `list`, counting them as that cache's.
+    pub(super) fn refill(&self, class: usize, list: &mut Vec<NonNull<u8>>, local: &LocalCounters) {
+        let c = &self.counters;
+        let moved = {
+            let mut free = self.free.lock();
+            let shared = &mut free[class];
+            let n = shared.len().min(thread_cache::batch(class));
+            list.extend(shared.drain(shared.len() - n..).map(|Block(p)| p));
+            c.sub(&c.cached_bytes, n * class_size(class));
+            c.sub(&c.cached_blocks, n);
+            n
+        };
+        Counters::add_local(&local.cached_bytes, moved * class_size(class));
+        Counters::add_local(&local.cached_blocks, moved);
+    }
+
+    /// Move `thread_cache::batch` blocks of a thread cache's full `list` (of `class`) to the
+    /// shared list.
+    pub(super) fn spill(&self, class: usize, list: &mut Vec<NonNull<u8>>, local: &LocalCounters) {
+        let n = thread_cache::batch(class).min(list.len());
+        let blocks = list.drain(..n).map(|p| (class, Block(p)));
+        self.put_back(blocks, local);
+    }
+
+    /// Put blocks a thread cache held (`(class, block)`) back on the shared lists,
+    /// counting them there rather than in the cache's `local` counters.
+    pub(super) fn put_back(&self, blocks: impl IntoIterator<Item = (usize, Block)>, local: &LocalCounters) {
+        let c = &self.counters;
+        let (mut bytes, mut n) = (0, 0);
+        {
+            let mut free = self.free.lock();
+            for (class, block) in blocks {
+                free[class].push(block);
+                bytes += class_size(class);
+                n += 1;
+            }
+            c.add(&c.cached_bytes, bytes);
+            c.add(&c.cached_blocks, n);
+        }
+        Counters::sub_local(&local.cached_bytes, bytes);
+        Counters::sub_local(&local.cached_blocks, n);
+    }
+
+    /// A thread cache gives up this allocator: its blocks go back on the shared lists, its
+    /// counters are folded into the shared ones, and [`stats`](Self::stats) stops reading
+    /// them.
+    pub(super) fn take_back(&self, blocks: Vec<(usize, Block)>, local: &Arc<LocalCounters>) {
+        self.put_back(blocks, local);
+        let c = &self.counters;
+        {
+            let _free = self.free.lock();
+            let [in_use, requested, cached, cached_blocks, hits] = local.take();
+            c.add(&c.in_use_bytes, in_use);
+            c.add(&c.requested_bytes, requested);
+            c.add(&c.cached_bytes, cached);
+            c.add(&c.cached_blocks, cached_blocks);
+            c.add(&c.cache_hits, hits);
+        }
+        self.locals.lock().retain(|l| !Arc::ptr_eq(l, local));
+    }
+
+    /// Thread caches that have this allocator as their owner (tests).
+    #[cfg(test)]
+    pub(super) fn thread_caches(&self) -> usize {
+        self.locals.lock().len()
+    }
+
+    /// Free blocks on the shared lists alone (tests).
+    #[cfg(test)]
+    pub(super) fn shared_cached_blocks(&self) -> usize {
+        self.counters.cached_blocks.load(Ordering::Relaxed)
+    }
+
+    /// A thread cache whose in-use difference is now `local_in_use` handed a block out:
+    /// raise the peak if the shared count plus that difference exceeds it.
+    #[inline]
+    pub(super) fn note_peak(&self, local_in_use: usize) {
+        let c = &self.counters;
+        let now = c.in_use_bytes.load(Ordering::Relaxed).wrapping_add(local_in_use);
+        if (now as isize) > c.peak_in_use_bytes.load(Ordering::Relaxed) as isize {
+            c.peak_in_use_bytes.fetch_max(now, Ordering::Relaxed);
+        }
+    }
 }
 
 /// The size of class `class` (inverse of [`class_of`]).
-fn class_size(class: usize) -> usize {
+pub(super) fn class_size(class: usize) -> usize {
     if class < POW2_CLASSES {
         1 << (MIN_SHIFT as usize + class)
     } else {
@@ -555,7 +710,8 @@ pub struct Storage {
     len: usize,
     /// The block's size class; `None` for an empty storage, which owns no block.
     class: Option<usize>,
-    allocator: Arc<HostAllocator>,
+    /// Dropped by hand: a thread cache may take the reference over (`Drop`).
+    allocator: ManuallyDrop<Arc<HostAllocator>>,
     /// Device memory, for a tensor on a device with memory of its own (then the host view
     /// is empty: `len == 0`, no class). Boxed, so that a storage is six words and a
     /// tensor's value (its storage and its error) fits in one cache line: the worker reads
@@ -585,7 +741,14 @@ impl Storage {
         allocator: Arc<HostAllocator>,
         owner: Box<Foreign>,
     ) -> Storage {
-        Storage { ptr, len, class: None, allocator, device: None, foreign: Some(owner) }
+        Storage {
+            ptr,
+            len,
+            class: None,
+            allocator: ManuallyDrop::new(allocator),
+            device: None,
+            foreign: Some(owner),
+        }
     }
 
     /// The first byte (dangling and aligned for an empty storage).
@@ -687,23 +850,28 @@ impl Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
+        // SAFETY: `allocator` is taken once, here, and not used after.
+        let allocator = unsafe { ManuallyDrop::take(&mut self.allocator) };
         if self.foreign.is_some() || lend::any() {
-            self.drop_lent_or_foreign();
+            self.drop_lent_or_foreign(allocator);
             return;
         }
-        if let Some(class) = self.class {
-            if defer::active() {
-                // Freed while work is enqueued on an asynchronous stream: return the block
-                // when the stream gets there (see `ep::memory::defer`).
-                let (allocator, block, len) = (self.allocator.clone(), Block(self.ptr), self.len);
-                defer::offer(move || {
-                    // Move the whole `Block` (which is `Send`) into the closure.
-                    let block = block;
-                    allocator.give_back(class, len, block.0)
-                });
-            } else {
-                self.allocator.give_back(class, self.len, self.ptr);
+        let Some(class) = self.class else { return };
+        if defer::active() {
+            // Freed while work is enqueued on an asynchronous stream: return the block
+            // when the stream gets there (see `ep::memory::defer`).
+            let (block, len) = (Block(self.ptr), self.len);
+            defer::offer(move || {
+                // Move the whole `Block` (which is `Send`) into the closure.
+                let block = block;
+                allocator.give_back(class, len, block.0)
+            });
+        } else if class < thread_cache::CLASSES {
+            if let Err(allocator) = thread_cache::give(allocator, class, self.len, self.ptr) {
+                allocator.give_back(class, self.len, self.ptr);
             }
+        } else {
+            allocator.give_back(class, self.len, self.ptr);
         }
     }
 }
@@ -713,10 +881,10 @@ impl Storage {
     /// what frees the block waits for the loans of its address, and, as a cached block's
     /// return does, for a launch in flight on this thread's asynchronous stream.
     #[cold]
-    fn drop_lent_or_foreign(&mut self) {
+    fn drop_lent_or_foreign(&mut self, allocator: Arc<HostAllocator>) {
         let free: Box<dyn FnOnce() + Send> = match (self.class, self.foreign.take()) {
             (Some(class), _) => {
-                let (allocator, block, len) = (self.allocator.clone(), Block(self.ptr), self.len);
+                let (block, len) = (Block(self.ptr), self.len);
                 Box::new(move || {
                     let block = block;
                     allocator.give_back(class, len, block.0)

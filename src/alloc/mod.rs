@@ -29,6 +29,7 @@ mod host;
 pub mod lend;
 pub(crate) mod objects;
 pub mod pin;
+pub(crate) mod thread_cache;
 
 pub use fault::AllocFaults;
 pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};

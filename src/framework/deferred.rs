@@ -98,7 +98,7 @@ pub(crate) fn enter(engine: &Arc<Engine>) -> Option<Ownership> {
 /// thread's list takes releases of its VM. Returns false, having done nothing, otherwise.
 ///
 /// # Safety
-/// As for `TensorOwner::adopt`: `p`'s count has just reached zero on this thread, and the
+/// As for `TensorOwner::adopt`: `p`'s last reference has just dropped on this thread, and the
 /// object has not been freed.
 #[inline]
 pub(crate) unsafe fn defer(p: NonNull<TensorInner>) -> bool {

@@ -44,7 +44,7 @@ impl Drop for Tensor {
     fn drop(&mut self) {
         // SAFETY: this handle is a reference to a live object.
         if unsafe { drop_ref(self.0) } {
-            // SAFETY: the count reached zero: this thread holds the only access.
+            // SAFETY: the last reference dropped: this thread holds the only access.
             unsafe { last_reference_dropped(self.0) }
         }
     }
@@ -54,7 +54,7 @@ impl Drop for Tensor {
 /// the handle's reference passes to a new `Release`; otherwise the object is freed.
 ///
 /// # Safety
-/// `p`'s count has just reached zero, so no other reference to it exists.
+/// The last reference to `p` has just dropped (`drop_ref`), so no other exists.
 #[cold]
 unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
     // SAFETY: the object is alive until freed below, and no other thread can reach it.
@@ -64,19 +64,19 @@ unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
     // this by the count's release/acquire pair.
     if !t.released.load(Ordering::Relaxed) && t.last_stream.load(Ordering::Relaxed) != NO_STREAM {
         t.released.store(true, Ordering::Relaxed);
-        // SAFETY: the count reached zero on this thread (the contract), and the object is
+        // SAFETY: the last reference dropped on this thread (the contract), and the object is
         // alive.
         if unsafe { super::deferred::defer(p) } {
             return;
         }
         if let Some(vm) = t.vm.upgrade() {
-            // SAFETY: the count reached zero on this thread (the contract), and the object
+            // SAFETY: the last reference dropped on this thread (the contract), and the object
             // is alive.
             super::virtual_machine::release_owned(&vm, unsafe { TensorOwner::adopt(p) });
             return;
         }
     }
-    // SAFETY: no reference is left (count zero), and nothing will dereference the object
+    // SAFETY: no reference is left (the last dropped), and nothing will dereference the object
     // again: it was never used; or its Release (which outlives every instruction that
     // used it) has dropped; or its VM is gone, which means that every VM thread has exited
     // after each device stream ran what was launched on it (`scheduler_main`), and that
@@ -87,6 +87,7 @@ unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
 impl Tensor {
     /// A new tensor object with one handle, for the use `fetch` says; `meta_id` is `vm`'s
     /// number for `meta`.
+    #[inline]
     pub(crate) fn made_for(
         id: u64,
         meta: TensorMeta,
@@ -94,7 +95,7 @@ impl Tensor {
         vm: Weak<Engine>,
         fetch: Fetch,
     ) -> Self {
-        Tensor(alloc_object(TensorInner::new(id, meta, meta_id, vm, fetch)))
+        Tensor(alloc_object(|| TensorInner::new(id, meta, meta_id, vm, fetch)))
     }
 
     /// The tensor's id, unique within its VM; errors and traces name tensors by it.

@@ -827,7 +827,8 @@ impl Handoff<'_> {
     }
 
     /// Whether this thread holds the claim: the batch runs here, in
-    /// [`finish`](Self::finish).
+    /// [`finish`](Self::finish). (The Python binding's waits ask.)
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
     pub(crate) fn is_claimed(&self) -> bool {
         self.claimed
     }

@@ -25,6 +25,7 @@ mod intern;
 pub mod kernel;
 pub(crate) mod observe;
 pub(crate) mod panic_hook;
+mod refcount;
 pub(crate) mod scheduler;
 pub mod shape;
 mod stream;

@@ -19,17 +19,18 @@ use std::cell::UnsafeCell;
 use std::collections::TryReserveError;
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, OnceLock, Weak};
 
 use smallvec::SmallVec;
 
-use crate::alloc::objects::ObjectPool;
+use crate::alloc::objects::{Local, ObjectPool};
 use crate::alloc::Storage;
 use crate::ep::DeviceId;
 
 use super::dependence::DepObject;
 use super::error::Error;
+use super::refcount::RefCount;
 use super::Engine;
 
 /// Element type of a tensor.
@@ -159,7 +160,7 @@ struct Line<T>(T);
 /// count reaches zero otherwise.
 #[repr(C)]
 pub(crate) struct TensorInner {
-    refs: AtomicUsize,
+    refs: RefCount,
     /// Index of the VM stream that last used this tensor, `NO_STREAM` if none (soft sync).
     pub(crate) last_stream: AtomicU32,
     /// The VM's number for `meta` (`MetaId::NONE` if it has none): the builder checks a
@@ -215,9 +216,10 @@ unsafe impl Sync for TensorInner {}
 unsafe impl Send for TensorInner {}
 
 impl TensorInner {
+    #[inline(always)]
     pub(crate) fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<Engine>, fetch: Fetch) -> Self {
         TensorInner {
-            refs: AtomicUsize::new(1),
+            refs: RefCount::one(),
             last_stream: AtomicU32::new(NO_STREAM),
             meta_id,
             released: AtomicBool::new(false),
@@ -286,34 +288,22 @@ impl fmt::Debug for TensorInner {
     }
 }
 
-/// Add a reference to `t`, as `Arc::clone` does (relaxed: the new reference is made from an
-/// existing one, which already orders every access the new one can make).
+/// Add a reference to `t`, as `Arc::clone` does (`vm::refcount`).
 #[inline]
 pub(crate) fn add_ref(t: &TensorInner) {
-    if t.refs.fetch_add(1, Ordering::Relaxed) > isize::MAX as usize {
-        // 2^63 live references: only leaked handles get here. Going on would wrap the
-        // count and free a live object.
-        std::process::abort();
-    }
+    t.refs.add();
 }
 
 /// Drop a reference to `p`; returns whether it was the last one, in which case every
-/// other reference's accesses happen before the caller's next ones (as in `Arc::drop`).
+/// other reference's accesses happen before the caller's next ones (as in `Arc::drop`;
+/// `vm::refcount`: the last drop may leave the count at one rather than zero).
 ///
 /// # Safety
 /// `p` must point to a live tensor object and the caller must own one of its references.
 #[inline]
 pub(crate) unsafe fn drop_ref(p: NonNull<TensorInner>) -> bool {
     // SAFETY: the caller's reference keeps the object alive for this access.
-    let refs = &unsafe { p.as_ref() }.refs;
-    if refs.fetch_sub(1, Ordering::Release) != 1 {
-        return false;
-    }
-    // Synchronise with every earlier drop's release decrement (they all belong to the
-    // count's release sequence). A load rather than a fence, as `Arc` does under
-    // ThreadSanitizer, which does not model fences; on x86 both cost nothing.
-    refs.load(Ordering::Acquire);
-    true
+    unsafe { p.as_ref() }.refs.drop_one()
 }
 
 /// The reference a `Release` instruction holds on its tensor ([`TensorInner`]'s docs,
@@ -333,21 +323,21 @@ impl TensorOwner {
         TensorOwner(NonNull::from(t))
     }
 
-    /// Take over the object whose last handle just dropped (its count reached zero): the
-    /// count becomes one again, this owner's.
+    /// Take over the object whose last handle just dropped: the count is one again, this
+    /// owner's.
     ///
     /// # Safety
-    /// `p`'s count has just reached zero through [`drop_ref`] on this thread, so no other
-    /// reference to it exists, and the object has not been freed.
+    /// [`drop_ref`] of `p` has just returned true on this thread (the last reference
+    /// dropped), so no other reference to it exists, and the object has not been freed.
     pub(crate) unsafe fn adopt(p: NonNull<TensorInner>) -> Self {
         // SAFETY: the object is alive and no other thread can reach it (the contract).
-        unsafe { p.as_ref() }.refs.store(1, Ordering::Relaxed);
+        unsafe { p.as_ref() }.refs.reset_to_one();
         TensorOwner(p)
     }
 }
 
-/// Blocks of freed tensor objects kept for new ones (`alloc::objects`): up to 32768
-/// objects of 256 bytes (8 MiB, kept only once that many were freed at once), as many as a
+/// Blocks of freed tensor objects kept for new ones in batches (`alloc::objects`): up to
+/// 32768 objects of 256 bytes (8 MiB, kept only once that many were freed at once), as many as a
 /// chain of small calls has in flight under the default back-pressure bound (65536
 /// instructions, a call and a `Release` per tensor), so that a caller running that far
 /// ahead of the workers still finds its objects in the pool once they catch up.
@@ -360,21 +350,33 @@ fn objects() -> &'static ObjectPool<TensorInner> {
     POOL.get_or_init(|| ObjectPool::new(POOLED_OBJECTS))
 }
 
-/// A new tensor object with a count of one, from the pool; freed by [`free`] (or by the
-/// last `TensorOwner`'s drop).
-#[inline]
-pub(crate) fn alloc_object(t: TensorInner) -> NonNull<TensorInner> {
-    objects().alloc(t)
+thread_local! {
+    /// This thread's stack of free tensor-object blocks (`alloc::objects`).
+    static LOCAL_OBJECTS: Local<TensorInner> = const { Local::new() };
+}
+
+/// A new tensor object with a count of one, the one `make` returns, made in a block from
+/// the pool; freed by [`free`] (or by the last `TensorOwner`'s drop).
+#[inline(always)]
+pub(crate) fn alloc_object(make: impl FnOnce() -> TensorInner) -> NonNull<TensorInner> {
+    let pool = objects();
+    // A thread that is exiting has no stack any more: the global allocator serves it.
+    let block = LOCAL_OBJECTS.try_with(|l| pool.take(l)).ok().flatten();
+    pool.place(block, make)
 }
 
 /// Free a tensor object.
 ///
 /// # Safety
-/// `p` came from [`alloc_object`], its count has reached zero, and nothing will
+/// `p` came from [`alloc_object`], its last reference has dropped, and nothing will
 /// dereference it again: no instruction that names it can still be admitted or run.
 pub(crate) unsafe fn free(p: NonNull<TensorInner>) {
-    // SAFETY: the contract.
-    unsafe { objects().free(p) }
+    let pool = objects();
+    // SAFETY: the contract (the closure runs at most once, and only then is `p` freed).
+    if LOCAL_OBJECTS.try_with(|l| unsafe { pool.free(Some(l), p) }).is_err() {
+        // SAFETY: the contract; the stack was gone, so `p` was not freed above.
+        unsafe { pool.free(None, p) }
+    }
 }
 
 impl std::ops::Deref for TensorOwner {

@@ -269,6 +269,9 @@ fn prefetch_ahead(batch: &Batch, i: usize) {
 }
 
 fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
+    // The worker allocates and frees most tensors' storage: small blocks stay in a cache of
+    // its own (`alloc::thread_cache`).
+    crate::alloc::thread_cache::enable();
     let ctx = &vm.ctxs[index];
     let n = vm.streams.len();
     let mut lanes =

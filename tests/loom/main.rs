@@ -11,8 +11,9 @@
 //! nothing from the crate but the facade and are compiled by path inside their models'
 //! modules: the sleep/wake protocol of `sync::notify` ([`notify`]), the release rule of
 //! `src/framework/release.rs` ([`release`]) and the back-pressure handshake of
-//! `src/vm/back_pressure.rs` ([`back_pressure`]) and the flight recorder's slot,
-//! `src/vm/flight/seqlock.rs` ([`seqlock`]). loom explores every interleaving of their
+//! `src/vm/back_pressure.rs` ([`back_pressure`]), the flight recorder's slot,
+//! `src/vm/flight/seqlock.rs` ([`seqlock`]), and the tensor object's reference count,
+//! `src/vm/refcount.rs` ([`refcount`]). loom explores every interleaving of their
 //! atomics, fences, locks and condition variables up to a preemption bound ([`common`]).
 //! Each has models with a planted bug, which check that loom finds it.
 //!
@@ -26,5 +27,6 @@ mod sync;
 mod back_pressure;
 mod common;
 mod notify;
+mod refcount;
 mod release;
 mod seqlock;
