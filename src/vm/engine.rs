@@ -758,25 +758,29 @@ impl Engine {
 
     /// Wait until everything submitted so far has retired, leaving the failure log alone.
     pub(crate) fn barrier_wait(&self) -> Result<()> {
-        let slot = AccessSlot::new();
-        let s2 = slot.clone();
-        let barrier = Body::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
-        let mut b = self.take_batch();
-        b.push(Instruction::new(barrier, self.host_stream), &[]);
-        self.submit_for_wait(b).finish();
-        self.wait_access(&slot).map(|_| ())
+        self.barrier(true)
     }
 
     /// [`barrier_wait`](Self::barrier_wait) through the scheduler even when the VM is idle:
     /// for the profiler, which relies on the scheduler handing its records in before it
     /// runs a barrier's callback.
     pub(crate) fn barrier_wait_scheduled(&self) -> Result<()> {
+        self.barrier(false)
+    }
+
+    /// Submit a barrier and wait for it; `may_run_here`: on an idle VM this thread may run
+    /// it ([`Handoff`]).
+    fn barrier(&self, may_run_here: bool) -> Result<()> {
         let slot = AccessSlot::new();
         let s2 = slot.clone();
         let barrier = Body::Barrier { callback: Box::new(move || s2.fulfil(Ok(Vec::new()))) };
         let mut b = self.take_batch();
         b.push(Instruction::new(barrier, self.host_stream), &[]);
-        self.submit(b);
+        if may_run_here {
+            self.submit_for_wait(b).finish();
+        } else {
+            self.submit(b);
+        }
         self.wait_access(&slot).map(|_| ())
     }
 
