@@ -549,7 +549,8 @@ impl Engine {
     pub(crate) fn submit_unbounded(&self, batch: Batch) {
         if batch.is_empty() {
             self.recycle(batch);
-        } else if self.bp.in_flight() == 0 && !self.config.synchronous && self.may_run_inline(&batch) {
+        } else if self.bp.in_flight() == 0 {
+            // `hand_off` checks the rest, and hands the batch over if it may not run here.
             self.hand_off(batch, false).finish();
         } else {
             self.enqueue(batch);
