@@ -149,7 +149,7 @@ impl Array {
 
     fn binary(&self, op: Op, other: &Array, attrs: Attrs) -> Result<Array> {
         let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call1(op, &[self, other], attrs, stream)
+        self.cx.call1(op, [self, other], attrs, stream)
     }
 
     fn binary_into(&self, op: Op, other: &Array, attrs: Attrs, out: &mut Array) -> Result<()> {
@@ -159,7 +159,7 @@ impl Array {
 
     fn unary(&self, op: Op, attrs: Attrs) -> Result<Array> {
         let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call1(op, &[self], attrs, stream)
+        self.cx.call1(op, [self], attrs, stream)
     }
 
     /// Overwrite this array with `value` (same shape, dtype and device), on the compute
@@ -227,7 +227,7 @@ impl Array {
     pub fn relu_grad(&self, dy: &Array) -> Result<Array> {
         // The kernel takes (dy, x).
         let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call1(self.cx.ops().relu_grad, &[dy, self], Attrs::default(), stream)
+        self.cx.call1(self.cx.ops().relu_grad, [dy, self], Attrs::default(), stream)
     }
 
     /// The sum of all elements, as a scalar array (shape `[]`).

@@ -373,10 +373,23 @@ impl Context {
     }
 
     /// Call single-output `op` on `stream`, creating its output there.
-    pub(super) fn call1(&self, op: Op, inputs: &[&Array], attrs: Attrs, stream: StreamId) -> Result<Array> {
-        let ins: SmallVec<[&Tensor; 4]> = inputs.iter().map(|a| a.tensor_unflushed()).collect();
-        let t = self.build(inputs, |b| b.call(op, &ins, attrs, stream))?;
-        Ok(self.array(t))
+    ///
+    /// The inputs come as an array, not a slice, so that their tensors need no vector.
+    /// The result's handle of this context is counted before the lock is taken: an
+    /// atomic instruction costs least before the call's stores are pending, not after them
+    /// (`docs/performance.md`, "The call path").
+    #[inline]
+    pub(super) fn call1<const N: usize>(
+        &self,
+        op: Op,
+        inputs: [&Array; N],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> Result<Array> {
+        let cx = self.clone();
+        let ins: [&Tensor; N] = inputs.map(Array::tensor_unflushed);
+        let t = self.build(&inputs, |b| b.call(op, &ins, attrs, stream))?;
+        Ok(Array::new(t, cx))
     }
 
     /// Call `op` on `stream`, creating its outputs there.

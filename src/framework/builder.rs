@@ -53,7 +53,7 @@
 //! anyway; a foreign operand is refused with [`Error::ForeignTensor`].
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
@@ -69,9 +69,9 @@ use crate::vm::instruction::{AccessSlot, AsObject, Batch};
 use crate::vm::shape;
 use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
 use crate::vm::KernelRef;
-use crate::vm::{Element, Engine, Error, Handoff, Result, StreamId, TensorMeta, VmStream};
+use crate::vm::{Element, Engine, EngineRef, Error, Handoff, Result, StreamId, TensorMeta, VmStream};
 
-use super::virtual_machine::{front, new_tensor, release_batch, submit_releases, Front};
+use super::virtual_machine::{front, new_tensor_with_id, release_batch, submit_releases, Front};
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
@@ -89,7 +89,7 @@ pub struct InstructionsBuilder<'vm> {
     /// The front end's state of this VM (`virtual_machine::Front`).
     front: &'vm Front,
     /// The VM's identity, which every operand's must equal (`TensorInner::belongs_to`).
-    me: &'vm Weak<Engine>,
+    me: EngineRef,
     /// The VM's streams (`vm.streams`, one load nearer).
     streams: &'vm [VmStream],
     batch: Batch,
@@ -109,7 +109,14 @@ pub struct InstructionsBuilder<'vm> {
     ownership: Option<deferred::Ownership>,
     /// The deferred releases being made (kept for its capacity).
     deferred: Vec<TensorOwner>,
+    /// Tensor ids reserved for this builder's outputs: one atomic instruction per
+    /// [`ID_BLOCK`] outputs instead of one per output.
+    ids: std::ops::Range<u64>,
 }
+
+/// How many tensor ids a builder reserves at once. Ids stay unique within the VM; those a
+/// builder did not use are skipped, so ids increase per builder, not across builders.
+const ID_BLOCK: u64 = 64;
 
 /// What a checked call produces: its kernel, and where its outputs' specs are.
 #[derive(Clone, Copy)]
@@ -135,6 +142,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             uncached: Default::default(),
             ownership: deferred::enter(vm),
             deferred: Vec::new(),
+            ids: 0..0,
         }
     }
 
@@ -246,13 +254,20 @@ impl<'vm> InstructionsBuilder<'vm> {
         // The check found the stream.
         let device = self.streams[stream.index()].device;
         let outs: SmallVec<[Tensor; 2]> = {
-            let (specs, ids) = self.outputs_of(checked);
+            let n = self.outputs_of(checked).0.len() as u64;
+            if (self.ids.end - self.ids.start) < n {
+                self.ids = self.vm.reserve_tensor_ids(ID_BLOCK.max(n));
+            }
+            let first = self.ids.start;
+            self.ids.start += n;
+            let (specs, metas) = self.outputs_of(checked);
             specs
                 .iter()
-                .zip(ids)
-                .map(|(s, &id)| {
+                .zip(metas)
+                .zip(first..)
+                .map(|((s, &meta_id), id)| {
                     let meta = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device };
-                    new_tensor(self.vm, meta, id, Fetch::No)
+                    new_tensor_with_id(self.vm, id, meta, meta_id, Fetch::No)
                 })
                 .collect()
         };
@@ -913,7 +928,7 @@ fn scan_operands(
     inputs: &[&Tensor],
     outputs: &[&Tensor],
     me: u32,
-    vm: &Weak<Engine>,
+    vm: EngineRef,
 ) -> Option<bool> {
     let mut other = false;
     let mut first_use = false;

@@ -36,14 +36,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::vm::tensor::{TensorInner, TensorOwner};
-use crate::vm::Engine;
+use crate::vm::{Engine, EngineRef};
 
 use super::virtual_machine::release_owned;
 
 /// The thread's list of deferred releases and who owns it.
 struct Local {
-    /// The owner's VM (`Weak::as_ptr` of its identity); null while no builder owns the list.
-    engine: *const Engine,
+    /// The owner's VM (`Engine::identity`); `None` while no builder owns the list.
+    engine: Option<EngineRef>,
     /// Whether the owner is alive; shared with it, and kept to be used again.
     live: Option<Arc<AtomicBool>>,
     /// Tensors whose last handle dropped on this thread while the owner was alive, each with
@@ -60,7 +60,7 @@ impl Drop for Local {
 
 thread_local! {
     static LOCAL: RefCell<Local> =
-        const { RefCell::new(Local { engine: std::ptr::null(), live: None, owners: Vec::new() }) };
+        const { RefCell::new(Local { engine: None, live: None, owners: Vec::new() }) };
 }
 
 /// A builder's claim on its thread's list (`None` if another builder owns it).
@@ -84,7 +84,7 @@ pub(crate) fn enter(engine: &Arc<Engine>) -> Option<Ownership> {
             };
             live.store(true, Ordering::Relaxed);
             l.live = Some(live.clone());
-            l.engine = Arc::as_ptr(engine);
+            l.engine = Some(engine.identity());
             Some((std::mem::take(&mut l.owners), Ownership { live }))
         })
         .ok()
@@ -103,7 +103,7 @@ pub(crate) fn enter(engine: &Arc<Engine>) -> Option<Ownership> {
 #[inline]
 pub(crate) unsafe fn defer(p: NonNull<TensorInner>) -> bool {
     // SAFETY: the object is alive (the contract).
-    let vm = unsafe { p.as_ref() }.vm.as_ptr();
+    let vm = Some(unsafe { p.as_ref() }.vm);
     LOCAL
         .try_with(|l| {
             let Ok(mut l) = l.try_borrow_mut() else { return (false, Vec::new()) };
@@ -112,7 +112,7 @@ pub(crate) unsafe fn defer(p: NonNull<TensorInner>) -> bool {
             }
             if !l.live.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {
                 // The owner was dropped on another thread: make what it left here.
-                l.engine = std::ptr::null();
+                l.engine = None;
                 return (false, std::mem::take(&mut l.owners));
             }
             // SAFETY: the contract.
@@ -134,7 +134,7 @@ pub(crate) fn take(engine: &Arc<Engine>, into: &mut Vec<TensorOwner>) {
     into.clear();
     let _ = LOCAL.try_with(|l| {
         if let Ok(mut l) = l.try_borrow_mut() {
-            if l.engine == Arc::as_ptr(engine) && !l.owners.is_empty() {
+            if l.engine == Some(engine.identity()) && !l.owners.is_empty() {
                 std::mem::swap(&mut l.owners, into);
             }
         }
@@ -149,7 +149,7 @@ impl Ownership {
         let _ = LOCAL.try_with(|l| {
             if let Ok(mut l) = l.try_borrow_mut() {
                 if l.live.as_ref().is_some_and(|f| Arc::ptr_eq(f, &self.live)) {
-                    l.engine = std::ptr::null();
+                    l.engine = None;
                 }
             }
         });

@@ -11,13 +11,13 @@ use std::collections::TryReserveError;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::ep::DeviceId;
 use crate::vm::tensor::{
     add_ref, alloc_object, drop_ref, free, Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM,
 };
-use crate::vm::{DType, Element, Engine, Error, Result, TensorMeta};
+use crate::vm::{DType, Element, Engine, EngineRef, Error, Result, TensorMeta};
 
 /// The user's handle to a tensor. Cloning is cheap (one counter on the tensor's first
 /// cache line); when the last clone drops, the tensor's storage is released by a `Release`
@@ -88,13 +88,7 @@ impl Tensor {
     /// A new tensor object with one handle, for the use `fetch` says; `meta_id` is `vm`'s
     /// number for `meta`.
     #[inline]
-    pub(crate) fn made_for(
-        id: u64,
-        meta: TensorMeta,
-        meta_id: MetaId,
-        vm: Weak<Engine>,
-        fetch: Fetch,
-    ) -> Self {
+    pub(crate) fn made_for(id: u64, meta: TensorMeta, meta_id: MetaId, vm: EngineRef, fetch: Fetch) -> Self {
         Tensor(alloc_object(|| TensorInner::new(id, meta, meta_id, vm, fetch)))
     }
 

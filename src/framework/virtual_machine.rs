@@ -70,7 +70,19 @@ impl Front {
 /// A new tensor of `engine` for the use `fetch` says; `meta_id` is the engine's number for
 /// `meta`.
 pub(crate) fn new_tensor(engine: &Engine, meta: TensorMeta, meta_id: MetaId, fetch: Fetch) -> Tensor {
-    Tensor::made_for(engine.next_tensor_id(), meta, meta_id, engine.identity().clone(), fetch)
+    new_tensor_with_id(engine, engine.next_tensor_id(), meta, meta_id, fetch)
+}
+
+/// [`new_tensor`] with an id the caller reserved (`Engine::reserve_tensor_ids`).
+#[inline]
+pub(crate) fn new_tensor_with_id(
+    engine: &Engine,
+    id: u64,
+    meta: TensorMeta,
+    meta_id: MetaId,
+    fetch: Fetch,
+) -> Tensor {
+    Tensor::made_for(id, meta, meta_id, engine.identity(), fetch)
 }
 
 /// Submit the `Release`s of `owners` (`framework::release`), without waiting for

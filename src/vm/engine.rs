@@ -79,9 +79,9 @@ use super::StreamPolicy;
 
 /// The state shared by the front end, the scheduler, the workers and the tensors' objects.
 pub(crate) struct Engine {
-    /// A weak reference to this object: the identity a tensor's own reference to its engine
-    /// is compared with (`TensorInner::belongs_to`), with no upgrade and no count per use.
-    me: Weak<Engine>,
+    /// This engine's name in the process's table of engines ([`EngineRef`]): what every
+    /// tensor it makes names it by (`TensorInner::belongs_to`).
+    me: EngineRef,
     pub(super) config: Config,
     pub(super) streams: Vec<VmStream>,
     pub(super) ctxs: Vec<ThreadCtx>,
@@ -133,6 +133,54 @@ pub(crate) struct Engine {
     /// never looks inside; it keeps it alive as long as itself, so that a tensor, which
     /// knows only its engine, reaches it.
     front: Box<dyn Any + Send + Sync>,
+}
+
+/// What a tensor names its engine by: a number that no other engine of the process ever
+/// has, so that checking a tensor's engine is one comparison of words, and making or
+/// freeing a tensor counts nothing on its engine. (A counted reference per tensor did: the
+/// caller's thread added to the engine's count for each output, and the worker that freed
+/// the tensor took it away again, so the count's line crossed between their cores twice
+/// per call; `docs/performance.md`, "The call path".)
+///
+/// [`upgrade`](Self::upgrade) finds the engine again, while it lives, in the process's table
+/// of engines: a lock and a short scan, for the paths that are not per call (a tensor's
+/// read, its release outside a builder, a VM gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EngineRef(u64);
+
+/// The engines made in this process and not yet dropped, with their [`EngineRef`]s.
+static ENGINES: parking_lot::Mutex<Vec<(EngineRef, Weak<Engine>)>> = parking_lot::const_mutex(Vec::new());
+
+/// The next [`EngineRef`]'s number (never reused: 2^64 engines outlast any process).
+static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
+
+impl EngineRef {
+    /// No engine's name (numbers start at 1): for objects of unit tests that belong to none.
+    #[cfg(test)]
+    pub(crate) const NONE: EngineRef = EngineRef(0);
+
+    /// Name the engine that `me` will point to, in the table.
+    fn register(me: &Weak<Engine>) -> EngineRef {
+        let r = EngineRef(NEXT_ENGINE.fetch_add(1, Ordering::Relaxed));
+        ENGINES.lock().push((r, me.clone()));
+        r
+    }
+
+    /// The engine, if it is still alive.
+    pub(crate) fn upgrade(self) -> Option<Arc<Engine>> {
+        let engines = ENGINES.lock();
+        engines.iter().find(|(r, _)| *r == self).and_then(|(_, e)| e.upgrade())
+    }
+}
+
+impl Drop for Engine {
+    /// Leave the table: no tensor can reach this engine any more.
+    fn drop(&mut self) {
+        let mut engines = ENGINES.lock();
+        if let Some(i) = engines.iter().position(|(r, _)| *r == self.me) {
+            engines.swap_remove(i);
+        }
+    }
 }
 
 /// A communicator made on an engine: what the watchdog reads and aborts.
@@ -322,7 +370,7 @@ impl Engine {
             })
             .collect();
         let shared = Arc::new_cyclic(|me| Engine {
-            me: me.clone(),
+            me: EngineRef::register(me),
             ctxs: ctx_streams.iter().map(|_| ThreadCtx::default()).collect(),
             ctx_streams,
             host_stream: StreamId(0),
@@ -384,8 +432,8 @@ impl Engine {
 
     /// The engine's identity, which every tensor it made names (`TensorInner::belongs_to`).
     #[inline]
-    pub(crate) fn identity(&self) -> &Weak<Engine> {
-        &self.me
+    pub(crate) fn identity(&self) -> EngineRef {
+        self.me
     }
 
     /// What the layer above keeps with the engine ([`start`](Self::start)'s `front`).
@@ -421,7 +469,7 @@ impl Engine {
             .iter()
             .find(|s| s.device == device && s.ty == ty)
             .map(|s| s.id)
-            .ok_or(Error::Device(crate::ep::EpError::Unavailable(device)))
+            .ok_or_else(|| Error::Device(crate::ep::EpError::Unavailable(device)))
     }
 
     /// Note a communicator made on this engine, so that the watchdog can abort it. Fails
@@ -478,6 +526,14 @@ impl Engine {
     #[inline]
     pub(crate) fn next_tensor_id(&self) -> u64 {
         self.next_tensor.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// `n` new tensor ids, unique within this engine, for a builder to hand out one by one
+    /// without an atomic instruction per tensor.
+    #[inline]
+    pub(crate) fn reserve_tensor_ids(&self, n: u64) -> std::ops::Range<u64> {
+        let start = self.next_tensor.fetch_add(n, Ordering::Relaxed);
+        start..start + n
     }
 
     /// A new event id, unique within this engine (`RecordEvent`/`StreamWaitEvent` pairs).

@@ -475,7 +475,12 @@ impl Batch {
 
     /// Put the operands `ops` at the end of the arena; returns where they start and how many
     /// were put there.
-    #[inline]
+    ///
+    /// Always inlined: called out of line, it takes the iterator through memory that its
+    /// caller wrote in words and reads it in wider loads, the store-forwarding stall that
+    /// [`push_call`](Self::push_call) describes, which made each wide call's append cost
+    /// more than the rest of its emission.
+    #[inline(always)]
     fn append_to_arena(&mut self, ops: impl Iterator<Item = Operand>) -> (u32, u32) {
         let at = self.ops.len();
         self.ops.extend(ops);

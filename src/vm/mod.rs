@@ -39,7 +39,7 @@ pub use config::{
     Config, FaultInjection, StreamPriorities, ThreadTopology, DEFAULT_EVENT_INTERVAL,
     DEFAULT_WATCHDOG_TIMEOUT,
 };
-pub(crate) use engine::{Engine, Handoff};
+pub(crate) use engine::{Engine, EngineRef, Handoff};
 pub use env::EnvError;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;

@@ -20,7 +20,7 @@ use std::collections::TryReserveError;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
@@ -31,7 +31,7 @@ use crate::ep::DeviceId;
 use super::dependence::DepObject;
 use super::error::Error;
 use super::refcount::RefCount;
-use super::Engine;
+use super::EngineRef;
 
 /// Element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,7 +172,7 @@ pub(crate) struct TensorInner {
     /// tensor reads (immutable; read only when that copy finds its input unwritten).
     pub(crate) fetch: Fetch,
     pub(crate) id: u64,
-    pub(crate) vm: Weak<Engine>,
+    pub(crate) vm: EngineRef,
     pub(crate) meta: TensorMeta,
     value: Line<UnsafeCell<TensorValue>>,
     dep: Line<UnsafeCell<DepObject>>,
@@ -217,7 +217,7 @@ unsafe impl Send for TensorInner {}
 
 impl TensorInner {
     #[inline(always)]
-    pub(crate) fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: Weak<Engine>, fetch: Fetch) -> Self {
+    pub(crate) fn new(id: u64, meta: TensorMeta, meta_id: MetaId, vm: EngineRef, fetch: Fetch) -> Self {
         TensorInner {
             refs: RefCount::one(),
             last_stream: AtomicU32::new(NO_STREAM),
@@ -235,7 +235,7 @@ impl TensorInner {
     /// A tensor object that belongs to no VM, for unit tests of the engine's parts.
     #[cfg(test)]
     pub(crate) fn for_test(id: u64, meta: TensorMeta) -> Box<TensorInner> {
-        Box::new(TensorInner::new(id, meta, MetaId::NONE, Weak::new(), Fetch::No))
+        Box::new(TensorInner::new(id, meta, MetaId::NONE, EngineRef::NONE, Fetch::No))
     }
 
     /// The tensor's value, for reading.
@@ -261,13 +261,12 @@ impl TensorInner {
         unsafe { &mut *self.value.0.get() }
     }
 
-    /// Whether this tensor was made by the VM whose self-reference is `vm`
-    /// (`Engine::me`). Compares the two references' addresses, one comparison: nothing is
-    /// upgraded or counted. A tensor's reference keeps its VM's allocation, so no other VM
-    /// can ever sit at the address it names, even after its VM is gone.
+    /// Whether this tensor was made by the VM named `vm` (`Engine::identity`): one
+    /// comparison of words, nothing upgraded or counted. No other VM of the process is ever
+    /// named so, even after this tensor's VM is gone.
     #[inline(always)]
-    pub(crate) fn belongs_to(&self, vm: &Weak<Engine>) -> bool {
-        Weak::ptr_eq(&self.vm, vm)
+    pub(crate) fn belongs_to(&self, vm: EngineRef) -> bool {
+        self.vm == vm
     }
 
     /// The dependence object.
