@@ -8,7 +8,7 @@
 //!   for: the VM's `all_reduce` (`vm.run(|b| b.all_reduce(..))`, then `wait` on the output:
 //!   a new output tensor per call, from the caching allocator), the VM's `collective_into`
 //!   (the same, into one output tensor reused, as the direct side reuses its buffer), and
-//!   [`direct`]: `ncclAllReduce` on a plain CUDA stream, then `cuStreamSynchronize`. Rounds
+//!   `direct`: `ncclAllReduce` on a plain CUDA stream, then `cuStreamSynchronize`. Rounds
 //!   of the three are taken in turn (VM, into, direct, VM, ...) so that a slow spell of a
 //!   shared machine falls on all; each side's figure is the median over rounds of the time
 //!   per call. Overhead is VM − direct in µs (the figure to read at small sizes); bandwidth
@@ -35,9 +35,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::ep::ccl::Collective;
 use crate::ep::ccl::ReduceOp;
 use crate::ep::DeviceId;
-use crate::ep::ccl::Collective;
 use crate::framework::Communicator;
 use crate::programs::mlp_dp::{max_rel_diff, LOSS_REL_TOLERANCE};
 use crate::programs::{mlp, mlp_dp, MlpDpOptions, MlpOptions};
@@ -110,7 +110,8 @@ impl NcclBenchOptions {
         let fields = [&mut o.max_bytes, &mut o.rounds, &mut o.dp_steps];
         for ((name, _), field) in ENV_VARS.iter().zip(fields) {
             if let Some(v) = get(name) {
-                *field = v.trim().parse().map_err(|e| NcclBenchError::Option(format!("{name}={v:?}: {e}")))?;
+                *field =
+                    v.trim().parse().map_err(|e| NcclBenchError::Option(format!("{name}={v:?}: {e}")))?;
             }
         }
         if o.rounds == 0 {
@@ -513,7 +514,8 @@ fn measure(
             measure_sizes(&vm, &comm, gpu, &s, opts.rounds, &mut direct)?
         }
     };
-    let dp = (opts.dp_steps > 0).then(|| dp_step(&vm, &comm, gpu, opts.dp_steps, opts.dp_reps)).transpose()?;
+    let dp =
+        (opts.dp_steps > 0).then(|| dp_step(&vm, &comm, gpu, opts.dp_steps, opts.dp_reps)).transpose()?;
     Ok(NcclBenchReport {
         skipped: None,
         nccl_version,

@@ -123,7 +123,6 @@ impl DirectNccl {
         lib.check(unsafe { (lib.comm_init_all)(&mut comm, 1, list.as_ptr()) }, "ncclCommInitAll")?;
         Ok(DirectNccl { lib, comm, stream, bufs: None })
     }
-
 }
 
 impl Reference for DirectNccl {

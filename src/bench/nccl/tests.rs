@@ -133,7 +133,7 @@ fn mock_vm() -> (VirtualMachine, Communicator) {
 fn the_size_table_times_every_side_and_checks_the_results() {
     let (vm, comm) = mock_vm();
     let mut host = HostCopy { data: Vec::new(), out: Vec::new(), wrong: false };
-    let rows = measure_sizes(&vm, &comm, DeviceId::mock(0), &[4, 1 << 20], 2, &mut host).unwrap();
+    let rows = measure_sizes(&vm, &comm, DeviceId::mock(0), &[4, 1 << 20], 1, &mut host).unwrap();
     assert_eq!(rows.iter().map(|r| (r.bytes, r.iters)).collect::<Vec<_>>(), [(4, 2000), (1 << 20, 256)]);
     for r in &rows {
         assert!(r.direct_us > 0.0 && r.vm_us > 0.0 && r.vm_into_us > 0.0, "{r:?}");
