@@ -14,7 +14,8 @@
 # names a library. Without a GPU it says so, skips the GPU tests, and the benchmarks print
 # why they skip. `run --full` runs the whole integration suite with the GPU tests
 # (--include-ignored) instead of the GPU tests alone.
-# Per-step time limits in seconds: GPU_CHECK_TEST_S (default 240), GPU_CHECK_BENCH_S (150).
+# Time limits in seconds: per step GPU_CHECK_TEST_S (default 240) and GPU_CHECK_BENCH_S
+# (150); all steps end by GPU_CHECK_DEADLINE_S (570) after the start.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -61,10 +62,13 @@ prepare() {
         echo "bin_exe=$target/release/eagervm"
         echo "commit=$(git rev-parse HEAD)$(git diff --quiet HEAD || echo ' (with changes)')"
         echo "built=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        # The newest glibc symbol version the binaries need: the GPU machine needs as new a glibc.
+        echo "glibc=$(for f in "${from[@]}"; do objdump -T "$f"; done | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -n 1 | cut -c7-)"
     } > "$pack/build.env"
     tar -czf "$pack/bin.tar.gz" -C "$pack" bin
     rm -rf "$pack/bin"
     du -b "$pack/bin.tar.gz" | awk '{printf "%s: %.1f MiB packed\n", $2, $1 / 1048576}'
+    echo "the binaries need glibc $(sed -n 's/^glibc=//p' "$pack/build.env") or later"
     local tree packed
     tree=$(git ls-files -z | xargs -0 du -cb | tail -n 1 | cut -f1)
     packed=$(du -cb "$pack" | tail -n 1 | cut -f1)
@@ -73,7 +77,8 @@ prepare() {
     echo "now, on the GPU machine: benches/gpu/check.sh run   (carrying $pack)"
 }
 
-# The library folders of the `nvidia` Python packages that hold libnccl, NVRTC or cuBLAS.
+# "FAMILY DIR" lines: the lib/ folders of the `nvidia` Python packages that hold libnccl,
+# NVRTC or cuBLAS.
 python_cuda_libs() {
     command -v python3 > /dev/null || return 0
     python3 - << 'EOF' 2> /dev/null
@@ -82,15 +87,14 @@ try:
     import nvidia
 except ImportError:
     raise SystemExit(0)
-dirs = []
+seen = set()
 for base in nvidia.__path__:
     for so in sorted(glob.glob(os.path.join(base, "**", "lib", "lib*.so*"), recursive=True)):
-        name = os.path.basename(so)
-        if name.startswith(("libnccl.so", "libnvrtc.so", "libcublas.so", "libcublasLt.so")):
-            d = os.path.dirname(so)
-            if d not in dirs:
-                dirs.append(d)
-print(":".join(dirs))
+        name, d = os.path.basename(so), os.path.dirname(so)
+        for family in ("libnccl", "libnvrtc", "libcublas"):
+            if name.startswith(family + ".so") and (family, d) not in seen:
+                seen.add((family, d))
+                print(family, d)
 EOF
 }
 
@@ -129,15 +133,21 @@ run() {
         fi
     fi
 
-    # Libraries: libnccl (and NVRTC and cuBLAS where the loader has none) from Python's
-    # `nvidia` packages, after whatever LD_LIBRARY_PATH already names.
-    local libs
-    libs=$(python_cuda_libs)
+    # Libraries: libnccl from Python's `nvidia` packages (nvidia-nccl-cu13), and NVRTC and
+    # cuBLAS from there too where the loader finds none; after what LD_LIBRARY_PATH names.
+    local family dir libs=""
+    while read -r family dir; do
+        [ -n "$family" ] || continue
+        if [ "$family" != libnccl ] && ldconfig -p 2> /dev/null | grep -q "$family\.so"; then
+            continue
+        fi
+        case ":$libs:" in *":$dir:"*) ;; *) libs=${libs:+$libs:}$dir ;; esac
+    done <<< "$(python_cuda_libs)"
     if [ -n "$libs" ]; then
         export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$libs
         say "LD_LIBRARY_PATH += $libs"
     else
-        say "no nvidia Python packages with libnccl, NVRTC or cuBLAS found"
+        say "no libnccl (nor a missing NVRTC or cuBLAS) found in Python's nvidia packages"
     fi
     {
         echo "== nvidia-smi"
@@ -150,7 +160,8 @@ run() {
 
     # Whether the VM can open cuda:0, asked of eagervm itself (nothing measured).
     local probe gpu=1
-    probe=$("$bin/eagervm" bench --cuda --chain 0 --chunks 0 --steps 0 -r 1 2>&1)
+    probe=$("$bin/eagervm" bench --cuda --chain 0 --chunks 0 --steps 0 -r 1 2>&1) ||
+        die "the carried eagervm fails here (it was built for glibc $(sed -n 's/^glibc=//p' "$pack/build.env") or later): $probe"
     if grep -q "cuda benchmarks skipped" <<< "$probe"; then
         gpu=0
         say "no usable GPU: $(grep -o 'cuda:0 is not available.*' <<< "$probe")"
@@ -158,9 +169,18 @@ run() {
 
     local failed=0
     # step NAME LIMIT COMMAND...: run it with its output in $out/NAME.log, say how it ended.
+    # Every step ends by the deadline, so that the logs are written whatever hangs.
+    local deadline=$((SECONDS + ${GPU_CHECK_DEADLINE_S:-570}))
     step() {
         local name=$1 limit=$2
         shift 2
+        local left=$((deadline - SECONDS - 15))
+        if [ "$left" -lt 10 ]; then
+            say "$(printf '%-22s %s' "$name" "NOT RUN: the deadline has passed")"
+            failed=1
+            return
+        fi
+        [ "$limit" -le "$left" ] || limit=$left
         local t0=$SECONDS rc=0
         timeout --kill-after=10 "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
         local how="ok"
