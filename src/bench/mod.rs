@@ -29,6 +29,7 @@ pub mod cpu;
 pub mod cuda;
 mod floor;
 pub mod mlp;
+pub mod nccl;
 pub mod ops;
 pub mod progress;
 pub mod report;
