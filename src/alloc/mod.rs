@@ -32,5 +32,27 @@ pub mod pin;
 pub(crate) mod thread_cache;
 
 pub use fault::AllocFaults;
+
+/// Ask for the `lines` cache lines from `p` on in a writable state, ahead of writing them.
+///
+/// Memory that another core used last (a recycled instruction line, a tensor object a
+/// worker freed) must be taken from that core before this one can write it. The write
+/// itself does not wait, but the next locked instruction waits for every pending store (on
+/// the eager path, the context's unlock after each call: `docs/performance.md`, "The call
+/// path"); asked for early, the transfer overlaps the work in between. A hint only: it
+/// never faults, whatever `p` is, and does nothing where the processor lacks it.
+#[inline(always)]
+pub(crate) fn prefetch_for_write<T>(p: *const T, lines: usize) {
+    for i in 0..lines {
+        let _line = p.cast::<u8>().wrapping_add(64 * i);
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        // SAFETY: `prefetchw` reads no memory the program can observe, writes none, and
+        // raises no fault for any address (an unmapped one included); processors without it
+        // run it as a no-op. It touches no flags and no stack.
+        unsafe {
+            std::arch::asm!("prefetchw [{}]", in(reg) _line, options(nostack, readonly, preserves_flags));
+        }
+    }
+}
 pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
 pub use lend::HostLoan;

@@ -140,6 +140,11 @@ impl<T: 'static> ObjectPool<T> {
     pub(crate) fn take(&'static self, local: &Local<T>) -> Option<Block<T>> {
         let mut l = local.inner.try_borrow_mut().ok()?;
         if let Some(b) = l.blocks.pop() {
+            // The next object's block, most likely freed by another thread: ask for its
+            // lines now, so that making that object does not wait for them.
+            if let Some(next) = l.blocks.last() {
+                super::prefetch_for_write(next.0.as_ptr(), std::mem::size_of::<T>().div_ceil(64));
+            }
             return Some(b);
         }
         let batch = self.full.pop()?;

@@ -221,25 +221,42 @@ fn output_dtype(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<DType, String> {
 
 /// Check that an operand's storage is a `T` buffer that holds its shape, and cut the view
 /// to exactly its element count.
-/// `what` names the operand, as ("input", 1), in the error only: nothing is formatted on
-/// the way through.
-fn fit<T: Num>(what: (&str, usize), meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
-    let (kind, i) = what;
+/// `kind` and `i` name the operand, as ("input", 1), in the error only: nothing is
+/// formatted on the way through.
+///
+/// Always inlined, its failures out of line: called, it took the operand's name as a tuple
+/// through memory written in words and read back in a wider load, a store-forwarding stall
+/// that was a sixth of the worker's time on a chain of one-element adds
+/// (`docs/performance.md`, "The call path").
+#[inline(always)]
+fn fit<T: Num>(kind: &'static str, i: usize, meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
     if meta.dtype != T::DTYPE {
-        return Err(format!("{kind} {i} is {} but the kernel ran for {}", meta.dtype, T::DTYPE));
+        return Err(unfit_dtype(kind, i, meta, T::DTYPE));
     }
     let n = meta.numel();
     if view.len() < n {
-        return Err(format!("{kind} {i} ({}) has storage for only {} elements", meta.describe(), view.len()));
+        return Err(unfit_len(kind, i, meta, view.len()));
     }
     Ok(n)
+}
+
+#[cold]
+#[inline(never)]
+fn unfit_dtype(kind: &str, i: usize, meta: &TensorMeta, want: DType) -> String {
+    format!("{kind} {i} is {} but the kernel ran for {want}", meta.dtype)
+}
+
+#[cold]
+#[inline(never)]
+fn unfit_len(kind: &str, i: usize, meta: &TensorMeta, len: usize) -> String {
+    format!("{kind} {i} ({}) has storage for only {len} elements", meta.describe())
 }
 
 /// Input `i` as exactly its elements.
 fn input<'t, T: Num>(ctx: &KernelCtx<'_, 't>, i: usize) -> Result<&'t [T], String> {
     let t = ctx.inputs.get(i).ok_or_else(|| format!("missing input {i}"))?;
     let view = T::view(t.data);
-    let n = fit(("input", i), t.meta, view)?;
+    let n = fit("input", i, t.meta, view)?;
     Ok(&view[..n])
 }
 
@@ -251,7 +268,7 @@ fn output<'c, T: Num>(
     let t = ctx.outputs.get_mut(i).ok_or_else(|| format!("missing output {i}"))?;
     let meta: &TensorMeta = t.meta;
     let view = T::view_mut(t.data);
-    let n = fit(("output", i), meta, view)?;
+    let n = fit("output", i, meta, view)?;
     Ok((meta, &mut view[..n]))
 }
 

@@ -364,6 +364,13 @@ const _: () = {
     copy::<Attrs>();
 };
 
+/// How many instructions ahead of the one it writes a builder asks for its line: a batch's
+/// instruction lines were last read by the scheduler's and a worker's cores, so the
+/// caller's write of each must first take the line from them; asked for a few
+/// instructions early (`alloc::prefetch_for_write`), that transfer overlaps the calls in
+/// between.
+const PREFETCH_AHEAD: usize = 4;
+
 impl Batch {
     /// An empty batch with room for `n` instructions.
     pub(crate) fn with_capacity(n: usize) -> Self {
@@ -453,6 +460,7 @@ impl Batch {
             std::ptr::addr_of_mut!((*p).n_inputs).write(n_inputs.min(written.min(u32::from(u8::MAX)) as u8));
             self.ins.set_len(len_now + 1);
         }
+        crate::alloc::prefetch_for_write(self.ins.as_ptr().wrapping_add(len_now + PREFETCH_AHEAD), 1);
         if to_arena && len as usize <= INLINE_OPS {
             self.settle_last();
         }
