@@ -33,4 +33,4 @@ pub(crate) mod thread_cache;
 
 pub use fault::AllocFaults;
 pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
-pub use lend::HostLoan;
+pub use lend::{DeviceLoan, HostLoan};
