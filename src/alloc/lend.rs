@@ -365,6 +365,62 @@ mod tests {
         unsafe { *ptr.as_ptr().cast::<i64>().add(i) }
     }
 
+    /// Device memory that counts what the VM asks of it.
+    #[derive(Debug, Default)]
+    struct CountingDevice {
+        released: AtomicUsize,
+        synchronized: AtomicUsize,
+    }
+
+    impl crate::ep::memory::DeviceMemory for CountingDevice {
+        fn device(&self) -> crate::ep::DeviceId {
+            crate::ep::DeviceId::cuda(0)
+        }
+        fn allocate(&self, _bytes: usize) -> Result<crate::ep::memory::Block, crate::ep::EpError> {
+            unreachable!("the tests adopt their blocks")
+        }
+        fn release(&self, _block: crate::ep::memory::Block) {
+            self.released.fetch_add(1, Ordering::SeqCst);
+        }
+        fn synchronize(&self) -> Result<(), crate::ep::EpError> {
+            self.synchronized.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn device_storage(dev: &Arc<CountingDevice>, addr: u64) -> Storage {
+        let block = crate::ep::memory::Block { addr, size: 512, requested: 400 };
+        Storage::foreign_device(DeviceBuffer::adopt(dev.clone(), block))
+    }
+
+    #[test]
+    fn a_device_block_lent_is_given_back_after_the_last_loan_and_a_device_wait() {
+        let dev = Arc::new(CountingDevice::default());
+        // An address no host block has: device loans have their own key space.
+        let s = device_storage(&dev, 0x7000_0000_0200);
+        assert!(s.lend().is_empty(), "no host bytes");
+        let (l1, l2) = (s.lend_device().unwrap(), s.lend_device().unwrap());
+        assert_eq!((l1.addr(), l1.len(), l1.device()), (0x7000_0000_0200, 400, crate::ep::DeviceId::cuda(0)));
+        drop(s);
+        assert_eq!(dev.released.load(Ordering::SeqCst), 0, "kept while lent");
+        drop(l1);
+        assert_eq!(dev.released.load(Ordering::SeqCst), 0, "one loan is still live");
+        drop(l2);
+        assert_eq!(dev.synchronized.load(Ordering::SeqCst), 1, "the last loan waits for the device");
+        assert_eq!(dev.released.load(Ordering::SeqCst), 1);
+        // Not lent: given back at the drop, stream-ordered, without a wait.
+        drop(device_storage(&dev, 0x7000_0000_0400));
+        assert_eq!((dev.released.load(Ordering::SeqCst), dev.synchronized.load(Ordering::SeqCst)), (2, 1));
+        // A loan that ends first leaves the storage's drop as it was.
+        let s = device_storage(&dev, 0x7000_0000_0600);
+        drop(s.lend_device().unwrap());
+        drop(s);
+        assert_eq!((dev.released.load(Ordering::SeqCst), dev.synchronized.load(Ordering::SeqCst)), (3, 1));
+        // A host storage has no device loan.
+        let a = HostAllocator::new("lend-device-test");
+        assert!(a.alloc(8).lend_device().is_none());
+    }
+
     #[test]
     fn an_empty_storage_lends_nothing_and_keeps_nothing() {
         let a = HostAllocator::new("lend-empty");

@@ -1004,6 +1004,80 @@ mod tests {
         assert_eq!(std::mem::offset_of!(DlManagedTensorVersioned, dl_tensor), 32);
     }
 
+    /// Run a device export's call on `t` (on `mock:0`, where it lends the host view) and
+    /// return its answer.
+    fn export_call(vm: &crate::VirtualMachine, t: &Tensor) -> std::result::Result<Lent, String> {
+        let p = Pending::register(Some(7));
+        let op = Op::of_kernel(&DEVICE_EXPORT, &[DeviceType::Cuda, DeviceType::Mock]);
+        let s = vm.compute_stream(DeviceId::mock(0)).unwrap();
+        vm.run(|b| b.call_into(op, &[t], &[], Attrs::scalar(p.token as f64), s)).unwrap();
+        let r = p.wait();
+        assert!(Pending::take(p.token).is_none(), "a call answers once and leaves the table");
+        r
+    }
+
+    fn mock_vm() -> crate::VirtualMachine {
+        crate::VirtualMachine::new(crate::Config { mock_devices: 1, ..crate::Config::default() }).unwrap()
+    }
+
+    #[test]
+    fn a_device_export_lends_the_storage_after_the_writes_issued_before_it() {
+        let vm = mock_vm();
+        let (scale, s) = (vm.op("scale").unwrap(), vm.compute_stream(DeviceId::mock(0)).unwrap());
+        let x = vm.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::mock(0)).unwrap();
+        let y = vm.run(|b| b.call(scale, &[&x], Attrs::scalar(2.0), s)).unwrap();
+        let loan = match export_call(&vm, &y) {
+            Ok(Lent::Host(l)) => l,
+            Ok(Lent::Device(_)) => panic!("mock memory is host memory"),
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(loan.len(), 12);
+        // The mock stream ran `scale` before the call that answered (stream order), so the
+        // product is there now, without a wait; and the loan outlives the tensor and the VM.
+        let read = |loan: &HostLoan| {
+            // SAFETY: the loan keeps 12 bytes allocated; nothing issued after the export
+            // writes them.
+            unsafe { std::slice::from_raw_parts(loan.as_ptr().cast::<f32>(), 3) }.to_vec()
+        };
+        assert_eq!(read(&loan), [2.0, 4.0, 6.0]);
+        drop((x, y, vm));
+        assert_eq!(read(&loan), [2.0, 4.0, 6.0]);
+    }
+
+    #[test]
+    fn a_device_export_of_a_failed_or_unwritten_tensor_answers_with_the_reason() {
+        let vm = mock_vm();
+        let (fail, s) = (vm.op("fail").unwrap(), vm.compute_stream(DeviceId::mock(0)).unwrap());
+        let e = vm.empty(&[2], DType::F32, DeviceId::mock(0)).unwrap();
+        vm.run(|b| b.call_into(fail, &[], &[&e], Attrs::scalar(42.0), s)).unwrap();
+        let why = export_call(&vm, &e).err().expect("skipped");
+        assert!(why.contains("42"), "{why}");
+        let never = vm.empty(&[2], DType::F32, DeviceId::mock(0)).unwrap();
+        let why = export_call(&vm, &never).err().expect("skipped");
+        assert!(why.contains("before anything wrote it"), "{why}");
+        // Neither is a failure of the export: only the `fail` call failed.
+        assert!(vm.sync().is_err());
+        assert!(vm.sync().is_ok());
+    }
+
+    #[test]
+    fn consumer_streams_follow_the_protocol() {
+        pyo3::prepare_freethreaded_python();
+        Python::with_gil(|py| {
+            let int = |v: i64| v.into_pyobject(py).unwrap().into_any();
+            assert_eq!(consumer_stream(None).unwrap(), Some(CU_STREAM_LEGACY));
+            assert_eq!(consumer_stream(Some(&py.None().into_bound(py))).unwrap(), Some(CU_STREAM_LEGACY));
+            assert_eq!(consumer_stream(Some(&int(-1))).unwrap(), None);
+            assert_eq!(consumer_stream(Some(&int(1))).unwrap(), Some(1));
+            assert_eq!(consumer_stream(Some(&int(2))).unwrap(), Some(2));
+            assert_eq!(consumer_stream(Some(&int(0x7f00_1234))).unwrap(), Some(0x7f00_1234));
+            assert!(consumer_stream(Some(&int(0))).unwrap_err().to_string().contains("ambiguous"));
+            assert!(consumer_stream(Some(&int(-2))).is_err());
+            let text = "s".into_pyobject(py).unwrap().into_any();
+            assert!(consumer_stream(Some(&text)).unwrap_err().is_instance_of::<PyTypeError>(py));
+        });
+    }
+
     #[test]
     fn a_strided_tensor_is_gathered_in_row_major_order() {
         // A 2 x 3 view of the transpose of [[0, 1], [2, 3], [4, 5]].
