@@ -1,4 +1,4 @@
-//! DLPack exchange without copies (`docs/python.md`, "DLPack").
+//! DLPack exchange without copies, of host and CUDA memory (`docs/python.md`, "DLPack").
 //!
 //! - **Export** (`Array.__dlpack__`): the array's own host storage, lent
 //!   ([`Tensor::lend_host`]), as a `DLManagedTensorVersioned` (capsule `dltensor_versioned`)
@@ -14,6 +14,17 @@
 //!   drop joins its threads; back-pressure inside a call keeps the GIL). So a freed
 //!   producer's tensor goes on a list that the binding empties, calling the deleters, the
 //!   next time it runs with the GIL ([`collect`]: every call and flush).
+//! - **CUDA memory**, both ways, ordered on the device by DLPack's `stream` protocol. An
+//!   export of an array on `cuda:N` issues a [`DeviceExport`] call on the device's compute
+//!   stream, which the VM orders after the array's writes as any reader; at its launch it
+//!   lends the device storage ([`Storage::lend_device`](crate::alloc::Storage::lend_device))
+//!   and makes the consumer's stream wait for the compute stream (an event), and answers
+//!   the export, which waits only for that launch ([`Pending`]). An import passes the VM's
+//!   compute stream as `stream=`, so the producer orders its pending work before it, wraps
+//!   the producer's pointer as device storage
+//!   ([`VirtualMachine::from_device_memory`](crate::VirtualMachine::from_device_memory)),
+//!   and writes the array with a `noop` on that stream, which the VM's other streams then
+//!   follow.
 //!
 //! The structs are DLPack's C ABI (`dlpack.h`, v1.x), written out here: they are frozen, and
 //! the Rust crates that carry them bring their own PyO3.
@@ -221,12 +232,10 @@ pub(crate) fn export<'py>(
         None => false,
         Some(d) if d == own => false,
         Some(d) if d == (DL_CPU, 0) => true,
-        Some(d) if cuda.is_some() => {
-            return Err(PyBufferError::new_err(format!(
-                "the array on {} can be exported to DLPack device {own:?} or to the host (1, 0), not to {d:?}",
-                t.device()
-            )))
-        }
+        Some(d) if cuda.is_some() => return Err(PyBufferError::new_err(format!(
+            "the array on {} can be exported to DLPack device {own:?} or to the host (1, 0), not to {d:?}",
+            t.device()
+        ))),
         Some(d) => {
             return Err(PyBufferError::new_err(format!(
                 "the array on {} is exported as host memory (DLPack device (1, 0)), not to {d:?}",
@@ -315,7 +324,8 @@ fn export_cuda<'py>(
     let pending = Pending::register(consumer);
     let token = pending.token;
     let op = Op::of_kernel(&DEVICE_EXPORT, &[DeviceType::Cuda, DeviceType::Mock]);
-    let issued = arr.shared.with_builder(py, |b| b.call_into(op, &[t], &[], Attrs::scalar(token as f64), compute));
+    let issued =
+        arr.shared.with_builder(py, |b| b.call_into(op, &[t], &[], Attrs::scalar(token as f64), compute));
     if let Err(e) = issued {
         Pending::forget(token);
         return Err(e).py_err();
@@ -938,8 +948,9 @@ fn import_cuda(
     device: Option<DeviceId>,
     copy: Option<bool>,
 ) -> PyResult<PyArr> {
-    let index = u16::try_from(id)
-        .map_err(|_| PyBufferError::new_err(format!("DLPack device (2, {id}) is not a CUDA device ordinal")))?;
+    let index = u16::try_from(id).map_err(|_| {
+        PyBufferError::new_err(format!("DLPack device (2, {id}) is not a CUDA device ordinal"))
+    })?;
     let dev = DeviceId::cuda(index);
     if let Some(d) = device.filter(|&d| d != dev) {
         return Err(PyBufferError::new_err(format!(

@@ -246,7 +246,9 @@ impl DeviceMemory for ForeignMemory {
             let behind = slot.clone();
             match launch_host_fn(stream, Box::new(move || drop(behind.lock().take()))) {
                 Ok(()) => return,
-                Err(e) => tracing::warn!(error = %e, device = %self.id, "cuLaunchHostFunc failed; waiting for the device instead"),
+                Err(e) => {
+                    tracing::warn!(error = %e, device = %self.id, "cuLaunchHostFunc failed; waiting for the device instead")
+                }
             }
         }
         let owner = slot.lock().take();
@@ -346,9 +348,9 @@ pub(crate) fn order_after_current(consumer: u64) -> Result<(), String> {
                 .result()
                 .map_err(|err| format!("cuEventRecord: {err}"))
                 .and_then(|()| {
-                    sys::cuStreamWaitEvent(consumer as sys::CUstream, e, 0)
-                        .result()
-                        .map_err(|err| format!("cuStreamWaitEvent on the consumer's stream {consumer:#x}: {err}"))
+                    sys::cuStreamWaitEvent(consumer as sys::CUstream, e, 0).result().map_err(|err| {
+                        format!("cuStreamWaitEvent on the consumer's stream {consumer:#x}: {err}")
+                    })
                 })
         };
         // SAFETY: made above, destroyed once.
