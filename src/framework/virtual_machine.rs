@@ -376,7 +376,10 @@ impl VirtualMachine {
     /// [`from_host_memory`](Self::from_host_memory) is for host memory: no instruction is
     /// emitted, the VM's instructions read and write the memory in place, and `owner` is
     /// dropped once the VM frees the storage and no work on the device uses it any more
-    /// (behind the `Release` on its stream, or after waiting for the device). Refused, with
+    /// (behind the `Release` on its stream, or after waiting for the device). That drop may
+    /// run in a host function of a CUDA stream (a driver thread), so it must make no CUDA
+    /// call and must not wait for anything the VM's work waits for (the Python binding's
+    /// owner only puts the producer's tensor on a list). Refused, with
     /// `owner` dropped, as [`empty`](Self::empty) refuses a shape or a device; with
     /// [`Error::Access`] if `addr` is not aligned to 8 bytes; with [`Error::Device`] if the
     /// device is not a CUDA device or the driver does not know `addr` as its memory.

@@ -232,10 +232,12 @@ pub(crate) fn export<'py>(
         None => false,
         Some(d) if d == own => false,
         Some(d) if d == (DL_CPU, 0) => true,
-        Some(d) if cuda.is_some() => return Err(PyBufferError::new_err(format!(
+        Some(d) if cuda.is_some() => {
+            return Err(PyBufferError::new_err(format!(
             "the array on {} can be exported to DLPack device {own:?} or to the host (1, 0), not to {d:?}",
             t.device()
-        ))),
+        )))
+        }
         Some(d) => {
             return Err(PyBufferError::new_err(format!(
                 "the array on {} is exported as host memory (DLPack device (1, 0)), not to {d:?}",

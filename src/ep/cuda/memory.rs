@@ -322,6 +322,23 @@ pub(crate) fn wrap_foreign(
                 ctx.ordinal()
             )));
         }
+        // Memory of another context of the same device is not mapped in this one. (Memory
+        // from a stream-ordered pool or mapped with the virtual memory API names no
+        // context: its device decides.)
+        let mut owner_ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: as above; the attribute is a `CUcontext`.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut owner_ctx as *mut sys::CUcontext).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+                addr,
+            )
+        };
+        if r == sys::CUresult::CUDA_SUCCESS && !owner_ctx.is_null() && owner_ctx != ctx.cu_ctx() {
+            return Err(err(format!(
+                "the address {addr:#x} is memory of another CUDA context than the device's primary context, which the VM uses"
+            )));
+        }
     }
     let memory = Arc::new(ForeignMemory { id, ctx, owner: Mutex::new(Some(owner)) });
     Ok(DeviceBuffer::adopt(memory, Block { addr, size: bytes, requested: bytes }))
