@@ -194,18 +194,18 @@ def test_a_consumer_stream_waits_for_the_vm_s_writes_on_the_device(cuda):
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         t = torch.from_dlpack(x)  # passes `side` as the stream: it waits on the device
-        s = t.sum()
+        done = torch.all(t == 300.0)
     side.synchronize()
-    assert s.item() == 300.0 * n
+    assert done.item()
     # stream=None: the legacy default stream, torch's default stream.
     y = x * 2.0
-    t = torch.from_dlpack(y.__dlpack__(max_version=(1, 0)))
-    assert t.sum().item() == 600.0 * n
+    t = torch.from_dlpack(y.__dlpack__())
+    assert torch.all(t == 600.0).item()
     # stream=-1: no ordering; the consumer waits for the array itself.
     z = y + one
     z.wait()
     t = torch.from_dlpack(z.__dlpack__(stream=-1))
-    assert t.sum().item() == 601.0 * n
+    assert torch.all(t == 601.0).item()
     with pytest.raises(ValueError, match="ambiguous"):
         z.__dlpack__(stream=0)
 
@@ -214,7 +214,7 @@ def test_host_copies_on_request(cuda):
     torch, vm = cuda
     x = vm.full([4], 2.5, device="cuda:0")
     for kw in ({"dl_device": (1, 0)}, {"copy": True}):
-        h = torch.from_dlpack(x.__dlpack__(max_version=(1, 0), **kw))
+        h = torch.from_dlpack(x.__dlpack__(**kw))
         assert h.device.type == "cpu" and torch.equal(h, torch.full((4,), 2.5))
     with pytest.raises(BufferError, match="copy=False"):
         x.__dlpack__(dl_device=(1, 0), copy=False)
@@ -264,7 +264,7 @@ def test_what_cannot_be_imported_without_a_copy(cuda):
     t.zero_()
     assert c.numpy()[2, 3] == 11.0, "a copy, made before from_dlpack returned"
     with pytest.raises(eagervm.DeviceError, match="cuda:0"):
-        eagervm.VM().from_dlpack(t)
+        eagervm.VM(cuda_devices=0).from_dlpack(t)
     with pytest.raises(BufferError, match="device=None"):
         vm.from_dlpack(t, device="cpu:0")
 
@@ -273,7 +273,7 @@ def test_a_host_pointer_in_a_cuda_capsule_is_refused(cuda):
     _, vm = cuda
     host = np.zeros(4, np.float32)
     p = Forged(host.ctypes.data, 4, (2, 0))
-    with pytest.raises(eagervm.DeviceError, match="not device memory"):
+    with pytest.raises(eagervm.DeviceError, match="address"):
         vm.from_dlpack(p)
     assert p.calls[0]["stream"] not in (None, 0, 1, 2, -1), "the VM's own stream"
     gc.collect()
