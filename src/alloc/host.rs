@@ -751,6 +751,18 @@ impl Storage {
         }
     }
 
+    /// A storage over a device buffer the VM did not allocate (`Storage::foreign_device`).
+    pub(super) fn with_device(buffer: DeviceBuffer, allocator: Arc<HostAllocator>) -> Storage {
+        Storage {
+            ptr: NonNull::<Align64>::dangling().cast(),
+            len: 0,
+            class: None,
+            allocator: ManuallyDrop::new(allocator),
+            device: Some(Box::new(buffer)),
+            foreign: None,
+        }
+    }
+
     /// The first byte (dangling and aligned for an empty storage).
     pub(super) fn ptr(&self) -> NonNull<u8> {
         self.ptr
@@ -882,6 +894,11 @@ impl Storage {
     /// return does, for a launch in flight on this thread's asynchronous stream.
     #[cold]
     fn drop_lent_or_foreign(&mut self, allocator: Arc<HostAllocator>) {
+        if let Some(buffer) = self.device.take() {
+            // Device memory: its own loans (`alloc::lend`, "Device loans").
+            lend::free_device_unless_lent(buffer);
+            return;
+        }
         let free: Box<dyn FnOnce() + Send> = match (self.class, self.foreign.take()) {
             (Some(class), _) => {
                 let (block, len) = (Block(self.ptr), self.len);

@@ -27,6 +27,18 @@
 //! memory imported twice); each keeps its own owner, so the registry keeps a list of what
 //! to run per address.
 //!
+//! # Device loans
+//!
+//! A storage of device memory (CUDA) lends its [`DeviceBuffer`] the same way
+//! ([`Storage::lend_device`], a [`DeviceLoan`]), under the block's device address in a key
+//! space of its own: a device storage dropped while its address is lent keeps its buffer
+//! here, and the last loan gives it back. A buffer given back from the VM's `Release` is
+//! stream-ordered (the device allocator reuses it only on the stream that freed it); one
+//! given back at a loan's end is not: the consumer that ends the loan may still have work
+//! in flight on the device that reads it, which the VM cannot see. So the last loan first
+//! waits for the device to be idle ([`DeviceBuffer::synchronize`]), then gives the buffer
+//! back: a host wait, once per export of device memory, on the thread that ends the loan.
+//!
 //! # Foreign storage
 //!
 //! [`Storage::foreign`] wraps memory that another library owns: the storage points at it,
@@ -43,6 +55,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 use super::host::{HostAllocator, Storage};
+use crate::ep::memory::DeviceBuffer;
 
 /// What frees a block whose storage dropped while it was lent.
 type Free = Box<dyn FnOnce() + Send>;
@@ -54,8 +67,15 @@ struct Lent {
     kept: Vec<Free>,
 }
 
+/// The address space of a lent address: host and device addresses are kept apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Space {
+    Host,
+    Device,
+}
+
 /// Loans by address (block or foreign data start).
-static LENT: Mutex<Option<HashMap<usize, Lent>>> = Mutex::new(None);
+static LENT: Mutex<Option<HashMap<(Space, usize), Lent>>> = Mutex::new(None);
 
 /// Live loans in the process, any address; changed under [`LENT`]'s lock (module docs).
 static LOANS: AtomicUsize = AtomicUsize::new(0);
@@ -70,12 +90,62 @@ pub(super) fn any() -> bool {
 pub(super) fn free_unless_lent(addr: usize, free: Free) {
     {
         let mut lent = LENT.lock();
-        if let Some(l) = lent.as_mut().and_then(|m| m.get_mut(&addr)) {
+        if let Some(l) = lent.as_mut().and_then(|m| m.get_mut(&(Space::Host, addr))) {
             l.kept.push(free);
             return;
         }
     }
     free();
+}
+
+/// Drop `buffer` now, unless a loan of its address is live: then keep it for the last
+/// loan's end, which waits for the device to be idle before giving it back (module docs,
+/// "Device loans").
+pub(super) fn free_device_unless_lent(buffer: Box<DeviceBuffer>) {
+    let key = (Space::Device, buffer.addr() as usize);
+    let mut buffer = Some(buffer);
+    {
+        let mut lent = LENT.lock();
+        if let Some(l) = lent.as_mut().and_then(|m| m.get_mut(&key)) {
+            let buffer = buffer.take().expect("taken once");
+            l.kept.push(Box::new(move || {
+                if let Err(e) = buffer.synchronize() {
+                    // The block cannot be known unused: keep it out of the allocator.
+                    tracing::error!(error = %e, ?buffer, "a lent device block is leaked");
+                    std::mem::forget(buffer);
+                }
+            }));
+            return;
+        }
+    }
+    drop(buffer);
+}
+
+/// Take a loan of `key`.
+fn register(key: (Space, usize)) {
+    let mut lent = LENT.lock();
+    lent.get_or_insert_with(HashMap::new).entry(key).or_default().loans += 1;
+    LOANS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// End a loan of `key`; the last one runs what was kept for its address.
+fn unregister(key: (Space, usize)) {
+    let kept = {
+        let mut lent = LENT.lock();
+        let map = lent.as_mut().expect("a live loan is registered");
+        let l = map.get_mut(&key).expect("a live loan is registered");
+        l.loans -= 1;
+        LOANS.fetch_sub(1, Ordering::Relaxed);
+        if l.loans > 0 {
+            return;
+        }
+        map.remove(&key).map(|l| l.kept).unwrap_or_default()
+    };
+    // Outside the lock: a return to a cache takes the allocator's lock, a foreign owner's
+    // drop may do anything, and a device buffer's waits for its device.
+    for free in kept {
+        free();
+    }
 }
 
 /// The owner of foreign memory wrapped as a [`Storage`] (dropped when the storage is freed).
@@ -136,22 +206,50 @@ impl Drop for HostLoan {
         if self.len == 0 {
             return;
         }
-        let addr = self.ptr.as_ptr() as usize;
-        let kept = {
-            let mut lent = LENT.lock();
-            let map = lent.as_mut().expect("a live loan is registered");
-            let l = map.get_mut(&addr).expect("a live loan is registered");
-            l.loans -= 1;
-            LOANS.fetch_sub(1, Ordering::Relaxed);
-            if l.loans > 0 {
-                return;
-            }
-            map.remove(&addr).map(|l| l.kept).unwrap_or_default()
-        };
-        // Outside the lock: a return to a cache takes the allocator's lock, and a foreign
-        // owner's drop may do anything.
-        for free in kept {
-            free();
+        unregister((Space::Host, self.ptr.as_ptr() as usize));
+    }
+}
+
+/// A loan of a storage's device memory ([`Storage::lend_device`]): `len` bytes at device
+/// address [`addr`](Self::addr) on [`device`](Self::device), which stay allocated (neither
+/// freed nor handed to another tensor) until the loan drops, even if the storage, its
+/// tensor or its VM is gone by then. As a [`HostLoan`], it grants no access: a user of the
+/// address orders itself with the VM's accesses. Dropping it may run on any thread; the
+/// drop that ends the last loan of a storage already freed waits for the device to be idle
+/// (module docs, "Device loans").
+#[derive(Debug)]
+pub struct DeviceLoan {
+    addr: u64,
+    len: usize,
+    device: crate::ep::DeviceId,
+}
+
+impl DeviceLoan {
+    /// The device address of the first byte.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// Bytes lent.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no byte is lent (an empty tensor's storage: nothing to keep).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The device the memory is on.
+    pub fn device(&self) -> crate::ep::DeviceId {
+        self.device
+    }
+}
+
+impl Drop for DeviceLoan {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            unregister((Space::Device, self.addr as usize));
         }
     }
 }
@@ -163,11 +261,29 @@ impl Storage {
     pub fn lend(&self) -> HostLoan {
         let (ptr, len) = (self.ptr(), self.len());
         if len > 0 {
-            let mut lent = LENT.lock();
-            lent.get_or_insert_with(HashMap::new).entry(ptr.as_ptr() as usize).or_default().loans += 1;
-            LOANS.fetch_add(1, Ordering::Relaxed);
+            register((Space::Host, ptr.as_ptr() as usize));
         }
         HostLoan { ptr, len }
+    }
+
+    /// Lend this storage's device memory (module docs, "Device loans"): it stays allocated
+    /// until the loan drops, even after this storage drops. `None` for a storage of host
+    /// memory; an empty buffer gives an empty loan.
+    pub fn lend_device(&self) -> Option<DeviceLoan> {
+        let b = self.device_buffer()?;
+        let loan = DeviceLoan { addr: b.addr(), len: b.len(), device: b.device() };
+        if loan.len > 0 {
+            register((Space::Device, loan.addr as usize));
+        }
+        Some(loan)
+    }
+
+    /// A storage of device memory the VM did not allocate: `buffer`, which a device backend
+    /// made over the foreign block (`DeviceBuffer::adopt`), and whose owner gives the
+    /// block back to the other library when the buffer drops (after the storage's `Release`
+    /// and every loan of it).
+    pub fn foreign_device(buffer: DeviceBuffer) -> Storage {
+        Storage::with_device(buffer, foreign_allocator())
     }
 
     /// A storage of `len` bytes at `ptr`, memory the VM did not allocate; `owner` keeps it
@@ -247,6 +363,62 @@ mod tests {
     fn mem_at(ptr: NonNull<u8>, i: usize) -> i64 {
         // SAFETY: the test's buffer holds at least `i + 1` i64s.
         unsafe { *ptr.as_ptr().cast::<i64>().add(i) }
+    }
+
+    /// Device memory that counts what the VM asks of it.
+    #[derive(Debug, Default)]
+    struct CountingDevice {
+        released: AtomicUsize,
+        synchronized: AtomicUsize,
+    }
+
+    impl crate::ep::memory::DeviceMemory for CountingDevice {
+        fn device(&self) -> crate::ep::DeviceId {
+            crate::ep::DeviceId::cuda(0)
+        }
+        fn allocate(&self, _bytes: usize) -> Result<crate::ep::memory::Block, crate::ep::EpError> {
+            unreachable!("the tests adopt their blocks")
+        }
+        fn release(&self, _block: crate::ep::memory::Block) {
+            self.released.fetch_add(1, Ordering::SeqCst);
+        }
+        fn synchronize(&self) -> Result<(), crate::ep::EpError> {
+            self.synchronized.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+    }
+
+    fn device_storage(dev: &Arc<CountingDevice>, addr: u64) -> Storage {
+        let block = crate::ep::memory::Block { addr, size: 512, requested: 400 };
+        Storage::foreign_device(DeviceBuffer::adopt(dev.clone(), block))
+    }
+
+    #[test]
+    fn a_device_block_lent_is_given_back_after_the_last_loan_and_a_device_wait() {
+        let dev = Arc::new(CountingDevice::default());
+        // An address no host block has: device loans have their own key space.
+        let s = device_storage(&dev, 0x7000_0000_0200);
+        assert!(s.lend().is_empty(), "no host bytes");
+        let (l1, l2) = (s.lend_device().unwrap(), s.lend_device().unwrap());
+        assert_eq!((l1.addr(), l1.len(), l1.device()), (0x7000_0000_0200, 400, crate::ep::DeviceId::cuda(0)));
+        drop(s);
+        assert_eq!(dev.released.load(Ordering::SeqCst), 0, "kept while lent");
+        drop(l1);
+        assert_eq!(dev.released.load(Ordering::SeqCst), 0, "one loan is still live");
+        drop(l2);
+        assert_eq!(dev.synchronized.load(Ordering::SeqCst), 1, "the last loan waits for the device");
+        assert_eq!(dev.released.load(Ordering::SeqCst), 1);
+        // Not lent: given back at the drop, stream-ordered, without a wait.
+        drop(device_storage(&dev, 0x7000_0000_0400));
+        assert_eq!((dev.released.load(Ordering::SeqCst), dev.synchronized.load(Ordering::SeqCst)), (2, 1));
+        // A loan that ends first leaves the storage's drop as it was.
+        let s = device_storage(&dev, 0x7000_0000_0600);
+        drop(s.lend_device().unwrap());
+        drop(s);
+        assert_eq!((dev.released.load(Ordering::SeqCst), dev.synchronized.load(Ordering::SeqCst)), (3, 1));
+        // A host storage has no device loan.
+        let a = HostAllocator::new("lend-device-test");
+        assert!(a.alloc(8).lend_device().is_none());
     }
 
     #[test]

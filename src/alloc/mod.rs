@@ -55,4 +55,4 @@ pub(crate) fn prefetch_for_write<T>(p: *const T, lines: usize) {
     }
 }
 pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
-pub use lend::HostLoan;
+pub use lend::{DeviceLoan, HostLoan};

@@ -166,6 +166,13 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     /// [`DeviceBuffer`] drops, which in the VM happens inside the `Release` instruction,
     /// on the stream the tensor was last used on (stream-ordered free).
     fn release(&self, block: Block);
+    /// Wait until nothing on the device uses memory any more (every stream idle): what must
+    /// come before a block is given back from a thread that launches nothing, when work
+    /// outside the VM may still use it (a block lent through DLPack, `alloc::lend`). Memory
+    /// that no device work uses asynchronously has nothing to wait for.
+    fn synchronize(&self) -> Result<(), EpError> {
+        Ok(())
+    }
 }
 
 /// A block of device memory owned by a tensor's storage; dropping it gives the block back.
@@ -179,6 +186,18 @@ impl DeviceBuffer {
     pub fn new(owner: &Arc<dyn DeviceMemory>, bytes: usize) -> Result<DeviceBuffer, EpError> {
         let block = owner.allocate(bytes)?;
         Ok(DeviceBuffer { block: Some(block), owner: owner.clone() })
+    }
+
+    /// A buffer that owns `block`, handed out by `owner` in some other way than
+    /// [`DeviceMemory::allocate`] (memory another library owns, wrapped by the device's
+    /// backend); dropping it gives the block back to `owner`.
+    pub fn adopt(owner: Arc<dyn DeviceMemory>, block: Block) -> DeviceBuffer {
+        DeviceBuffer { block: Some(block), owner }
+    }
+
+    /// Wait until nothing on the buffer's device uses memory ([`DeviceMemory::synchronize`]).
+    pub fn synchronize(&self) -> Result<(), EpError> {
+        self.owner.synchronize()
     }
 
     /// The device address of the first byte.

@@ -382,6 +382,55 @@ impl VirtualMachine {
         Ok(t)
     }
 
+    /// A new tensor on the CUDA device `device` whose storage is `numel * dtype.size()`
+    /// bytes of device memory the VM did not allocate, at device address `addr`, kept valid
+    /// by `owner` (a zero-copy DLPack import of CUDA memory, `docs/python.md`), as
+    /// [`from_host_memory`](Self::from_host_memory) is for host memory: no instruction is
+    /// emitted, the VM's instructions read and write the memory in place, and `owner` is
+    /// dropped once the VM frees the storage and no work on the device uses it any more
+    /// (behind the `Release` on its stream, or after waiting for the device). That drop may
+    /// run in a host function of a CUDA stream (a driver thread), so it must make no CUDA
+    /// call and must not wait for anything the VM's work waits for (the Python binding's
+    /// owner only puts the producer's tensor on a list). Refused, with
+    /// `owner` dropped, as [`empty`](Self::empty) refuses a shape or a device; with
+    /// [`Error::Access`] if `addr` is not aligned to 8 bytes; with [`Error::Device`] if the
+    /// device is not a CUDA device or the driver does not know `addr` as its memory.
+    ///
+    /// # Safety
+    /// Until `owner` drops, `addr` must be valid device memory of `device` for reads and
+    /// writes of the tensor's bytes, and nothing else may write it while an instruction of
+    /// the VM may read it, nor access it while one may write it; work of another library
+    /// on the device is ordered with the VM's streams by that library (DLPack's `stream`
+    /// protocol) or by waiting for the VM.
+    pub unsafe fn from_device_memory(
+        &self,
+        addr: u64,
+        shape: &[usize],
+        dtype: DType,
+        device: DeviceId,
+        owner: Box<dyn Send>,
+    ) -> Result<Tensor> {
+        let t = self.empty_at(shape, dtype, device, || "`from_device_memory`".to_string())?;
+        let len = t.meta().bytes();
+        if len > 0 && addr % crate::alloc::lend::FOREIGN_ALIGN as u64 != 0 {
+            return Err(Error::Access {
+                tensor: t.id(),
+                detail: format!(
+                    "foreign device memory at {addr:#x} is not aligned to {} bytes",
+                    crate::alloc::lend::FOREIGN_ALIGN
+                ),
+            });
+        }
+        let engine = self.engine();
+        let stream = engine.stream(engine.stream_of(device, StreamType::Compute)?)?;
+        let buffer = crate::ep::cuda::wrap_foreign(&*stream.ep, addr, len, owner).map_err(Error::Device)?;
+        let storage = Storage::foreign_device(buffer);
+        // SAFETY: as in `from_host_memory`: the tensor was made just now, so nothing else
+        // reaches its value, and the batch that first uses it is handed over after this.
+        unsafe { t.inner().value_mut() }.storage = Some(storage);
+        Ok(t)
+    }
+
     /// Build instructions with `f` and submit them. Returns what `f` returns. Instructions
     /// built before an error inside `f` are still submitted (they were valid).
     pub fn run<R>(&self, f: impl FnOnce(&mut InstructionsBuilder<'_>) -> R) -> R {

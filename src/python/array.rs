@@ -445,10 +445,11 @@ impl PyArr {
         }
     }
 
-    /// DLPack export (`docs/python.md`, "DLPack"): once every instruction issued so far
-    /// that writes the array has finished, its own host storage, lent to the consumer
-    /// until the consumer's deleter runs (`python::dlpack`); a host copy for an array on a
-    /// device, or with `copy=True`.
+    /// DLPack export (`docs/python.md`, "DLPack"): the array's own storage, lent to the
+    /// consumer until the consumer's deleter runs (`python::dlpack`). On the host, once
+    /// every instruction issued so far that writes the array has finished; on `cuda:N`, at
+    /// once, with the consumer's `stream` made to wait on the device for those writes. A
+    /// host copy for an array on `mock:N`, with `copy=True`, or with `dl_device=(1, 0)`.
     #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
     fn __dlpack__<'py>(
         &self,
@@ -461,8 +462,13 @@ impl PyArr {
         super::dlpack::export(py, self, stream, max_version, dl_device, copy)
     }
 
-    /// `(1, 0)`: DLPack's CPU device; an array on another device is exported as a host copy.
+    /// `(2, N)` (DLPack's `kDLCUDA`) for an array on `cuda:N`; `(1, 0)`, the CPU, for every
+    /// other array (one on `mock:N` is exported as a host copy).
     fn __dlpack_device__(&self) -> (i32, i32) {
-        (1, 0)
+        let d = self.t.device();
+        match d.ty {
+            crate::ep::DeviceType::Cuda => (super::dlpack::DL_CUDA, i32::from(d.index)),
+            _ => (1, 0),
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! DLPack exchange without copies (`docs/python.md`, "DLPack").
+//! DLPack exchange without copies, of host and CUDA memory (`docs/python.md`, "DLPack").
 //!
 //! - **Export** (`Array.__dlpack__`): the array's own host storage, lent
 //!   ([`Tensor::lend_host`]), as a `DLManagedTensorVersioned` (capsule `dltensor_versioned`)
@@ -14,16 +14,28 @@
 //!   drop joins its threads; back-pressure inside a call keeps the GIL). So a freed
 //!   producer's tensor goes on a list that the binding empties, calling the deleters, the
 //!   next time it runs with the GIL ([`collect`]: every call and flush).
+//! - **CUDA memory**, both ways, ordered on the device by DLPack's `stream` protocol. An
+//!   export of an array on `cuda:N` issues a [`DeviceExport`] call on the device's compute
+//!   stream, which the VM orders after the array's writes as any reader; at its launch it
+//!   lends the device storage ([`Storage::lend_device`](crate::alloc::Storage::lend_device))
+//!   and makes the consumer's stream wait for the compute stream (an event), and answers
+//!   the export, which waits only for that launch ([`Pending`]). An import passes the VM's
+//!   compute stream as `stream=`, so the producer orders its pending work before it, wraps
+//!   the producer's pointer as device storage
+//!   ([`VirtualMachine::from_device_memory`](crate::VirtualMachine::from_device_memory)),
+//!   and writes the array with a `noop` on that stream, which the VM's other streams then
+//!   follow.
 //!
 //! The structs are DLPack's C ABI (`dlpack.h`, v1.x), written out here: they are frozen, and
 //! the Rust crates that carry them bring their own PyO3.
 
+use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -33,12 +45,16 @@ use super::array::{parse_device, PyArr};
 use super::errors::IntoPy;
 use super::shared::Shared;
 use super::wait::wait;
-use crate::ep::{DeviceId, StreamType};
-use crate::framework::{Attrs, DType, HostLoan, Tensor};
+use crate::alloc::DeviceLoan;
+use crate::ep::{DeviceId, DeviceType, StreamType};
+use crate::framework::{Attrs, DType, HostLoan, Op, Tensor};
+use crate::vm::{KernelCtx, OpKernel, OutSpecs, TensorMeta};
 use crate::Result;
 
 /// `DLDeviceType::kDLCPU`.
 const DL_CPU: i32 = 1;
+/// `kDLCUDA`: CUDA device memory.
+pub(crate) const DL_CUDA: i32 = 2;
 /// `kDLCUDAHost`: page-locked host memory, which the CPU reads as any other.
 const DL_CUDA_HOST: i32 = 3;
 /// `DLDataTypeCode::kDLInt`.
@@ -120,6 +136,8 @@ struct DlManagedTensorVersioned {
 enum Held {
     /// The VM's storage, lent.
     Loan(#[allow(dead_code)] HostLoan),
+    /// The VM's device storage, lent (an array on `cuda:N`).
+    Device(#[allow(dead_code)] DeviceLoan),
     /// A copy (`copy=True`).
     F32(#[allow(dead_code)] Vec<f32>),
     I64(#[allow(dead_code)] Vec<i64>),
@@ -204,17 +222,36 @@ pub(crate) fn export<'py>(
     dl_device: Option<(i32, i32)>,
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if let Some(d) = dl_device {
-        if d != (DL_CPU, 0) {
+    let t = &arr.t;
+    let cuda = (t.device().ty == DeviceType::Cuda).then_some(t.device().index);
+    let own = match cuda {
+        Some(n) => (DL_CUDA, i32::from(n)),
+        None => (DL_CPU, 0),
+    };
+    let to_host = match dl_device {
+        None => false,
+        Some(d) if d == own => false,
+        Some(d) if d == (DL_CPU, 0) => true,
+        Some(d) if cuda.is_some() => {
             return Err(PyBufferError::new_err(format!(
-                "eagervm exports host memory (DLPack device (1, 0)), not {d:?}"
-            )));
+            "the array on {} can be exported to DLPack device {own:?} or to the host (1, 0), not to {d:?}",
+            t.device()
+        )))
         }
+        Some(d) => {
+            return Err(PyBufferError::new_err(format!(
+                "the array on {} is exported as host memory (DLPack device (1, 0)), not to {d:?}",
+                t.device()
+            )))
+        }
+    };
+    if let (Some(_), false, false) = (cuda, to_host, copy == Some(true)) {
+        return export_cuda(py, arr, stream, max_version);
     }
-    if stream.is_some_and(|s| !s.is_none()) {
+    // A host export: the consumer reads host memory, complete when this returns.
+    if stream.is_some_and(|s| !s.is_none()) && cuda.is_none() {
         return Err(PyBufferError::new_err("a stream applies to device memory; eagervm exports host memory"));
     }
-    let t = &arr.t;
     let host = t.device().is_host();
     if copy == Some(false) && !host {
         return Err(PyBufferError::new_err(format!(
@@ -241,10 +278,212 @@ pub(crate) fn export<'py>(
     let copied = !matches!(held, Held::Loan(_)) || !host;
     let data = match &held {
         Held::Loan(l) => l.as_ptr().cast::<c_void>(),
+        Held::Device(_) => unreachable!("a host export"),
         Held::F32(v) => v.as_ptr().cast_mut().cast(),
         Held::I64(v) => v.as_ptr().cast_mut().cast(),
     };
-    Ok(make_capsule(py, t, data, held, versioned, copied)?.into_any())
+    let device = DlDevice { device_type: DL_CPU, device_id: 0 };
+    Ok(make_capsule(py, t, data, device, held, versioned, copied)?.into_any())
+}
+
+/// The stream the consumer of a CUDA export named (DLPack's `stream` for `kDLCUDA`): the
+/// raw handle to order after the VM's writes, or `None` for `-1` (no synchronisation).
+/// `None` means the legacy default stream (1), as the protocol says; `0` is refused as
+/// ambiguous, as it is there.
+fn consumer_stream(stream: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+    let Some(s) = stream.filter(|s| !s.is_none()) else { return Ok(Some(CU_STREAM_LEGACY)) };
+    let v: i128 = s.extract().map_err(|_| {
+        PyTypeError::new_err(format!("stream must be an int (a CUDA stream handle) or None, not {s}"))
+    })?;
+    match v {
+        -1 => Ok(None),
+        0 => Err(PyValueError::new_err(
+            "stream=0 is ambiguous for CUDA (DLPack): pass 1 (the legacy default stream), 2 (per-thread default) or a stream handle",
+        )),
+        v => u64::try_from(v)
+            .map(Some)
+            .map_err(|_| PyValueError::new_err(format!("stream must be -1, 1, 2 or a CUDA stream handle, not {v}"))),
+    }
+}
+
+/// `CU_STREAM_LEGACY`: the legacy default stream's handle.
+const CU_STREAM_LEGACY: u64 = 1;
+
+/// The export of an array on `cuda:N` without a copy (module docs): a [`DeviceExport`] call
+/// on the device's compute stream, ordered after every write of the array issued so far,
+/// lends the storage and makes the consumer's stream wait for the compute stream there;
+/// this waits (GIL released) until that call has been launched, not until it has run.
+fn export_cuda<'py>(
+    py: Python<'py>,
+    arr: &PyArr,
+    stream: Option<&Bound<'py, PyAny>>,
+    max_version: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let consumer = consumer_stream(stream)?;
+    let versioned = wants_versioned(max_version)?;
+    let t = &arr.t;
+    let compute = arr.shared.vm().compute_stream(t.device()).py_err()?;
+    let pending = Pending::register(consumer);
+    let token = pending.token;
+    let op = Op::of_kernel(&DEVICE_EXPORT, &[DeviceType::Cuda, DeviceType::Mock]);
+    let issued =
+        arr.shared.with_builder(py, |b| b.call_into(op, &[t], &[], Attrs::scalar(token as f64), compute));
+    if let Err(e) = issued {
+        Pending::forget(token);
+        return Err(e).py_err();
+    }
+    arr.shared.flush(py);
+    let answer = {
+        let pending = pending.clone();
+        wait(py, move || pending.wait())?
+    };
+    let loan = match answer {
+        Ok(Lent::Device(l)) => l,
+        Ok(Lent::Host(_)) => unreachable!("a CUDA array's storage is device memory"),
+        Err(why) => {
+            // Skipped: the array carries an error, or was never written. Raise the array's
+            // own error, typed, where it has one.
+            let t = t.clone();
+            wait(py, move || t.wait())?.py_err()?;
+            return Err(PyBufferError::new_err(format!("the array cannot be exported: {why}")));
+        }
+    };
+    let data = loan.addr() as usize as *mut c_void;
+    let device = DlDevice { device_type: DL_CUDA, device_id: i32::from(t.device().index) };
+    Ok(make_capsule(py, t, data, device, Held::Device(loan), versioned, false)?.into_any())
+}
+
+/// What a [`DeviceExport`] call lent.
+enum Lent {
+    Device(DeviceLoan),
+    Host(#[allow(dead_code)] HostLoan),
+}
+
+/// A DLPack export waiting for its [`DeviceExport`] call, which the call's scalar attribute
+/// names (`token`).
+struct Pending {
+    token: u64,
+    /// The consumer's stream to order after the VM's writes (`None`: no synchronisation).
+    consumer: Option<u64>,
+    answer: Mutex<Option<std::result::Result<Lent, String>>>,
+    answered: Condvar,
+}
+
+/// Exports waiting for their calls, by token.
+static PENDING: Mutex<Option<HashMap<u64, Arc<Pending>>>> = Mutex::new(None);
+/// The next token; tokens stay below 2^53, so that an `f64` attribute carries them exactly.
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+impl Pending {
+    fn register(consumer: Option<u64>) -> Arc<Pending> {
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed) % (1 << 53);
+        let p = Arc::new(Pending { token, consumer, answer: Mutex::new(None), answered: Condvar::new() });
+        PENDING.lock().get_or_insert_with(HashMap::new).insert(token, p.clone());
+        p
+    }
+
+    /// The export that `token` names, taken out of the table (each call answers once).
+    fn take(token: u64) -> Option<Arc<Pending>> {
+        PENDING.lock().as_mut().and_then(|m| m.remove(&token))
+    }
+
+    fn forget(token: u64) {
+        drop(Pending::take(token));
+    }
+
+    fn answer(&self, r: std::result::Result<Lent, String>) {
+        *self.answer.lock() = Some(r);
+        self.answered.notify_all();
+    }
+
+    /// Block until the call has answered (on a helper thread: `wait`).
+    fn wait(&self) -> std::result::Result<Lent, String> {
+        let mut a = self.answer.lock();
+        loop {
+            if let Some(r) = a.take() {
+                return r;
+            }
+            self.answered.wait(&mut a);
+        }
+    }
+}
+
+/// Answers its export when dropped without having answered (a panic in the kernel).
+struct Answer(Option<Arc<Pending>>);
+
+impl Answer {
+    fn give(mut self, r: std::result::Result<Lent, String>) {
+        if let Some(p) = self.0.take() {
+            p.answer(r);
+        }
+    }
+}
+
+impl Drop for Answer {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.answer(Err("the export's call panicked".into()));
+        }
+    }
+}
+
+/// The call behind a device export (`dlpack_export`): one input, no output. Its read
+/// access orders it after every write of the array issued before it, on the device (the
+/// builder's stream waits); at its launch it lends the input's storage and, on CUDA, makes
+/// the consumer's stream wait for its own stream there; it answers the waiting export then,
+/// or when the VM skips it (an input that carries an error or was never written).
+/// Registered on the mock device too, where it lends the host view and orders nothing
+/// (the tests' way to run it without a GPU).
+struct DeviceExport;
+
+static DEVICE_EXPORT_KERNEL: DeviceExport = DeviceExport;
+static DEVICE_EXPORT: &dyn OpKernel = &DEVICE_EXPORT_KERNEL;
+
+impl OpKernel for DeviceExport {
+    fn name(&self) -> &'static str {
+        "dlpack_export"
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        _given: &[&TensorMeta],
+        _attrs: &Attrs,
+        _outputs: &mut OutSpecs,
+    ) -> std::result::Result<(), String> {
+        match inputs.len() {
+            1 => Ok(()),
+            n => Err(format!("dlpack_export takes one input, not {n}")),
+        }
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> std::result::Result<(), String> {
+        let token = ctx.attrs.scalar as u64;
+        let Some(p) = Pending::take(token) else {
+            return Err(format!("no export waits for call {token}"));
+        };
+        let consumer = p.consumer;
+        let answer = Answer(Some(p));
+        let input = ctx.inputs.first().ok_or("missing input 0")?;
+        let r = match input.data.lend_device() {
+            Some(loan) => match consumer {
+                Some(c) if !loan.is_empty() => {
+                    crate::ep::cuda::order_after_current(c).map(|()| Lent::Device(loan))
+                }
+                _ => Ok(Lent::Device(loan)),
+            },
+            None => Ok(Lent::Host(input.data.lend())),
+        };
+        // A failure is the export's (it raises), not the VM's: nothing was written.
+        answer.give(r);
+        Ok(())
+    }
+
+    fn skipped_call(&self, attrs: &Attrs, why: &dyn std::fmt::Display) {
+        if let Some(p) = Pending::take(attrs.scalar as u64) {
+            p.answer(Err(why.to_string()));
+        }
+    }
 }
 
 /// Leak an `Exported` of `t`'s metadata over `data` and wrap it in a capsule.
@@ -252,6 +491,7 @@ fn make_capsule<'py>(
     py: Python<'py>,
     t: &Tensor,
     data: *mut c_void,
+    device: DlDevice,
     held: Held,
     versioned: bool,
     copied: bool,
@@ -263,7 +503,7 @@ fn make_capsule<'py>(
     }
     let dl = |shape: *mut i64, strides: *mut i64| DlTensor {
         data,
-        device: DlDevice { device_type: DL_CPU, device_id: 0 },
+        device,
         ndim: t.shape().len() as i32,
         dtype: dl_dtype(t.dtype()),
         shape,
@@ -425,14 +665,22 @@ pub(crate) fn collect(_py: Python<'_>) {
 }
 
 /// Call `x.__dlpack__(max_version=(1, 0))` (or `x.__dlpack__()` for a producer that does
-/// not take the keyword) and take the managed tensor out of the capsule.
-fn take_capsule(x: &Bound<'_, PyAny>) -> PyResult<Owner> {
+/// not take the keyword), with `stream=` the consumer's stream for device memory, and take
+/// the managed tensor out of the capsule.
+fn take_capsule(x: &Bound<'_, PyAny>, stream: Option<u64>) -> PyResult<Owner> {
     let py = x.py();
     let kw = PyDict::new(py);
+    if let Some(s) = stream {
+        kw.set_item("stream", s)?;
+    }
     kw.set_item("max_version", (DLPACK_MAJOR, DLPACK_MINOR))?;
     let capsule = match x.call_method("__dlpack__", (), Some(&kw)) {
         Ok(c) => c,
-        Err(e) if e.is_instance_of::<PyTypeError>(py) => x.call_method0("__dlpack__")?,
+        Err(e) if e.is_instance_of::<PyTypeError>(py) => {
+            // A producer of DLPack before 1.0, which does not take `max_version`.
+            kw.del_item("max_version")?;
+            x.call_method("__dlpack__", (), Some(&kw))?
+        }
         Err(e) => return Err(e),
     };
     let capsule = capsule
@@ -474,9 +722,9 @@ struct Layout {
     read_only: bool,
 }
 
-/// Read and check the producer's tensor: its device is the host, its dtype is one the VM
-/// has, and its shape is a shape.
-fn layout(m: &Managed) -> PyResult<Layout> {
+/// Read and check the producer's tensor: its device is one `accepts` (`expected` names it
+/// for the message), its dtype is one the VM has, and its shape is a shape.
+fn layout(m: &Managed, accepts: impl Fn(DlDevice) -> bool, expected: &str) -> PyResult<Layout> {
     if let Managed::Versioned(v) = m {
         // SAFETY: valid until deleted.
         let version = unsafe { &v.as_ref().version };
@@ -489,10 +737,10 @@ fn layout(m: &Managed) -> PyResult<Layout> {
     }
     let dl = m.tensor();
     let dev = dl.device;
-    if dev.device_type != DL_CPU && dev.device_type != DL_CUDA_HOST {
+    if !accepts(dev) {
         return Err(PyBufferError::new_err(format!(
-            "eagervm imports host memory through DLPack, not memory of DLPack device ({}, {}): copy it to the host first (for PyTorch, x.cpu())",
-            dev.device_type, dev.device_id
+            "eagervm imports host and CUDA memory through DLPack, and this import expected {}, not memory of DLPack device ({}, {})",
+            expected, dev.device_type, dev.device_id
         )));
     }
     let dtype = match (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes) {
@@ -586,10 +834,8 @@ pub(crate) fn import(
     device: Option<&str>,
     copy: Option<bool>,
 ) -> PyResult<PyArr> {
-    let device = match device {
-        Some(d) => parse_device(d)?,
-        None => DeviceId::CPU,
-    };
+    let asked = device.map(parse_device).transpose()?;
+    let device = asked.unwrap_or(DeviceId::CPU);
     if !x.hasattr("__dlpack__")? {
         return Err(PyTypeError::new_err(format!(
             "expected a DLPack producer (an object with __dlpack__), got {}",
@@ -598,13 +844,18 @@ pub(crate) fn import(
     }
     if x.hasattr("__dlpack_device__")? {
         let (ty, id): (i32, i32) = x.call_method0("__dlpack_device__")?.extract()?;
+        if ty == DL_CUDA {
+            let r = import_cuda(py, shared, x, id, asked, copy);
+            collect(py);
+            return r;
+        }
         if ty != DL_CPU && ty != DL_CUDA_HOST {
             return Err(PyBufferError::new_err(format!(
-                "eagervm imports host memory through DLPack, not memory of DLPack device ({ty}, {id}): copy it to the host first (for PyTorch, x.cpu())"
+                "eagervm imports host and CUDA memory through DLPack, not memory of DLPack device ({ty}, {id}): copy it to the host first (for PyTorch, x.cpu())"
             )));
         }
     }
-    let owner = take_capsule(x)?;
+    let owner = take_capsule(x, None)?;
     let r = import_owned(py, shared, owner, device, copy);
     // The deleter of a copied (or refused) import runs now.
     collect(py);
@@ -618,7 +869,8 @@ fn import_owned(
     device: DeviceId,
     copy: Option<bool>,
 ) -> PyResult<PyArr> {
-    let l = layout(owner.0.as_ref().expect("a fresh owner"))?;
+    let host = |d: DlDevice| d.device_type == DL_CPU || d.device_type == DL_CUDA_HOST;
+    let l = layout(owner.0.as_ref().expect("a fresh owner"), host, "host memory")?;
     let numel: usize = l.shape.iter().product();
     let aligned = numel == 0 || l.data as usize % crate::alloc::lend::FOREIGN_ALIGN == 0;
     let why_copy = if l.strides.is_some() {
@@ -677,6 +929,83 @@ fn import_owned(
     Ok(PyArr { shared: shared.clone(), t: dst })
 }
 
+/// The raw handle of VM stream `id` (a CUDA stream), for a producer's `__dlpack__(stream=)`.
+fn stream_handle(shared: &Shared, id: crate::vm::StreamId) -> Option<u64> {
+    let engine = shared.vm().engine();
+    let s = engine.stream(id).ok()?;
+    crate::ep::cuda::raw_stream(&*s.ep)
+}
+
+/// The import of CUDA memory on DLPack device `(kDLCUDA, id)` (`docs/python.md`, "DLPack"):
+/// the producer orders its pending work before the VM's compute stream of `cuda:id`
+/// (`__dlpack__(stream=<that stream>)`), and its memory becomes the storage of a VM array
+/// on `cuda:id`, written there by a `noop` on that stream, so that the VM's other streams
+/// read it after that point too. Compact, 8-aligned memory only; `copy=True` copies it on
+/// the device and waits for the copy.
+fn import_cuda(
+    py: Python<'_>,
+    shared: &Arc<Shared>,
+    x: &Bound<'_, PyAny>,
+    id: i32,
+    device: Option<DeviceId>,
+    copy: Option<bool>,
+) -> PyResult<PyArr> {
+    let index = u16::try_from(id).map_err(|_| {
+        PyBufferError::new_err(format!("DLPack device (2, {id}) is not a CUDA device ordinal"))
+    })?;
+    let dev = DeviceId::cuda(index);
+    if let Some(d) = device.filter(|&d| d != dev) {
+        return Err(PyBufferError::new_err(format!(
+            "the producer's memory is on {dev}; eagervm imports it there, not to {d}: import it with device=None, then copy it with .to(\"{d}\")"
+        )));
+    }
+    let vm = shared.vm();
+    // A VM without the device refuses here, with the DeviceError that names it.
+    let compute = vm.compute_stream(dev).py_err()?;
+    let handle = stream_handle(shared, compute).ok_or_else(|| {
+        PyBufferError::new_err(format!("the VM's compute stream of {dev} is not a CUDA stream"))
+    })?;
+    let owner = take_capsule(x, Some(handle))?;
+    let expected = format!("CUDA memory of device {id}");
+    let on_dev = |d: DlDevice| d.device_type == DL_CUDA && d.device_id == id;
+    let l = layout(owner.0.as_ref().expect("a fresh owner"), on_dev, &expected)?;
+    let numel: usize = l.shape.iter().product();
+    let why_not = if l.strides.is_some() {
+        Some("its elements are not contiguous in row-major order (for PyTorch, pass x.contiguous())")
+    } else if numel > 0 && l.data as usize % crate::alloc::lend::FOREIGN_ALIGN != 0 {
+        Some("its data is not aligned to 8 bytes")
+    } else if l.read_only && copy != Some(true) {
+        Some("the producer marked it read-only (copy=True copies it)")
+    } else {
+        None
+    };
+    if let Some(why) = why_not {
+        return Err(PyBufferError::new_err(format!("CUDA memory cannot be imported without a copy: {why}")));
+    }
+    let addr = if numel == 0 { 0 } else { l.data as usize as u64 };
+    // SAFETY: DLPack: the producer's memory (`numel` compact elements of the dtype from
+    // `addr`, 8-aligned, checked above) stays valid until its deleter runs, which `owner`'s
+    // drop leads to; it is writable unless flagged read-only (then only the copy below
+    // reads it). The producer ordered its pending work before the VM's compute stream
+    // (`stream=` above), the first stream that touches it (the `noop` below); that nothing
+    // else races with the VM's accesses later is the exchange's rule (docs/python.md).
+    let t = unsafe { vm.from_device_memory(addr, &l.shape, l.dtype, dev, Box::new(owner)) }.py_err()?;
+    let noop = vm.op("noop").py_err()?;
+    shared.with_builder(py, |b| b.call_into(noop, &[], &[&t], Attrs::default(), compute)).py_err()?;
+    if copy != Some(true) {
+        return Ok(PyArr { shared: shared.clone(), t });
+    }
+    // A copy on the device, waited for, so the producer may change its memory once this
+    // returns; `t`'s `Release` follows the copy when `t` drops.
+    let dst = vm.empty(&l.shape, l.dtype, dev).py_err()?;
+    let op = shared.ops.copy;
+    shared.with_builder(py, |b| b.call_into(op, &[&t], &[&dst], Attrs::default(), compute)).py_err()?;
+    shared.flush(py);
+    let copied = dst.clone();
+    wait(py, move || copied.wait())?.py_err()?;
+    Ok(PyArr { shared: shared.clone(), t: dst })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,6 +1021,80 @@ mod tests {
         assert_eq!(std::mem::size_of::<DlManagedTensor>(), 64);
         assert_eq!(std::mem::offset_of!(DlManagedTensorVersioned, flags), 24);
         assert_eq!(std::mem::offset_of!(DlManagedTensorVersioned, dl_tensor), 32);
+    }
+
+    /// Run a device export's call on `t` (on `mock:0`, where it lends the host view) and
+    /// return its answer.
+    fn export_call(vm: &crate::VirtualMachine, t: &Tensor) -> std::result::Result<Lent, String> {
+        let p = Pending::register(Some(7));
+        let op = Op::of_kernel(&DEVICE_EXPORT, &[DeviceType::Cuda, DeviceType::Mock]);
+        let s = vm.compute_stream(DeviceId::mock(0)).unwrap();
+        vm.run(|b| b.call_into(op, &[t], &[], Attrs::scalar(p.token as f64), s)).unwrap();
+        let r = p.wait();
+        assert!(Pending::take(p.token).is_none(), "a call answers once and leaves the table");
+        r
+    }
+
+    fn mock_vm() -> crate::VirtualMachine {
+        crate::VirtualMachine::new(crate::Config { mock_devices: 1, ..crate::Config::default() }).unwrap()
+    }
+
+    #[test]
+    fn a_device_export_lends_the_storage_after_the_writes_issued_before_it() {
+        let vm = mock_vm();
+        let (scale, s) = (vm.op("scale").unwrap(), vm.compute_stream(DeviceId::mock(0)).unwrap());
+        let x = vm.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::mock(0)).unwrap();
+        let y = vm.run(|b| b.call(scale, &[&x], Attrs::scalar(2.0), s)).unwrap();
+        let loan = match export_call(&vm, &y) {
+            Ok(Lent::Host(l)) => l,
+            Ok(Lent::Device(_)) => panic!("mock memory is host memory"),
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(loan.len(), 12);
+        // The mock stream ran `scale` before the call that answered (stream order), so the
+        // product is there now, without a wait; and the loan outlives the tensor and the VM.
+        let read = |loan: &HostLoan| {
+            // SAFETY: the loan keeps 12 bytes allocated; nothing issued after the export
+            // writes them.
+            unsafe { std::slice::from_raw_parts(loan.as_ptr().cast::<f32>(), 3) }.to_vec()
+        };
+        assert_eq!(read(&loan), [2.0, 4.0, 6.0]);
+        drop((x, y, vm));
+        assert_eq!(read(&loan), [2.0, 4.0, 6.0]);
+    }
+
+    #[test]
+    fn a_device_export_of_a_failed_or_unwritten_tensor_answers_with_the_reason() {
+        let vm = mock_vm();
+        let (fail, s) = (vm.op("fail").unwrap(), vm.compute_stream(DeviceId::mock(0)).unwrap());
+        let e = vm.empty(&[2], DType::F32, DeviceId::mock(0)).unwrap();
+        vm.run(|b| b.call_into(fail, &[], &[&e], Attrs::scalar(42.0), s)).unwrap();
+        let why = export_call(&vm, &e).err().expect("skipped");
+        assert!(why.contains("42"), "{why}");
+        let never = vm.empty(&[2], DType::F32, DeviceId::mock(0)).unwrap();
+        let why = export_call(&vm, &never).err().expect("skipped");
+        assert!(why.contains("before anything wrote it"), "{why}");
+        // Neither is a failure of the export: only the `fail` call failed.
+        assert!(vm.sync().is_err());
+        assert!(vm.sync().is_ok());
+    }
+
+    #[test]
+    fn consumer_streams_follow_the_protocol() {
+        pyo3::prepare_freethreaded_python();
+        Python::with_gil(|py| {
+            let int = |v: i64| v.into_pyobject(py).unwrap().into_any();
+            assert_eq!(consumer_stream(None).unwrap(), Some(CU_STREAM_LEGACY));
+            assert_eq!(consumer_stream(Some(&py.None().into_bound(py))).unwrap(), Some(CU_STREAM_LEGACY));
+            assert_eq!(consumer_stream(Some(&int(-1))).unwrap(), None);
+            assert_eq!(consumer_stream(Some(&int(1))).unwrap(), Some(1));
+            assert_eq!(consumer_stream(Some(&int(2))).unwrap(), Some(2));
+            assert_eq!(consumer_stream(Some(&int(0x7f00_1234))).unwrap(), Some(0x7f00_1234));
+            assert!(consumer_stream(Some(&int(0))).unwrap_err().to_string().contains("ambiguous"));
+            assert!(consumer_stream(Some(&int(-2))).is_err());
+            let text = "s".into_pyobject(py).unwrap().into_any();
+            assert!(consumer_stream(Some(&text)).unwrap_err().is_instance_of::<PyTypeError>(py));
+        });
     }
 
     #[test]

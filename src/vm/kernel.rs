@@ -132,6 +132,14 @@ pub trait OpKernel: Send + Sync + 'static {
     fn skipped(&self, why: &dyn fmt::Display) {
         let _ = why;
     }
+
+    /// [`skipped`](Self::skipped), with the call's attributes: what the VM calls. A kernel
+    /// that must tell which call did not run (one waited for by a caller that a scalar
+    /// attribute names: the DLPack export of device memory) overrides this one.
+    fn skipped_call(&self, attrs: &Attrs, why: &dyn fmt::Display) {
+        let _ = attrs;
+        self.skipped(why)
+    }
 }
 
 impl fmt::Debug for dyn OpKernel {

@@ -333,3 +333,76 @@ fn a_cuda_tensor_nothing_wrote_reads_as_a_host_tensor_does() {
     }
     assert_eq!(vm.sync(), Ok(()));
 }
+
+/// Device memory that another library owns (a DLPack import, `docs/python.md`), wrapped
+/// with `from_device_memory`: the VM reads and writes it in place, gives it back once (its
+/// owner dropped behind the `Release`) and refuses an address that is not device memory
+/// or not aligned, dropping the owner.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "needs a GPU"]
+fn foreign_device_memory_is_used_in_place_and_given_back_once() {
+    use cudarc::driver::sys;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Counts its drops; makes no CUDA call (it may be dropped in a host function).
+    struct Owner(Arc<AtomicUsize>);
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let _g = lock();
+    let vm = gpu_vm();
+    let ctx = cudarc::driver::CudaContext::new(0).unwrap();
+    ctx.bind_to_thread().unwrap();
+    let mut ptr: sys::CUdeviceptr = 0;
+    // SAFETY: a valid out-pointer; the context is current.
+    unsafe { sys::cuMemAlloc_v2(&mut ptr, 64) }.result().unwrap();
+    let drops = Arc::new(AtomicUsize::new(0));
+    let (cuda, s) = (DeviceId::cuda(0), vm.compute_stream(DeviceId::cuda(0)).unwrap());
+    // SAFETY: 64 bytes of device memory of cuda:0, freed below after the owner dropped;
+    // nothing else touches them meanwhile.
+    let t = unsafe { vm.from_device_memory(ptr, &[4], DType::F32, cuda, Box::new(Owner(drops.clone()))) }
+        .unwrap();
+    let host = vm.from_slice(&[1.0f32, -2.0, 3.0, -4.0], &[4], DeviceId::CPU).unwrap();
+    let (copy, relu) = (vm.op("copy").unwrap(), vm.op("relu").unwrap());
+    let h2d = vm.stream(cuda, StreamType::H2D).unwrap();
+    let y = vm
+        .run(|b| {
+            b.call_into(copy, &[&host], &[&t], Attrs::default(), h2d)?;
+            b.call(relu, &[&t], Attrs::default(), s)
+        })
+        .unwrap();
+    assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 0.0, 3.0, 0.0]);
+    vm.sync().unwrap();
+    let mut back = [0f32; 4];
+    // SAFETY: 16 bytes into a 16-byte buffer; the VM's writes are done (`sync`).
+    unsafe { sys::cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), ptr, 16) }.result().unwrap();
+    assert_eq!(back, [1.0, -2.0, 3.0, -4.0], "written in place");
+    drop(t);
+    vm.sync().unwrap();
+    assert_eq!(drops.load(Ordering::SeqCst), 1, "given back once, after the release");
+    // Refusals drop the owner at once.
+    let on_host = Box::new([0u64; 2]);
+    let bad = on_host.as_ptr() as u64;
+    // SAFETY: refused before use (not device memory).
+    let e = unsafe { vm.from_device_memory(bad, &[4], DType::F32, cuda, Box::new(Owner(drops.clone()))) };
+    assert!(
+        matches!(&e, Err(Error::Device(_)) if e.as_ref().unwrap_err().to_string().contains("not device memory")),
+        "{e:?}"
+    );
+    // SAFETY: refused before use (misaligned).
+    let e = unsafe { vm.from_device_memory(ptr + 4, &[2], DType::F32, cuda, Box::new(Owner(drops.clone()))) };
+    assert!(matches!(e, Err(Error::Access { .. })), "{e:?}");
+    // SAFETY: refused before use (not a CUDA device).
+    let e = unsafe {
+        vm.from_device_memory(ptr, &[2], DType::F32, DeviceId::CPU, Box::new(Owner(drops.clone())))
+    };
+    assert!(matches!(e, Err(Error::Device(_))), "{e:?}");
+    assert_eq!(drops.load(Ordering::SeqCst), 4);
+    ctx.bind_to_thread().unwrap();
+    // SAFETY: allocated above; the VM gave it back and nothing uses it.
+    unsafe { sys::cuMemFree_v2(ptr) }.result().unwrap();
+}

@@ -59,6 +59,12 @@ impl DeviceMemory for DeviceShared {
     fn release(&self, block: Block) {
         self.alloc.free(block, self.current_key());
     }
+
+    fn synchronize(&self) -> Result<(), EpError> {
+        self.ctx
+            .synchronize()
+            .map_err(|e| EpError::Device { device: self.id, what: format!("cuCtxSynchronize: {e}") })
+    }
 }
 
 /// A CUDA device (`cuda:N`).

@@ -1,5 +1,7 @@
 //! CUDA memory: the raw device-memory source under the caching allocator, pinned host
-//! staging buffers, and host functions enqueued on a stream.
+//! staging buffers, host functions enqueued on a stream, and what the DLPack exchange needs
+//! of the driver (foreign device memory wrapped as a buffer, another library's stream
+//! ordered after the VM's work).
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -8,7 +10,10 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaContext, DriverError};
 use parking_lot::Mutex;
 
+use super::stream::{with_current, CudaEpStream};
 use crate::ep::memory::caching::{RawMemory, RawMemoryError};
+use crate::ep::memory::{Block, DeviceBuffer, DeviceMemory};
+use crate::ep::{DeviceId, EpError, Stream};
 
 /// `cuMemAlloc`/`cuMemFree` on one context: the [`RawMemory`] of a CUDA device.
 #[derive(Debug)]
@@ -195,4 +200,179 @@ pub(crate) fn launch_host_fn(stream: sys::CUstream, f: HostFn) -> Result<(), Dri
         drop(unsafe { Box::from_raw(arg) });
     }
     r
+}
+
+// ---------------------------------------------------------------------------------------
+// DLPack: device memory another library owns, and ordering another library's stream.
+
+/// The [`DeviceMemory`] behind one block of foreign device memory (a DLPack import): it
+/// hands out nothing, and giving its block back drops `owner` (which tells the producer it
+/// is done) once nothing on the device uses the block any more.
+struct ForeignMemory {
+    id: DeviceId,
+    ctx: Arc<CudaContext>,
+    owner: Mutex<Option<Box<dyn Send>>>,
+}
+
+impl std::fmt::Debug for ForeignMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ForeignMemory({})", self.id)
+    }
+}
+
+impl DeviceMemory for ForeignMemory {
+    fn device(&self) -> DeviceId {
+        self.id
+    }
+
+    fn allocate(&self, bytes: usize) -> Result<Block, EpError> {
+        Err(EpError::Device {
+            device: self.id,
+            what: format!("foreign memory allocates nothing (asked for {bytes} bytes)"),
+        })
+    }
+
+    /// Drop the owner behind the work in flight: the VM gives a block back from the
+    /// `Release` launched on the stream that used it last (ordered after every other use),
+    /// so a host function behind that launch drops it once the stream has got there. Given
+    /// back outside a launch (the last loan of an export, a tensor freed after its VM's
+    /// threads stopped), the device is waited for first.
+    fn release(&self, _block: Block) {
+        let Some(owner) = self.owner.lock().take() else { return };
+        let stream = with_current(|s| s.filter(|s| s.shared.id == self.id).map(|s| s.cu_stream()));
+        // Shared with the host function, so that a refused launch leaves it here.
+        let slot = Arc::new(Mutex::new(Some(owner)));
+        if let Some(stream) = stream {
+            let behind = slot.clone();
+            match launch_host_fn(stream, Box::new(move || drop(behind.lock().take()))) {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, device = %self.id, "cuLaunchHostFunc failed; waiting for the device instead")
+                }
+            }
+        }
+        let owner = slot.lock().take();
+        match self.ctx.synchronize() {
+            Ok(()) => drop(owner),
+            Err(e) => {
+                // The block cannot be known unused: keep the producer's memory.
+                tracing::error!(error = %e, device = %self.id, "cuCtxSynchronize failed; foreign memory kept");
+                std::mem::forget(owner);
+            }
+        }
+    }
+
+    fn synchronize(&self) -> Result<(), EpError> {
+        self.ctx
+            .synchronize()
+            .map_err(|e| EpError::Device { device: self.id, what: format!("cuCtxSynchronize: {e}") })
+    }
+}
+
+/// The stream behind a VM stream of a CUDA device, if it is one.
+fn cuda_stream(stream: &dyn Stream) -> Option<&CudaEpStream> {
+    stream.as_any().downcast_ref::<CudaEpStream>()
+}
+
+/// The raw `CUstream` handle of `stream`, as an integer (what DLPack's `stream` argument
+/// carries); `None` for a stream of another backend.
+pub(crate) fn raw_stream(stream: &dyn Stream) -> Option<u64> {
+    cuda_stream(stream).map(|s| s.cu_stream() as u64)
+}
+
+/// Wrap `bytes` bytes of device memory at `addr`, which another library owns and `owner`
+/// keeps valid, as a buffer on the device of `stream` (a VM stream of a CUDA device). The
+/// address must be memory of that device (the driver is asked: `cuPointerGetAttribute`);
+/// otherwise, or for a stream of another backend, a typed error, and `owner` is dropped.
+pub(crate) fn wrap_foreign(
+    stream: &dyn Stream,
+    addr: u64,
+    bytes: usize,
+    owner: Box<dyn Send>,
+) -> Result<DeviceBuffer, EpError> {
+    let Some(s) = cuda_stream(stream) else {
+        return Err(EpError::Device {
+            device: stream.device(),
+            what: "foreign device memory can only be wrapped on a CUDA device".into(),
+        });
+    };
+    let (id, ctx) = (s.shared.id, s.shared.ctx.clone());
+    if bytes > 0 {
+        let err = |what: String| EpError::Device { device: id, what };
+        ctx.bind_to_thread().map_err(|e| err(format!("binding the context: {e}")))?;
+        let mut ordinal: i32 = -1;
+        // SAFETY: `ordinal` is a valid out-pointer for this attribute (an int); the driver
+        // reads nothing through `addr`, it looks the address up.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut ordinal as *mut i32).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                addr,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(err(format!(
+                "the address {addr:#x} is not device memory the CUDA driver knows ({})",
+                DriverError(r)
+            )));
+        }
+        if usize::try_from(ordinal).ok() != Some(ctx.ordinal()) {
+            return Err(err(format!(
+                "the address {addr:#x} is memory of CUDA device {ordinal}, not of this device (ordinal {})",
+                ctx.ordinal()
+            )));
+        }
+        // Memory of another context of the same device is not mapped in this one. (Memory
+        // from a stream-ordered pool or mapped with the virtual memory API names no
+        // context: its device decides.)
+        let mut owner_ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: as above; the attribute is a `CUcontext`.
+        let r = unsafe {
+            sys::cuPointerGetAttribute(
+                (&mut owner_ctx as *mut sys::CUcontext).cast(),
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_CONTEXT,
+                addr,
+            )
+        };
+        if r == sys::CUresult::CUDA_SUCCESS && !owner_ctx.is_null() && owner_ctx != ctx.cu_ctx() {
+            return Err(err(format!(
+                "the address {addr:#x} is memory of another CUDA context than the device's primary context, which the VM uses"
+            )));
+        }
+    }
+    let memory = Arc::new(ForeignMemory { id, ctx, owner: Mutex::new(Some(owner)) });
+    Ok(DeviceBuffer::adopt(memory, Block { addr, size: bytes, requested: bytes }))
+}
+
+/// Make `consumer` (a raw `CUstream` handle of a live stream of this device's context, or
+/// `CU_STREAM_LEGACY` = 1, `CU_STREAM_PER_THREAD` = 2) wait, on the device, for everything
+/// enqueued so far on the CUDA stream whose launch runs on this thread: an event recorded
+/// here, which `consumer` waits for. The host does not block.
+pub(crate) fn order_after_current(consumer: u64) -> Result<(), String> {
+    with_current(|s| {
+        let s = s.ok_or("outside a CUDA stream launch")?;
+        let mut e: sys::CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: `e` is a valid out-pointer; the launch made the stream's context current.
+        unsafe { sys::cuEventCreate(&mut e, flags) }.result().map_err(|e| format!("cuEventCreate: {e}"))?;
+        // SAFETY: `e` is the live event just made and the stream is live (its launch runs);
+        // `consumer` is a live stream of this process's context or a special handle (the
+        // caller's contract: DLPack's consumer passes its own stream); the wait is enqueued
+        // before the event is destroyed, and the driver keeps an event that a stream waits
+        // for until the wait is over.
+        let r = unsafe {
+            sys::cuEventRecord(e, s.cu_stream())
+                .result()
+                .map_err(|err| format!("cuEventRecord: {err}"))
+                .and_then(|()| {
+                    sys::cuStreamWaitEvent(consumer as sys::CUstream, e, 0).result().map_err(|err| {
+                        format!("cuStreamWaitEvent on the consumer's stream {consumer:#x}: {err}")
+                    })
+                })
+        };
+        // SAFETY: made above, destroyed once.
+        let d = unsafe { sys::cuEventDestroy_v2(e) }.result();
+        r?;
+        d.map_err(|e| format!("cuEventDestroy: {e}"))
+    })
 }

@@ -145,6 +145,56 @@ pub fn available(index: u16) -> Result<(), EpError> {
 #[cfg(feature = "cuda")]
 pub use stream::with_current;
 
+/// The raw `CUstream` handle of `stream` as an integer (DLPack's `stream` argument); `None`
+/// for a stream of another backend, or without the `cuda` feature.
+#[cfg_attr(not(feature = "python"), allow(dead_code))] // the DLPack exchange's (`python`)
+pub(crate) fn raw_stream(stream: &dyn super::Stream) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    {
+        memory::raw_stream(stream)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = stream;
+        None
+    }
+}
+
+/// Device memory at `addr` that another library owns (`owner` keeps it), wrapped as a
+/// buffer on the CUDA device of `stream` (`memory::wrap_foreign`): a typed error for an
+/// address the driver does not know as that device's, or a stream of another backend.
+pub(crate) fn wrap_foreign(
+    stream: &dyn super::Stream,
+    addr: u64,
+    bytes: usize,
+    owner: Box<dyn Send>,
+) -> Result<super::memory::DeviceBuffer, EpError> {
+    #[cfg(feature = "cuda")]
+    {
+        memory::wrap_foreign(stream, addr, bytes, owner)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (addr, bytes, owner);
+        Err(EpError::CudaUnavailable { device: stream.device(), reason: CudaUnavailable::NotBuilt })
+    }
+}
+
+/// Make the stream `consumer` (a raw `CUstream` handle) wait, on the device, for the work
+/// enqueued so far on the CUDA stream launching on this thread (`memory::order_after_current`).
+#[cfg_attr(not(feature = "python"), allow(dead_code))] // the DLPack exchange's (`python`)
+pub(crate) fn order_after_current(consumer: u64) -> Result<(), String> {
+    #[cfg(feature = "cuda")]
+    {
+        memory::order_after_current(consumer)
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = consumer;
+        Err("eagervm was built without the cuda feature".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

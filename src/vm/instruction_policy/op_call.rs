@@ -176,7 +176,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
             (t, t.value())
         };
         if let Some(e) = &v.error {
-            kernel.skipped(e);
+            kernel.skipped_call(&attrs, e);
             set_error(outputs, e.clone());
             return;
         }
@@ -186,7 +186,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         }
     }
     if let Some(tensor) = uninitialized {
-        read_unwritten(kernel, outputs, tensor, program, env);
+        read_unwritten(kernel, &attrs, outputs, tensor, program, env);
         return;
     }
     // Outputs, in one pass: allocate those written for the first time, note those that
@@ -214,7 +214,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
                         stream: env.stream_name.clone(),
                         source,
                     };
-                    kernel.skipped(&e);
+                    kernel.skipped_call(&attrs, &e);
                     fail(outputs, e, env);
                     return;
                 }
@@ -258,7 +258,14 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
 /// read returns it). Neither is counted: a read is not a failed instruction.
 #[cold]
 #[inline(never)]
-fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, program: u64, env: &ExecEnv) {
+fn read_unwritten(
+    kernel: &dyn OpKernel,
+    attrs: &Attrs,
+    outputs: &[Operand],
+    tensor: u64,
+    program: u64,
+    env: &ExecEnv,
+) {
     // SAFETY: the call is running, so its one output's tensor is alive.
     let fetch = |o: &Operand| unsafe { o.tensor() }.fetch;
     match outputs {
@@ -268,7 +275,7 @@ fn read_unwritten(kernel: &dyn OpKernel, outputs: &[Operand], tensor: u64, progr
         }
         _ => {
             let e = Error::Uninitialized { instr: program, op: kernel.name().into(), tensor };
-            kernel.skipped(&e);
+            kernel.skipped_call(attrs, &e);
             fail(outputs, e, env)
         }
     }
