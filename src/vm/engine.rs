@@ -465,11 +465,12 @@ impl Engine {
     /// and a collective stream).
     pub(crate) fn stream_of(&self, device: DeviceId, ty: StreamType) -> Result<StreamId> {
         let ty = if device.is_host() && ty != StreamType::Collective { StreamType::Compute } else { ty };
-        self.streams
-            .iter()
-            .find(|s| s.device == device && s.ty == ty)
-            .map(|s| s.id)
-            .ok_or_else(|| Error::Device(crate::ep::EpError::Unavailable(device)))
+        // A match, not `ok_or`: the error made and dropped on every lookup cost the eager
+        // call path a call of the error's destructor.
+        match self.streams.iter().find(|s| s.device == device && s.ty == ty) {
+            Some(s) => Ok(s.id),
+            None => Err(Error::Device(crate::ep::EpError::Unavailable(device))),
+        }
     }
 
     /// Note a communicator made on this engine, so that the watchdog can abort it. Fails
