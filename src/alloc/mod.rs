@@ -32,6 +32,8 @@ pub mod pin;
 pub(crate) mod thread_cache;
 
 pub use fault::AllocFaults;
+pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
+pub use lend::{DeviceLoan, HostLoan};
 
 /// Ask for the `lines` cache lines from `p` on in a writable state, ahead of writing them.
 ///
@@ -54,5 +56,3 @@ pub(crate) fn prefetch_for_write<T>(p: *const T, lines: usize) {
         }
     }
 }
-pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
-pub use lend::{DeviceLoan, HostLoan};
