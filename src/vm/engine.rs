@@ -151,8 +151,10 @@ pub(crate) struct EngineRef(u64);
 /// The engines made in this process and not yet dropped, with their [`EngineRef`]s.
 static ENGINES: parking_lot::Mutex<Vec<(EngineRef, Weak<Engine>)>> = parking_lot::const_mutex(Vec::new());
 
-/// The next [`EngineRef`]'s number (never reused: 2^64 engines outlast any process).
-static NEXT_ENGINE: AtomicU64 = AtomicU64::new(1);
+/// The next [`EngineRef`]'s number (never reused: 2^64 engines outlast any process). The
+/// standard library's atomic, not the `sync` facade's: a process-wide counter that no
+/// model checks, and a `static` (loom's atomics are not made in constant expressions).
+static NEXT_ENGINE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl EngineRef {
     /// No engine's name (numbers start at 1): for objects of unit tests that belong to none.
