@@ -226,8 +226,8 @@ fn output_dtype(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<DType, String> {
 ///
 /// Always inlined, its failures out of line: called, it took the operand's name as a tuple
 /// through memory written in words and read back in a wider load, a store-forwarding stall
-/// that was a sixth of the worker's time on a chain of one-element adds
-/// (`docs/performance.md`, "The call path").
+/// on every operand of every call (`docs/performance.md`, "The call path", has the
+/// measurement).
 #[inline(always)]
 fn fit<T: Num>(kind: &'static str, i: usize, meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
     if meta.dtype != T::DTYPE {
