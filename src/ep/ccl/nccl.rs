@@ -649,6 +649,58 @@ impl Drop for NcclBackend {
     }
 }
 
+/// A one-rank NCCL communicator over one GPU of this process, called directly with no VM in
+/// between: the reference side of the NCCL benchmark (`bench::nccl`), on the library and
+/// with the error reporting of the backend.
+#[cfg(feature = "cli")]
+pub(crate) struct DirectComm {
+    lib: &'static Lib,
+    comm: Comm,
+}
+
+#[cfg(feature = "cli")]
+impl DirectComm {
+    /// `ncclCommInitAll` over `cuda:device` alone. The device's context must be open.
+    pub(crate) fn one(device: u16) -> Result<DirectComm, CclError> {
+        let lib = lib()?;
+        let list = [c_int::from(device)];
+        let mut comm: Comm = std::ptr::null_mut();
+        // SAFETY: `comm` has room for the one handle of the one device listed.
+        check(lib, unsafe { (lib.comm_init_all)(&mut comm, 1, list.as_ptr()) }, "ncclCommInitAll")?;
+        Ok(DirectComm { lib, comm })
+    }
+
+    /// Enqueue an `ncclAllReduce` (sum) of `count` `f32`s from `send` into `recv` on `stream`.
+    ///
+    /// # Safety
+    /// `send` and `recv` are device allocations of at least `count` `f32`s on this
+    /// communicator's device, alive until the call has run on `stream`, a live stream of
+    /// that device.
+    pub(crate) unsafe fn all_reduce_sum_f32(
+        &self,
+        send: *const c_void,
+        recv: *mut c_void,
+        count: usize,
+        stream: sys::CUstream,
+    ) -> Result<(), CclError> {
+        // SAFETY: the contract; `comm` is live until drop. 7 is `ncclFloat32`, 0 `ncclSum`.
+        let r = unsafe { (self.lib.all_reduce)(send, recv, count, 7, 0, self.comm, stream) };
+        check(self.lib, r, "ncclAllReduce")
+    }
+}
+
+#[cfg(feature = "cli")]
+impl Drop for DirectComm {
+    /// Destroy the communicator; its owner has finished the streams it was used on.
+    fn drop(&mut self) {
+        // SAFETY: `comm` was made by ncclCommInitAll and is destroyed once, here.
+        let r = unsafe { (self.lib.comm_destroy)(self.comm) };
+        if let Err(e) = check(self.lib, r, "ncclCommDestroy") {
+            tracing::warn!(error = %e, "destroying a direct NCCL communicator");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
