@@ -386,6 +386,18 @@ impl Batch {
         (body, *stream, *n_inputs, ops.slice(&self.ops))
     }
 
+    /// [`parts`](Self::parts) for running instruction `i`: its body, input count and
+    /// operands, and its program number on demand (only an error names it, so the common
+    /// path does not work it out).
+    #[inline(always)]
+    pub(super) fn parts_at(&mut self, i: usize) -> (&mut Body, u8, &[Operand], impl Fn() -> u64 + Copy + '_) {
+        let Batch { ins, ops, first, numbers, .. } = self;
+        let Instruction { body, ops: list, n_inputs, .. } = &mut ins[i];
+        let (first, numbers) = (*first, &numbers[..]);
+        let program = move || if numbers.is_empty() { first + i as u64 } else { numbers[i] };
+        (body, *n_inputs, list.slice(ops), program)
+    }
+
     /// The operands of `ins`, an instruction of this batch.
     #[inline]
     pub(super) fn operands(&self, ins: &Instruction) -> OpsRef<'_> {

@@ -72,7 +72,7 @@ use crate::vm::observe::ThreadRole;
 
 use super::flight::Stamp;
 use super::instruction::Batch;
-use super::instruction_policy::{execute, ExecEnv};
+use super::instruction_policy::{execute_at, ExecEnv};
 use super::scheduler::Completion;
 use super::stream_policy::LanePolicy;
 use super::Engine;
@@ -130,6 +130,9 @@ struct Lanes {
     /// When the current batch began, for the flight recorder (`vm::flight`); 0 while it
     /// keeps no slots.
     now: Stamp,
+    /// During a run of one synchronous stream's instructions (`run_from`): the stream
+    /// position of the batch's instruction `j` is `run_base + j`.
+    run_base: Option<u64>,
 }
 
 impl Lanes {
@@ -172,7 +175,8 @@ impl Lanes {
         let n = batch.len();
         while *i < n {
             let s = batch.ins[*i].stream.index();
-            let lane = &mut self.lanes[s];
+            let Lanes { lanes, touched, now, run_base } = self;
+            let lane = &mut lanes[s];
             if !lane.policy.runs_on_worker() {
                 self.run(vm, batch, *i, done, None);
                 *i += 1;
@@ -180,31 +184,21 @@ impl Lanes {
             }
             if !lane.touched {
                 lane.touched = true;
-                self.touched.push(s);
+                touched.push(s);
             }
             let env = lane.env.as_deref().expect("ctx serves the instruction's stream");
+            // Instruction `j` of the run is at position `base + j` of the stream: the loop
+            // keeps no position, and a panic's landing pad works it out (`unwound`).
+            let base = lane.seq.wrapping_add(1).wrapping_sub(*i as u64);
+            *run_base = Some(base);
             // Most streams keep no flight slots (`vm::flight`): asked once per run.
-            let keeps = self.now != 0 && vm.flight.keeps(s);
-            let mut seq = lane.seq;
-            // The synchronous policy's run (`stream_policy::synchronous`), here so that the
-            // lane is looked up once per run of the stream.
-            loop {
-                seq += 1;
-                // In the lane before the call: a kernel that panics is reported at it
-                // (`unwound`).
-                lane.seq = seq;
-                if keeps {
-                    vm.flight.launched(s, seq, self.now);
-                }
-                let program = batch.program(*i);
-                prefetch_ahead(batch, *i);
-                let (body, _, n_inputs, ops) = batch.parts(*i);
-                execute(body, n_inputs, ops, program, env);
-                *i += 1;
-                if *i == n || batch.ins[*i].stream.index() != s {
-                    break;
-                }
+            if *now != 0 && vm.flight.keeps(s) {
+                run_stream::<true>(vm, batch, i, s, base, *now, env);
+            } else {
+                run_stream::<false>(vm, batch, i, s, base, 0, env);
             }
+            *run_base = None;
+            lane.seq = base.wrapping_add(*i as u64).wrapping_sub(1);
         }
     }
 
@@ -241,8 +235,43 @@ impl Lanes {
     fn unwound(&mut self, vm: &Engine, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
         let s = batch.ins[i].stream.index();
         let lane = &mut self.lanes[s];
+        // In a run of one stream (`run_from`) the lane's position is set at the run's end:
+        // the one that panicked is the run's last.
+        if let Some(base) = self.run_base.take() {
+            lane.seq = base.wrapping_add(i as u64);
+        }
         let env = lane.env.as_ref().expect("ctx serves the instruction's stream");
         lane.policy.unwound(vm, s, lane.seq, batch, i, env, payload);
+    }
+}
+
+/// The synchronous policy's run (`stream_policy::synchronous`) of the instructions of stream
+/// `s` from `*i` on, up to the batch's end or the first one on another stream, here so that
+/// the lane is looked up once per run. Instruction `j` is at stream position `base + j`;
+/// with `KEEPS`, each is recorded in the flight recorder as launched at `now`.
+#[inline(always)]
+fn run_stream<const KEEPS: bool>(
+    vm: &Engine,
+    batch: &mut Batch,
+    i: &mut usize,
+    s: usize,
+    base: u64,
+    now: Stamp,
+    env: &ExecEnv,
+) {
+    let n = batch.len();
+    loop {
+        let j = *i;
+        if KEEPS {
+            vm.flight.launched(s, base.wrapping_add(j as u64), now);
+        }
+        prefetch_ahead(batch, j);
+        let (body, n_inputs, ops, program) = batch.parts_at(j);
+        execute_at(body, n_inputs, ops, program, env);
+        *i = j + 1;
+        if j + 1 == n || batch.ins[j + 1].stream.index() != s {
+            break;
+        }
     }
 }
 
@@ -274,8 +303,12 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
     crate::alloc::thread_cache::enable();
     let ctx = &vm.ctxs[index];
     let n = vm.streams.len();
-    let mut lanes =
-        Lanes { lanes: (0..n).map(|_| Lane::default()).collect(), touched: Vec::with_capacity(n), now: 0 };
+    let mut lanes = Lanes {
+        lanes: (0..n).map(|_| Lane::default()).collect(),
+        touched: Vec::with_capacity(n),
+        now: 0,
+        run_base: None,
+    };
     let mut joins = Vec::new();
     for &s in &streams {
         let lane = &mut lanes.lanes[s];

@@ -129,11 +129,24 @@ pub(crate) struct ExecEnv {
 /// goes to [`execute_other`], kept out of line.
 #[inline(always)]
 pub(crate) fn execute(body: &mut Body, n_inputs: u8, ops: &[Operand], program: u64, env: &ExecEnv) {
+    execute_at(body, n_inputs, ops, || program, env)
+}
+
+/// [`execute`], the program number asked for only where an error names it: the worker's
+/// loop works it out from the instruction's place in its batch, off the common path.
+#[inline(always)]
+pub(crate) fn execute_at(
+    body: &mut Body,
+    n_inputs: u8,
+    ops: &[Operand],
+    program: impl Fn() -> u64 + Copy,
+    env: &ExecEnv,
+) {
     if let &mut Body::OpCall { kernel, attrs } = body {
         let (inputs, outputs) = ops.split_at(n_inputs as usize);
         op_call(kernel.get(), attrs, inputs, outputs, program, env);
     } else {
-        execute_other(body, ops, program, env);
+        execute_other(body, ops, program(), env);
     }
 }
 

@@ -101,7 +101,7 @@ pub(super) fn op_call(
     attrs: Attrs,
     inputs: &[Operand],
     outputs: &[Operand],
-    program: u64,
+    program: impl Fn() -> u64 + Copy,
     env: &ExecEnv,
 ) {
     type In<'t> = Fixed<TensorView<'t>, INLINE_INPUTS>;
@@ -110,7 +110,7 @@ pub(super) fn op_call(
         (0, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..0], &outputs[..1], program, env),
         (1, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..1], &outputs[..1], program, env),
         (2, 1) => op_call_with::<In, Out>(kernel, attrs, &inputs[..2], &outputs[..1], program, env),
-        _ => op_call_general(kernel, attrs, inputs, outputs, program, env),
+        _ => op_call_general(kernel, attrs, inputs, outputs, program(), env),
     }
 }
 
@@ -130,7 +130,12 @@ fn op_call_general(
 ) {
     if inputs.len() <= FIXED_INPUTS && outputs.len() <= FIXED_OUTPUTS {
         op_call_with::<Fixed<_, FIXED_INPUTS>, Fixed<_, FIXED_OUTPUTS>>(
-            kernel, attrs, inputs, outputs, program, env,
+            kernel,
+            attrs,
+            inputs,
+            outputs,
+            || program,
+            env,
         )
     } else {
         op_call_many(kernel, attrs, inputs, outputs, program, env)
@@ -147,7 +152,7 @@ fn op_call_many(
     program: u64,
     env: &ExecEnv,
 ) {
-    op_call_with::<SmallVec<[_; 8]>, SmallVec<[_; 2]>>(kernel, attrs, inputs, outputs, program, env)
+    op_call_with::<SmallVec<[_; 8]>, SmallVec<[_; 2]>>(kernel, attrs, inputs, outputs, || program, env)
 }
 
 /// [`op_call`], its views made in buffers of types `I` (inputs) and `O` (outputs).
@@ -157,7 +162,7 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     attrs: Attrs,
     inputs: &'t [Operand],
     outputs: &'t [Operand],
-    program: u64,
+    program: impl Fn() -> u64 + Copy,
     env: &ExecEnv,
 ) {
     // Inputs, in one pass: one carrying an error makes this instruction skip its kernel and
@@ -186,13 +191,14 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         }
     }
     if let Some(tensor) = uninitialized {
-        read_unwritten(kernel, &attrs, outputs, tensor, program, env);
+        read_unwritten(kernel, &attrs, outputs, tensor, program(), env);
         return;
     }
-    // Outputs, in one pass: allocate those written for the first time, note those that
-    // carry an error from an earlier failed write, and make their views.
+    // Outputs, in one pass: clear the error an earlier failed write left (this write
+    // replaces it: with nothing if the kernel succeeds, with its failure if not), allocate
+    // those written for the first time, and make their views. (Cleared here rather than
+    // after the kernel, nothing about the outputs is kept across the kernel's call.)
     let mut outs = O::new();
-    let mut clear_errors = false;
     for (k, op) in outputs.iter().enumerate() {
         // SAFETY: this OpCall is running, so each operand's tensor is alive; it holds the
         // write access to each output, and outputs are distinct from inputs and from each
@@ -202,14 +208,16 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
             let t = op.tensor();
             (t, t.value_mut())
         };
-        clear_errors |= v.error.is_some();
+        if v.error.is_some() {
+            v.error = None;
+        }
         if v.storage.is_none() {
             match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
                 Ok(s) => v.storage = Some(s),
                 Err(source) => {
                     drop(outs);
                     let e = Error::Alloc {
-                        instr: program,
+                        instr: program(),
                         op: kernel.name().into(),
                         stream: env.stream_name.clone(),
                         source,
@@ -228,25 +236,18 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     let (in_views, out_views) = unsafe { (ins.as_mut_slice(inputs.len()), outs.as_mut_slice(outputs.len())) };
     let result = kernel.compute(&mut KernelCtx { attrs, inputs: in_views, outputs: out_views });
     drop((ins, outs));
-    match result {
-        Ok(()) => {
-            if clear_errors {
-                for op in outputs {
-                    // SAFETY: alive, with the write access, as above; the views are dropped.
-                    unsafe { op.tensor().value_mut() }.error = None;
-                }
-            }
-        }
-        Err(message) => {
-            let e = Error::Kernel {
-                instr: program,
-                op: kernel.name().into(),
-                stream: env.stream_name.clone(),
-                message,
-            };
-            fail(outputs, e, env);
-        }
+    if let Err(message) = result {
+        kernel_failed(kernel, outputs, message, program(), env);
     }
+}
+
+/// A call's kernel returned an error: it fails, and its outputs carry the error.
+#[cold]
+#[inline(never)]
+fn kernel_failed(kernel: &dyn OpKernel, outputs: &[Operand], message: String, program: u64, env: &ExecEnv) {
+    let e =
+        Error::Kernel { instr: program, op: kernel.name().into(), stream: env.stream_name.clone(), message };
+    fail(outputs, e, env);
 }
 
 /// A call read `tensor`, which nothing has written: an error of the call, stored on its
@@ -380,7 +381,7 @@ mod tests {
         for (n_in, n_out) in shapes {
             let ins: Vec<_> = (0..n_in).map(|j| op(j, AccessMode::Read)).collect();
             let outs: Vec<_> = (0..n_out).map(|k| op(23 - k, AccessMode::Write)).collect();
-            op_call(&Probe, Attrs::scalar((n_in + n_out) as f64), &ins, &outs, 7, &env);
+            op_call(&Probe, Attrs::scalar((n_in + n_out) as f64), &ins, &outs, || 7, &env);
             assert!(env.failures.take().is_none(), "{n_in} inputs, {n_out} outputs");
             let sum: f32 = (0..n_in).map(|j| ((j + 1) * (j + 1)) as f32).sum();
             for k in 0..n_out {
@@ -389,6 +390,50 @@ mod tests {
                 let got = first(v.storage.as_ref().expect("written").as_bytes());
                 assert_eq!(got, sum + k as f32 + 1.0, "output {k} of {n_in} + {n_out}");
             }
+        }
+    }
+
+    /// An output that carries an error from an earlier failed write: the next write clears
+    /// it when its kernel succeeds and replaces it with its own failure when it fails, on
+    /// the inline shapes and the general one alike; a failure names the call's program
+    /// number.
+    #[test]
+    fn a_write_replaces_the_error_its_output_carried() {
+        let env = ExecEnv {
+            stream_name: "cpu:0/compute".into(),
+            alloc: HostAllocator::new("test"),
+            failures: Arc::new(FailureLog::default()),
+        };
+        let meta = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
+        let tensors: Vec<Box<TensorInner>> = (0..4).map(|i| TensorInner::for_test(i, meta.clone())).collect();
+        // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
+        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].as_ref()) }, mode);
+        // SAFETY (both closures): nothing else touches these tensors.
+        let error_of = |k: usize| unsafe { tensors[k].as_ref().value() }.error.clone();
+        let poison = |k: usize| {
+            let e = Arc::new(Error::Kernel {
+                instr: 1,
+                op: "earlier".into(),
+                stream: "s".into(),
+                message: "old".into(),
+            });
+            unsafe { tensors[k].as_ref().value_mut() }.error = Some(e);
+        };
+        for n_out in [1, 2] {
+            let outs: Vec<_> = (0..n_out).map(|k| op(k, AccessMode::Write)).collect();
+            // The probe fails unless its scalar is its operand count.
+            for (scalar, program) in [(n_out as f64, 7), (99.0, 8)] {
+                (0..n_out).for_each(poison);
+                op_call(&Probe, Attrs::scalar(scalar), &[], &outs, || program, &env);
+                for k in 0..n_out {
+                    match error_of(k).as_deref() {
+                        None if program == 7 => {}
+                        Some(Error::Kernel { instr: 8, op, .. }) if program == 8 => assert_eq!(op, "probe"),
+                        other => panic!("output {k} of {n_out}, program {program}: {other:?}"),
+                    }
+                }
+            }
+            assert!(env.failures.take().is_some(), "the failed write is counted");
         }
     }
 }
