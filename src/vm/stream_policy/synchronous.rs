@@ -9,8 +9,8 @@
 //! A run of instructions on one synchronous stream, the common case, does not come here one
 //! by one: the worker's run-of-one-stream loop (`run_stream` in `vm::thread_ctx`) calls
 //! `execute_at` directly, with the lane looked up once per run and the stream position set
-//! at the run's end. [`run`] serves the rest: an
-//! instruction met alone, and every instruction when profiling.
+//! at the run's end. [`run`] serves the rest: an instruction met alone, and every
+//! instruction when profiling.
 
 use crate::vm::observe::{Rec, Recorder};
 
