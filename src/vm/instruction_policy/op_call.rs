@@ -408,7 +408,7 @@ mod tests {
         let tensors: Vec<Box<TensorInner>> = (0..4).map(|i| TensorInner::for_test(i, meta.clone())).collect();
         // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
         let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].as_ref()) }, mode);
-        // SAFETY (both closures): nothing else touches these tensors.
+        // SAFETY: nothing else touches these tensors.
         let error_of = |k: usize| unsafe { tensors[k].as_ref().value() }.error.clone();
         let poison = |k: usize| {
             let e = Arc::new(Error::Kernel {
@@ -417,6 +417,7 @@ mod tests {
                 stream: "s".into(),
                 message: "old".into(),
             });
+            // SAFETY: as above, and no view of the tensor is alive.
             unsafe { tensors[k].as_ref().value_mut() }.error = Some(e);
         };
         for n_out in [1, 2] {
