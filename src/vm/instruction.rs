@@ -364,6 +364,17 @@ const _: () = {
     copy::<Attrs>();
 };
 
+/// The program number of instruction `i` of a batch whose first is `first`, or whose
+/// numbers are `numbers` when they are not consecutive.
+#[inline(always)]
+fn program_at(first: u64, numbers: &[u64], i: usize) -> u64 {
+    if numbers.is_empty() {
+        first + i as u64
+    } else {
+        numbers[i]
+    }
+}
+
 /// How many instructions ahead of the one it writes a builder asks for its line: a batch's
 /// instruction lines were last read by the scheduler's and a worker's cores, so the
 /// caller's write of each must first take the line from them; asked for a few
@@ -394,7 +405,7 @@ impl Batch {
         let Batch { ins, ops, first, numbers, .. } = self;
         let Instruction { body, ops: list, n_inputs, .. } = &mut ins[i];
         let (first, numbers) = (*first, &numbers[..]);
-        let program = move || if numbers.is_empty() { first + i as u64 } else { numbers[i] };
+        let program = move || program_at(first, numbers, i);
         (body, *n_inputs, list.slice(ops), program)
     }
 
@@ -652,11 +663,7 @@ impl Batch {
     /// The program number of instruction `i`.
     #[inline]
     pub(super) fn program(&self, i: usize) -> u64 {
-        if self.numbers.is_empty() {
-            self.first + i as u64
-        } else {
-            self.numbers[i]
-        }
+        program_at(self.first, &self.numbers, i)
     }
 
     pub(crate) fn len(&self) -> usize {
