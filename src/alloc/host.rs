@@ -168,18 +168,6 @@ struct Counters {
 }
 
 impl Counters {
-    /// `n` more in a thread cache's `counter` (its thread alone writes it).
-    #[inline]
-    fn add_local(counter: &AtomicUsize, n: usize) {
-        counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-    }
-
-    /// `n` less in a thread cache's `counter` (its thread alone writes it).
-    #[inline]
-    fn sub_local(counter: &AtomicUsize, n: usize) {
-        counter.store(counter.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
-    }
-
     /// `n` more in `counter` (under the free lists' lock).
     #[inline]
     fn add(&self, counter: &AtomicUsize, n: usize) {
@@ -595,8 +583,8 @@ impl HostAllocator {
             c.sub(&c.cached_blocks, n);
             n
         };
-        Counters::add_local(&local.cached_bytes, moved * class_size(class));
-        Counters::add_local(&local.cached_blocks, moved);
+        LocalCounters::add(&local.cached_bytes, moved * class_size(class));
+        LocalCounters::add(&local.cached_blocks, moved);
     }
 
     /// Move `thread_cache::batch` blocks of a thread cache's full `list` (of `class`) to the
@@ -622,8 +610,8 @@ impl HostAllocator {
             c.add(&c.cached_bytes, bytes);
             c.add(&c.cached_blocks, n);
         }
-        Counters::sub_local(&local.cached_bytes, bytes);
-        Counters::sub_local(&local.cached_blocks, n);
+        LocalCounters::sub(&local.cached_bytes, bytes);
+        LocalCounters::sub(&local.cached_blocks, n);
     }
 
     /// A thread cache gives up this allocator: its blocks go back on the shared lists, its

@@ -101,13 +101,13 @@ pub(super) struct LocalCounters {
 impl LocalCounters {
     /// Add `n` (wrapping) to `counter`; only the cache's thread writes.
     #[inline]
-    fn add(counter: &AtomicUsize, n: usize) {
+    pub(super) fn add(counter: &AtomicUsize, n: usize) {
         counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
     /// Subtract `n` (wrapping) from `counter`; only the cache's thread writes.
     #[inline]
-    fn sub(counter: &AtomicUsize, n: usize) {
+    pub(super) fn sub(counter: &AtomicUsize, n: usize) {
         counter.store(counter.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
     }
 
