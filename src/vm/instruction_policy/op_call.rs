@@ -342,25 +342,30 @@ mod tests {
         }
     }
 
-    #[test]
-    fn calls_with_few_and_many_operands_see_each_operand_in_place() {
+    /// An executor's environment on the CPU, and `n` one-element `f32` tensors, unwritten (the
+    /// vector is never grown, so the tensors stay where operands point).
+    fn setup(n: u64) -> (ExecEnv, Vec<TensorInner>) {
         let env = ExecEnv {
             stream_name: "cpu:0/compute".into(),
             alloc: HostAllocator::new("test"),
             failures: Arc::new(FailureLog::default()),
         };
         let meta = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
-        let tensors: Vec<Box<TensorInner>> =
-            (0..24).map(|i| TensorInner::for_test(i, meta.clone())).collect();
+        (env, (0..n).map(|i| *TensorInner::for_test(i, meta.clone())).collect())
+    }
+
+    #[test]
+    fn calls_with_few_and_many_operands_see_each_operand_in_place() {
+        let (env, tensors) = setup(24);
         // Inputs: tensor j holds j + 1.
         for (j, t) in tensors.iter().enumerate().take(18) {
             let mut s = env.alloc.alloc(4);
             s.as_bytes_mut().copy_from_slice(&(j as f32 + 1.0).to_le_bytes());
             // SAFETY: nothing else touches these tensors.
-            unsafe { t.as_ref().value_mut() }.storage = Some(s);
+            unsafe { t.value_mut() }.storage = Some(s);
         }
         // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
-        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].as_ref()) }, mode);
+        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(&tensors[i]) }, mode);
         // The shapes run inline, then fewer than, as many as, and more than the fixed buffers
         // take (16 inputs, 4 outputs); outputs 23, 22, ...
         let shapes = [
@@ -386,7 +391,7 @@ mod tests {
             let sum: f32 = (0..n_in).map(|j| ((j + 1) * (j + 1)) as f32).sum();
             for k in 0..n_out {
                 // SAFETY: nothing else touches these tensors.
-                let v = unsafe { tensors[23 - k].as_ref().value() };
+                let v = unsafe { tensors[23 - k].value() };
                 let got = first(v.storage.as_ref().expect("written").as_bytes());
                 assert_eq!(got, sum + k as f32 + 1.0, "output {k} of {n_in} + {n_out}");
             }
@@ -399,17 +404,11 @@ mod tests {
     /// number.
     #[test]
     fn a_write_replaces_the_error_its_output_carried() {
-        let env = ExecEnv {
-            stream_name: "cpu:0/compute".into(),
-            alloc: HostAllocator::new("test"),
-            failures: Arc::new(FailureLog::default()),
-        };
-        let meta = TensorMeta::new(&[1], DType::F32, DeviceId::CPU);
-        let tensors: Vec<Box<TensorInner>> = (0..4).map(|i| TensorInner::for_test(i, meta.clone())).collect();
+        let (env, tensors) = setup(4);
         // SAFETY: the tensors outlive every operand made here, and no instruction holds one.
-        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(tensors[i].as_ref()) }, mode);
+        let op = |i: usize, mode| Operand::new(unsafe { TensorPtr::new(&tensors[i]) }, mode);
         // SAFETY: nothing else touches these tensors.
-        let error_of = |k: usize| unsafe { tensors[k].as_ref().value() }.error.clone();
+        let error_of = |k: usize| unsafe { tensors[k].value() }.error.clone();
         let poison = |k: usize| {
             let e = Arc::new(Error::Kernel {
                 instr: 1,
@@ -418,7 +417,7 @@ mod tests {
                 message: "old".into(),
             });
             // SAFETY: as above, and no view of the tensor is alive.
-            unsafe { tensors[k].as_ref().value_mut() }.error = Some(e);
+            unsafe { tensors[k].value_mut() }.error = Some(e);
         };
         for n_out in [1, 2] {
             let outs: Vec<_> = (0..n_out).map(|k| op(k, AccessMode::Write)).collect();
