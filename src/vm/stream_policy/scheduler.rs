@@ -83,7 +83,11 @@ impl PendingBarrier {
     }
 }
 
-/// Synchronous mode: run `ins` on the caller's thread, at once (see the module docs).
+/// Synchronous mode, or a waiter running its own batch on an idle VM (`Handoff`): run `ins`
+/// on the caller's thread, at once (see the module docs).
 pub(super) fn run_inline(ins: &mut Instruction, ops: &[Operand], program: u64, env: &ExecEnv) {
+    // The same span as a barrier the scheduler runs, so that `tracing` shows every `sync`
+    // whichever thread ran its barrier.
+    let _span = tracing::debug_span!("barrier", program).entered();
     execute_catching(ins, ops, program, env);
 }
