@@ -60,7 +60,7 @@ use smallvec::SmallVec;
 use crate::ep::DeviceId;
 use crate::ep::StreamType;
 use crate::framework::deferred;
-use crate::framework::infer_cache::{InferCache, Key, KEY_OPS};
+use crate::framework::infer_cache::{InferCache, Key, WideKey, KEY_OPS, WIDE_OPS};
 use crate::framework::op::Call;
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
@@ -79,9 +79,6 @@ pub const MAX_INPUTS: usize = u8::MAX as usize;
 /// Tensors a call uses that were last used on one other stream (soft sync): that stream's
 /// index and the tensors.
 type SyncGroup<'t> = (u32, SmallVec<[&'t TensorInner; 4]>);
-
-/// The most operands a call may have to take the fast path (`fast_call`).
-const WIDE_OPS: usize = 16;
 
 /// Builds instructions for one [`VirtualMachine::run`](crate::VirtualMachine::run).
 pub struct InstructionsBuilder<'vm> {
@@ -346,7 +343,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// one line of its tensor, read once. Returns false, having changed nothing, for any
     /// other call, which the full path then checks (and refuses, if it must) and emits. A
     /// signature of at most [`KEY_OPS`] operands is found by its packed key; a wider one
-    /// ([`fast_call_wide`](Self::fast_call_wide), out of line) operand by operand.
+    /// ([`fast_call_wide`](Self::fast_call_wide), out of line) by its longer [`WideKey`].
     #[inline(always)]
     fn fast_call(
         &mut self,
@@ -366,7 +363,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         let Some(s) = self.streams.get(stream.index()) else { return false };
         let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
         let mut ids = [MetaId(0); KEY_OPS];
-        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0, self.me) else {
+        let Some(first_use) = scan_operands::<false>(&mut ids, inputs, outputs, stream.0, self.me) else {
             return false;
         };
         if self.infer.find(&Key::new(kernel, stream.0, &attrs, n_in, n, &ids)).is_none() {
@@ -396,11 +393,10 @@ impl<'vm> InstructionsBuilder<'vm> {
         let Some(s) = self.streams.get(stream.index()) else { return false };
         let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
         let mut ids = [MetaId(0); WIDE_OPS];
-        let Some(first_use) = scan_operands(&mut ids, inputs, outputs, stream.0, self.me) else {
+        let Some(first_use) = scan_operands::<true>(&mut ids, inputs, outputs, stream.0, self.me) else {
             return false;
         };
-        // `n <= WIDE_OPS`, checked above.
-        if self.infer.get(kernel, stream.0, &attrs, inputs.len(), ids[..n].iter().copied()).is_none() {
+        if self.infer.find_wide(&WideKey::new(kernel, stream.0, &attrs, inputs.len(), n, &ids)).is_none() {
             return false;
         }
         self.emit_scanned(kernel, inputs, outputs, attrs, stream, first_use);
@@ -921,34 +917,70 @@ fn wrong_device(
 /// then outputs; `ids` has room for them all), and whether the call can take the fast path
 /// on stream `me` of the VM `vm`: `None` if an operand belongs to another VM, is released,
 /// was last used on another stream (soft sync needed), or an output aliases another
-/// operand; otherwise whether any operand is used for the first time.
+/// operand; otherwise whether any operand is used for the first time. `WIDE`: for
+/// [`fast_call_wide`](InstructionsBuilder::fast_call_wide), whose operand counts are not known
+/// where it is compiled.
+///
+/// The pass asks one question per operand: is it this VM's, live, and last used on `me`?
+/// Any other answer (a tensor never used is the one that passes) sends the call to
+/// [`scan_unusual`], which asks again, operand by operand. A loop's calls find their
+/// operands last used on their own stream, so the common pass keeps no second flag.
 #[inline(always)]
-fn scan_operands(
+fn scan_operands<const WIDE: bool>(
     ids: &mut [MetaId],
     inputs: &[&Tensor],
     outputs: &[&Tensor],
     me: u32,
     vm: EngineRef,
 ) -> Option<bool> {
-    let mut other = false;
-    let mut first_use = false;
-    for (id, t) in ids.iter_mut().zip(inputs.iter().chain(outputs)) {
+    let mut unusual = false;
+    let mut scan = |id: &mut MetaId, t: &&Tensor| {
         let t = t.inner();
         *id = t.meta_id;
-        let last = t.last_stream.load(Ordering::Relaxed);
         // The VM's identity lies in the line the other fields come from: one more
         // comparison, folded into the same flag (a foreign operand is refused by the full
         // path, before its meta id, another VM's number, meets the inference cache).
-        other |= t.released.load(Ordering::Relaxed) | (last != me && last != NO_STREAM) | !t.belongs_to(vm);
-        first_use |= last == NO_STREAM;
+        unusual |= t.released.load(Ordering::Relaxed)
+            | (t.last_stream.load(Ordering::Relaxed) != me)
+            | !t.belongs_to(vm);
+    };
+    if WIDE {
+        // Inputs, then outputs, each a loop of its own: one loop over the two chained costs
+        // a test of which half it is in per operand, a third of a wide call's scan. (A
+        // narrow call's operand counts are known where it is inlined, and its chained loop
+        // unrolls to fewer instructions than the split one.)
+        let (in_ids, out_ids) = ids.split_at_mut(inputs.len().min(ids.len()));
+        in_ids.iter_mut().zip(inputs).for_each(|(id, t)| scan(id, t));
+        out_ids.iter_mut().zip(outputs).for_each(|(id, t)| scan(id, t));
+    } else {
+        ids.iter_mut().zip(inputs.iter().chain(outputs)).for_each(|(id, t)| scan(id, t));
     }
     // Every pair compared, with no early exit: a loop that stops at the first match ends on
     // a branch that is mispredicted once per call.
+    let mut aliased = false;
     for (i, o) in outputs.iter().enumerate() {
-        other |=
+        aliased |=
             inputs.iter().chain(&outputs[..i]).fold(false, |a, t| a | std::ptr::eq(t.inner(), o.inner()));
     }
-    (!other).then_some(first_use)
+    match (aliased, unusual) {
+        (true, _) => None,
+        (false, false) => Some(false),
+        (false, true) => scan_unusual(inputs, outputs, me, vm),
+    }
+}
+
+/// [`scan_operands`]'s answer for a call one of whose operands is not a live tensor of
+/// this VM last used on `me`: `Some(true)` if each such operand is a live tensor of this VM
+/// that nothing has used yet, else `None`.
+#[cold]
+#[inline(never)]
+fn scan_unusual(inputs: &[&Tensor], outputs: &[&Tensor], me: u32, vm: EngineRef) -> Option<bool> {
+    let passes = inputs.iter().chain(outputs).all(|t| {
+        let t = t.inner();
+        let last = t.last_stream.load(Ordering::Relaxed);
+        !t.released.load(Ordering::Relaxed) && t.belongs_to(vm) && (last == me || last == NO_STREAM)
+    });
+    passes.then_some(true)
 }
 
 impl AsObject for Tensor {

@@ -17,8 +17,9 @@
 //! after first trying the entry that answered last (a loop of one signature). A set that
 //! is full replaces its entries round-robin. The table holds a real loop's signatures: the
 //! MLP step of `run mlp` has 24, which a table of 8 entries replaced round-robin missed on
-//! every call. Wider signatures are kept in a short list of their own, compared operand by
-//! operand. What the cache never holds: anything about the tensors' identity or state
+//! every call. Wider signatures, up to [`WIDE_OPS`] operands, are packed the same way into
+//! a longer [`WideKey`] and kept in a short list of their own, whose last hit is tried
+//! first; the rare wider one is compared operand by operand. What the cache never holds: anything about the tensors' identity or state
 //! (released, aliased). The builder checks those on every call.
 
 use smallvec::SmallVec;
@@ -40,6 +41,9 @@ const WIDE: usize = 16;
 
 /// The most operands a signature packed into a [`Key`] has.
 pub(crate) const KEY_OPS: usize = 4;
+
+/// The most operands a signature packed into a [`WideKey`] has.
+pub(crate) const WIDE_OPS: usize = 16;
 
 /// A signature of at most [`KEY_OPS`] operands packed into words: the kernel, the scalar
 /// attribute's bits, the stream with the input and operand counts and the other attributes'
@@ -73,14 +77,19 @@ impl Key {
         ids: &[MetaId; KEY_OPS],
     ) -> Key {
         debug_assert!(n <= KEY_OPS && ids[n..].iter().all(|id| id.0 == 0));
-        let pair = |a: MetaId, b: MetaId| a.0 as u64 | (b.0 as u64) << 32;
-        Key([
+        let [k, a, c] = Key::head(kernel, stream, attrs, n_inputs, n);
+        Key([k, a, c, pair(ids[0], ids[1]), pair(ids[2], ids[3])])
+    }
+
+    /// The words of a signature before its meta ids: the kernel, the scalar attribute's
+    /// bits, and the stream with the counts and the other attributes' bits.
+    #[inline(always)]
+    fn head(kernel: KernelRef, stream: u32, attrs: &Attrs, n_inputs: usize, n: usize) -> [u64; 3] {
+        [
             kernel.addr() as u64,
             attrs.scalar.to_bits(),
             stream as u64 | (n_inputs as u64) << 32 | (n as u64) << 40 | (attrs.flag_bits() as u64) << 48,
-            pair(ids[0], ids[1]),
-            pair(ids[2], ids[3]),
-        ])
+        ]
     }
 
     /// The key of a signature whose operands have the meta ids `ids` (inputs first);
@@ -110,6 +119,69 @@ impl Key {
         let h = self.0.iter().fold(0u64, |h, &w| (h.rotate_left(5) ^ w).wrapping_mul(K));
         (h >> (64 - SETS.trailing_zeros())) as usize
     }
+}
+
+/// A signature of at most [`WIDE_OPS`] operands packed as a [`Key`] is: the same three words
+/// of kernel, attributes and counts, then the operands' meta ids two to a word (unused
+/// places zero). A fan-in of eight inputs is found by comparing eleven words, with no
+/// walk over an entry's id list. The all-zero key belongs to no signature.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct WideKey([u64; 3 + WIDE_OPS / 2]);
+
+impl PartialEq for WideKey {
+    /// Word by word, without a branch, as [`Key`]'s.
+    #[inline(always)]
+    fn eq(&self, other: &WideKey) -> bool {
+        self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
+    }
+}
+
+impl Eq for WideKey {}
+
+impl WideKey {
+    /// The key of a signature whose `n` operands (`n_inputs` of them inputs) have the meta
+    /// ids `ids[..n]` (`n <= WIDE_OPS`; the rest of `ids` must be zero).
+    #[inline(always)]
+    pub(crate) fn new(
+        kernel: KernelRef,
+        stream: u32,
+        attrs: &Attrs,
+        n_inputs: usize,
+        n: usize,
+        ids: &[MetaId; WIDE_OPS],
+    ) -> WideKey {
+        debug_assert!(n <= WIDE_OPS && ids[n..].iter().all(|id| id.0 == 0));
+        let mut w = [0u64; 3 + WIDE_OPS / 2];
+        w[..3].copy_from_slice(&Key::head(kernel, stream, attrs, n_inputs, n));
+        for (word, p) in w[3..].iter_mut().zip(ids.chunks_exact(2)) {
+            *word = pair(p[0], p[1]);
+        }
+        WideKey(w)
+    }
+
+    /// The key of a signature whose operands have the meta ids `ids` (inputs first);
+    /// `None` if it has more than [`WIDE_OPS`] operands.
+    fn of(
+        kernel: KernelRef,
+        stream: u32,
+        attrs: &Attrs,
+        n_inputs: usize,
+        ids: impl IntoIterator<Item = MetaId>,
+    ) -> Option<WideKey> {
+        let mut packed = [MetaId(0); WIDE_OPS];
+        let mut n = 0;
+        for id in ids {
+            *packed.get_mut(n)? = id;
+            n += 1;
+        }
+        Some(WideKey::new(kernel, stream, attrs, n_inputs, n, &packed))
+    }
+}
+
+/// Two meta ids in one word of a key.
+#[inline(always)]
+fn pair(a: MetaId, b: MetaId) -> u64 {
+    a.0 as u64 | (b.0 as u64) << 32
 }
 
 /// One checked signature and its inferred outputs.
@@ -157,6 +229,11 @@ pub(crate) struct InferCache {
     next_wide: usize,
     /// The entry the last lookup by key found.
     last: usize,
+    /// `wide_keys[j]`: the key of wide entry `j`, zero if it has none or its signature has
+    /// more than [`WIDE_OPS`] operands.
+    wide_keys: Box<[WideKey; WIDE]>,
+    /// The wide entry the last lookup by wide key found.
+    last_wide: usize,
     /// Signatures inserted so far (each one a call that took the full check).
     inserted: u64,
 }
@@ -169,6 +246,8 @@ impl Default for InferCache {
             next: [0; SETS],
             next_wide: 0,
             last: 0,
+            wide_keys: Box::new([WideKey::default(); WIDE]),
+            last_wide: 0,
             inserted: 0,
         }
     }
@@ -187,9 +266,19 @@ impl InferCache {
         Some(self.last)
     }
 
+    /// The entry cached for the wide signature packed in `key`, if any.
+    #[inline(always)]
+    pub(crate) fn find_wide(&mut self, key: &WideKey) -> Option<usize> {
+        if self.wide_keys[self.last_wide] != *key {
+            self.last_wide = self.wide_keys.iter().position(|k| k == key)?;
+        }
+        Some(SETS * WAYS + self.last_wide)
+    }
+
     /// The entry cached for this signature, if any. `ids` are the inputs' meta ids, then
-    /// the given outputs' meta ids. (Signatures of at most [`KEY_OPS`] operands are
-    /// found faster with [`find`](Self::find).)
+    /// the given outputs' meta ids. (Signatures of at most [`KEY_OPS`] and of at most
+    /// [`WIDE_OPS`] operands are found faster with [`find`](Self::find) and
+    /// [`find_wide`](Self::find_wide).)
     #[inline]
     pub(crate) fn get(
         &self,
@@ -202,6 +291,9 @@ impl InferCache {
         if let Some(key) = Key::of(kernel, stream, attrs, n_inputs, ids.clone()) {
             let first = key.set() * WAYS;
             return self.keys[first..first + WAYS].iter().position(|k| *k == key).map(|w| first + w);
+        }
+        if let Some(key) = WideKey::of(kernel, stream, attrs, n_inputs, ids.clone()) {
+            return self.wide_keys.iter().position(|k| *k == key).map(|j| SETS * WAYS + j);
         }
         let (k, bits) = (kernel.addr(), (attrs.scalar.to_bits(), attrs.flag_bits()));
         let wide = self.entries.get(SETS * WAYS..)?;
@@ -264,8 +356,12 @@ impl InferCache {
                 i
             }
             None => {
-                let i = SETS * WAYS + self.next_wide;
-                self.next_wide = (self.next_wide + 1) % WIDE;
+                let j = self.next_wide;
+                let i = SETS * WAYS + j;
+                self.next_wide = (j + 1) % WIDE;
+                self.wide_keys[j] =
+                    WideKey::of(kernel, stream, attrs, n_inputs as usize, e.ids.iter().copied())
+                        .unwrap_or_default();
                 if i == self.entries.len() {
                     self.entries.push(None);
                 }
@@ -370,6 +466,62 @@ mod tests {
             m += 1;
         }
         assert_eq!(c.find(&k), None, "evicted");
+    }
+
+    /// Wide signatures (more than `KEY_OPS` operands): `find_wide` answers as `get` does,
+    /// tells apart every part of a signature, follows the round-robin eviction, and a
+    /// signature too wide for a wide key is still found by `get`, operand by operand.
+    #[test]
+    fn wide_keys_find_what_get_finds() {
+        let reg = OpRegistry::with_builtins();
+        let add = reg.get("add").unwrap().kernel_ref(crate::ep::DeviceType::Cpu).unwrap();
+        let mul = reg.get("mul").unwrap().kernel_ref(crate::ep::DeviceType::Cpu).unwrap();
+        let none = SmallVec::new;
+        let ids = |n: u32, base: u32| (0..n).map(|k| MetaId(base + k)).collect::<SmallVec<[MetaId; 4]>>();
+        let wide_key = |k, stream, attrs: &Attrs, n_in, ids: &[MetaId]| {
+            let mut packed = [MetaId(0); WIDE_OPS];
+            packed[..ids.len()].copy_from_slice(ids);
+            WideKey::new(k, stream, attrs, n_in, ids.len(), &packed)
+        };
+        let mut c = InferCache::default();
+        let at = Attrs::default();
+        let nine = ids(9, 1);
+        let i = c.insert(add, 0, &at, 8, nine.clone(), OutSpecs::new(), none()).unwrap();
+        assert_eq!(c.find_wide(&wide_key(add, 0, &at, 8, &nine)), Some(i));
+        assert_eq!(c.get(add, 0, &at, 8, nine.iter().copied()), Some(i));
+        let mut other = nine.clone();
+        other[8] = MetaId(99);
+        let misses = [
+            wide_key(mul, 0, &at, 8, &nine),
+            wide_key(add, 1, &at, 8, &nine),
+            wide_key(add, 0, &Attrs::scalar(2.0), 8, &nine),
+            wide_key(add, 0, &at, 7, &nine),
+            wide_key(add, 0, &at, 8, &nine[..8]),
+            wide_key(add, 0, &at, 8, &other),
+        ];
+        for (k, miss) in misses.iter().enumerate() {
+            assert_eq!(c.find_wide(miss), None, "signature {k} differs in one part");
+        }
+        // The hint follows the last hit; a second signature is found beside the first.
+        let ten = ids(10, 50);
+        let j = c.insert(add, 0, &at, 9, ten.clone(), OutSpecs::new(), none()).unwrap();
+        assert_ne!(i, j);
+        for _ in 0..2 {
+            assert_eq!(c.find_wide(&wide_key(add, 0, &at, 9, &ten)), Some(j));
+            assert_eq!(c.find_wide(&wide_key(add, 0, &at, 8, &nine)), Some(i));
+        }
+        // More operands than a wide key holds: cached, found by `get` only.
+        let many = ids(WIDE_OPS as u32 + 1, 200);
+        let m = c.insert(add, 0, &at, WIDE_OPS, many.clone(), OutSpecs::new(), none()).unwrap();
+        assert_eq!(c.get(add, 0, &at, WIDE_OPS, many.iter().copied()), Some(m));
+        // `WIDE` more wide signatures evict the first ones.
+        for k in 0..WIDE as u32 {
+            c.insert(mul, 0, &at, 8, ids(9, 1000 + 10 * k), OutSpecs::new(), none());
+        }
+        assert_eq!(c.find_wide(&wide_key(add, 0, &at, 8, &nine)), None, "evicted");
+        assert_eq!(c.get(add, 0, &at, WIDE_OPS, many.iter().copied()), None, "evicted");
+        assert_eq!(c.find_wide(&wide_key(mul, 0, &at, 8, &ids(9, 1000))), Some(SETS * WAYS + 3));
+        assert_eq!(c.entries.len(), SETS * WAYS + WIDE);
     }
 
     /// The MLP step's pattern: a loop over 24 distinct signatures. After the first pass,

@@ -262,18 +262,21 @@ fn a_checked_signature_still_checks_each_operands_state() {
 
     // `x` is written on a mock device's device-to-host stream, then read on the CPU with a
     // signature the builder checked before: the call must still see that `x` was last used
-    // on another stream and emit the `RecordEvent` the CPU waits on, and wait for it.
+    // on another stream and emit the `RecordEvent` the CPU waits on, and wait for it. Its
+    // output `z` is one nothing has used yet (which alone would pass): the call must not
+    // take `x` for one too.
     let cpu = vm.compute_stream(DeviceId::CPU).unwrap();
     let d2h = vm.stream(DeviceId::mock(0), StreamType::D2H).unwrap();
     let m = vm.from_slice(&[3.0f32, 4.0], &[2], DeviceId::mock(0)).unwrap();
     let x = vm.from_slice(&[0.0f32, 0.0], &[2], DeviceId::CPU).unwrap();
     let y = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
+    let z = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
     vm.run(|b| b.call_into(scale, &[&x], &[&y], Attrs::scalar(1.0), cpu)).unwrap();
     vm.sync().unwrap();
     vm.start_profiling().unwrap();
     vm.run(|b| -> Result<()> {
         b.call_into(copy, &[&m], &[&x], Attrs::default(), d2h)?;
-        b.call_into(scale, &[&x], &[&y], Attrs::scalar(1.0), cpu)
+        b.call_into(scale, &[&x], &[&z], Attrs::scalar(1.0), cpu)
     })
     .unwrap();
     vm.sync().unwrap();
@@ -281,14 +284,14 @@ fn a_checked_signature_still_checks_each_operands_state() {
     let names: Vec<(&str, StreamId)> = p.instructions().iter().map(|i| (i.name, i.stream)).collect();
     // (Before the copy: the synchronisation with the stream that wrote `m`.)
     assert!(names.ends_with(&[("copy", d2h), ("RecordEvent", d2h), ("scale", cpu)]), "{names:?}");
-    assert_eq!(y.to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
+    assert_eq!(z.to_vec::<f32>().unwrap(), vec![3.0, 4.0]);
     vm.sync().unwrap();
 }
 
 /// The same for a call of more operands than a packed signature key holds (eight inputs),
-/// whose cached signature is found operand by operand: an aliased output, a released
-/// operand and one last used on another stream are each still seen on a call whose
-/// signature passed before.
+/// whose cached signature is found by its wide key: an aliased output, a released operand
+/// and one last used on another stream (beside an output nothing has used yet) are each
+/// still seen on a call whose signature passed before.
 #[test]
 fn a_checked_wide_signature_still_checks_each_operands_state() {
     let vm = vm();
@@ -326,9 +329,10 @@ fn a_checked_wide_signature_still_checks_each_operands_state() {
     let m = vm.from_slice(&[3.0f32, 4.0], &[2], DeviceId::mock(0)).unwrap();
     vm.sync().unwrap();
     vm.start_profiling().unwrap();
+    let fresh = vm.empty(&[2], DType::F32, DeviceId::CPU).unwrap();
     vm.run(|b| -> Result<()> {
         b.call_into(copy, &[&m], &[&ins[2]], Attrs::default(), d2h)?;
-        b.call_into(noop, &refs, &[&wide_out], Attrs::default(), cpu)
+        b.call_into(noop, &refs, &[&fresh], Attrs::default(), cpu)
     })
     .unwrap();
     vm.sync().unwrap();
