@@ -672,7 +672,7 @@ mod sizes {
         let dim = prop_oneof![
             Just(0usize),
             1usize..4,
-            (10u32..64, -2i64..=2).prop_map(|(k, d)| ((1u64 << k) as i64 + d).max(0) as usize),
+            (10u32..64, -2i64..=2).prop_map(|(k, d)| (1u64 << k).saturating_add_signed(d) as usize),
             Just(usize::MAX),
             Just(1_000_000),
             Just(usize::MAX / 4 + 1),
