@@ -424,7 +424,11 @@ impl Scheduler {
                 seq += 1;
                 i += 1;
                 let me = InstrRef::new(s, seq);
-                for (k, op) in ops.iter().enumerate() {
+                // The index of the operand left is worked out from where the iterator
+                // stopped: counted in the loop, the count and the instruction's index
+                // went to the stack and back on every instruction.
+                let mut it = ops.iter();
+                for op in it.by_ref() {
                     // SAFETY: as in `apply_rules`.
                     let dep = unsafe { op.tensor().dep_mut() };
                     let local = match op.mode() {
@@ -432,7 +436,7 @@ impl Scheduler {
                         AccessMode::Write => dep.write_local(me),
                     };
                     if !local {
-                        rest = Some(k);
+                        rest = Some(ops.len() - it.len() - 1);
                         break;
                     }
                 }
