@@ -45,28 +45,45 @@ pub(crate) const KEY_OPS: usize = 4;
 /// The most operands a signature packed into a [`WideKey`] has.
 pub(crate) const WIDE_OPS: usize = 16;
 
-/// A signature of at most [`KEY_OPS`] operands packed into words: the kernel, the scalar
-/// attribute's bits, the stream with the input and operand counts and the other attributes'
-/// bits ([`Attrs::flag_bits`]), and the operands' meta ids (unused
-/// places zero). Equal keys are equal signatures. The all-zero key belongs to no signature
-/// (no kernel lies at address zero).
-#[derive(Clone, Copy, Default, Debug)]
-pub(crate) struct Key([u64; 5]);
+/// A signature of at most `N` operands packed into `W = 3 + N / 2` words: the kernel, the
+/// scalar attribute's bits, the stream with the input and operand counts and the other
+/// attributes' bits ([`Attrs::flag_bits`]), then the operands' meta ids two to a word
+/// (unused places zero). Equal keys are equal signatures. The all-zero key belongs to no
+/// signature (no kernel lies at address zero). Two sizes are used: [`Key`] and
+/// [`WideKey`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Packed<const W: usize, const N: usize>([u64; W]);
 
-impl PartialEq for Key {
+/// A signature of at most [`KEY_OPS`] operands: five words, which the table hashes.
+pub(crate) type Key = Packed<5, KEY_OPS>;
+
+/// A signature of at most [`WIDE_OPS`] operands: eleven words. A fan-in of eight inputs is
+/// found by comparing them, with no walk over an entry's id list.
+pub(crate) type WideKey = Packed<{ 3 + WIDE_OPS / 2 }, WIDE_OPS>;
+
+impl<const W: usize, const N: usize> Default for Packed<W, N> {
+    fn default() -> Self {
+        Packed([0; W])
+    }
+}
+
+impl<const W: usize, const N: usize> PartialEq for Packed<W, N> {
     /// Word by word, without a branch (a derived comparison of the array calls `memcmp`,
     /// which costs more than the rest of a cached call's check).
     #[inline(always)]
-    fn eq(&self, other: &Key) -> bool {
+    fn eq(&self, other: &Self) -> bool {
         self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
     }
 }
 
-impl Eq for Key {}
+impl<const W: usize, const N: usize> Eq for Packed<W, N> {}
 
-impl Key {
+impl<const W: usize, const N: usize> Packed<W, N> {
+    /// The two sizes agree: three words, then two meta ids to a word.
+    const SIZES: () = assert!(W == 3 + N / 2 && N % 2 == 0);
+
     /// The key of a signature whose `n` operands (`n_inputs` of them inputs) have the meta
-    /// ids `ids[..n]` (`n <= KEY_OPS`; the rest of `ids` must be zero).
+    /// ids `ids[..n]` (`n <= N`; the rest of `ids` must be zero).
     #[inline(always)]
     pub(crate) fn new(
         kernel: KernelRef,
@@ -74,26 +91,22 @@ impl Key {
         attrs: &Attrs,
         n_inputs: usize,
         n: usize,
-        ids: &[MetaId; KEY_OPS],
-    ) -> Key {
-        debug_assert!(n <= KEY_OPS && ids[n..].iter().all(|id| id.0 == 0));
-        let [k, a, c] = Key::head(kernel, stream, attrs, n_inputs, n);
-        Key([k, a, c, pair(ids[0], ids[1]), pair(ids[2], ids[3])])
-    }
-
-    /// The words of a signature before its meta ids: the kernel, the scalar attribute's
-    /// bits, and the stream with the counts and the other attributes' bits.
-    #[inline(always)]
-    fn head(kernel: KernelRef, stream: u32, attrs: &Attrs, n_inputs: usize, n: usize) -> [u64; 3] {
-        [
-            kernel.addr() as u64,
-            attrs.scalar.to_bits(),
-            stream as u64 | (n_inputs as u64) << 32 | (n as u64) << 40 | (attrs.flag_bits() as u64) << 48,
-        ]
+        ids: &[MetaId; N],
+    ) -> Self {
+        let () = Self::SIZES;
+        debug_assert!(n <= N && ids[n..].iter().all(|id| id.0 == 0));
+        let mut w = [0u64; W];
+        w[0] = kernel.addr() as u64;
+        w[1] = attrs.scalar.to_bits();
+        w[2] = stream as u64 | (n_inputs as u64) << 32 | (n as u64) << 40 | (attrs.flag_bits() as u64) << 48;
+        for (word, p) in w[3..].iter_mut().zip(ids.chunks_exact(2)) {
+            *word = pair(p[0], p[1]);
+        }
+        Packed(w)
     }
 
     /// The key of a signature whose operands have the meta ids `ids` (inputs first);
-    /// `None` if it has more than [`KEY_OPS`] operands.
+    /// `None` if it has more than `N` operands.
     #[inline]
     pub(crate) fn of(
         kernel: KernelRef,
@@ -101,16 +114,18 @@ impl Key {
         attrs: &Attrs,
         n_inputs: usize,
         ids: impl IntoIterator<Item = MetaId>,
-    ) -> Option<Key> {
-        let mut packed = [MetaId(0); KEY_OPS];
+    ) -> Option<Self> {
+        let mut packed = [MetaId(0); N];
         let mut n = 0;
         for id in ids {
             *packed.get_mut(n)? = id;
             n += 1;
         }
-        Some(Key::new(kernel, stream, attrs, n_inputs, n, &packed))
+        Some(Self::new(kernel, stream, attrs, n_inputs, n, &packed))
     }
+}
 
+impl Key {
     /// The set this key lives in: FxHash's step (rotate, xor, multiply) over the words, and
     /// the top bits of the product, which depend on every bit of every word.
     #[inline(always)]
@@ -118,63 +133,6 @@ impl Key {
         const K: u64 = 0x517c_c1b7_2722_0a95;
         let h = self.0.iter().fold(0u64, |h, &w| (h.rotate_left(5) ^ w).wrapping_mul(K));
         (h >> (64 - SETS.trailing_zeros())) as usize
-    }
-}
-
-/// A signature of at most [`WIDE_OPS`] operands packed as a [`Key`] is: the same three words
-/// of kernel, attributes and counts, then the operands' meta ids two to a word (unused
-/// places zero). A fan-in of eight inputs is found by comparing eleven words, with no
-/// walk over an entry's id list. The all-zero key belongs to no signature.
-#[derive(Clone, Copy, Default, Debug)]
-pub(crate) struct WideKey([u64; 3 + WIDE_OPS / 2]);
-
-impl PartialEq for WideKey {
-    /// Word by word, without a branch, as [`Key`]'s.
-    #[inline(always)]
-    fn eq(&self, other: &WideKey) -> bool {
-        self.0.iter().zip(&other.0).fold(0, |d, (a, b)| d | (a ^ b)) == 0
-    }
-}
-
-impl Eq for WideKey {}
-
-impl WideKey {
-    /// The key of a signature whose `n` operands (`n_inputs` of them inputs) have the meta
-    /// ids `ids[..n]` (`n <= WIDE_OPS`; the rest of `ids` must be zero).
-    #[inline(always)]
-    pub(crate) fn new(
-        kernel: KernelRef,
-        stream: u32,
-        attrs: &Attrs,
-        n_inputs: usize,
-        n: usize,
-        ids: &[MetaId; WIDE_OPS],
-    ) -> WideKey {
-        debug_assert!(n <= WIDE_OPS && ids[n..].iter().all(|id| id.0 == 0));
-        let mut w = [0u64; 3 + WIDE_OPS / 2];
-        w[..3].copy_from_slice(&Key::head(kernel, stream, attrs, n_inputs, n));
-        for (word, p) in w[3..].iter_mut().zip(ids.chunks_exact(2)) {
-            *word = pair(p[0], p[1]);
-        }
-        WideKey(w)
-    }
-
-    /// The key of a signature whose operands have the meta ids `ids` (inputs first);
-    /// `None` if it has more than [`WIDE_OPS`] operands.
-    fn of(
-        kernel: KernelRef,
-        stream: u32,
-        attrs: &Attrs,
-        n_inputs: usize,
-        ids: impl IntoIterator<Item = MetaId>,
-    ) -> Option<WideKey> {
-        let mut packed = [MetaId(0); WIDE_OPS];
-        let mut n = 0;
-        for id in ids {
-            *packed.get_mut(n)? = id;
-            n += 1;
-        }
-        Some(WideKey::new(kernel, stream, attrs, n_inputs, n, &packed))
     }
 }
 
