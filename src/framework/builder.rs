@@ -945,10 +945,10 @@ fn scan_operands<const WIDE: bool>(
             | !t.belongs_to(vm);
     };
     if WIDE {
-        // Inputs, then outputs, each a loop of its own: one loop over the two chained costs
-        // a test of which half it is in per operand, a third of a wide call's scan. (A
-        // narrow call's operand counts are known where it is inlined, and its chained loop
-        // unrolls to fewer instructions than the split one.)
+        // Inputs, then outputs, each a loop of its own: one loop over the two chained
+        // tests which half it is in on every operand. (A narrow call's operand counts are
+        // known where it is inlined, and its chained loop unrolls to fewer instructions
+        // than the split one.)
         let (in_ids, out_ids) = ids.split_at_mut(inputs.len().min(ids.len()));
         in_ids.iter_mut().zip(inputs).for_each(|(id, t)| scan(id, t));
         out_ids.iter_mut().zip(outputs).for_each(|(id, t)| scan(id, t));
