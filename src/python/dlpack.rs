@@ -916,13 +916,25 @@ fn import_owned(
     if device.is_host() {
         return Ok(PyArr { shared: shared.clone(), t: host });
     }
-    // One copy, through the device's host-to-device stream, waited for: the producer may
-    // change its memory once this returns, as after a copy at the call. The host tensor's
-    // `Release` follows the copy when `host` drops.
-    let dst = vm.empty(&l.shape, l.dtype, device).py_err()?;
+    // One copy, through the device's host-to-device stream: the producer may change its
+    // memory once this returns, as after a copy at the call.
     let h2d = vm.stream(device, StreamType::H2D).py_err()?;
+    copy_and_wait(py, shared, &host, device, h2d)
+}
+
+/// A copy of `src` made on `device` through `stream`, waited for, as a new array: the
+/// exchange's producer may change its memory once this returns. `src`'s `Release` follows
+/// the copy when the caller drops it.
+fn copy_and_wait(
+    py: Python<'_>,
+    shared: &Arc<Shared>,
+    src: &Tensor,
+    device: DeviceId,
+    stream: crate::vm::StreamId,
+) -> PyResult<PyArr> {
+    let dst = shared.vm().empty(src.shape(), src.dtype(), device).py_err()?;
     let op = shared.ops.copy;
-    shared.with_builder(py, |b| b.call_into(op, &[&host], &[&dst], Attrs::default(), h2d)).py_err()?;
+    shared.with_builder(py, |b| b.call_into(op, &[src], &[&dst], Attrs::default(), stream)).py_err()?;
     shared.flush(py);
     let copied = dst.clone();
     wait(py, move || copied.wait())?.py_err()?;
@@ -995,15 +1007,8 @@ fn import_cuda(
     if copy != Some(true) {
         return Ok(PyArr { shared: shared.clone(), t });
     }
-    // A copy on the device, waited for, so the producer may change its memory once this
-    // returns; `t`'s `Release` follows the copy when `t` drops.
-    let dst = vm.empty(&l.shape, l.dtype, dev).py_err()?;
-    let op = shared.ops.copy;
-    shared.with_builder(py, |b| b.call_into(op, &[&t], &[&dst], Attrs::default(), compute)).py_err()?;
-    shared.flush(py);
-    let copied = dst.clone();
-    wait(py, move || copied.wait())?.py_err()?;
-    Ok(PyArr { shared: shared.clone(), t: dst })
+    // A copy on the device, on the compute stream.
+    copy_and_wait(py, shared, &t, dev, compute)
 }
 
 #[cfg(test)]
