@@ -540,7 +540,7 @@ impl Scheduler {
     /// its stream's queue of undispatched instructions, its operands to the stream's
     /// operand queue. Out of line: inlined into `admit_run` (as the compiler chose for some
     /// builds and not others) its frame made the admission of every ready instruction spill
-    /// more, three machine instructions per VM instruction on W1.
+    /// more (`docs/performance.md`, "Why the hot paths are shaped so").
     #[inline(never)]
     fn park(&mut self, batch: &mut Batch, i: usize, pending: u32, program: u64) {
         let ins = batch.ins[i].take();
