@@ -247,28 +247,17 @@ impl OpKernel for CollectiveKernel {
                 },
                 None => return Err(fail(&"fewer inputs than members")),
             };
-            let recv = if barrier {
-                BufMut::Host(&mut [])
-            } else {
-                match out.data.device_buffer() {
-                    // SAFETY: the output's own device buffer, with this instruction's write
-                    // access, alive and ordered as the input's above.
-                    Some(b) => BufMut::Device(unsafe { DeviceSpan::new(b.addr(), b.len()) }),
-                    None => BufMut::Host(out.data.as_bytes_mut()),
-                }
+            // A barrier's output is its token, which the backend writes (on the device for a
+            // device backend).
+            let recv = match out.data.device_buffer() {
+                // SAFETY: the output's own device buffer, with this instruction's write
+                // access, alive and ordered as the input's above.
+                Some(b) => BufMut::Device(unsafe { DeviceSpan::new(b.addr(), b.len()) }),
+                None => BufMut::Host(out.data.as_bytes_mut()),
             };
             parts.push(Part { device, send, recv });
         }
-        self.backend.run(&call, &mut parts).map_err(|e| fail(&e))?;
-        drop(parts);
-        if barrier {
-            for out in ctx.outputs.iter_mut() {
-                if let Some(v) = out.data.as_i64_mut().first_mut() {
-                    *v = self.backend.world_size() as i64;
-                }
-            }
-        }
-        Ok(())
+        self.backend.run(&call, &mut parts).map_err(|e| fail(&e))
     }
 
     fn skipped(&self, why: &dyn fmt::Display) {

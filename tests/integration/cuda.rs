@@ -274,7 +274,11 @@ fn cross_stream_program_matches_sequential_result() {
 #[ignore = "needs a GPU"]
 fn out_of_memory_fails_the_instruction_and_the_vm_goes_on() {
     let _g = lock();
-    let vm = gpu_vm();
+    // The size cap (half the host's memory by default) would refuse 4 TiB before anything
+    // ran: raised to its largest, so that the device's allocator is what refuses.
+    let mut config = Config::default().with_cuda_devices(1);
+    config.max_tensor_bytes = eagervm::vm::bounds::MAX_TENSOR_BYTES;
+    let vm = VirtualMachine::new(config).unwrap_or_else(|e| panic!("this test needs a GPU (cuda:0): {e}"));
     let gpu = DeviceId::cuda(0);
     let s = vm.compute_stream(gpu).unwrap();
     let fill = vm.op("fill").unwrap();

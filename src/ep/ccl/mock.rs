@@ -137,7 +137,11 @@ impl Backend for MockBackend {
                     host_mut(&mut p.recv)?.copy_from_slice(&all);
                 }
             }
-            Collective::Barrier => {}
+            Collective::Barrier => {
+                for p in parts.iter_mut() {
+                    host_mut(&mut p.recv)?.copy_from_slice(&(world as i64).to_ne_bytes());
+                }
+            }
         }
         Ok(())
     }

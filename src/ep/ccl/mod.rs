@@ -100,7 +100,8 @@ pub enum Collective {
     AllGather,
     /// Rank `r` receives the `r`-th of `world_size` equal slices of the reduction.
     ReduceScatter(ReduceOp),
-    /// Returns on every rank once every rank has entered it.
+    /// Returns on every rank once every rank has entered it, and writes the number of ranks
+    /// into each member's receive buffer: one `i64`, the barrier's token.
     Barrier,
 }
 
@@ -195,7 +196,7 @@ pub struct Part<'a> {
     pub device: DeviceId,
     /// What it contributes (empty for a barrier).
     pub send: Buf<'a>,
-    /// What it receives (empty for a barrier).
+    /// What it receives (for a barrier, the token: one `i64`).
     pub recv: BufMut<'a>,
 }
 
@@ -260,6 +261,9 @@ pub trait Backend: Send + Sync + fmt::Debug {
     fn aborted(&self) -> Option<String>;
 }
 
+/// The size of a barrier's receive buffer: one `i64`, the number of ranks.
+pub const BARRIER_TOKEN_BYTES: usize = 8;
+
 /// Check that `parts` fit `call` on a communicator of `world` ranks with `members`: one
 /// part per member, on its device, and buffers of the sizes the collective needs. Every
 /// backend calls it before touching a byte.
@@ -289,7 +293,7 @@ pub fn check_parts(
             }
             (n, n / world)
         }
-        Collective::Barrier => (0, 0),
+        Collective::Barrier => (0, BARRIER_TOKEN_BYTES),
     };
     if let Collective::Broadcast { root } = call.op {
         if root >= world {

@@ -39,7 +39,7 @@
 //! | `broadcast` | `ncclBroadcast` |
 //! | `all_gather` | `ncclAllGather` |
 //! | `reduce_scatter` | `ncclReduceScatter` |
-//! | `barrier` | `ncclAllReduce` of one `f32` in a scratch buffer of each member |
+//! | `barrier` | each member's token (its output, one `i64`) set to 1, then `ncclAllReduce` sum of it in place: the number of ranks |
 //!
 //! `f32` is `ncclFloat32` and `i64` is `ncclInt64`; `mean` is for `f32` only.
 //!
@@ -225,8 +225,6 @@ fn context(index: u16) -> Result<Arc<CudaContext>, CclError> {
 /// What the backend keeps per local member besides its communicator.
 struct Local {
     ctx: Arc<CudaContext>,
-    /// One `f32` of device memory, for barriers.
-    scratch: sys::CUdeviceptr,
     /// Members after the first: their stream, and the events that join it to the first
     /// member's stream (`before`: recorded there, waited for here; `after`: the reverse).
     aux: Option<(sys::CUstream, sys::CUevent, sys::CUevent)>,
@@ -354,7 +352,7 @@ impl NcclBackend {
         Self::finish(lib, devices.len(), members, comms, ctxs, None)
     }
 
-    /// Allocate the members' scratch buffers and auxiliary streams; on failure, free what
+    /// Make the members' auxiliary streams; on failure, free what
     /// was made (the communicators too).
     fn finish(
         lib: &'static Lib,
@@ -376,10 +374,7 @@ impl NcclBackend {
             let mut st = backend.state.lock();
             for (i, ctx) in ctxs.into_iter().enumerate() {
                 ctx.bind_to_thread().map_err(driver("binding the context"))?;
-                // SAFETY: the member's context is current; 4 bytes is a valid size.
-                let scratch =
-                    unsafe { cudarc::driver::result::malloc_sync(4) }.map_err(driver("cuMemAlloc"))?;
-                let mut local = Local { ctx, scratch, aux: None };
+                let mut local = Local { ctx, aux: None };
                 if i > 0 {
                     let stream = cudarc::driver::result::stream::create(
                         cudarc::driver::result::stream::StreamKind::NonBlocking,
@@ -474,6 +469,31 @@ impl NcclBackend {
             // SAFETY: as above.
             unsafe { sys::cuStreamWaitEvent(s, before, 0) }.result().map_err(driver("cuStreamWaitEvent"))?;
         }
+        if call.op == Collective::Barrier {
+            // Each token becomes 1 (an `i64`: the low word 1, the high word 0, little-endian
+            // as every CUDA platform is), on its member's stream ahead of the reduction,
+            // which sums the tokens into the number of ranks.
+            for (i, p) in parts.iter().enumerate() {
+                let token = addr_mut(&p.recv)? as usize as sys::CUdeviceptr;
+                if i > 0 {
+                    st.locals[i].ctx.bind_to_thread().map_err(driver("binding the context"))?;
+                }
+                // SAFETY: `token` is the member's 8-byte output (`check_parts`), a device
+                // allocation of its device, written only by this instruction; the stream is
+                // a live stream of that device, whose context is current.
+                unsafe {
+                    sys::cuMemsetD32Async(token, 1, 1, streams[i])
+                        .result()
+                        .map_err(driver("cuMemsetD32Async"))?;
+                    sys::cuMemsetD32Async(token + 4, 0, 1, streams[i])
+                        .result()
+                        .map_err(driver("cuMemsetD32Async"))?;
+                }
+            }
+            if parts.len() > 1 {
+                st.locals[0].ctx.bind_to_thread().map_err(driver("binding the context"))?;
+            }
+        }
         let grouped = st.comms.len() > 1;
         if grouped {
             // SAFETY: no precondition.
@@ -519,9 +539,10 @@ impl NcclBackend {
                         (lib.reduce_scatter)(addr(&p.send)?, addr_mut(&p.recv)?, n, dtype, red(op)?, comm, s)
                     },
                     Collective::Barrier => {
-                        let b = st.locals[i].scratch as usize as *mut c_void;
-                        // SAFETY: `b` is the member's own 4-byte scratch, in place.
-                        unsafe { (lib.all_reduce)(b, b, 1, 7, 0, comm, s) }
+                        let b = addr_mut(&p.recv)?;
+                        // SAFETY: `b` is the member's token (one `i64`), reduced in place
+                        // (ncclInt64, ncclSum).
+                        unsafe { (lib.all_reduce)(b, b, 1, 4, 0, comm, s) }
                     }
                 })
             })();
@@ -635,10 +656,8 @@ impl Drop for NcclBackend {
         for l in st.locals {
             let _ = l.ctx.bind_to_thread();
             // SAFETY: each handle was made in `finish` and is freed once, here, when no
-            // collective can be enqueued any more (`&mut self`); the scratch buffer is
-            // freed after the context's work is done (`free_sync`).
+            // collective can be enqueued any more (`&mut self`).
             unsafe {
-                let _ = cudarc::driver::result::free_sync(l.scratch);
                 if let Some((s, a, b)) = l.aux {
                     let _ = cudarc::driver::result::event::destroy(a);
                     let _ = cudarc::driver::result::event::destroy(b);
