@@ -716,9 +716,11 @@ pub struct Storage {
 // moves plain owned bytes; the allocator it returns them to is `Send + Sync` (a mutex and
 // atomics), and a foreign owner is `Send`.
 unsafe impl Send for Storage {}
-// SAFETY: through `&Storage` the block is only read (`as_bytes`, `as_f32`, `as_i64`); every
-// write needs `&mut Storage`, so shared references never race. A foreign owner is never
-// reached through `&Storage`.
+// SAFETY: through `&Storage` the block is read (`as_bytes`, `as_f32`, `as_i64`), or written
+// through `as_mut_ptr` by a kernel whose instruction holds the write access to the storage
+// under the VM's dependence rules, which runs no other instruction on it meanwhile (the
+// accesses of one instruction to its own operands are the kernel's to order); every other
+// write needs `&mut Storage`. A foreign owner is never reached through `&Storage`.
 unsafe impl Sync for Storage {}
 
 impl Storage {
@@ -777,6 +779,39 @@ impl Storage {
     /// a device backend locks for direct copies (`alloc::pin`).
     pub fn host_block(&self) -> Option<(usize, usize)> {
         self.class.map(|c| (self.ptr.as_ptr() as usize, class_size(c)))
+    }
+
+    /// The first byte of the host block, for a kernel that reads its operands element by
+    /// element through their layouts (dangling and aligned for an empty or device storage).
+    #[inline]
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The first byte of the host block, writable through a shared reference: for a kernel
+    /// that writes its outputs, which may share this storage with its inputs (an in-place
+    /// op), element by element through their layouts. Writing through it is sound only for
+    /// an instruction that holds the write access to the storage (the VM's dependence rules
+    /// run nothing else on it meanwhile), and only while no reference to the bytes written
+    /// ([`as_bytes`](Self::as_bytes), a slice made from this pointer) is alive.
+    #[inline]
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The bytes, writable through a shared reference: for a kernel that writes its output
+    /// as a slice.
+    ///
+    /// # Safety
+    /// The caller's instruction holds the write access to this storage (the VM's dependence
+    /// rules run nothing else on it meanwhile), and no other reference to its bytes is alive
+    /// while the slice is: no input of the call shares the storage (the kernel does not work
+    /// in place: `OpKernel::in_place`).
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: `ptr` is valid for `len` bytes (as in `as_bytes`), and the caller makes this
+        // the only reference to them while it lives.
+        unsafe { slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// The bytes.

@@ -278,7 +278,7 @@ impl Context {
         // `infer`, for calls with given outputs only; the builder's is then a cache hit.)
         let kernel = op.kernel(device.ty).ok_or_else(|| self.vm().unknown_op(op.name(), device))?;
         let metas: Vec<TensorMeta> =
-            given.iter().map(|s| TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }).collect();
+            given.iter().map(|s| TensorMeta::new(&s.shape, s.dtype, device)).collect();
         let in_metas: SmallVec<[&TensorMeta; 4]> =
             inputs.iter().map(|a| a.tensor_unflushed().meta()).collect();
         let given_metas: SmallVec<[&TensorMeta; 2]> = metas.iter().collect();

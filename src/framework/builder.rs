@@ -61,6 +61,7 @@ use crate::ep::DeviceId;
 use crate::ep::StreamType;
 use crate::framework::deferred;
 use crate::framework::infer_cache::{InferCache, Key, WideKey, KEY_OPS, WIDE_OPS};
+use crate::framework::layout;
 use crate::framework::op::Call;
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
@@ -263,7 +264,7 @@ impl<'vm> InstructionsBuilder<'vm> {
                 .zip(metas)
                 .zip(first..)
                 .map(|((s, &meta_id), id)| {
-                    let meta = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device };
+                    let meta = TensorMeta::new(&s.shape, s.dtype, device);
                     new_tensor_with_id(self.vm, id, meta, meta_id, Fetch::No)
                 })
                 .collect()
@@ -445,6 +446,15 @@ impl<'vm> InstructionsBuilder<'vm> {
                 detail: format!("is on {}; only host tensors are written directly (copy it)", t.device()),
             });
         }
+        if !t.is_whole() {
+            return Err(Error::Access {
+                tensor: t.id(),
+                detail: format!(
+                    "is a view of part of its storage ({}); write a new tensor and copy it in",
+                    t.meta().describe()
+                ),
+            });
+        }
         if T::DTYPE != t.dtype() {
             return Err(Error::DType { expected: t.dtype(), found: T::DTYPE });
         }
@@ -468,8 +478,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         Ok(())
     }
 
-    /// Emit a host access that reads `t` (a host tensor of this VM) into `slot`, unless `t`
-    /// has been released.
+    /// Emit a host access that reads `t` (a tensor of this VM: a host tensor that is its
+    /// whole storage, or any tensor for `wait_only`) into `slot`, unless `t` has been
+    /// released.
     pub(crate) fn read_into(&mut self, t: &Tensor, slot: Arc<AccessSlot>, wait_only: bool) -> Result<()> {
         self.open_if_idle();
         t.check_live()?;
@@ -525,7 +536,14 @@ impl<'vm> InstructionsBuilder<'vm> {
             let ready = self.front.releases.close(&self.slot);
             submit_releases(self.vm, ready);
         }
-        self.make_deferred_releases();
+        // Dropping the owners' handles that views' releases handed back may release those
+        // owners, which this thread defers to this builder again: made in the same flush.
+        loop {
+            self.make_deferred_releases();
+            if !super::tensor::drop_handed_bases() {
+                break;
+            }
+        }
     }
 
     /// [`flush`](Self::flush) for a caller that waits next for the batch's last instruction
@@ -622,11 +640,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
             t.check_live()?;
         }
-        for (i, o) in outputs.iter().enumerate() {
-            if inputs.iter().chain(&outputs[..i]).any(|t| std::ptr::eq(t.inner(), o.inner())) {
-                return Err(Error::Aliased { op: op.name().into(), tensor: o.id() });
-            }
-        }
+        check_outputs(op, kernel, inputs, outputs)?;
         // A signature checked before passes again: the device rule and `infer` are
         // functions of it alone, and it passed them then (only passing calls are cached).
         let ids = inputs.iter().chain(outputs).map(|t| t.inner().meta_id);
@@ -692,7 +706,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
             for (i, (s, t)) in specs.iter().zip(outputs).enumerate() {
                 if s.shape != t.meta().shape || s.dtype != t.dtype() {
-                    let want = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device };
+                    let want = TensorMeta::new(&s.shape, s.dtype, device);
                     return Err(Error::OutputMismatch {
                         op: name(),
                         index: i,
@@ -702,10 +716,8 @@ impl<'vm> InstructionsBuilder<'vm> {
                 }
             }
         }
-        let out_ids: SmallVec<[MetaId; 2]> = specs
-            .iter()
-            .map(|s| self.vm.intern(&TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device }))
-            .collect();
+        let out_ids: SmallVec<[MetaId; 2]> =
+            specs.iter().map(|s| self.vm.intern(&TensorMeta::new(&s.shape, s.dtype, device))).collect();
         let ids: SmallVec<[MetaId; 4]> = inputs.iter().chain(outputs).map(|t| t.inner().meta_id).collect();
         match self.infer.insert(kernel, stream.0, attrs, inputs.len(), ids, specs.clone(), out_ids.clone()) {
             Some(i) => Ok(Checked { kernel, entry: Some(i) }),
@@ -744,6 +756,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.open_if_idle();
         for t in tensors {
             t.inner().last_stream.store(stream.0, Ordering::Relaxed);
+            t.inner().owner().last_stream.store(stream.0, Ordering::Relaxed);
         }
     }
 
@@ -784,7 +797,11 @@ impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn emit_raw_release(&mut self, t: &Tensor, stream: StreamId) {
         self.mark_raw(stream, std::iter::once(t));
         t.inner().released.store(true, Ordering::Relaxed);
+        let base = super::tensor::hand_off_base(t.inner());
         self.batch.push_release(TensorOwner::counted(t.inner()), stream);
+        if let Some(base) = base {
+            super::tensor::hand_back_later(base);
+        }
         self.flush_if_full();
     }
 
@@ -812,8 +829,9 @@ impl<'vm> InstructionsBuilder<'vm> {
     }
 
     /// Soft sync before an instruction on `stream` that uses `tensors` (module docs): emit
-    /// the synchronisation for those last used on other streams, and mark them all used on
-    /// `stream`.
+    /// the synchronisation for the storages of those last used on other streams, and mark
+    /// them all used on `stream`. A view's storage is its owner's: the owner keeps the
+    /// storage's last stream, the view its own (where its `Release` goes).
     #[inline]
     fn sync_operands<'t>(
         &mut self,
@@ -823,23 +841,28 @@ impl<'vm> InstructionsBuilder<'vm> {
         let me = stream.0;
         let mut foreign = false;
         for t in tensors.clone() {
-            let last = t.last_stream.load(Ordering::Relaxed);
+            let o = t.owner();
+            let last = o.last_stream.load(Ordering::Relaxed);
             if last != me {
                 foreign |= last != NO_STREAM;
                 if !foreign {
-                    t.last_stream.store(me, Ordering::Relaxed);
+                    o.last_stream.store(me, Ordering::Relaxed);
                 }
+            }
+            if t.is_view() {
+                t.last_stream.store(me, Ordering::Relaxed);
             }
         }
         if foreign {
-            self.soft_sync(stream, tensors.clone());
+            self.soft_sync(stream, tensors.clone().map(TensorInner::owner));
             for t in tensors {
-                t.last_stream.store(me, Ordering::Relaxed);
+                t.owner().last_stream.store(me, Ordering::Relaxed);
             }
         }
     }
 
-    /// Emit the synchronisation for operands last used on other streams (module docs).
+    /// Emit the synchronisation for storages (their owners, `tensors`) last used on other
+    /// streams (module docs).
     #[cold]
     fn soft_sync<'t>(&mut self, me: StreamId, tensors: impl Iterator<Item = &'t TensorInner>) {
         let mut groups: SmallVec<[SyncGroup<'_>; 2]> = SmallVec::new();
@@ -864,8 +887,9 @@ impl<'vm> InstructionsBuilder<'vm> {
             // (a tensor of another VM is refused before it gets here).
             let (s, t) = (&self.streams[src as usize], &self.streams[me.index()]);
             let id = self.vm.next_event_id();
-            // SAFETY: the caller holds a handle of each tensor while it builds, and a
-            // `Release` of one is submitted only after the batch being built.
+            // SAFETY: the caller holds a handle of each tensor while it builds (a view's
+            // handle keeps its owner), and a `Release` of one is submitted only after the
+            // batch being built.
             if s.device == t.device && s.device_waits {
                 unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
                 self.batch.push_stream_wait(id, me);
@@ -887,6 +911,49 @@ impl Drop for InstructionsBuilder<'_> {
         self.vm.recycle(empty);
         self.front.recycle_infer_cache(std::mem::take(&mut self.infer));
     }
+}
+
+/// The checks of a call's outputs against its other operands (`check`), by storage: an
+/// output that shares its storage with an input is allowed only as exactly that input's
+/// elements, to a kernel that works in place ([`Error::Aliased`] otherwise); one that
+/// overlaps an input other than element for element, or names an element twice, is refused
+/// ([`Error::Overlap`]), as are two outputs of one storage.
+fn check_outputs(op: Op, kernel: KernelRef, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<()> {
+    let aliased = |o: &Tensor| Error::Aliased { op: op.name().into(), tensor: o.id() };
+    for (i, o) in outputs.iter().enumerate() {
+        let (oi, om) = (o.inner(), o.meta());
+        if layout::has_internal_overlap(om) {
+            return Err(Error::Overlap {
+                op: op.name().into(),
+                output: o.id(),
+                detail: format!("writes some of its elements more than once ({})", om.describe()),
+            });
+        }
+        if outputs[..i].iter().any(|t| std::ptr::eq(t.inner().owner(), oi.owner())) {
+            return Err(aliased(o));
+        }
+        for t in inputs.iter().filter(|t| std::ptr::eq(t.inner().owner(), oi.owner())) {
+            match layout::overlap(t.meta(), om) {
+                layout::Overlap::Same if kernel.in_place() => {}
+                layout::Overlap::Same => return Err(aliased(o)),
+                layout::Overlap::None | layout::Overlap::Unknown if kernel.in_place() => {}
+                layout::Overlap::None | layout::Overlap::Unknown => return Err(aliased(o)),
+                layout::Overlap::Partial => {
+                    return Err(Error::Overlap {
+                        op: op.name().into(),
+                        output: o.id(),
+                        detail: format!(
+                            "({}) overlaps input tensor {} ({}) in their storage",
+                            om.describe(),
+                            t.id(),
+                            t.meta().describe()
+                        ),
+                    })
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The error for a call with an operand on the wrong device: the first operand off the
@@ -940,9 +1007,12 @@ fn scan_operands<const WIDE: bool>(
         // The VM's identity lies in the line the other fields come from: one more
         // comparison, folded into the same flag (a foreign operand is refused by the full
         // path, before its meta id, another VM's number, meets the inference cache).
+        // A view goes the full way too: its storage's soft-sync state and aliasing are its
+        // owner's (`check`, `sync_operands`).
         unusual |= t.released.load(Ordering::Relaxed)
             | (t.last_stream.load(Ordering::Relaxed) != me)
-            | !t.belongs_to(vm);
+            | !t.belongs_to(vm)
+            | t.is_view();
     };
     if WIDE {
         // Inputs, then outputs, each a loop of its own: one loop over the two chained
@@ -970,15 +1040,18 @@ fn scan_operands<const WIDE: bool>(
 }
 
 /// [`scan_operands`]'s answer for a call one of whose operands is not a live tensor of
-/// this VM last used on `me`: `Some(true)` if each such operand is a live tensor of this VM
-/// that nothing has used yet, else `None`.
+/// this VM last used on `me`: `Some(true)` if each such operand is a live tensor (not a
+/// view) of this VM that nothing has used yet, else `None`.
 #[cold]
 #[inline(never)]
 fn scan_unusual(inputs: &[&Tensor], outputs: &[&Tensor], me: u32, vm: EngineRef) -> Option<bool> {
     let passes = inputs.iter().chain(outputs).all(|t| {
         let t = t.inner();
         let last = t.last_stream.load(Ordering::Relaxed);
-        !t.released.load(Ordering::Relaxed) && t.belongs_to(vm) && (last == me || last == NO_STREAM)
+        !t.released.load(Ordering::Relaxed)
+            && t.belongs_to(vm)
+            && !t.is_view()
+            && (last == me || last == NO_STREAM)
     });
     passes.then_some(true)
 }
@@ -991,13 +1064,18 @@ impl AsObject for Tensor {
 }
 
 /// Append the `Release` of `t` to `batch`, on the stream that used it last; nothing (and `t`
-/// is dropped) if nothing ever used it.
+/// is dropped) if nothing ever used it. A view's handle of its owner is handed back to be
+/// dropped once this thread has submitted the batch (`framework::tensor::hand_back_later`),
+/// so that the owner's `Release` follows the view's.
 pub(crate) fn push_release(batch: &mut Batch, t: TensorOwner) {
+    let base = super::tensor::hand_off_base(&t);
     let last = t.last_stream.load(Ordering::Relaxed);
-    if last == NO_STREAM {
-        return;
+    if last != NO_STREAM {
+        batch.push_release(t, StreamId(last));
     }
-    batch.push_release(t, StreamId(last));
+    if let Some(base) = base {
+        super::tensor::hand_back_later(base);
+    }
 }
 
 #[cfg(test)]

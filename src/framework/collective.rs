@@ -239,7 +239,7 @@ impl InstructionsBuilder<'_> {
             crate::vm::shape::check(&s.shape, s.dtype, limit, || {
                 format!("output of `{}` on {}", op.name(), m.device)
             })?;
-            let meta = TensorMeta { shape: s.shape, dtype: s.dtype, device: m.device };
+            let meta = TensorMeta::new(&s.shape, s.dtype, m.device);
             let id = engine.intern(&meta);
             outs.push(new_tensor(engine, meta, id, Fetch::No));
         }

@@ -97,7 +97,7 @@ impl<const W: usize, const N: usize> Packed<W, N> {
         debug_assert!(n <= N && ids[n..].iter().all(|id| id.0 == 0));
         let mut w = [0u64; W];
         w[0] = kernel.addr() as u64;
-        w[1] = attrs.scalar.to_bits();
+        w[1] = attrs.scalar_bits();
         w[2] = stream as u64 | (n_inputs as u64) << 32 | (n as u64) << 40 | (attrs.flag_bits() as u64) << 48;
         for (word, p) in w[3..].iter_mut().zip(ids.chunks_exact(2)) {
             *word = pair(p[0], p[1]);
@@ -253,7 +253,7 @@ impl InferCache {
         if let Some(key) = WideKey::of(kernel, stream, attrs, n_inputs, ids.clone()) {
             return self.wide_keys.iter().position(|k| *k == key).map(|j| SETS * WAYS + j);
         }
-        let (k, bits) = (kernel.addr(), (attrs.scalar.to_bits(), attrs.flag_bits()));
+        let (k, bits) = (kernel.addr(), (attrs.scalar_bits(), attrs.flag_bits()));
         let wide = self.entries.get(SETS * WAYS..)?;
         let j = wide
             .iter()
@@ -295,7 +295,7 @@ impl InferCache {
         let e = Entry {
             kernel: kernel.addr(),
             stream,
-            attrs: (attrs.scalar.to_bits(), attrs.flag_bits()),
+            attrs: (attrs.scalar_bits(), attrs.flag_bits()),
             n_inputs,
             ids,
             specs,

@@ -5,13 +5,18 @@ pub(crate) mod op;
 pub(crate) mod tensor;
 pub(crate) mod virtual_machine;
 
-pub use crate::vm::kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};
-pub use crate::vm::{shape, DType, Element, Shape, TensorMeta};
+pub use crate::vm::kernel::{
+    Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorView, TensorViewMut,
+};
+pub use crate::vm::{
+    bf16, contiguous_strides, f16, promote_types, shape, Category, DType, Element, Shape, Strides, TensorMeta,
+};
 pub use op::{Call, Op, OpRegistry};
 pub use tensor::Tensor;
 pub(crate) mod builder;
 mod deferred;
 pub(crate) mod infer_cache;
+pub(crate) mod layout;
 #[cfg(test)]
 mod lend_tests;
 pub(crate) mod release;

@@ -51,7 +51,8 @@ impl Drop for Tensor {
 }
 
 /// The last handle of a tensor dropped. If the tensor was used and has no `Release` yet,
-/// the handle's reference passes to a new `Release`; otherwise the object is freed.
+/// the handle's reference passes to a new `Release`; otherwise the object is freed (and a
+/// view's reference to its owner is dropped after it).
 ///
 /// # Safety
 /// The last reference to `p` has just dropped (`drop_ref`), so no other exists.
@@ -62,7 +63,8 @@ unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
     // A load and a store, not a swap: with no handle left, no other thread can set the flag
     // now (an explicit release needs a handle), and one that did earlier is ordered before
     // this by the count's release/acquire pair.
-    if !t.released.load(Ordering::Relaxed) && t.last_stream.load(Ordering::Relaxed) != NO_STREAM {
+    let releasing = !t.released.load(Ordering::Relaxed) || t.release_deferred.load(Ordering::Relaxed);
+    if releasing && t.last_stream.load(Ordering::Relaxed) != NO_STREAM {
         t.released.store(true, Ordering::Relaxed);
         // SAFETY: the last reference dropped on this thread (the contract), and the object is
         // alive.
@@ -76,12 +78,58 @@ unsafe fn last_reference_dropped(p: NonNull<TensorInner>) {
             return;
         }
     }
+    // A view done with: its reference to its owner goes once the view object is freed (no
+    // instruction names the view any more).
+    let base = hand_off_base(t);
     // SAFETY: no reference is left (the last dropped), and nothing will dereference the object
     // again: it was never used; or its Release (which outlives every instruction that
     // used it) has dropped; or its VM is gone, which means that every VM thread has exited
     // after each device stream ran what was launched on it (`scheduler_main`), and that
     // the instructions it never ran are only dropped, which reads no tensor.
     unsafe { free(p) };
+    drop(base);
+}
+
+/// The handle of its owner that the view `t` held, handed back (once; `None` for an owner,
+/// or if already handed back): the caller drops it once no instruction that names the view
+/// can be submitted before the owner's `Release` (after the view's own `Release` is in the
+/// inbox, or when the view is freed without one).
+pub(crate) fn hand_off_base(t: &TensorInner) -> Option<Tensor> {
+    let base = t.base_ptr()?;
+    if t.base_handed.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    // SAFETY: the view's counted reference to its owner keeps the owner alive; it passes to
+    // the handle made here (the flag above makes that happen once).
+    let owner = unsafe { base.as_ref() };
+    owner.views.fetch_sub(1, Ordering::Release);
+    Some(Tensor(base))
+}
+
+thread_local! {
+    /// Owners' handles that views handed back while their `Release`s were being put in
+    /// batches not yet submitted by this thread (`push_release`): dropped by
+    /// [`drop_handed_bases`] after this thread's next submission.
+    static HANDED: std::cell::RefCell<Vec<Tensor>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Keep `base`, an owner's handle a view handed back as its `Release` went into a batch,
+/// until this thread has submitted that batch ([`drop_handed_bases`]): the owner's own
+/// `Release`, which dropping the handle may emit, must come after the view's.
+pub(crate) fn hand_back_later(base: Tensor) {
+    if let Err(std::thread::AccessError { .. }) = HANDED.try_with(|h| h.borrow_mut().push(base)) {
+        // The thread is exiting: every batch it built is submitted by now.
+    }
+}
+
+/// Drop the owners' handles views handed back on this thread ([`hand_back_later`]): called
+/// after this thread submits its batches, so that every `Release` of a view put in a batch
+/// by this thread is in the inbox before its owner's. Returns whether it dropped any.
+pub(crate) fn drop_handed_bases() -> bool {
+    let handed = HANDED.try_with(|h| std::mem::take(&mut *h.borrow_mut())).unwrap_or_default();
+    let any = !handed.is_empty();
+    drop(handed);
+    any
 }
 
 impl Tensor {
@@ -137,6 +185,76 @@ impl Tensor {
     /// The tensor's bytes, once every instruction issued so far that writes it has finished.
     pub(crate) fn read_bytes(&self) -> Result<Vec<u8>> {
         super::virtual_machine::read_bytes(&self.vm()?, self)
+    }
+
+    /// A view of this tensor's storage: the elements `shape` and `strides` name from
+    /// element `offset` of the storage (strides and offset in elements of the storage, as
+    /// PyTorch's `as_strided`). No copy is made and nothing runs: the view reads and writes
+    /// the storage itself, ordered with every other use of it by the storage's one dependence
+    /// object. Refused with [`Error::InvalidOperands`] (op `as_strided`) if the layout
+    /// reaches outside the storage, and with [`Error::Released`] for a released tensor.
+    ///
+    /// ```
+    /// use eagervm::prelude::*;
+    ///
+    /// let vm = VirtualMachine::new(Config::default())?;
+    /// let x = vm.from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], DeviceId::CPU)?;
+    /// let col = x.view_layout(&[2], &[3], 1)?; // x[:, 1]
+    /// assert_eq!(col.shape(), &[2]);
+    /// assert!(x.view_layout(&[2], &[3], 4).is_err()); // element 7 of 6
+    /// # Ok::<(), eagervm::Error>(())
+    /// ```
+    pub fn view_layout(&self, shape: &[usize], strides: &[isize], offset: usize) -> Result<Tensor> {
+        self.check_live()?;
+        let engine = self.vm()?;
+        let owner = self.inner().owner();
+        let meta = self.meta().with_layout(shape, strides, offset);
+        let bad = |detail: String| Error::InvalidOperands { op: "as_strided".into(), detail };
+        // The view's element count must be a number; its bytes are its storage's.
+        crate::vm::shape::check(shape, meta.dtype, u64::MAX, || "`as_strided`".into())?;
+        meta.check_layout(owner.meta.numel()).map_err(bad)?;
+        let meta_id = engine.intern(&meta);
+        let id = engine.next_tensor_id();
+        // Counted before `released` is read again, as an explicit release sets the flag
+        // before it reads the count (`release_tensor`): one of the two sees the other.
+        owner.views.fetch_add(1, Ordering::SeqCst);
+        if self.inner().released.load(Ordering::SeqCst) {
+            owner.views.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Released { tensor: self.id() });
+        }
+        add_ref(owner);
+        let owner_ptr = NonNull::from(owner);
+        // SAFETY: `owner` is an owner (`TensorInner::owner`), alive while `self` is, and the
+        // reference counted above is the view's, handed back by `hand_off_base`.
+        Ok(Tensor(alloc_object(|| unsafe { TensorInner::new_view(id, meta, meta_id, owner_ptr) })))
+    }
+
+    /// Whether this tensor is a view of another's storage ([`view_layout`](Self::view_layout)).
+    pub fn is_view(&self) -> bool {
+        self.inner().is_view()
+    }
+
+    /// Whether this tensor and `other` lie in the same storage (`false` if either is
+    /// released: a released view may have let its storage go).
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        self.check_live().is_ok()
+            && other.check_live().is_ok()
+            && std::ptr::eq(self.inner().owner(), other.inner().owner())
+    }
+
+    /// The owner of this tensor's storage: the tensor itself, or the one it views.
+    /// [`Error::Released`] for a released tensor.
+    pub fn storage_owner(&self) -> Result<Tensor> {
+        self.check_live()?;
+        let owner = self.inner().owner();
+        add_ref(owner);
+        Ok(Tensor(NonNull::from(owner)))
+    }
+
+    /// Whether this tensor's elements are its whole storage, each once, in row-major order
+    /// from the start (every tensor the VM makes; a view that is all of its storage).
+    pub fn is_whole(&self) -> bool {
+        self.inner().whole
     }
 
     /// Release the tensor while handles of it may still be alive (`Array::release`).

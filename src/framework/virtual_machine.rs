@@ -91,6 +91,7 @@ pub(crate) fn submit_releases(engine: &Engine, owners: impl IntoIterator<Item = 
     if let Some(b) = release_batch(engine, owners) {
         engine.submit_unbounded(b);
     }
+    super::tensor::drop_handed_bases();
 }
 
 /// The batch of the `Release`s of `owners`, if there are any.
@@ -114,8 +115,16 @@ pub(crate) fn release_owned(engine: &Engine, t: TensorOwner) {
 /// on it are refused. The handle proves the tensor alive; the `Release` gets a count of its
 /// own.
 pub(crate) fn release_tensor(engine: &Engine, t: &Tensor) {
+    use std::sync::atomic::Ordering::SeqCst;
     let t = t.inner();
-    if t.released.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    if t.released.swap(true, SeqCst) {
+        return;
+    }
+    // An owner whose storage views still use keeps it for them: its `Release` comes when
+    // its last reference (the last view's among them) drops. Read after the flag is set, as
+    // a new view counts itself before it reads the flag (`Tensor::view_layout`).
+    if !t.is_view() && t.views.load(SeqCst) > 0 {
+        t.release_deferred.store(true, std::sync::atomic::Ordering::Relaxed);
         return;
     }
     release_owned(engine, TensorOwner::counted(t));
@@ -164,6 +173,7 @@ fn host_access(engine: &Arc<Engine>, t: &Tensor, what: HostAccess) -> Result<(Ve
     let slot = build_host_access(&mut b, t, what)?;
     b.flush_for_wait().finish();
     drop(b);
+    super::tensor::drop_handed_bases();
     let bytes = engine.wait_access(&slot)?;
     Ok((bytes, slot.take_loan()))
 }
@@ -171,24 +181,34 @@ fn host_access(engine: &Arc<Engine>, t: &Tensor, what: HostAccess) -> Result<(Ve
 /// Build into `b` a host access of `t` (a tensor of `b`'s VM), as [`host_access`] makes it,
 /// and return the slot its result will come to. The caller submits `b`'s batch, preferably
 /// with [`InstructionsBuilder::flush_for_wait`], and waits on the slot.
+///
+/// A wait reads no bytes: it is an access of the tensor's storage on the host stream,
+/// wherever the storage lives (a device stream that last wrote it records an event the host
+/// waits for: soft sync). A read or a loan needs the tensor's elements as host bytes, in
+/// order: a host tensor that is its whole storage is read in place; any other (a device
+/// tensor, a view of part of a storage) is first copied to a new contiguous host tensor, on
+/// its device's device-to-host stream, or the host's compute stream for a host view.
 pub(crate) fn build_host_access(
     b: &mut InstructionsBuilder<'_>,
     t: &Tensor,
     what: HostAccess,
 ) -> Result<Arc<AccessSlot>> {
-    let wait_only = what != HostAccess::Read;
     let slot = if what == HostAccess::Lend { AccessSlot::lending() } else { AccessSlot::new() };
     let engine = b.engine();
-    if t.device().is_host() {
-        b.read_into(t, slot.clone(), wait_only)?;
+    if what == HostAccess::Wait {
+        b.read_into(t, slot.clone(), true)?;
+    } else if t.device().is_host() && t.is_whole() {
+        b.read_into(t, slot.clone(), false)?;
     } else {
-        let d2h = engine.stream_of(t.device(), StreamType::D2H)?;
+        let stream = match t.device().is_host() {
+            true => engine.stream_of(t.device(), StreamType::Compute)?,
+            false => engine.stream_of(t.device(), StreamType::D2H)?,
+        };
         let copy = front(engine).ops.resolve("copy", t.device())?;
-        let meta = TensorMeta { device: DeviceId::CPU, ..t.meta().clone() };
-        let fetch = if what == HostAccess::Wait { Fetch::Wait } else { Fetch::Read };
-        let host = new_tensor(engine, meta.clone(), engine.intern(&meta), fetch);
-        b.call_into(copy, &[t], &[&host], Attrs::default(), d2h)?;
-        b.read_into(&host, slot.clone(), wait_only)?;
+        let meta = TensorMeta::new(t.shape(), t.dtype(), DeviceId::CPU);
+        let host = new_tensor(engine, meta.clone(), engine.intern(&meta), Fetch::Read);
+        b.call_into(copy, &[t], &[&host], Attrs::default(), stream)?;
+        b.read_into(&host, slot.clone(), false)?;
     }
     Ok(slot)
 }

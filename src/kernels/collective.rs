@@ -105,10 +105,12 @@ pub fn parse_op_name(name: &str) -> Option<(Collective, &str)> {
     Some((c, comm))
 }
 
-fn scalar_type(d: DType) -> ScalarType {
+/// The backends' element type of `d`, for the dtypes collectives take (`f32`, `i64`).
+fn scalar_type(d: DType) -> Result<ScalarType, String> {
     match d {
-        DType::F32 => ScalarType::F32,
-        DType::I64 => ScalarType::I64,
+        DType::F32 => Ok(ScalarType::F32),
+        DType::I64 => Ok(ScalarType::I64),
+        d => Err(format!("collectives take f32 or i64 tensors, not {d}: cast with `to` first")),
     }
 }
 
@@ -161,6 +163,7 @@ impl OpKernel for CollectiveKernel {
             ));
         }
         let first = inputs[0];
+        scalar_type(first.dtype)?;
         for (i, (x, m)) in inputs.iter().zip(members).enumerate() {
             if x.device != m.device {
                 return Err(format!(
@@ -226,9 +229,23 @@ impl OpKernel for CollectiveKernel {
         let fail = |e: &dyn fmt::Display| format!("communicator `{}`, collective #{seq}: {e}", self.comm);
         let members = self.backend.members();
         let (dtype, count) = match ctx.inputs.first() {
-            Some(x) => (scalar_type(x.meta.dtype), x.meta.numel()),
+            Some(x) => (scalar_type(x.meta.dtype).map_err(|e| fail(&e))?, x.meta.numel()),
             None => (ScalarType::I64, 0),
         };
+        for (what, meta, data) in ctx
+            .inputs
+            .iter()
+            .map(|x| ("input", x.meta, x.data))
+            .chain(ctx.outputs.iter().map(|o| ("output", o.meta, o.data)))
+        {
+            let len = data.device_buffer().map_or(data.len(), |b| b.len());
+            if meta.offset != 0 || !meta.is_contiguous() || meta.bytes() != len {
+                return Err(fail(&format!(
+                    "an {what} ({}) is a part of its storage: collectives take whole contiguous tensors (contiguous() or clone() first)",
+                    meta.describe()
+                )));
+            }
+        }
         let call = Call { op: self.op, dtype, count, seq };
         let mut parts: SmallVec<[Part<'_>; 4]> = SmallVec::new();
         let barrier = self.op == Collective::Barrier;
@@ -253,7 +270,10 @@ impl OpKernel for CollectiveKernel {
                 // SAFETY: the output's own device buffer, with this instruction's write
                 // access, alive and ordered as the input's above.
                 Some(b) => BufMut::Device(unsafe { DeviceSpan::new(b.addr(), b.len()) }),
-                None => BufMut::Host(out.data.as_bytes_mut()),
+                // SAFETY: this instruction holds the write access to the output's storage,
+                // which no input shares (the kernel does not work in place, so the builder
+                // refuses that).
+                None => BufMut::Host(unsafe { out.data.bytes_mut() }),
             };
             parts.push(Part { device, send, recv });
         }

@@ -60,7 +60,7 @@ impl OpKernel for FailKernel {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        Err(format!("fail op: {}", ctx.attrs.scalar))
+        Err(format!("fail op: {}", ctx.attrs.value()))
     }
 }
 
@@ -87,7 +87,7 @@ impl OpKernel for PanicKernel {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        panic!("panic op: {}", ctx.attrs.scalar)
+        panic!("panic op: {}", ctx.attrs.value())
     }
 }
 

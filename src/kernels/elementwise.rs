@@ -32,7 +32,7 @@ impl OpKernel for FillKernel {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        let scalar = ctx.attrs.scalar;
+        let scalar = ctx.attrs.float();
         with_num!(output_dtype(ctx, 0)?, T => {
             output::<T>(ctx, 0)?.1.fill(T::from_scalar(scalar));
             Ok(())
@@ -77,13 +77,25 @@ impl OpKernel for CopyKernel {
                 dst.meta.describe()
             ));
         }
+        if !src.meta.is_contiguous() || !dst.meta.is_contiguous() {
+            return Err(format!(
+                "copies contiguous tensors: input 0 is {}, output 0 is {}",
+                src.meta.describe(),
+                dst.meta.describe()
+            ));
+        }
         let n = src.meta.bytes();
+        let size = src.meta.dtype.size();
+        let (a, b) = (src.meta.offset * size, dst.meta.offset * size);
         let short = |what: &str, len: usize| {
             format!("{what} ({}) has storage for only {len} bytes", src.meta.describe())
         };
-        let from = src.data.as_bytes().get(..n).ok_or_else(|| short("input 0", src.data.len()))?;
+        let from = src.data.as_bytes().get(a..a + n).ok_or_else(|| short("input 0", src.data.len()))?;
         let to_len = dst.data.len();
-        let to = dst.data.as_bytes_mut().get_mut(..n).ok_or_else(|| short("output 0", to_len))?;
+        // SAFETY: this instruction holds the write access to the output's storage, which the
+        // input does not share (the kernel does not work in place).
+        let to =
+            unsafe { dst.data.bytes_mut() }.get_mut(b..b + n).ok_or_else(|| short("output 0", to_len))?;
         to.copy_from_slice(from);
         Ok(())
     }
@@ -152,7 +164,7 @@ impl OpKernel for ScaleKernel {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        let scalar = ctx.attrs.scalar;
+        let scalar = ctx.attrs.float();
         with_num!(input_dtype(ctx, 0)?, T => {
             let s = T::from_scalar(scalar);
             map::<T>(ctx, |x| x.times(s))

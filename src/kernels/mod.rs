@@ -95,7 +95,12 @@ trait Num: Element + PartialOrd {
     /// The storage's bytes as elements.
     fn view(s: &Storage) -> &[Self];
     /// The storage's bytes as elements, writable.
-    fn view_mut(s: &mut Storage) -> &mut [Self];
+    ///
+    /// # Safety
+    /// As [`Storage::bytes_mut`]: the caller's instruction writes the storage, and no other
+    /// reference to its bytes is alive meanwhile.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn view_mut(s: &Storage) -> &mut [Self];
     /// A product's operands as `f32` slices, when `Self` is `f32` (those products may go to
     /// the `gemm` crate; `gemm::product`).
     /// The sum of `x`, in the `sum` kernel's order (`reduce::sum_f32` for `f32`).
@@ -126,8 +131,13 @@ impl Num for f32 {
     fn view(s: &Storage) -> &[Self] {
         s.as_f32()
     }
-    fn view_mut(s: &mut Storage) -> &mut [Self] {
-        s.as_f32_mut()
+    unsafe fn view_mut(s: &Storage) -> &mut [Self] {
+        // SAFETY: the caller's contract; `f32` is plain old data of alignment 4, within the
+        // storage's (at least 8).
+        let bytes = unsafe { s.bytes_mut() };
+        let n = bytes.len() / 4;
+        // SAFETY: as above: `n` whole elements of the block, suitably aligned.
+        unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<f32>(), n) }
     }
     fn sum(x: &[f32]) -> f32 {
         reduce::sum_f32(x)
@@ -154,8 +164,13 @@ impl Num for i64 {
     fn view(s: &Storage) -> &[Self] {
         s.as_i64()
     }
-    fn view_mut(s: &mut Storage) -> &mut [Self] {
-        s.as_i64_mut()
+    unsafe fn view_mut(s: &Storage) -> &mut [Self] {
+        // SAFETY: the caller's contract; `i64` is plain old data of alignment 8, within the
+        // storage's (at least 8).
+        let bytes = unsafe { s.bytes_mut() };
+        let n = bytes.len() / 8;
+        // SAFETY: as above: `n` whole elements of the block, suitably aligned.
+        unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<i64>(), n) }
     }
     fn sum(x: &[i64]) -> i64 {
         x.iter().fold(0, |acc, &v| acc.wrapping_add(v))
@@ -175,6 +190,7 @@ macro_rules! with_num {
                 type $T = i64;
                 $body
             }
+            other => return Err(format!("this kernel computes on f32 and i64, not {other}")),
         }
     };
 }
@@ -229,15 +245,30 @@ fn output_dtype(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<DType, String> {
 /// on every operand of every call (`docs/performance.md`, "The call path", has the
 /// measurement).
 #[inline(always)]
-fn fit<T: Num>(kind: &'static str, i: usize, meta: &TensorMeta, view: &[T]) -> Result<usize, String> {
+fn fit<T: Num>(
+    kind: &'static str,
+    i: usize,
+    meta: &TensorMeta,
+    view: &[T],
+) -> Result<std::ops::Range<usize>, String> {
     if meta.dtype != T::DTYPE {
         return Err(unfit_dtype(kind, i, meta, T::DTYPE));
     }
     let n = meta.numel();
-    if view.len() < n {
+    if !meta.is_contiguous() {
+        return Err(unfit_layout(kind, i, meta));
+    }
+    let end = meta.offset.saturating_add(n);
+    if view.len() < end {
         return Err(unfit_len(kind, i, meta, view.len()));
     }
-    Ok(n)
+    Ok(meta.offset..end)
+}
+
+#[cold]
+#[inline(never)]
+fn unfit_layout(kind: &str, i: usize, meta: &TensorMeta) -> String {
+    format!("{kind} {i} ({}) is not contiguous: this kernel takes contiguous operands", meta.describe())
 }
 
 #[cold]
@@ -256,8 +287,8 @@ fn unfit_len(kind: &str, i: usize, meta: &TensorMeta, len: usize) -> String {
 fn input<'t, T: Num>(ctx: &KernelCtx<'_, 't>, i: usize) -> Result<&'t [T], String> {
     let t = ctx.inputs.get(i).ok_or_else(|| format!("missing input {i}"))?;
     let view = T::view(t.data);
-    let n = fit("input", i, t.meta, view)?;
-    Ok(&view[..n])
+    let range = fit("input", i, t.meta, view)?;
+    Ok(&view[range])
 }
 
 /// Output `i` as exactly its elements, writable, with its meta.
@@ -267,9 +298,12 @@ fn output<'c, T: Num>(
 ) -> Result<(&'c TensorMeta, &'c mut [T]), String> {
     let t = ctx.outputs.get_mut(i).ok_or_else(|| format!("missing output {i}"))?;
     let meta: &TensorMeta = t.meta;
-    let view = T::view_mut(t.data);
-    let n = fit("output", i, meta, view)?;
-    Ok((meta, &mut view[..n]))
+    // SAFETY: the call's instruction holds the write access to the output's storage, which
+    // no input shares: these kernels do not work in place (`OpKernel::in_place`), so the
+    // builder refuses such a call.
+    let view = unsafe { T::view_mut(t.data) };
+    let range = fit("output", i, meta, view)?;
+    Ok((meta, &mut view[range]))
 }
 
 #[cfg(test)]

@@ -19,8 +19,9 @@ fn allocator() -> &'static Arc<HostAllocator> {
 fn tensor<T: Num>(shape: &[usize], values: &[T]) -> Owned {
     let meta = TensorMeta::new(shape, T::DTYPE, DeviceId::CPU);
     assert_eq!(meta.numel(), values.len(), "test tensor of shape {shape:?}");
-    let mut data = allocator().alloc(meta.bytes());
-    T::view_mut(&mut data).copy_from_slice(values);
+    let data = allocator().alloc(meta.bytes());
+    // SAFETY: the storage was just made here; no other reference to it exists.
+    unsafe { T::view_mut(&data) }.copy_from_slice(values);
     (meta, data)
 }
 
@@ -68,7 +69,7 @@ pub(crate) fn run_with(
     let mut outs: Vec<Owned> = specs
         .iter()
         .map(|s| {
-            let meta = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device: DeviceId::CPU };
+            let meta = TensorMeta::new(&s.shape, s.dtype, DeviceId::CPU);
             let data = allocator().alloc(meta.bytes());
             (meta, data)
         })

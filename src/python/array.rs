@@ -47,11 +47,16 @@ impl Values {
 }
 
 /// The NumPy dtype of `d`.
-pub(crate) fn numpy_dtype(py: Python<'_>, d: DType) -> Bound<'_, PyArrayDescr> {
-    match d {
-        DType::F32 => numpy::dtype::<f32>(py),
-        DType::I64 => numpy::dtype::<i64>(py),
-    }
+pub(crate) fn numpy_dtype(py: Python<'_>, d: DType) -> PyResult<Bound<'_, PyArrayDescr>> {
+    // NumPy names every dtype as PyTorch does; `bfloat16` exists once `ml_dtypes` is loaded.
+    PyArrayDescr::new(py, d.torch_name())
+}
+
+/// The error for an array of a dtype the conversions to and from NumPy do not take.
+pub(crate) fn unconverted(d: DType) -> PyErr {
+    PyTypeError::new_err(format!(
+        "arrays of {d} do not convert to or from NumPy; cast with .to(eagervm.float32) first"
+    ))
 }
 
 /// The VM dtype of a NumPy dtype (or anything `numpy.dtype()` takes: `np.float32`,
@@ -132,6 +137,7 @@ pub(crate) fn from_numpy(
     match dtype {
         DType::F32 => write!(f32),
         DType::I64 => write!(i64),
+        other => return Err(unconverted(other)),
     }
     .py_err()?;
     Ok(PyArr { shared: shared.clone(), t: dst.unwrap_or(host) })
@@ -157,6 +163,7 @@ impl PyArr {
         Ok(match t.dtype() {
             DType::F32 => Values::F32(t.values_of(&bytes).py_err()?),
             DType::I64 => Values::I64(t.values_of(&bytes).py_err()?),
+            other => return Err(unconverted(other)),
         })
     }
 
@@ -181,7 +188,7 @@ impl PyArr {
     /// The NumPy dtype (`float32` or `int64`).
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> Bound<'py, PyArrayDescr> {
-        numpy_dtype(py, self.t.dtype())
+        numpy_dtype(py, self.t.dtype()).expect("NumPy has every dtype but bfloat16")
     }
 
     /// Where the array lives (`"cpu:0"`, `"mock:0"`, ...).

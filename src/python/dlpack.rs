@@ -193,10 +193,18 @@ unsafe extern "C" fn drop_versioned_capsule(capsule: *mut ffi::PyObject) {
 
 /// The DLPack dtype of `d`.
 fn dl_dtype(d: DType) -> DlDataType {
-    match d {
-        DType::F32 => DlDataType { code: DL_FLOAT, bits: 32, lanes: 1 },
-        DType::I64 => DlDataType { code: DL_INT, bits: 64, lanes: 1 },
-    }
+    // dlpack.h: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+    let (code, bits) = match d {
+        DType::Bool => (6, 8),
+        DType::U8 => (1, 8),
+        DType::I32 => (DL_INT, 32),
+        DType::I64 => (DL_INT, 64),
+        DType::F16 => (DL_FLOAT, 16),
+        DType::BF16 => (4, 16),
+        DType::F32 => (DL_FLOAT, 32),
+        DType::F64 => (DL_FLOAT, 64),
+    };
+    DlDataType { code, bits, lanes: 1 }
 }
 
 /// Whether `max_version` asks for a versioned capsule: `(major, minor)` with `major >= 1`.
@@ -268,6 +276,7 @@ pub(crate) fn export<'py>(
                 Ok(match t.dtype() {
                     DType::F32 => Held::F32(t.to_vec()?),
                     DType::I64 => Held::I64(t.to_vec()?),
+                    other => return Err(crate::Error::DType { expected: DType::F32, found: other }),
                 })
             })?
             .py_err()?
@@ -458,7 +467,7 @@ impl OpKernel for DeviceExport {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> std::result::Result<(), String> {
-        let token = ctx.attrs.scalar as u64;
+        let token = ctx.attrs.int() as u64;
         let Some(p) = Pending::take(token) else {
             return Err(format!("no export waits for call {token}"));
         };
@@ -480,7 +489,7 @@ impl OpKernel for DeviceExport {
     }
 
     fn skipped_call(&self, attrs: &Attrs, why: &dyn std::fmt::Display) {
-        if let Some(p) = Pending::take(attrs.scalar as u64) {
+        if let Some(p) = Pending::take(attrs.int() as u64) {
             p.answer(Err(why.to_string()));
         }
     }
@@ -898,6 +907,7 @@ fn import_owned(
         let r = match l.dtype {
             DType::F32 => shared.with_builder(py, |b| b.write(&host, &gather::<f32>(&l))),
             DType::I64 => shared.with_builder(py, |b| b.write(&host, &gather::<i64>(&l))),
+            other => return Err(super::array::unconverted(other)),
         };
         r.py_err()?;
         drop(owner);

@@ -582,6 +582,7 @@ impl Program {
                 let s = a.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?;
                 self.shared.with_builder(py, |b| b.write(&array.t, s)).py_err()
             }
+            other => Err(super::array::unconverted(other)),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::fmt::{self, Write as _};
 use std::hash::Hasher;
 
 use crate::ep::{DeviceId, DeviceType, StreamType};
-use crate::framework::{Attrs, DType};
+use crate::framework::{Attrs, DType, Scalar};
 
 /// The version this build writes (the number after `eagervm-trace`). It reads every version
 /// from 1 to this one: version 2 added `after`, which a version-1 trace may not use.
@@ -378,25 +378,38 @@ pub(crate) fn quote(out: &mut String, s: &str) {
 }
 
 /// Write inline values of `dtype` from native-endian `bytes`: decimal numbers that parse
-/// back to the same bits; a NaN as its raw bits (`0x7fc00000`), so that its payload survives.
+/// back to the same bits (floats in the shortest form that does, integers as they are,
+/// booleans as 0 and 1); a NaN as its raw bits (`0x7fc00000` for an `f32`, as many hex
+/// digits as the element has), so that its payload survives.
 pub(crate) fn write_values(out: &mut String, dtype: DType, bytes: &[u8]) {
-    match dtype {
-        // Chunks of exactly the element's size: the indexing below cannot fail.
-        DType::F32 => {
-            for c in bytes.chunks_exact(4) {
-                let v = f32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-                if v.is_nan() {
-                    let _ = write!(out, " 0x{:08x}", v.to_bits());
-                } else {
+    let size = dtype.size();
+    for (i, c) in bytes.chunks_exact(size).enumerate() {
+        match crate::vm::read_element(dtype, bytes, i) {
+            Some(Scalar::Float(v)) if v.is_nan() => {
+                let mut bits = 0u64;
+                for (k, b) in c.iter().enumerate() {
+                    let shift = if cfg!(target_endian = "little") { 8 * k } else { 8 * (size - 1 - k) };
+                    bits |= u64::from(*b) << shift;
+                }
+                let _ = write!(out, " 0x{bits:0width$x}", width = 2 * size);
+            }
+            Some(Scalar::Float(v)) => match dtype {
+                // The shortest form of the element's own type: an f32 (or narrower, which
+                // widens to f32 exactly) reads back from it to the same bits.
+                DType::F64 => {
                     let _ = write!(out, " {v}");
                 }
-            }
-        }
-        DType::I64 => {
-            for c in bytes.chunks_exact(8) {
-                let v = i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+                _ => {
+                    let _ = write!(out, " {}", v as f32);
+                }
+            },
+            Some(Scalar::Int(v)) => {
                 let _ = write!(out, " {v}");
             }
+            Some(Scalar::Bool(b)) => {
+                let _ = write!(out, " {}", u8::from(b));
+            }
+            None => {}
         }
     }
 }
@@ -520,13 +533,12 @@ pub(crate) fn parse_type(s: &str) -> Result<(DType, Vec<usize>), String> {
     Ok((dtype, shape))
 }
 
-/// Parse `f32` or `i64`.
+/// Parse a dtype by its short name (`f32`, `bf16`, `bool`, ...: `DType::name`).
 pub(crate) fn parse_dtype(s: &str) -> Result<DType, String> {
-    match s {
-        "f32" => Ok(DType::F32),
-        "i64" => Ok(DType::I64),
-        _ => Err(format!("unknown dtype `{s}` (expected f32 or i64)")),
-    }
+    DType::ALL.into_iter().find(|d| d.name() == s).ok_or_else(|| {
+        let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+        format!("unknown dtype `{s}` (expected one of {})", names.join(", "))
+    })
 }
 
 /// Parse `compute`, `h2d`, `d2h` or `collective`.
@@ -550,9 +562,19 @@ pub(crate) fn parse_device(s: &str) -> Result<TraceDevice, String> {
 /// as ` name=value` (`scalar=` in Rust's shortest round-trip form, so that reading it back
 /// gives the same bits; `-0.0` is written, being other bits than the default).
 pub(crate) fn write_attrs(out: &mut String, attrs: &Attrs) {
-    let Attrs { scalar, transpose_a, transpose_b } = *attrs;
-    if scalar != 0.0 || scalar.is_sign_negative() {
-        let _ = write!(out, " scalar={scalar:?}");
+    let (transpose_a, transpose_b) = (attrs.transpose_a, attrs.transpose_b);
+    match attrs.value() {
+        Scalar::Float(scalar) => {
+            if scalar != 0.0 || scalar.is_sign_negative() {
+                let _ = write!(out, " scalar={scalar:?}");
+            }
+        }
+        Scalar::Int(v) => {
+            let _ = write!(out, " int={v}");
+        }
+        Scalar::Bool(b) => {
+            let _ = write!(out, " bool={b}");
+        }
     }
     if transpose_a {
         out.push_str(" transpose_a=true");

@@ -11,7 +11,7 @@ use super::format::{
 };
 use super::progress::{Phase, Progress, STRIDE};
 use super::{Diagnostic, TraceError};
-use crate::framework::{Attrs, DType};
+use crate::framework::{Attrs, DType, Scalar};
 
 /// One token: its text (quotes removed, escapes resolved) and its 1-based column.
 #[derive(Debug, Clone)]
@@ -359,15 +359,28 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
             "in" if inputs.is_none() => inputs = Some(parse_ref_list(t, v, 't', "a tensor")?),
             "out" if outputs.is_none() => outputs = Some(parse_ref_list(t, v, 't', "a tensor")?),
             "scalar" if scalar.is_none() => {
-                scalar = Some(v.parse::<f64>().map_err(|_| (t.col, format!("`{v}` is not a number")))?)
+                scalar = Some(Scalar::Float(
+                    v.parse::<f64>().map_err(|_| (t.col, format!("`{v}` is not a number")))?,
+                ))
             }
+            "int" if scalar.is_none() => {
+                scalar = Some(Scalar::Int(
+                    v.parse::<i64>().map_err(|_| (t.col, format!("`{v}` is not a 64-bit integer")))?,
+                ))
+            }
+            "bool" if scalar.is_none() => scalar = Some(Scalar::Bool(flag(t, v)?)),
             "transpose_a" if transpose_a.is_none() => transpose_a = Some(flag(t, v)?),
             "transpose_b" if transpose_b.is_none() => transpose_b = Some(flag(t, v)?),
-            "in" | "out" | "scalar" | "transpose_a" | "transpose_b" => return Err(dup()),
+            "in" | "out" | "transpose_a" | "transpose_b" => return Err(dup()),
+            "scalar" | "int" | "bool" => {
+                return Err((t.col, format!("`{k}`: a call takes one scalar (scalar=, int= or bool=)")))
+            }
             _ => {
                 return Err((
                     t.col,
-                    format!("unknown attribute `{k}` (expected in, out, scalar, transpose_a or transpose_b)"),
+                    format!(
+                        "unknown attribute `{k}` (expected in, out, scalar, int, bool, transpose_a or transpose_b)"
+                    ),
                 ))
             }
         }
@@ -378,11 +391,9 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
         op_col: op.col,
         inputs: inputs.unwrap_or_default(),
         outputs: outputs.unwrap_or_default(),
-        attrs: Attrs {
-            scalar: scalar.unwrap_or(0.0),
-            transpose_a: transpose_a.unwrap_or(false),
-            transpose_b: transpose_b.unwrap_or(false),
-        },
+        attrs: Attrs::of(scalar.unwrap_or(Scalar::Float(0.0)))
+            .with_transpose_a(transpose_a.unwrap_or(false))
+            .with_transpose_b(transpose_b.unwrap_or(false)),
     })
 }
 
@@ -428,22 +439,56 @@ fn data(c: &mut Cur<'_>) -> Result<Data, Problem> {
     let mut bytes = Vec::new();
     while let Some(t) = c.peek() {
         c.i += 1;
-        match dtype {
-            DType::F32 => {
-                let v = match t.text.strip_prefix("0x") {
-                    Some(h) if h.len() == 8 => u32::from_str_radix(h, 16).ok().map(f32::from_bits),
-                    Some(_) => None,
-                    None => t.text.parse::<f32>().ok(),
-                };
-                let v =
-                    v.ok_or_else(|| (t.col, format!("`{}` is not an f32 (or 0x + 8 hex digits)", t.text)))?;
-                bytes.extend_from_slice(&v.to_ne_bytes());
+        if let Some(h) = t.text.strip_prefix("0x") {
+            // A float's raw bits (NaN payloads), as many hex digits as the element has.
+            let bits = (dtype.is_floating() && h.len() == 2 * dtype.size())
+                .then(|| u64::from_str_radix(h, 16).ok())
+                .flatten()
+                .ok_or_else(|| {
+                    (
+                        t.col,
+                        format!(
+                            "`{}` is not 0x + {} hex digits of a {dtype}'s bits",
+                            t.text,
+                            2 * dtype.size()
+                        ),
+                    )
+                })?;
+            let le = bits.to_le_bytes();
+            let mut b = le[..dtype.size()].to_vec();
+            if cfg!(target_endian = "big") {
+                b.reverse();
             }
-            DType::I64 => {
-                let v = t.text.parse::<i64>().map_err(|_| (t.col, format!("`{}` is not an i64", t.text)))?;
-                bytes.extend_from_slice(&v.to_ne_bytes());
-            }
+            bytes.extend_from_slice(&b);
+            continue;
         }
+        let value = |t: &str| -> Option<Scalar> {
+            match dtype {
+                DType::Bool => match t {
+                    "0" | "false" => Some(Scalar::Bool(false)),
+                    "1" | "true" => Some(Scalar::Bool(true)),
+                    _ => None,
+                },
+                DType::U8 => t.parse::<u8>().ok().map(|v| Scalar::Int(i64::from(v))),
+                DType::I32 => t.parse::<i32>().ok().map(|v| Scalar::Int(i64::from(v))),
+                DType::I64 => t.parse::<i64>().ok().map(Scalar::Int),
+                DType::F64 => t.parse::<f64>().ok().map(Scalar::Float),
+                // f32 and narrower: parsed as an f32, which the narrower types round from
+                // exactly as from the decimal (their values are f32 values).
+                _ => t.parse::<f32>().ok().map(|v| Scalar::Float(f64::from(v))),
+            }
+        };
+        let v = value(&t.text).ok_or_else(|| {
+            (
+                t.col,
+                format!(
+                    "`{}` is not a {dtype} value (or 0x + {} hex digits of a float's bits)",
+                    t.text,
+                    2 * dtype.size()
+                ),
+            )
+        })?;
+        crate::vm::write_element(dtype, v, &mut bytes);
     }
     Ok(Data::Inline(dtype, bytes))
 }

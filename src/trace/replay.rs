@@ -585,9 +585,20 @@ impl Replayer<'_> {
                     let oom = |e| {
                         crate::framework::tensor::out_of_host_memory(t.id(), bytes.len(), "the values", e)
                     };
+                    macro_rules! write_as {
+                        ($ty:ty) => {
+                            <$ty>::try_from_bytes(&bytes).map_err(oom).and_then(|v| b.write(t, &v))
+                        };
+                    }
                     let r = match t.dtype() {
-                        DType::F32 => f32::try_from_bytes(&bytes).map_err(oom).and_then(|v| b.write(t, &v)),
-                        DType::I64 => i64::try_from_bytes(&bytes).map_err(oom).and_then(|v| b.write(t, &v)),
+                        DType::Bool => write_as!(bool),
+                        DType::U8 => write_as!(u8),
+                        DType::I32 => write_as!(i32),
+                        DType::I64 => write_as!(i64),
+                        DType::F16 => write_as!(crate::vm::f16),
+                        DType::BF16 => write_as!(crate::vm::bf16),
+                        DType::F32 => write_as!(f32),
+                        DType::F64 => write_as!(f64),
                     };
                     r.map_err(|e| self.err(l, tensor.col, e))?;
                 }
@@ -768,40 +779,32 @@ impl Replayer<'_> {
 fn within(found: &[u8], want: &[u8], dtype: DType, rel: f64) -> Result<(), (usize, f64, f64)> {
     let n = (found.len().min(want.len())) / dtype.size();
     let length_differs = found.len() != want.len();
-    match dtype {
-        DType::F32 => {
-            fn vals(b: &[u8]) -> impl Iterator<Item = f64> + '_ {
-                b.chunks_exact(4).map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+    let at = |b: &[u8], i: usize| crate::vm::read_element(dtype, b, i).map_or(f64::NAN, |v| v.as_f64());
+    if dtype.is_floating() {
+        let scale = (0..want.len() / dtype.size())
+            .map(|i| at(want, i))
+            .filter(|x| x.is_finite())
+            .fold(0.0f64, |m, x| m.max(x.abs()));
+        let bound = rel * scale;
+        for i in 0..n {
+            let (a, b) = (at(found, i), at(want, i));
+            let ok = a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= bound;
+            if !ok {
+                return Err((i, a, b));
             }
-            let scale = vals(want).filter(|x| x.is_finite()).fold(0.0f64, |m, x| m.max(x.abs()));
-            let bound = rel * scale;
-            for (i, (a, b)) in vals(found).zip(vals(want)).enumerate() {
-                let ok = a == b || (a.is_nan() && b.is_nan()) || (a - b).abs() <= bound;
-                if !ok {
-                    return Err((i, a, b));
-                }
-            }
-            if length_differs {
-                return Err((n, f64::NAN, f64::NAN));
-            }
-            Ok(())
         }
-        DType::I64 => {
-            fn vals(b: &[u8]) -> impl Iterator<Item = i64> + '_ {
-                b.chunks_exact(8)
-                    .map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+    } else {
+        let exact = |b: &[u8], i: usize| crate::vm::read_element(dtype, b, i).map(|v| v.as_i64());
+        for i in 0..n {
+            if exact(found, i) != exact(want, i) {
+                return Err((i, at(found, i), at(want, i)));
             }
-            for (i, (a, b)) in vals(found).zip(vals(want)).enumerate() {
-                if a != b {
-                    return Err((i, a as f64, b as f64));
-                }
-            }
-            if length_differs {
-                return Err((n, f64::NAN, f64::NAN));
-            }
-            Ok(())
         }
     }
+    if length_differs {
+        return Err((n, f64::NAN, f64::NAN));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

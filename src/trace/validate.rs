@@ -510,7 +510,7 @@ impl Checker<'_> {
         }
         for ((s, o), m) in specs.iter().zip(outputs).zip(&out_metas) {
             if s.shape != m.shape || s.dtype != m.dtype {
-                let want = TensorMeta { shape: s.shape.clone(), dtype: s.dtype, device: m.device };
+                let want = TensorMeta::new(&s.shape, s.dtype, m.device);
                 let msg =
                     format!("tensor t{} is {}, but `{op}` produces {}", o.id, m.describe(), want.describe());
                 self.err(o.col, msg);

@@ -57,13 +57,27 @@ pub enum Error {
         /// Where the stream runs.
         stream_device: DeviceId,
     },
-    /// An output tensor is also an input of the same call.
-    #[error("op `{op}`: tensor {tensor} is both an input and an output; write to a new tensor")]
+    /// An output tensor is also an input of the same call (or shares its storage with one,
+    /// or with another output), and the op does not work in place.
+    #[error("op `{op}`: tensor {tensor} is both an input and an output (or shares its storage with another operand); write to a new tensor")]
     Aliased {
         /// The op.
         op: String,
         /// The tensor's id.
         tensor: u64,
+    },
+    /// An output's elements overlap an input's, or each other, other than element for
+    /// element (an in-place op writes exactly the elements it reads): the result would
+    /// depend on the order the kernel visits them, as PyTorch refuses too.
+    #[error("op `{op}`: output tensor {output} {detail}; clone() the input first")]
+    Overlap {
+        /// The op.
+        op: String,
+        /// The output's id.
+        output: u64,
+        /// Which elements overlap: `overlaps input tensor 3 (f32[4] (offset 1) of a storage
+        /// of 5)`, `writes some elements more than once (strides [0, 1])`.
+        detail: String,
     },
     /// A tensor made by another virtual machine was given to this one (each VM tracks the
     /// dependences of its own tensors only).

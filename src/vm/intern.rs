@@ -1,7 +1,8 @@
 //! The numbers a VM gives tensor metas (`Engine::intern`), and a per-thread cache of them.
 //!
-//! Every VM numbers each distinct [`TensorMeta`] (shape, dtype, device) it sees, so that the
-//! builder compares call signatures by number (`framework::infer_cache`). The numbers live
+//! Every VM numbers each distinct signature of a [`TensorMeta`] (shape, dtype, device; not its
+//! layout, which kernels take as it comes) it sees, so that the builder compares call
+//! signatures by number (`framework::infer_cache`). The numbers live
 //! in one table per VM ([`Metas`]), a map under a lock, hashed with FNV rather than the
 //! standard SipHash: its keys are the program's own shapes, not input an attacker chooses.
 //!
@@ -73,7 +74,7 @@ impl Metas {
         let hit = CACHE.try_with(|c| {
             let c = c.try_borrow().ok()?;
             let (serial, m, id) = &c[slot];
-            (*serial == self.serial && m.as_ref() == Some(meta)).then_some(*id)
+            (*serial == self.serial && m.as_ref().is_some_and(|m| m.same_signature(meta))).then_some(*id)
         });
         if let Ok(Some(id)) = hit {
             return id;
@@ -91,15 +92,17 @@ impl Metas {
 
     /// [`intern`](Self::intern) through the table.
     fn intern_locked(&self, meta: &TensorMeta) -> MetaId {
+        // Keyed by the signature alone: the contiguous meta of the same shape.
+        let key = TensorMeta::new(&meta.shape, meta.dtype, meta.device);
         let mut metas = self.table.lock();
-        if let Some(&id) = metas.get(meta) {
+        if let Some(&id) = metas.get(&key) {
             return id;
         }
         if metas.len() >= MAX_METAS {
             return MetaId::NONE;
         }
         let id = MetaId(metas.len() as u32);
-        metas.insert(meta.clone(), id);
+        metas.insert(key, id);
         id
     }
 }
@@ -124,6 +127,10 @@ mod tests {
         assert_eq!(y, MetaId(0));
         assert_eq!(b.intern(&m(&[2, 3], DType::F32)), MetaId(1));
         assert_eq!(a.intern(&m(&[2, 3], DType::F32)), x);
+        // A view's layout is not part of the signature.
+        let view = m(&[3, 2], DType::F32).with_layout(&[2, 3], &[1, 2], 0);
+        assert_eq!(a.intern(&view), x);
+        assert_eq!(a.intern(&view.with_layout(&[2, 3], &[3, 1], 6)), x);
         // Another thread gets the same numbers.
         let (a, x2) = std::thread::scope(|s| {
             s.spawn(|| (a.intern(&m(&[3, 2], DType::F32)), a.intern(&m(&[2, 3], DType::F32)))).join().unwrap()

@@ -18,28 +18,112 @@ use crate::alloc::Storage;
 
 use super::tensor::{DType, Shape, TensorMeta};
 
+/// A scalar argument of an op call: a float, an integer (exact over all of `i64`) or a
+/// boolean, as a Python number or `True` is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// A floating-point value.
+    Float(f64),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The value as an `f64` (an integer rounded to nearest; `true` is 1).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::Float(v) => v,
+            Scalar::Int(v) => v as f64,
+            Scalar::Bool(b) => f64::from(u8::from(b)),
+        }
+    }
+
+    /// The value as an `i64` (a float truncated toward zero, saturating, NaN as 0, as Rust's
+    /// `as` casts; `true` is 1).
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Scalar::Float(v) => v as i64,
+            Scalar::Int(v) => v,
+            Scalar::Bool(b) => i64::from(b),
+        }
+    }
+
+    /// The value as a boolean: nonzero is `true` (NaN too, as in C and PyTorch).
+    pub fn as_bool(self) -> bool {
+        match self {
+            Scalar::Float(v) => v != 0.0,
+            Scalar::Int(v) => v != 0,
+            Scalar::Bool(b) => b,
+        }
+    }
+
+    /// Whether the value is a float (PyTorch's category of a Python `float`).
+    pub fn is_float(self) -> bool {
+        matches!(self, Scalar::Float(_))
+    }
+}
+
+impl std::fmt::Display for Scalar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scalar::Float(v) => write!(f, "{v}"),
+            Scalar::Int(v) => write!(f, "{v}"),
+            Scalar::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+impl From<f64> for Scalar {
+    fn from(v: f64) -> Self {
+        Scalar::Float(v)
+    }
+}
+
+impl From<i64> for Scalar {
+    fn from(v: i64) -> Self {
+        Scalar::Int(v)
+    }
+}
+
+impl From<bool> for Scalar {
+    fn from(v: bool) -> Self {
+        Scalar::Bool(v)
+    }
+}
+
+/// Scalar kinds as [`Attrs`] packs them.
+const FLOAT: u8 = 0;
+const INT: u8 = 1;
+const BOOL: u8 = 2;
+
 /// The attributes of an op call, by name: what an op takes besides its operands.
 ///
 /// Each op reads the fields it needs and ignores the others: `fill`'s value and `scale`'s
-/// factor are [`scalar`](Self::scalar); `matmul` reads the transpose flags. Every field's
-/// default is the op's plain form (0, not transposed). `Attrs` is `Copy` and 16 bytes, so
-/// that an instruction carries it inline (its body stays three words) and a call allocates
-/// nothing for it; the inference cache compares its bits ([`Attrs::flag_bits`]).
+/// factor are the [`scalar`](Self::value); `matmul` reads the transpose flags. Every
+/// field's default is the op's plain form (0.0, not transposed). `Attrs` is `Copy` and 16
+/// bytes (the scalar packed as its bits and a kind), so that an instruction carries it
+/// inline (its body stays three words) and a call allocates nothing for it; the inference
+/// cache compares its bits ([`Attrs::scalar_bits`], [`Attrs::flag_bits`]).
 ///
 /// ```
 /// use eagervm::prelude::*;
+/// use eagervm::framework::Scalar;
 ///
 /// let fill = Attrs::scalar(0.5);
 /// let grad = Attrs::transposed(true, false); // aᵀ b, a weight gradient
-/// assert_eq!((fill.scalar, fill.transpose_a), (0.5, false));
+/// assert_eq!((fill.value(), fill.transpose_a), (Scalar::Float(0.5), false));
+/// assert_eq!(Attrs::integer(1 << 60).value().as_i64(), 1 << 60); // exact
 /// assert_eq!(Attrs::default().with_transpose_b(true), Attrs::transposed(false, true));
-/// assert_eq!(grad, Attrs { transpose_a: true, ..Attrs::default() });
+/// assert_eq!(grad, Attrs::default().with_transpose_a(true));
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Attrs {
-    /// The scalar argument, if the op takes one (`fill`'s value, `scale`'s factor, `fail`'s
-    /// code); 0 otherwise.
-    pub scalar: f64,
+    /// The scalar's bits: an `f64`'s, an `i64`'s, or 0/1.
+    bits: u64,
+    /// Which of the three the bits are.
+    kind: u8,
     /// `matmul`: use `aᵀ` for the first operand (`a` is `[k, m]`).
     pub transpose_a: bool,
     /// `matmul`: use `bᵀ` for the second operand (`b` is `[n, k]`).
@@ -47,9 +131,19 @@ pub struct Attrs {
 }
 
 impl Attrs {
-    /// Attributes with the given scalar.
+    /// Attributes with the given float scalar.
     pub fn scalar(v: f64) -> Self {
-        Attrs { scalar: v, ..Attrs::default() }
+        Attrs::default().with_scalar(v)
+    }
+
+    /// Attributes with the given integer scalar (exact: integer kernels use it as it is).
+    pub fn integer(v: i64) -> Self {
+        Attrs::default().with_value(Scalar::Int(v))
+    }
+
+    /// Attributes with the given scalar of any kind.
+    pub fn of(v: impl Into<Scalar>) -> Self {
+        Attrs::default().with_value(v.into())
     }
 
     /// Attributes with the given transpose flags (`matmul`).
@@ -57,9 +151,19 @@ impl Attrs {
         Attrs { transpose_a: a, transpose_b: b, ..Attrs::default() }
     }
 
-    /// These attributes with `scalar` set to `v`.
+    /// These attributes with the float scalar `v`.
     pub fn with_scalar(self, v: f64) -> Self {
-        Attrs { scalar: v, ..self }
+        self.with_value(Scalar::Float(v))
+    }
+
+    /// These attributes with the scalar `v`.
+    pub fn with_value(self, v: Scalar) -> Self {
+        let (bits, kind) = match v {
+            Scalar::Float(f) => (f.to_bits(), FLOAT),
+            Scalar::Int(i) => (i as u64, INT),
+            Scalar::Bool(b) => (u64::from(b), BOOL),
+        };
+        Attrs { bits, kind, ..self }
     }
 
     /// These attributes with `transpose_a` set to `t`.
@@ -72,12 +176,40 @@ impl Attrs {
         Attrs { transpose_b: t, ..self }
     }
 
-    /// Every field but `scalar`, as bits (bit 0: `transpose_a`, bit 1: `transpose_b`; at
-    /// most 16 bits): with `scalar`'s bits, two attributes are equal exactly when both are
-    /// (up to NaN payloads, which compare by bits), so caches key calls by them.
+    /// The scalar argument (0.0 unless one was given).
+    #[inline]
+    pub fn value(&self) -> Scalar {
+        match self.kind {
+            INT => Scalar::Int(self.bits as i64),
+            BOOL => Scalar::Bool(self.bits != 0),
+            _ => Scalar::Float(f64::from_bits(self.bits)),
+        }
+    }
+
+    /// The scalar as an `f64` ([`Scalar::as_f64`]).
+    #[inline]
+    pub fn float(&self) -> f64 {
+        self.value().as_f64()
+    }
+
+    /// The scalar as an `i64` ([`Scalar::as_i64`]).
+    #[inline]
+    pub fn int(&self) -> i64 {
+        self.value().as_i64()
+    }
+
+    /// The scalar's bits, for caches: with [`flag_bits`](Self::flag_bits), two attributes
+    /// are equal exactly when both are (up to NaN payloads, which compare by bits).
+    #[inline(always)]
+    pub fn scalar_bits(&self) -> u64 {
+        self.bits
+    }
+
+    /// Every field but the scalar's bits, as bits (bit 0: `transpose_a`, bit 1:
+    /// `transpose_b`, bits 2-3: the scalar's kind; at most 16 bits).
     #[inline(always)]
     pub fn flag_bits(&self) -> u16 {
-        self.transpose_a as u16 | (self.transpose_b as u16) << 1
+        self.transpose_a as u16 | (self.transpose_b as u16) << 1 | (self.kind as u16) << 2
     }
 }
 
@@ -120,6 +252,15 @@ pub trait OpKernel: Send + Sync + 'static {
         false
     }
 
+    /// Whether an output may share its storage with an input, as `x.add_(y)` writes `x`
+    /// and reads it: exactly the same elements (the same storage, offset, shape and
+    /// strides), each read before it is written. The builder refuses such a call for a
+    /// kernel that does not say so (the default), and refuses any other overlap of an
+    /// output with an input for every kernel (`Error::Overlap`).
+    fn in_place(&self) -> bool {
+        false
+    }
+
     /// Compute the outputs from the inputs. Runs on the stream's execution context; outputs
     /// are allocated (zeroed on first use) before the call.
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String>;
@@ -148,22 +289,30 @@ impl fmt::Debug for dyn OpKernel {
     }
 }
 
-/// A read-only view of an input.
+/// An input as a kernel sees it: its layout and the storage it lies in.
+///
+/// The tensor's elements are those of `data` that `meta` names (`meta.offset`,
+/// `meta.strides`: a view may be any part of its storage, in any order, and an input may
+/// share its storage with an output of the same call, when the kernel allows it:
+/// [`OpKernel::in_place`]). Read it through [`Storage::as_ptr`], element by element as the
+/// layout says, or as a slice where the layout is contiguous and no output shares the
+/// storage.
 #[derive(Debug)]
 pub struct TensorView<'a> {
-    /// Shape, dtype and device.
+    /// Shape, strides, offset, dtype and device.
     pub meta: &'a TensorMeta,
-    /// The bytes.
+    /// The storage (all of it).
     pub data: &'a Storage,
 }
 
-/// A writable view of an output.
+/// An output as a kernel sees it: its layout and the storage it lies in, written through
+/// [`Storage::as_mut_ptr`] (the instruction holds the write access to the storage).
 #[derive(Debug)]
 pub struct TensorViewMut<'a> {
-    /// Shape, dtype and device.
+    /// Shape, strides, offset, dtype and device.
     pub meta: &'a TensorMeta,
-    /// The bytes.
-    pub data: &'a mut Storage,
+    /// The storage (all of it).
+    pub data: &'a Storage,
 }
 
 /// What a kernel sees: its attributes, inputs and outputs (`'a`: the lists, `'t`: the

@@ -15,6 +15,7 @@
 mod back_pressure;
 mod config;
 pub(crate) mod dependence;
+mod dtype;
 pub(crate) mod engine;
 pub mod env;
 mod error;
@@ -39,12 +40,13 @@ pub use config::{
     Config, FaultInjection, StreamPriorities, ThreadTopology, DEFAULT_EVENT_INTERVAL,
     DEFAULT_WATCHDOG_TIMEOUT,
 };
+pub use dtype::{bf16, f16, promote_types, read_element, write_element, Category};
 pub(crate) use engine::{Engine, EngineRef, Handoff};
 pub use env::EnvError;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
-pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorView, TensorViewMut};
+pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorView, TensorViewMut};
 pub use stream::StreamId;
 pub(crate) use stream::VmStream;
 pub(crate) use stream_policy::StreamPolicy;
-pub use tensor::{DType, Element, Shape, TensorMeta};
+pub use tensor::{contiguous_strides, DType, Element, Shape, Strides, TensorMeta};

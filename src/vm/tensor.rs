@@ -16,7 +16,6 @@
 //! instruction that the last handle's drop has the front end emit after every earlier use.
 
 use std::cell::UnsafeCell;
-use std::collections::TryReserveError;
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32};
@@ -33,46 +32,31 @@ use super::error::Error;
 use super::refcount::RefCount;
 use super::EngineRef;
 
-/// Element type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum DType {
-    /// 32-bit float.
-    F32,
-    /// 64-bit signed integer.
-    I64,
-}
-
-impl DType {
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DType::F32 => 4,
-            DType::I64 => 8,
-        }
-    }
-    /// Name used in messages and traces (`f32`, `i64`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DType::F32 => "f32",
-            DType::I64 => "i64",
-        }
-    }
-}
-
-impl fmt::Display for DType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use super::dtype::{DType, Element};
 
 /// A tensor's shape: dimension sizes, outermost first. `[]` is a scalar.
 pub type Shape = SmallVec<[usize; 4]>;
 
-/// Shape, dtype and device of a tensor.
+/// A tensor's strides: for each dimension, how many elements of its storage one step along
+/// it moves.
+pub type Strides = SmallVec<[isize; 4]>;
+
+/// Shape, strides, offset, dtype and device of a tensor: which elements of its storage it
+/// is, and where the storage lives.
+///
+/// Element `[i0, i1, ...]` of the tensor is element `offset + i0 * strides[0] + i1 *
+/// strides[1] + ...` of the storage, as in PyTorch. A tensor made by the VM (a call's
+/// output, `empty`) is contiguous: row-major strides, offset 0, the whole storage; a view
+/// (`framework::Tensor::view`) shares another tensor's storage with a layout of its own.
+/// Shapes and strides of up to four dimensions are kept inline.
 #[derive(Debug, Clone, Eq)]
 pub struct TensorMeta {
     /// Dimension sizes.
     pub shape: Shape,
+    /// Elements of the storage between neighbours along each dimension.
+    pub strides: Strides,
+    /// The storage element of index `[0, 0, ...]`.
+    pub offset: usize,
     /// Element type.
     pub dtype: DType,
     /// Where the storage lives.
@@ -81,14 +65,13 @@ pub struct TensorMeta {
 
 impl PartialEq for TensorMeta {
     /// Field by field, dimensions in a plain loop: shapes are short, and metas are compared
-    /// whenever the VM numbers one (`Engine::intern`) and on every call the builder
-    /// checks in full.
+    /// whenever the builder checks a call in full.
     #[inline]
     fn eq(&self, other: &Self) -> bool {
-        self.dtype == other.dtype
-            && self.device == other.device
-            && self.shape.len() == other.shape.len()
-            && self.shape.iter().zip(&other.shape).all(|(a, b)| a == b)
+        self.same_signature(other)
+            && self.offset == other.offset
+            && self.strides.len() == other.strides.len()
+            && self.strides.iter().zip(&other.strides).all(|(a, b)| a == b)
     }
 }
 
@@ -96,16 +79,58 @@ impl std::hash::Hash for TensorMeta {
     /// The same fields as `eq` compares.
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.shape[..].hash(state);
+        self.strides[..].hash(state);
+        self.offset.hash(state);
         self.dtype.hash(state);
         self.device.hash(state);
     }
 }
 
-impl TensorMeta {
-    /// A new meta.
-    pub fn new(shape: &[usize], dtype: DType, device: DeviceId) -> Self {
-        TensorMeta { shape: shape.iter().copied().collect(), dtype, device }
+/// Row-major strides of `shape`: the last dimension's is 1.
+pub fn contiguous_strides(shape: &[usize]) -> Strides {
+    let mut strides: Strides = SmallVec::from_elem(1, shape.len());
+    let mut step = 1usize;
+    for (s, &d) in strides.iter_mut().zip(shape).rev() {
+        *s = step as isize;
+        step = step.wrapping_mul(d.max(1));
     }
+    strides
+}
+
+impl TensorMeta {
+    /// A contiguous meta: row-major strides, offset 0.
+    pub fn new(shape: &[usize], dtype: DType, device: DeviceId) -> Self {
+        TensorMeta {
+            shape: shape.iter().copied().collect(),
+            strides: contiguous_strides(shape),
+            offset: 0,
+            dtype,
+            device,
+        }
+    }
+
+    /// A view's meta: `shape` and `strides` (one per dimension) from `offset`, of this
+    /// meta's dtype and device.
+    pub fn with_layout(&self, shape: &[usize], strides: &[isize], offset: usize) -> Self {
+        TensorMeta {
+            shape: shape.iter().copied().collect(),
+            strides: strides.iter().copied().collect(),
+            offset,
+            dtype: self.dtype,
+            device: self.device,
+        }
+    }
+
+    /// Whether `other` has the same shape, dtype and device (whatever its layout): what
+    /// kernels infer from, and what a VM numbers (`Engine::intern`).
+    #[inline]
+    pub fn same_signature(&self, other: &Self) -> bool {
+        self.dtype == other.dtype
+            && self.device == other.device
+            && self.shape.len() == other.shape.len()
+            && self.shape.iter().zip(&other.shape).all(|(a, b)| a == b)
+    }
+
     /// Number of elements. Exact for the meta of every tensor, whose shape passed
     /// [`shape::check`](super::shape::check); a meta built by hand whose count overflows
     /// gives `usize::MAX` rather than a wrapped count.
@@ -117,16 +142,91 @@ impl TensorMeta {
             None => usize::MAX,
         }
     }
-    /// Size of the storage in bytes (like [`numel`](Self::numel), `usize::MAX` for a meta
-    /// built by hand whose size overflows).
+    /// Size of the tensor's elements in bytes (like [`numel`](Self::numel), `usize::MAX` for
+    /// a meta built by hand whose size overflows). For a contiguous tensor made by the VM,
+    /// the size of its storage.
     #[inline]
     pub fn bytes(&self) -> usize {
         self.numel().saturating_mul(self.dtype.size())
     }
-    /// `f32[2, 3]` style description (no device).
+
+    /// Whether the elements lie in row-major order one after another (dimensions of size 1
+    /// may have any stride; an empty tensor is contiguous), as PyTorch's `is_contiguous`.
+    pub fn is_contiguous(&self) -> bool {
+        if self.numel() == 0 {
+            return true;
+        }
+        let mut expected = 1isize;
+        for (&d, &s) in self.shape.iter().zip(&self.strides).rev() {
+            if d != 1 {
+                if s != expected {
+                    return false;
+                }
+                expected = expected.wrapping_mul(d as isize);
+            }
+        }
+        true
+    }
+
+    /// The storage elements the tensor may touch, as `lo..hi` (element indices, `lo`
+    /// included), or `None` for an empty tensor. A negative index (a layout that reaches
+    /// before the storage) gives `None` too: [`check_layout`](Self::check_layout) refuses it.
+    pub fn span(&self) -> Option<std::ops::Range<usize>> {
+        if self.numel() == 0 {
+            return None;
+        }
+        let (mut lo, mut hi) = (self.offset as i128, self.offset as i128);
+        for (&d, &s) in self.shape.iter().zip(&self.strides) {
+            let reach = (d as i128 - 1) * s as i128;
+            if reach < 0 {
+                lo += reach;
+            } else {
+                hi += reach;
+            }
+        }
+        (lo >= 0 && hi < usize::MAX as i128).then(|| lo as usize..hi as usize + 1)
+    }
+
+    /// Check that this layout stays within a storage of `storage_elems` elements: one
+    /// stride per dimension, and every element it names inside. Returns why not.
+    pub fn check_layout(&self, storage_elems: usize) -> Result<(), String> {
+        if self.strides.len() != self.shape.len() {
+            return Err(format!("{} strides for {} dimensions", self.strides.len(), self.shape.len()));
+        }
+        if self.numel() == 0 {
+            return if self.offset <= storage_elems {
+                Ok(())
+            } else {
+                Err(format!("offset {} is past the storage's {storage_elems} elements", self.offset))
+            };
+        }
+        match self.span() {
+            Some(r) if r.end <= storage_elems => Ok(()),
+            _ => Err(format!(
+                "shape {:?} with strides {:?} from offset {} reaches outside a storage of {storage_elems} elements",
+                &self.shape[..],
+                &self.strides[..],
+                self.offset
+            )),
+        }
+    }
+
+    /// `f32[2, 3]` style description (no device); a view that is not contiguous from offset
+    /// 0 adds its layout: `f32[3, 2] (strides [1, 3])`, `f32[2] (offset 4)`.
     pub fn describe(&self) -> String {
         let dims: Vec<String> = self.shape.iter().map(|d| d.to_string()).collect();
-        format!("{}[{}]", self.dtype, dims.join(", "))
+        let mut s = format!("{}[{}]", self.dtype, dims.join(", "));
+        if !self.is_contiguous() {
+            let st: Vec<String> = self.strides.iter().map(|d| d.to_string()).collect();
+            s.push_str(&format!(" (strides [{}]", st.join(", ")));
+            if self.offset != 0 {
+                s.push_str(&format!(", offset {}", self.offset));
+            }
+            s.push(')');
+        } else if self.offset != 0 {
+            s.push_str(&format!(" (offset {})", self.offset));
+        }
+        s
     }
 }
 
@@ -145,32 +245,65 @@ struct Line<T>(T);
 /// The object shared by the user's handles and the instructions that use a tensor.
 ///
 /// Laid out by who touches what: the caller's state (reference count, soft-sync state,
-/// what a call's check reads, metadata) fills the first two lines, with everything the
-/// check of a call reads in the first; the value (the worker's) and the dependence object
-/// (the scheduler's) each start a line of their own, so that the three threads that touch
-/// every tensor do not move each other's lines between cores.
+/// what a call's check reads, metadata) comes first, with everything the check of a call
+/// reads in the first line; the value (the worker's) and the dependence object (the
+/// scheduler's) each take a line of their own, so that the three threads that touch every
+/// tensor do not move each other's lines between cores.
+///
+/// # Storages and views
+///
+/// A tensor made by the VM owns its storage: the value and the dependence object in its
+/// own lines are the storage's. A *view* (`framework::Tensor::view`) is a tensor object
+/// with a layout of its own (`meta`: shape, strides, offset) over another tensor's storage:
+/// its `base` names the owner, and its value and dependence object are the owner's
+/// ([`value`](Self::value), [`dep_mut`](Self::dep_mut) go there). So every read and write
+/// through any view of a storage is ordered by the one dependence object of that storage
+/// (the read/write rule applies to storages), and the storage's error and bytes are shared.
+/// A view of a view names the owner, never another view.
 ///
 /// # Ownership
 ///
-/// `refs` counts the user's handles ([`Tensor`]) plus, once the tensor's `Release` has
-/// been emitted, the one [`TensorOwner`] that instruction holds. Instructions themselves
-/// hold uncounted pointers (`TensorPtr`), which the `Release` (ordered after all of them)
-/// outlives. When the last handle drops and no `Release` has been emitted yet, its count
-/// passes to the new `Release` instead of freeing the object; the object is freed when the
-/// count reaches zero otherwise.
+/// `refs` counts the user's handles ([`Tensor`]), plus one per live view of this tensor's
+/// storage (the view's reference to its `base`, handed back to the front end when the view
+/// is done: `framework::tensor`), plus, once the tensor's `Release` has been emitted, the
+/// one [`TensorOwner`] that instruction holds. Instructions themselves hold uncounted
+/// pointers (`TensorPtr`), which the `Release` (ordered after all of them) outlives. When the
+/// last handle drops and no `Release` has been emitted yet, its count passes to the new
+/// `Release` instead of freeing the object; the object is freed when the count reaches zero
+/// otherwise. A view's `Release` frees the view object alone (it is ordered after every use
+/// of the storage before it, that view's among them); the owner's frees the storage, and
+/// comes after every view's, since a view holds a reference to its owner until its own
+/// `Release` is submitted.
 #[repr(C)]
 pub(crate) struct TensorInner {
     refs: RefCount,
-    /// Index of the VM stream that last used this tensor, `NO_STREAM` if none (soft sync).
+    /// Index of the VM stream that last used this tensor, `NO_STREAM` if none. An owner's
+    /// is its storage's, whichever of its views used it (soft sync); a view's is where the
+    /// view itself was last used (its `Release` goes there).
     pub(crate) last_stream: AtomicU32,
-    /// The VM's number for `meta` (`MetaId::NONE` if it has none): the builder checks a
-    /// call's signature by comparing these.
+    /// The VM's number for `meta`'s signature (shape, dtype, device; `MetaId::NONE` if it
+    /// has none): the builder checks a call's signature by comparing these.
     pub(crate) meta_id: MetaId,
     /// Set when the tensor's `Release` has been emitted.
     pub(crate) released: AtomicBool,
     /// Whether the VM made this tensor to receive the copy that a host access of a device
     /// tensor reads (immutable; read only when that copy finds its input unwritten).
     pub(crate) fetch: Fetch,
+    /// Whether this tensor's elements are its whole storage, each once, in row-major order
+    /// from the start (an owner; a view that is all of its storage): a write through it
+    /// replaces the storage's whole value, error included (immutable).
+    pub(crate) whole: bool,
+    /// Whether the view's reference to its `base` has been handed back (views only; set
+    /// once, by the front end: `framework::tensor`).
+    pub(crate) base_handed: AtomicBool,
+    /// Live views of this tensor's storage (owners only): an explicit release of the owner
+    /// waits for them (`framework::virtual_machine::release_tensor`).
+    pub(crate) views: AtomicU32,
+    /// Set by an explicit release of an owner that views still used: its `Release` is
+    /// emitted when its last reference drops, as if it had not been released.
+    pub(crate) release_deferred: AtomicBool,
+    /// The owner of the storage this tensor views; `None` for an owner (immutable).
+    base: Option<NonNull<TensorInner>>,
     pub(crate) id: u64,
     pub(crate) vm: EngineRef,
     pub(crate) meta: TensorMeta,
@@ -188,17 +321,14 @@ impl MetaId {
     pub(crate) const NONE: MetaId = MetaId(u32::MAX);
 }
 
-/// What a tensor is for, if the VM made it as the host copy that `Tensor::wait` or
-/// `Tensor::to_vec` of a device tensor reads: the copy then answers for an unwritten device
-/// tensor as the access of an unwritten host tensor does
-/// (`vm::instruction_policy::op_call`).
+/// What a tensor is for, if the VM made it as the host copy that `Tensor::to_vec` (or a
+/// loan) of a device tensor or a view reads: the copy then answers for an unwritten tensor as
+/// the access of an unwritten host tensor does (`vm::instruction_policy::op_call`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Fetch {
     /// An ordinary tensor.
     No,
-    /// The host copy of a `Tensor::wait`.
-    Wait,
     /// The host copy of a `Tensor::to_vec`.
     Read,
 }
@@ -224,6 +354,11 @@ impl TensorInner {
             meta_id,
             released: AtomicBool::new(false),
             fetch,
+            whole: true,
+            base_handed: AtomicBool::new(false),
+            views: AtomicU32::new(0),
+            release_deferred: AtomicBool::new(false),
+            base: None,
             id,
             vm,
             meta,
@@ -232,33 +367,89 @@ impl TensorInner {
         }
     }
 
+    /// A view of `base`'s storage with the layout `meta` (checked by the caller against the
+    /// storage's size), holding a reference to the owner of that storage: the caller has
+    /// counted it (`add_ref`) and counted the view in the owner's `views`.
+    ///
+    /// # Safety
+    /// `owner` is a live owner (not a view), and the reference counted for this view keeps
+    /// it alive until the front end hands it back (`framework::tensor`).
+    pub(crate) unsafe fn new_view(
+        id: u64,
+        meta: TensorMeta,
+        meta_id: MetaId,
+        owner: NonNull<TensorInner>,
+    ) -> Self {
+        // SAFETY: `owner` is alive (the contract).
+        let o = unsafe { owner.as_ref() };
+        debug_assert!(o.base.is_none(), "a view's base is an owner");
+        let whole = meta.offset == 0 && meta.is_contiguous() && meta.numel() == o.meta.numel();
+        let mut t = TensorInner::new(id, meta, meta_id, o.vm, Fetch::No);
+        t.whole = whole;
+        t.base = Some(owner);
+        t
+    }
+
     /// A tensor object that belongs to no VM, for unit tests of the engine's parts.
     #[cfg(test)]
     pub(crate) fn for_test(id: u64, meta: TensorMeta) -> Box<TensorInner> {
         Box::new(TensorInner::new(id, meta, MetaId::NONE, EngineRef::NONE, Fetch::No))
     }
 
-    /// The tensor's value, for reading.
+    /// The owner of this tensor's storage: itself, or the tensor it views.
+    #[inline(always)]
+    pub(crate) fn owner(&self) -> &TensorInner {
+        match self.base {
+            // SAFETY: a view keeps its owner alive (the type's docs, "Ownership").
+            Some(b) => unsafe { b.as_ref() },
+            None => self,
+        }
+    }
+
+    /// Whether this tensor is a view of another's storage.
+    #[inline(always)]
+    pub(crate) fn is_view(&self) -> bool {
+        self.base.is_some()
+    }
+
+    /// The owner this view's reference is to, if this is a view.
+    #[inline]
+    pub(crate) fn base_ptr(&self) -> Option<NonNull<TensorInner>> {
+        self.base
+    }
+
+    /// The value of the tensor's storage, for reading.
     ///
     /// # Safety
     /// The caller must be running an instruction that holds a read (or write) access to
-    /// this tensor under the dependence rules, so that no writer runs concurrently.
+    /// this tensor's storage under the dependence rules, so that no writer runs concurrently.
     #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
     pub(crate) unsafe fn value(&self) -> &TensorValue {
         // SAFETY: no concurrent writer, by the caller's contract.
-        unsafe { &*self.value.0.get() }
+        unsafe { &*self.owner().value.0.get() }
     }
 
-    /// The tensor's value, for writing.
+    /// The value of the tensor's storage, for writing.
     ///
     /// # Safety
     /// The caller must be running an instruction that holds the write access to this
-    /// tensor under the dependence rules, so that no other access runs concurrently, and
-    /// must not hold another reference obtained from `value`/`value_mut` at the same time.
+    /// tensor's storage under the dependence rules, so that no other access runs
+    /// concurrently, and must not hold another reference obtained from `value`/`value_mut`
+    /// (of this tensor or of another view of its storage) at the same time.
     #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
     pub(crate) unsafe fn value_mut(&self) -> &mut TensorValue {
         // SAFETY: exclusive access, by the caller's contract.
-        unsafe { &mut *self.value.0.get() }
+        unsafe { &mut *self.owner().value.0.get() }
+    }
+
+    /// The value of the tensor's storage as a raw pointer, for an instruction that reads
+    /// and writes it through several operands (an output that is also an input): fields are
+    /// reached through it one at a time, never as a reference to the whole value.
+    #[inline(always)]
+    pub(crate) fn value_ptr(&self) -> *mut TensorValue {
+        self.owner().value.0.get()
     }
 
     /// Whether this tensor was made by the VM named `vm` (`Engine::identity`): one
@@ -269,15 +460,16 @@ impl TensorInner {
         self.vm == vm
     }
 
-    /// The dependence object.
+    /// The dependence object of the tensor's storage.
     ///
     /// # Safety
     /// Only the scheduler thread may call this, and it must not hold two references to the
-    /// same tensor's dependence object at once.
+    /// same storage's dependence object at once (two views of one storage share it).
     #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
     pub(crate) unsafe fn dep_mut(&self) -> &mut DepObject {
         // SAFETY: single-threaded access by the scheduler, by the caller's contract.
-        unsafe { &mut *self.dep.0.get() }
+        unsafe { &mut *self.owner().dep.0.get() }
     }
 }
 
@@ -336,7 +528,7 @@ impl TensorOwner {
 }
 
 /// Blocks of freed tensor objects kept for new ones in batches (`alloc::objects`): up to
-/// 32768 objects of 256 bytes (8 MiB, kept only once that many were freed at once), as many as a
+/// 32768 objects of 320 bytes (10 MiB, kept only once that many were freed at once), as many as a
 /// chain of small calls has in flight under the default back-pressure bound (65536
 /// instructions, a call and a `Release` per tensor), so that a caller running that far
 /// ahead of the workers still finds its objects in the pool once they catch up.
@@ -404,105 +596,25 @@ impl fmt::Debug for TensorOwner {
     }
 }
 
-/// A Rust element type that maps to a [`DType`].
-pub trait Element: Copy + Send + Sync + 'static + fmt::Debug {
-    /// The matching dtype.
-    const DTYPE: DType;
-    /// Decode native-endian bytes.
-    fn from_bytes(bytes: &[u8]) -> Vec<Self>;
-    /// Encode to native-endian bytes.
-    fn to_bytes(values: &[Self]) -> Vec<u8>;
-    /// [`Element::from_bytes`], or the error of a refused allocation instead of the global
-    /// allocator's abort: for buffers whose size a program chooses.
-    fn try_from_bytes(bytes: &[u8]) -> Result<Vec<Self>, TryReserveError>;
-    /// [`Element::to_bytes`], or the error of a refused allocation.
-    fn try_to_bytes(values: &[Self]) -> Result<Vec<u8>, TryReserveError>;
-}
-
-/// A vector with room for exactly `n` elements, or the error of a refused allocation.
-fn with_room<T>(n: usize) -> Result<Vec<T>, TryReserveError> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n)?;
-    Ok(v)
-}
-
-impl Element for f32 {
-    const DTYPE: DType = DType::F32;
-    fn from_bytes(bytes: &[u8]) -> Vec<Self> {
-        bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()
-    }
-    fn to_bytes(values: &[Self]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_ne_bytes()).collect()
-    }
-    fn try_from_bytes(bytes: &[u8]) -> Result<Vec<Self>, TryReserveError> {
-        let mut v = with_room(bytes.len() / 4)?;
-        v.extend(bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])));
-        Ok(v)
-    }
-    fn try_to_bytes(values: &[Self]) -> Result<Vec<u8>, TryReserveError> {
-        let mut v = with_room(std::mem::size_of_val(values))?;
-        v.extend(values.iter().flat_map(|x| x.to_ne_bytes()));
-        Ok(v)
-    }
-}
-
-impl Element for i64 {
-    const DTYPE: DType = DType::I64;
-    fn from_bytes(bytes: &[u8]) -> Vec<Self> {
-        bytes
-            .chunks_exact(8)
-            .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
-            .collect()
-    }
-    fn to_bytes(values: &[Self]) -> Vec<u8> {
-        values.iter().flat_map(|v| v.to_ne_bytes()).collect()
-    }
-    fn try_from_bytes(bytes: &[u8]) -> Result<Vec<Self>, TryReserveError> {
-        let mut v = with_room(bytes.len() / 8)?;
-        v.extend(
-            bytes
-                .chunks_exact(8)
-                .map(|c| i64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
-        );
-        Ok(v)
-    }
-    fn try_to_bytes(values: &[Self]) -> Result<Vec<u8>, TryReserveError> {
-        let mut v = with_room(std::mem::size_of_val(values))?;
-        v.extend(values.iter().flat_map(|x| x.to_ne_bytes()));
-        Ok(v)
-    }
-}
-
 #[cfg(test)]
 mod layout_tests {
     use super::*;
 
     #[test]
-    fn fallible_encodings_match_the_plain_ones() {
-        let f = [1.5f32, -0.0, f32::MAX, 3.25];
-        let fb = f32::to_bytes(&f);
-        assert_eq!(f32::try_to_bytes(&f).unwrap(), fb);
-        assert_eq!(f32::try_from_bytes(&fb).unwrap(), f32::from_bytes(&fb));
-        let i = [i64::MIN, -1, 0, 7];
-        let ib = i64::to_bytes(&i);
-        assert_eq!(i64::try_to_bytes(&i).unwrap(), ib);
-        assert_eq!(i64::try_from_bytes(&ib).unwrap(), i.to_vec());
-        // A trailing partial element is ignored, as by `from_bytes`.
-        assert_eq!(f32::try_from_bytes(&fb[..7]).unwrap(), vec![1.5]);
-    }
-
-    #[test]
     fn tensor_object_stays_small() {
-        // Caller state and metadata on two lines, the value on one and the dependence
-        // object on one (the type's docs). Each added line costs every instruction on a
-        // program that cycles through more tensors than the cache holds.
+        // Caller state and metadata (shape and strides inline up to four dimensions) on
+        // three lines, the value on one and the dependence object on one (the type's docs).
+        // Each added line costs every instruction on a program that cycles through more
+        // tensors than the cache holds.
         assert_eq!(std::mem::align_of::<TensorInner>(), 64);
-        assert!(std::mem::size_of::<TensorInner>() <= 256, "{}", std::mem::size_of::<TensorInner>());
+        assert!(std::mem::size_of::<TensorInner>() <= 320, "{}", std::mem::size_of::<TensorInner>());
         assert!(std::mem::size_of::<TensorValue>() <= 64, "the worker reads one line per operand");
-        assert!(std::mem::offset_of!(TensorInner, vm) < 128, "caller state beyond two lines");
+        assert!(std::mem::offset_of!(TensorInner, meta) < 128, "caller state beyond two lines");
         assert!(std::mem::offset_of!(TensorInner, released) < 64, "the call check reads one line");
         assert!(std::mem::offset_of!(TensorInner, meta_id) < 64, "the call check reads one line");
         assert!(std::mem::offset_of!(TensorInner, vm) < 64, "the call check reads one line");
+        assert!(std::mem::offset_of!(TensorInner, base) < 64, "the call check reads one line");
+        assert!(std::mem::offset_of!(TensorInner, last_stream) < 64, "the call check reads one line");
         assert!(std::mem::size_of::<DepObject>() <= 64);
     }
 }

@@ -38,3 +38,4 @@ mod trace_analyze;
 mod trace_format;
 mod trace_record;
 mod trace_shipped;
+mod views;

@@ -55,8 +55,10 @@ pub fn collect<R>(f: impl FnOnce() -> R) -> (R, Vec<Deferred>) {
 }
 
 /// Whether a collector is installed on this thread (cheap; checked before boxing a free).
+/// None is while the thread's locals are being destroyed (a storage freed by another
+/// thread-local's destructor).
 pub(crate) fn active() -> bool {
-    SINK.with(|s| s.try_borrow().map(|s| s.is_some()).unwrap_or(false))
+    SINK.try_with(|s| s.try_borrow().map(|s| s.is_some()).unwrap_or(false)).unwrap_or(false)
 }
 
 /// Free now, or hand to this thread's collector if one is installed.

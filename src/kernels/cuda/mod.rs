@@ -235,7 +235,7 @@ impl OpKernel for Elementwise {
         if n == 0 {
             return Ok(());
         }
-        let scalar = ctx.attrs.scalar as f32;
+        let scalar = ctx.attrs.float() as f32;
         let n64 = n as u64;
         on_stream(self.name, |s| {
             let m = module(s)?;
@@ -698,7 +698,9 @@ impl OpKernel for CudaCopy {
                         return Err("output 0 has too few host bytes".into());
                     }
                     if locked(s, dst.data, bytes) {
-                        let host = dst.data.as_bytes_mut();
+                        // SAFETY: this instruction holds the write access to the output's
+                        // storage, which the input does not share (a copy across devices).
+                        let host = unsafe { dst.data.bytes_mut() };
                         // SAFETY: `from` holds `bytes` bytes on this device; the destination
                         // block is page-locked, holds at least `bytes` bytes (checked above),
                         // and nothing else touches it until this instruction retires, after
@@ -709,7 +711,8 @@ impl OpKernel for CudaCopy {
                         .result()
                         .map_err(|e| format!("cuMemcpyDtoHAsync: {e}"));
                     }
-                    let host = dst.data.as_bytes_mut();
+                    // SAFETY: as above.
+                    let host = unsafe { dst.data.bytes_mut() };
                     let out = HostDst(host.as_mut_ptr());
                     let key = host.as_mut_ptr() as usize;
                     let pinned = s.pinned().clone();
@@ -750,7 +753,9 @@ impl OpKernel for CudaCopy {
                 (None, None) => {
                     let from = src.data.as_bytes().get(..bytes).ok_or("input 0 has too few host bytes")?;
                     let to =
-                        dst.data.as_bytes_mut().get_mut(..bytes).ok_or("output 0 has too few host bytes")?;
+                        // SAFETY: this instruction holds the write access to the output's
+                        // storage, which the input does not share.
+                        unsafe { dst.data.bytes_mut() }.get_mut(..bytes).ok_or("output 0 has too few host bytes")?;
                     to.copy_from_slice(from);
                     Ok(())
                 }

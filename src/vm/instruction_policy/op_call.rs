@@ -171,21 +171,32 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     // (Views are pushed in place, not collected and moved: a collected small vector is
     // written word by word and then copied in wider loads that the store buffer cannot
     // forward, a stall that costs more than the rest of a no-op's execution.)
+    //
+    // Values are reached through raw pointers, field by field: an output may share its
+    // storage with an input (an in-place call), so no reference to a whole value is made
+    // while views of its storage are alive. What is written through them is the `error`
+    // field, and the `storage` field of an output nothing has written yet (which no input
+    // view can point into: an unwritten input stops the call first).
     let mut ins = I::new();
     let mut uninitialized = None;
     for (k, op) in inputs.iter().enumerate() {
         // SAFETY: this OpCall is running, so each operand's tensor is alive
-        // (`Operand::tensor`), and it holds a read access to each input (dependence rules).
-        let (t, v) = unsafe {
+        // (`Operand::tensor`), and it holds a read access to each input's storage
+        // (dependence rules): no other instruction writes the value meanwhile.
+        // Each field is borrowed on its own: an output's `error` may be written below while
+        // this input's storage is lent to its view.
+        let (t, error, storage) = unsafe {
             let t = op.tensor();
-            (t, t.value())
+            let v = t.value_ptr();
+            (t, &(*v).error, &(*v).storage)
         };
-        if let Some(e) = &v.error {
-            kernel.skipped_call(&attrs, e);
-            set_error(outputs, e.clone());
+        if let Some(e) = error {
+            let e = e.clone();
+            kernel.skipped_call(&attrs, &e);
+            set_error(outputs, e);
             return;
         }
-        match &v.storage {
+        match storage {
             Some(data) => ins.put(k, TensorView { meta: &t.meta, data }),
             None => uninitialized = uninitialized.or(Some(t.id)),
         }
@@ -194,26 +205,35 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         read_unwritten(kernel, &attrs, outputs, tensor, program(), env);
         return;
     }
-    // Outputs, in one pass: clear the error an earlier failed write left (this write
-    // replaces it: with nothing if the kernel succeeds, with its failure if not), allocate
-    // those written for the first time, and make their views. (Cleared here rather than
-    // after the kernel, nothing about the outputs is kept across the kernel's call.)
+    // Outputs, in one pass: clear the error an earlier failed write left, if this write
+    // replaces the whole storage (with nothing if the kernel succeeds, with its failure if
+    // not; a write of part of a storage leaves the rest as it was, error included),
+    // allocate those written for the first time, and make their views. (Cleared here rather
+    // than after the kernel, nothing about the outputs is kept across the kernel's call.)
     let mut outs = O::new();
     for (k, op) in outputs.iter().enumerate() {
         // SAFETY: this OpCall is running, so each operand's tensor is alive; it holds the
-        // write access to each output, and outputs are distinct from inputs and from each
-        // other (the builder refuses aliases); each output's value is borrowed once here
-        // and not through any other path while `outs` lives.
+        // write access to each output's storage. The builder refuses two outputs of one
+        // storage, so each output's value is written through one pointer here.
         let (t, v) = unsafe {
             let t = op.tensor();
-            (t, t.value_mut())
+            (t, t.value_ptr())
         };
-        if v.error.is_some() {
-            v.error = None;
+        // SAFETY: fields of a value this instruction may write (above); the `error` field is
+        // never lent to a view.
+        unsafe {
+            if t.whole && (*v).error.is_some() {
+                (*v).error = None;
+            }
         }
-        if v.storage.is_none() {
-            match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
-                Ok(s) => v.storage = Some(s),
+        // SAFETY: as above; an output without storage shares none with an input (an input
+        // without storage returned above), so no view points into this field while it is
+        // written.
+        if unsafe { (*v).storage.is_none() } {
+            let owner = t.owner();
+            match env.alloc.alloc_tensor(owner.id, owner.meta.device, owner.meta.bytes()) {
+                // SAFETY: as above.
+                Ok(s) => unsafe { (*v).storage = Some(s) },
                 Err(source) => {
                     drop(outs);
                     let e = Error::Alloc {
@@ -228,7 +248,8 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
                 }
             }
         }
-        let data = v.storage.as_mut().expect("allocated above");
+        // SAFETY: as above; from here on the field is only read, by views.
+        let data = unsafe { (*v).storage.as_ref() }.expect("allocated above");
         outs.put(k, TensorViewMut { meta: &t.meta, data });
     }
     // SAFETY: every input and every output got its view (an input without storage, the one
@@ -251,12 +272,11 @@ fn kernel_failed(kernel: &dyn OpKernel, outputs: &[Operand], message: String, pr
 }
 
 /// A call read `tensor`, which nothing has written: an error of the call, stored on its
-/// outputs and counted, unless the call is the copy to the host that `Tensor::wait` or
-/// `Tensor::to_vec` of a device tensor makes (its one output is the VM's [`Fetch`] tensor).
-/// That copy is part of a host access and answers as the access of an unwritten host
-/// tensor does, on every device alike: for `wait` it leaves its output unwritten (the wait
-/// then passes); for `to_vec` it stores `Uninitialized` with the op `Access` on it (the
-/// read returns it). Neither is counted: a read is not a failed instruction.
+/// outputs and counted, unless the call is the copy to the host that `Tensor::to_vec` of a
+/// device tensor or a view makes (its one output is the VM's [`Fetch`] tensor). That copy is
+/// part of a host access and answers as the read of an unwritten host tensor does: it
+/// stores `Uninitialized` with the op `Access` on its output (the read returns it), not
+/// counted: a read is not a failed instruction.
 #[cold]
 #[inline(never)]
 fn read_unwritten(
@@ -270,7 +290,6 @@ fn read_unwritten(
     // SAFETY: the call is running, so its one output's tensor is alive.
     let fetch = |o: &Operand| unsafe { o.tensor() }.fetch;
     match outputs {
-        [o] if fetch(o) == Fetch::Wait => {}
         [o] if fetch(o) == Fetch::Read => {
             set_error(outputs, Arc::new(Error::Uninitialized { instr: program, op: "Access".into(), tensor }))
         }
@@ -291,8 +310,9 @@ pub(super) fn fail(outputs: &[Operand], e: Error, env: &ExecEnv) {
 fn set_error(outputs: &[Operand], e: Arc<Error>) {
     for op in outputs {
         // SAFETY: the caller is running the instruction (its tensors are alive) and holds
-        // the write access to every output.
-        unsafe { op.tensor().value_mut() }.error = Some(e.clone());
+        // the write access to every output's storage; only the `error` field is written,
+        // which no view of the storage points into (an input's view may be alive).
+        unsafe { (*op.tensor().value_ptr()).error = Some(e.clone()) };
     }
 }
 
@@ -330,13 +350,16 @@ mod tests {
             Ok(())
         }
         fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-            if ctx.inputs.len() + ctx.outputs.len() != ctx.attrs.scalar as usize {
+            if ctx.inputs.len() + ctx.outputs.len() != ctx.attrs.float() as usize {
                 return Err(format!("{} + {} views", ctx.inputs.len(), ctx.outputs.len()));
             }
             let sum: f32 =
                 ctx.inputs.iter().enumerate().map(|(j, v)| (j + 1) as f32 * first(v.data.as_bytes())).sum();
             for (k, o) in ctx.outputs.iter_mut().enumerate() {
-                o.data.as_bytes_mut()[..4].copy_from_slice(&(sum + k as f32 + 1.0).to_le_bytes());
+                // SAFETY: the call holds the write access to each output, and the test's outputs
+                // share no storage with its inputs.
+                let out = unsafe { o.data.bytes_mut() };
+                out[..4].copy_from_slice(&(sum + k as f32 + 1.0).to_le_bytes());
             }
             Ok(())
         }

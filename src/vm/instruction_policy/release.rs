@@ -1,4 +1,6 @@
-//! `Release`: the last use of a tensor frees its storage and clears its error.
+//! `Release`: the last use of a tensor frees its storage and clears its error; the last use
+//! of a view frees nothing but the view (its `Release` owns the view object, freed when the
+//! instruction drops), since the storage is its owner's.
 
 use super::super::instruction::Operand;
 
@@ -10,7 +12,12 @@ pub(super) fn release(ops: &[Operand]) {
         // SAFETY: the Release is running, and owns its operand's tensor (alive); it holds
         // the write access to it: every earlier access has finished (or precedes it on
         // this stream's FIFO).
-        let v = unsafe { op.tensor().value_mut() };
+        let t = unsafe { op.tensor() };
+        if t.is_view() {
+            continue;
+        }
+        // SAFETY: as above; an owner's value is its own.
+        let v = unsafe { t.value_mut() };
         v.storage = None;
         v.error = None;
     }

@@ -142,6 +142,7 @@ fn data(dtype: DType, n: usize, value: f64) -> Data {
     match dtype {
         DType::F32 => Data::F32(vec![value as f32; n]),
         DType::I64 => Data::I64(vec![value as i64; n]),
+        other => unreachable!("the fuzz inputs draw f32 and i64 only, not {other}"),
     }
 }
 
@@ -357,6 +358,7 @@ impl<'a> State<'a> {
                 let n = match dtype {
                     DType::F32 => self.judge(t.to_vec::<f32>())?.map(|v| v.len()),
                     DType::I64 => self.judge(t.to_vec::<i64>())?.map(|v| v.len()),
+                    other => unreachable!("the fuzz inputs draw f32 and i64 only, not {other}"),
                 };
                 if let Some(n) = n {
                     Stats::bump(&self.stats.ran);
@@ -491,6 +493,7 @@ impl<'a> State<'a> {
                 let n = match dtype {
                     DType::F32 => self.judge(a.to_vec::<f32>())?.map(|v| v.len()),
                     DType::I64 => self.judge(a.to_vec::<i64>())?.map(|v| v.len()),
+                    other => unreachable!("the fuzz inputs draw f32 and i64 only, not {other}"),
                 };
                 if let Some(n) = n {
                     Stats::bump(&self.stats.ran);
@@ -505,6 +508,7 @@ impl<'a> State<'a> {
                 match dtype {
                     DType::F32 => self.judge(a.item::<f32>())?.map(|_| ()),
                     DType::I64 => self.judge(a.item::<i64>())?.map(|_| ()),
+                    other => unreachable!("the fuzz inputs draw f32 and i64 only, not {other}"),
                 };
                 None
             }
