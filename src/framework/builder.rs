@@ -44,6 +44,16 @@
 //! is submitted only between calls, so that an explicit release (`Array::release`) made on
 //! another thread either is seen by a call's check or waits for the batch that holds it.
 //!
+//! # Layouts
+//!
+//! A tensor may be a view of part of a storage, in any layout (`Tensor::view_layout`). A
+//! kernel that says it takes every layout (`OpKernel::strided`: the built-in ones) gets its
+//! operands as they are. Any other gets contiguous operands, each its whole storage: before
+//! the call the builder copies each input that is not so into a new tensor (the `copy` op,
+//! on the call's stream), and lets the kernel write each such output into a new tensor that
+//! it then copies into the output. These copies are instructions like any other (a trace
+//! records them). A call whose operands are views takes the full path.
+//!
 //! # Tensors of other VMs
 //!
 //! Every operand must belong to the builder's VM: a tensor of another VM would have its
@@ -181,6 +191,10 @@ impl<'vm> InstructionsBuilder<'vm> {
             Some(c) => c,
             None => self.check(op, inputs, &[], &attrs, stream)?,
         };
+        if let Some(whole) = self.whole_inputs(checked.kernel, inputs, stream)? {
+            let refs: SmallVec<[&Tensor; 4]> = whole.iter().collect();
+            return Ok(self.make_and_emit(checked, &refs, attrs, stream));
+        }
         Ok(self.make_and_emit(checked, inputs, attrs, stream))
     }
 
@@ -200,7 +214,13 @@ impl<'vm> InstructionsBuilder<'vm> {
                 detail: format!("has {n} outputs; use call_multi"),
             });
         }
-        let mut outs = self.make_and_emit(checked, inputs, attrs, stream);
+        let mut outs = match self.whole_inputs(checked.kernel, inputs, stream)? {
+            None => self.make_and_emit(checked, inputs, attrs, stream),
+            Some(whole) => {
+                let refs: SmallVec<[&Tensor; 4]> = whole.iter().collect();
+                self.make_and_emit(checked, &refs, attrs, stream)
+            }
+        };
         // Cannot fail: the checked signature has one output.
         Ok(outs.pop().expect("one output"))
     }
@@ -230,7 +250,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         for (id, t) in ids.iter_mut().zip(inputs) {
             let t = t.inner();
             *id = t.meta_id;
-            refused |= t.released.load(Ordering::Relaxed) | !t.belongs_to(self.me);
+            // Views go the full way: a kernel may need them copied (module docs, "Layouts").
+            refused |= t.released.load(Ordering::Relaxed) | !t.belongs_to(self.me) | t.is_view();
         }
         if refused {
             return None;
@@ -331,8 +352,73 @@ impl<'vm> InstructionsBuilder<'vm> {
                 detail: format!("produces {produced} outputs, {} given", outputs.len()),
             });
         }
-        self.emit_call(checked.kernel, inputs, outputs, attrs, stream);
+        let kernel = checked.kernel;
+        if kernel.strided() || inputs.iter().chain(outputs).all(|t| t.is_whole()) {
+            self.emit_call(kernel, inputs, outputs, attrs, stream);
+            return Ok(());
+        }
+        // A kernel over contiguous operands (module docs, "Layouts").
+        let whole_in = self.whole_inputs(kernel, inputs, stream)?;
+        let ins: SmallVec<[&Tensor; 4]> = match &whole_in {
+            Some(w) => w.iter().collect(),
+            None => inputs.iter().copied().collect(),
+        };
+        let copy = self.copy_op(stream)?;
+        let temps: SmallVec<[Option<Tensor>; 2]> =
+            outputs.iter().map(|o| (!o.is_whole()).then(|| self.contiguous_like(o))).collect();
+        let outs: SmallVec<[&Tensor; 2]> =
+            outputs.iter().zip(&temps).map(|(o, t)| t.as_ref().unwrap_or(o)).collect();
+        self.emit_call(kernel, &ins, &outs, attrs, stream);
+        for (o, t) in outputs.iter().zip(&temps) {
+            if let Some(t) = t {
+                self.call_into(copy, &[t], &[o], Attrs::default(), stream)?;
+            }
+        }
         Ok(())
+    }
+
+    /// For a kernel over contiguous operands (`OpKernel::strided` false) given an input that
+    /// is not its whole storage: each input as a tensor that is, copied where it is not (on
+    /// `stream`). `None` when every input can go as it is.
+    fn whole_inputs(
+        &mut self,
+        kernel: KernelRef,
+        inputs: &[&Tensor],
+        stream: StreamId,
+    ) -> Result<Option<SmallVec<[Tensor; 4]>>> {
+        if kernel.strided() || inputs.iter().all(|t| t.is_whole()) {
+            return Ok(None);
+        }
+        let copy = self.copy_op(stream)?;
+        let mut whole = SmallVec::new();
+        for t in inputs {
+            whole.push(match t.is_whole() {
+                true => (*t).clone(),
+                false => self.call(copy, &[t], Attrs::default(), stream)?,
+            });
+        }
+        Ok(Some(whole))
+    }
+
+    /// The `copy` op of `stream`'s device, which must take every layout: the copies that make
+    /// operands contiguous are its calls.
+    fn copy_op(&self, stream: StreamId) -> Result<Op> {
+        let device = self.vm.stream(stream)?.device;
+        let copy = self.front.ops.resolve("copy", device)?;
+        match copy.kernel(device.ty) {
+            Some(k) if k.strided() => Ok(copy),
+            _ => Err(Error::InvalidOperands {
+                op: "copy".into(),
+                detail: format!("the `copy` kernel of {device} takes contiguous tensors only, so it cannot make views contiguous"),
+            }),
+        }
+    }
+
+    /// A new contiguous tensor of `t`'s shape, dtype and device.
+    fn contiguous_like(&mut self, t: &Tensor) -> Tensor {
+        let meta = TensorMeta::new(t.shape(), t.dtype(), t.device());
+        let id = self.vm.next_tensor_id();
+        new_tensor_with_id(self.vm, id, meta.clone(), self.vm.intern(&meta), Fetch::No)
     }
 
     /// The common `call_into`, checked and emitted with one pass over its operands: at most

@@ -1,6 +1,7 @@
 //! Elementwise kernels: `fill`, `copy`, `add`, `mul`, `scale`, `relu`.
 
 use super::{common_dtype, expect_inputs, input, input_dtype, output, output_dtype, spec_of, with_num, Num};
+use crate::alloc::Storage;
 use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 /// `fill`: no inputs; sets every element of the one output, whose shape and dtype the
@@ -40,9 +41,10 @@ impl OpKernel for FillKernel {
     }
 }
 
-/// `copy`: one input, one output of the same shape and dtype holding the same bytes. The
-/// input may live on another device than the stream (host to device and back); here both
-/// sides are host-addressable memory.
+/// `copy`: one input, one output of the same shape and dtype holding the same values, each
+/// in any layout. The input may live on another device than the stream (host to device and
+/// back); here both sides are host-addressable memory. Works in place: an output that shares
+/// its storage with the input is written from a copy of the input's elements.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CopyKernel;
 
@@ -67,9 +69,17 @@ impl OpKernel for CopyKernel {
         true
     }
 
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn in_place(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let src = ctx.inputs.first().ok_or("missing input 0")?;
-        let dst = ctx.outputs.first_mut().ok_or("missing output 0")?;
+        let dst = ctx.outputs.first().ok_or("missing output 0")?;
         if src.meta.dtype != dst.meta.dtype || src.meta.shape != dst.meta.shape {
             return Err(format!(
                 "input 0 is {} but output 0 is {}",
@@ -77,27 +87,96 @@ impl OpKernel for CopyKernel {
                 dst.meta.describe()
             ));
         }
-        if !src.meta.is_contiguous() || !dst.meta.is_contiguous() {
-            return Err(format!(
-                "copies contiguous tensors: input 0 is {}, output 0 is {}",
-                src.meta.describe(),
-                dst.meta.describe()
-            ));
+        for (what, v, len) in [("input 0", src.meta, src.data.len()), ("output 0", dst.meta, dst.data.len())]
+        {
+            let elems = len / v.dtype.size();
+            v.check_layout(elems).map_err(|e| format!("{what}: {e}"))?;
         }
-        let n = src.meta.bytes();
-        let size = src.meta.dtype.size();
-        let (a, b) = (src.meta.offset * size, dst.meta.offset * size);
-        let short = |what: &str, len: usize| {
-            format!("{what} ({}) has storage for only {len} bytes", src.meta.describe())
-        };
-        let from = src.data.as_bytes().get(a..a + n).ok_or_else(|| short("input 0", src.data.len()))?;
-        let to_len = dst.data.len();
-        // SAFETY: this instruction holds the write access to the output's storage, which the
-        // input does not share (the kernel does not work in place).
-        let to =
-            unsafe { dst.data.bytes_mut() }.get_mut(b..b + n).ok_or_else(|| short("output 0", to_len))?;
-        to.copy_from_slice(from);
+        strided_copy(src.meta, src.data, dst.meta, dst.data);
         Ok(())
+    }
+}
+
+/// Copy the elements `src`'s layout names in `from` to those `dst`'s names in `to` (one
+/// dtype, one shape; both layouts checked against their storages), in row-major order of
+/// the index. Contiguous runs are copied whole; storages shared with the output are read
+/// from a copy first, so that an overlap cannot change what is read.
+pub(crate) fn strided_copy(src: &TensorMeta, from: &Storage, dst: &TensorMeta, to: &Storage) {
+    let size = src.dtype.size();
+    let n = src.numel();
+    if n == 0 {
+        return;
+    }
+    let staged;
+    let (from_ptr, src_meta): (*const u8, std::borrow::Cow<'_, TensorMeta>) =
+        if std::ptr::eq(from.as_ptr(), to.as_ptr()) && !from.is_empty() {
+            // Shared storage: gather the input first (in index order), then scatter.
+            let mut buf = vec![0u8; n * size];
+            gather(src, from.as_ptr(), size, buf.as_mut_ptr());
+            staged = buf;
+            (staged.as_ptr(), std::borrow::Cow::Owned(TensorMeta::new(&src.shape, src.dtype, src.device)))
+        } else {
+            (from.as_ptr(), std::borrow::Cow::Borrowed(src))
+        };
+    let (rank, src_meta) = (dst.shape.len(), &*src_meta);
+    // Both contiguous: one run.
+    if src_meta.is_contiguous() && dst.is_contiguous() {
+        // SAFETY: both layouts were checked against their storages (the caller), so `n`
+        // elements from each offset lie inside them; the output is written by this
+        // instruction alone and the input was staged if it shares the storage.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                from_ptr.add(src_meta.offset * size),
+                to.as_mut_ptr().add(dst.offset * size),
+                n * size,
+            )
+        };
+        return;
+    }
+    let mut index = vec![0usize; rank];
+    for _ in 0..n {
+        let (mut a, mut b) = (src_meta.offset as isize, dst.offset as isize);
+        for ((&i, &sa), &sb) in index.iter().zip(&src_meta.strides).zip(&dst.strides) {
+            a += i as isize * sa;
+            b += i as isize * sb;
+        }
+        // SAFETY: as above: every index within the shape names an element inside each
+        // storage (checked layouts).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                from_ptr.offset(a * size as isize),
+                to.as_mut_ptr().offset(b * size as isize),
+                size,
+            )
+        };
+        for d in (0..rank).rev() {
+            index[d] += 1;
+            if index[d] < dst.shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+}
+
+/// The elements `m` names at `from` (elements of `size` bytes) into `out`, contiguous, in
+/// row-major order of the index.
+fn gather(m: &TensorMeta, from: *const u8, size: usize, out: *mut u8) {
+    let rank = m.shape.len();
+    let mut index = vec![0usize; rank];
+    for k in 0..m.numel() {
+        let a =
+            m.offset as isize + index.iter().zip(&m.strides).map(|(&i, &s)| i as isize * s).sum::<isize>();
+        // SAFETY: the layout was checked against its storage by the caller; `out` holds
+        // `numel * size` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(from.offset(a * size as isize), out.add(k * size), size) };
+        for d in (0..rank).rev() {
+            index[d] += 1;
+            if index[d] < m.shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
     }
 }
 

@@ -252,6 +252,16 @@ pub trait OpKernel: Send + Sync + 'static {
         false
     }
 
+    /// Whether the kernel takes operands of any layout (strides, offset, broadcast strides of
+    /// 0): then it gets every operand as it is. A kernel that does not (the default, for
+    /// kernels written over contiguous slices) gets a contiguous copy of each input that is
+    /// not contiguous, and writes an output that is not contiguous through a contiguous
+    /// temporary copied into it afterwards: the builder inserts those copies, on the call's
+    /// stream (`InstructionsBuilder`, "Layouts").
+    fn strided(&self) -> bool {
+        false
+    }
+
     /// Whether an output may share its storage with an input, as `x.add_(y)` writes `x`
     /// and reads it: exactly the same elements (the same storage, offset, shape and
     /// strides), each read before it is written. The builder refuses such a call for a
