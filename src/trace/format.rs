@@ -576,6 +576,9 @@ pub(crate) fn write_attrs(out: &mut String, attrs: &Attrs) {
             let _ = write!(out, " bool={b}");
         }
     }
+    if let Some(d) = attrs.dtype() {
+        let _ = write!(out, " dtype={d}");
+    }
     if transpose_a {
         out.push_str(" transpose_a=true");
     }

@@ -342,7 +342,7 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
         return Err((op.col, format!("expected an op name, found `{}`", op.text)));
     }
     let (mut inputs, mut outputs, mut scalar) = (None, None, None);
-    let (mut transpose_a, mut transpose_b) = (None, None);
+    let (mut transpose_a, mut transpose_b, mut dtype) = (None, None, None);
     let flag = |t: &Tok, v: &str| match v {
         "true" => Ok(true),
         "false" => Ok(false),
@@ -369,9 +369,10 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
                 ))
             }
             "bool" if scalar.is_none() => scalar = Some(Scalar::Bool(flag(t, v)?)),
+            "dtype" if dtype.is_none() => dtype = Some(parse_dtype(v).map_err(|m| (t.col, m))?),
             "transpose_a" if transpose_a.is_none() => transpose_a = Some(flag(t, v)?),
             "transpose_b" if transpose_b.is_none() => transpose_b = Some(flag(t, v)?),
-            "in" | "out" | "transpose_a" | "transpose_b" => return Err(dup()),
+            "in" | "out" | "transpose_a" | "transpose_b" | "dtype" => return Err(dup()),
             "scalar" | "int" | "bool" => {
                 return Err((t.col, format!("`{k}`: a call takes one scalar (scalar=, int= or bool=)")))
             }
@@ -379,7 +380,7 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
                 return Err((
                     t.col,
                     format!(
-                        "unknown attribute `{k}` (expected in, out, scalar, int, bool, transpose_a or transpose_b)"
+                        "unknown attribute `{k}` (expected in, out, scalar, int, bool, dtype, transpose_a or transpose_b)"
                     ),
                 ))
             }
@@ -391,7 +392,9 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
         op_col: op.col,
         inputs: inputs.unwrap_or_default(),
         outputs: outputs.unwrap_or_default(),
-        attrs: Attrs::of(scalar.unwrap_or(Scalar::Float(0.0)))
+        attrs: dtype
+            .map_or(Attrs::default(), |d| Attrs::default().with_dtype(d))
+            .with_value(scalar.unwrap_or(Scalar::Float(0.0)))
             .with_transpose_a(transpose_a.unwrap_or(false))
             .with_transpose_b(transpose_b.unwrap_or(false)),
     })

@@ -128,6 +128,8 @@ pub struct Attrs {
     pub transpose_a: bool,
     /// `matmul`: use `bᵀ` for the second operand (`b` is `[n, k]`).
     pub transpose_b: bool,
+    /// A dtype argument (`cast`'s target), as `DType as u8 + 1`; 0 for none.
+    dtype: u8,
 }
 
 impl Attrs {
@@ -164,6 +166,17 @@ impl Attrs {
             Scalar::Bool(b) => (u64::from(b), BOOL),
         };
         Attrs { bits, kind, ..self }
+    }
+
+    /// These attributes with the dtype argument `d` (`cast`'s target).
+    pub fn with_dtype(self, d: DType) -> Self {
+        Attrs { dtype: d as u8 + 1, ..self }
+    }
+
+    /// The dtype argument, if one was given.
+    #[inline]
+    pub fn dtype(&self) -> Option<DType> {
+        self.dtype.checked_sub(1).and_then(|i| DType::ALL.get(i as usize).copied())
     }
 
     /// These attributes with `transpose_a` set to `t`.
@@ -206,10 +219,14 @@ impl Attrs {
     }
 
     /// Every field but the scalar's bits, as bits (bit 0: `transpose_a`, bit 1:
-    /// `transpose_b`, bits 2-3: the scalar's kind; at most 16 bits).
+    /// `transpose_b`, bits 2-3: the scalar's kind, bits 4-7: the dtype argument; at most 16
+    /// bits).
     #[inline(always)]
     pub fn flag_bits(&self) -> u16 {
-        self.transpose_a as u16 | (self.transpose_b as u16) << 1 | (self.kind as u16) << 2
+        self.transpose_a as u16
+            | (self.transpose_b as u16) << 1
+            | (self.kind as u16) << 2
+            | (self.dtype as u16) << 4
     }
 }
 
