@@ -109,8 +109,8 @@ struct Open {
 
 /// What the handles of one context share.
 struct Shared {
-    // Declared before `vm`: fields drop in order, so the builder, which borrows the VM's
-    // engine, is dropped (and flushed) while the VM is still alive.
+    // Declared before `vm`: fields drop in order, so the builder is dropped (and flushed)
+    // before the context's handle of the VM, which may be the last one and shut it down.
     open: Mutex<Open>,
     vm: VirtualMachine,
     ops: Ops,
@@ -180,15 +180,9 @@ impl Context {
         };
         let options = ContextOptions { flush_every: options.flush_every.max(1) };
         let vm = vm.share();
-        let engine: *const _ = vm.engine();
-        // SAFETY: the engine handle lives in the VM's shared core, on the heap, whose address
-        // stays put while `vm` (a counted handle of it) moves into `Shared`, and which lives
-        // at least as long as that handle. `Shared` drops `open`, the builder, before `vm`
-        // (field order), so the builder never outlives what it borrows; it is private to
-        // `Shared`, and its `'static` never escapes (it is lent only under the lock, for
-        // one call or flush).
-        let engine = unsafe { &*engine };
-        let b = InstructionsBuilder::new(engine);
+        // The builder holds a counted handle of the engine: it may stay open for as long as
+        // the context lives.
+        let b = InstructionsBuilder::owned(vm.engine().clone());
         Context {
             shared: Arc::new(Shared {
                 open: Mutex::new(Open { b, pending: 0, calls: 0, flushes: 0 }),

@@ -93,13 +93,8 @@ impl Shared {
     pub(crate) fn new(vm: VirtualMachine, flush_every: usize) -> crate::Result<Self> {
         let vm = Box::new(vm);
         let ops = Ops::resolve(&vm)?;
-        let engine: *const _ = vm.engine();
-        // SAFETY: the engine handle lives inside the boxed VM, whose heap address stays put
-        // while the box moves, and which `Shared` drops only after `open` (field order), so
-        // the builder never outlives what it borrows; the builder is private to `Shared` and
-        // its `'static` never escapes (`with_builder` lends it for a closure's length).
-        let engine = unsafe { &*engine };
-        let b = InstructionsBuilder::new(engine);
+        // The builder holds a counted handle of the engine of its own.
+        let b = InstructionsBuilder::owned(vm.engine().clone());
         Ok(Shared { open: Mutex::new(Open { b, calls: 0 }), vm, ops, flush_every: flush_every.max(1) })
     }
 
