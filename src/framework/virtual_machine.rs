@@ -263,8 +263,72 @@ impl std::fmt::Debug for VirtualMachine {
 impl VirtualMachine {
     /// Start a VM: open the devices, build the stream table and start the threads.
     pub fn new(config: Config) -> Result<Self> {
+        Self::with_registry(config, OpRegistry::with_builtins())
+    }
+
+    /// A VM whose ops are `registry`'s: the built-in ones plus a framework's own kernels
+    /// (`OpRegistry::register`; a kernel registered under a built-in name replaces it).
+    /// Refused with [`Error::Config`] if the registry lacks a built-in op the front ends call
+    /// (start from [`OpRegistry::with_builtins`]).
+    ///
+    /// ```
+    /// use eagervm::prelude::*;
+    /// use eagervm::framework::{KernelCtx, OpKernel, OpRegistry, OutSpec, OutSpecs, TensorMeta};
+    /// use eagervm::ep::DeviceType;
+    ///
+    /// /// `x * x` for f32 tensors of any layout.
+    /// struct Square;
+    /// impl OpKernel for Square {
+    ///     fn name(&self) -> &'static str { "square" }
+    ///     fn infer(&self, inputs: &[&TensorMeta], _: &[&TensorMeta], _: &Attrs, out: &mut OutSpecs) -> Result<(), String> {
+    ///         match inputs {
+    ///             [x] if x.dtype == DType::F32 => Ok(out.push(OutSpec { shape: x.shape.clone(), dtype: DType::F32 })),
+    ///             _ => Err("square takes one f32 tensor".into()),
+    ///         }
+    ///     }
+    ///     fn strided(&self) -> bool { true }
+    ///     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+    ///         let (x, y) = (&ctx.inputs[0], &ctx.outputs[0]);
+    ///         let (from, to) = (x.data.as_ptr() as *const f32, y.data.as_mut_ptr() as *mut f32);
+    ///         // Row-major over the output's index; each operand at offset + Σ index·stride.
+    ///         let mut index = vec![0usize; x.meta.shape.len()];
+    ///         for _ in 0..x.meta.numel() {
+    ///             let at = |m: &TensorMeta| m.offset as isize + index.iter().zip(&m.strides).map(|(&i, &s)| i as isize * s).sum::<isize>();
+    ///             // SAFETY: the VM checked both layouts against their storages before the call
+    ///             // (a kernel called directly would check `m.check_layout`), and the output
+    ///             // shares no storage with the input (the kernel does not say `in_place`).
+    ///             unsafe { *to.offset(at(y.meta)) = (*from.offset(at(x.meta))).powi(2) };
+    ///             for d in (0..index.len()).rev() {
+    ///                 index[d] += 1;
+    ///                 if index[d] < x.meta.shape[d] { break }
+    ///                 index[d] = 0;
+    ///             }
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let mut registry = OpRegistry::with_builtins();
+    /// registry.register(DeviceType::Cpu, &Square);
+    /// let vm = VirtualMachine::with_registry(Config::default(), registry)?;
+    /// let x = vm.from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], DeviceId::CPU)?;
+    /// let xt = x.view_layout(&[3, 2], &[1, 3], 0)?; // the transpose, no copy
+    /// let (square, cpu) = (vm.op("square")?, vm.compute_stream(DeviceId::CPU)?);
+    /// let y = vm.run(|b| b.call(square, &[&xt], Attrs::default(), cpu))?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.0, 16.0, 4.0, 25.0, 9.0, 36.0]);
+    /// # Ok::<(), eagervm::Error>(())
+    /// ```
+    pub fn with_registry(config: Config, registry: OpRegistry) -> Result<Self> {
+        let missing: Vec<&str> =
+            crate::kernels::BUILTINS.iter().map(|k| k.name()).filter(|n| registry.get(n).is_none()).collect();
+        if !missing.is_empty() {
+            return Err(Error::Config(format!(
+                "the op registry lacks the built-in ops {}: start from OpRegistry::with_builtins()",
+                missing.join(", ")
+            )));
+        }
         let front = Front {
-            ops: OpRegistry::with_builtins(),
+            ops: registry,
             releases: Releases::default(),
             infer_caches: SegQueue::new(),
             communicators: Default::default(),

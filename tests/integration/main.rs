@@ -31,6 +31,7 @@ mod plot;
 mod priorities;
 mod profile;
 mod programs;
+mod registry;
 mod serializability;
 mod shutdown;
 mod timeline;
