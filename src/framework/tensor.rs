@@ -224,9 +224,10 @@ impl Tensor {
         }
         add_ref(owner);
         let owner_ptr = NonNull::from(owner);
+        let split = engine.config().fault.split_view_dependences;
         // SAFETY: `owner` is an owner (`TensorInner::owner`), alive while `self` is, and the
         // reference counted above is the view's, handed back by `hand_off_base`.
-        Ok(Tensor(alloc_object(|| unsafe { TensorInner::new_view(id, meta, meta_id, owner_ptr) })))
+        Ok(Tensor(alloc_object(|| unsafe { TensorInner::new_view(id, meta, meta_id, owner_ptr, split) })))
     }
 
     /// Whether this tensor is a view of another's storage ([`view_layout`](Self::view_layout)).
