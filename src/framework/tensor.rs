@@ -102,7 +102,7 @@ pub(crate) fn hand_off_base(t: &TensorInner) -> Option<Tensor> {
     // SAFETY: the view's counted reference to its owner keeps the owner alive; it passes to
     // the handle made here (the flag above makes that happen once).
     let owner = unsafe { base.as_ref() };
-    owner.views.fetch_sub(1, Ordering::Release);
+    owner.views.leave();
     Some(Tensor(base))
 }
 
@@ -215,11 +215,9 @@ impl Tensor {
         meta.check_layout(owner.meta.numel()).map_err(bad)?;
         let meta_id = engine.intern(&meta);
         let id = engine.next_tensor_id();
-        // Counted before `released` is read again, as an explicit release sets the flag
-        // before it reads the count (`release_tensor`): one of the two sees the other.
-        owner.views.fetch_add(1, Ordering::SeqCst);
-        if self.inner().released.load(Ordering::SeqCst) {
-            owner.views.fetch_sub(1, Ordering::Relaxed);
+        // The handshake with an explicit release of the owner (`vm::views`): counted, then
+        // the flag read again.
+        if !owner.views.enter(&self.inner().released) {
             return Err(Error::Released { tensor: self.id() });
         }
         add_ref(owner);

@@ -115,19 +115,16 @@ pub(crate) fn release_owned(engine: &Engine, t: TensorOwner) {
 /// on it are refused. The handle proves the tensor alive; the `Release` gets a count of its
 /// own.
 pub(crate) fn release_tensor(engine: &Engine, t: &Tensor) {
-    use std::sync::atomic::Ordering::SeqCst;
+    use crate::vm::views::Release;
     let t = t.inner();
-    if t.released.swap(true, SeqCst) {
-        return;
-    }
     // An owner whose storage views still use keeps it for them: its `Release` comes when
-    // its last reference (the last view's among them) drops. Read after the flag is set, as
-    // a new view counts itself before it reads the flag (`Tensor::view_layout`).
-    if !t.is_view() && t.views.load(SeqCst) > 0 {
-        t.release_deferred.store(true, std::sync::atomic::Ordering::Relaxed);
-        return;
+    // its last reference (the last view's among them) drops (`vm::views` has the handshake
+    // with a view made meanwhile). A view's own count is always 0.
+    match t.views.release(&t.released) {
+        Release::Again => {}
+        Release::AfterViews => t.release_deferred.store(true, std::sync::atomic::Ordering::Relaxed),
+        Release::Now => release_owned(engine, TensorOwner::counted(t)),
     }
-    release_owned(engine, TensorOwner::counted(t));
 }
 
 /// Wait until every instruction issued so far that writes `t` has finished.

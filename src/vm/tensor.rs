@@ -31,6 +31,7 @@ use crate::ep::DeviceId;
 use super::dependence::DepObject;
 use super::error::Error;
 use super::refcount::RefCount;
+use super::views::ViewCount;
 use super::EngineRef;
 
 pub use super::dtype::{DType, Element};
@@ -285,8 +286,9 @@ pub(crate) struct TensorInner {
     /// The VM's number for `meta`'s signature (shape, dtype, device; `MetaId::NONE` if it
     /// has none): the builder checks a call's signature by comparing these.
     pub(crate) meta_id: MetaId,
-    /// Set when the tensor's `Release` has been emitted.
-    pub(crate) released: AtomicBool,
+    /// Set when the tensor's `Release` has been emitted, or it was released explicitly (a
+    /// facade atomic: the view handshake of `vm::views` is model-checked with it).
+    pub(crate) released: crate::sync::AtomicBool,
     /// Whether the VM made this tensor to receive the copy that a host access of a device
     /// tensor reads (immutable; read only when that copy finds its input unwritten).
     pub(crate) fetch: Fetch,
@@ -298,8 +300,8 @@ pub(crate) struct TensorInner {
     /// once, by the front end: `framework::tensor`).
     pub(crate) base_handed: AtomicBool,
     /// Live views of this tensor's storage (owners only): an explicit release of the owner
-    /// waits for them (`framework::virtual_machine::release_tensor`).
-    pub(crate) views: AtomicU32,
+    /// waits for them (`vm::views`).
+    pub(crate) views: ViewCount,
     /// Set by an explicit release of an owner that views still used: its `Release` is
     /// emitted when its last reference drops, as if it had not been released.
     pub(crate) release_deferred: AtomicBool,
@@ -359,11 +361,11 @@ impl TensorInner {
             refs: RefCount::one(),
             last_stream: AtomicU32::new(NO_STREAM),
             meta_id,
-            released: AtomicBool::new(false),
+            released: crate::sync::AtomicBool::new(false),
             fetch,
             whole: true,
             base_handed: AtomicBool::new(false),
-            views: AtomicU32::new(0),
+            views: ViewCount::default(),
             release_deferred: AtomicBool::new(false),
             base: None,
             id,
