@@ -22,7 +22,7 @@
 //! no thread ever waits for the GIL while holding it, so the two cannot deadlock, and
 //! nothing in here calls into Python while it holds the lock (the one call into Python,
 //! deleting the DLPack producers' tensors the VM has freed, comes before the lock is taken
-//! and after a flush has let it go: `python::dlpack`).
+//! and after a flush has let it go: `python::deleters`).
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -121,8 +121,8 @@ impl Shared {
         f: impl for<'a> FnOnce(&mut InstructionsBuilder<'a>) -> R,
     ) -> R {
         // Producers' tensors the VM has freed are deleted here, with the GIL and no lock
-        // held (`python::dlpack`).
-        super::dlpack::collect(py);
+        // held (`python::deleters`).
+        super::deleters::collect(py);
         let (r, full) = {
             let mut open = self.open.lock();
             let r = f(&mut open.b);
@@ -139,7 +139,7 @@ impl Shared {
     /// Releases the GIL: a submission can wait for back-pressure.
     pub(crate) fn flush(&self, py: Python<'_>) {
         py.allow_threads(|| self.flush_nogil());
-        super::dlpack::collect(py);
+        super::deleters::collect(py);
     }
 
     /// A read (`Read`) or wait (`Wait`) of `t`, an array of this VM, built into the open
@@ -155,7 +155,7 @@ impl Shared {
         t: &Tensor,
         what: HostAccess,
     ) -> PyResult<crate::Result<Vec<u8>>> {
-        super::dlpack::collect(py);
+        super::deleters::collect(py);
         let built = py.allow_threads(|| {
             let (slot, handoff) = {
                 let mut open = self.open.lock();
@@ -173,7 +173,7 @@ impl Shared {
         };
         let engine = self.vm.engine().clone();
         if ran_here {
-            super::dlpack::collect(py);
+            super::deleters::collect(py);
             // The batch has run: the slot holds the answer, and this does not block.
             return Ok(engine.wait_access(&slot));
         }
