@@ -215,6 +215,18 @@ fn mlp_dp_matches_one_rank_and_writes_an_overlapping_timeline() {
 }
 
 #[test]
+fn mlp_dp_compare_says_why_its_figures_are_what_they_are() {
+    let o = eagervm(&["run", "mlp-dp", "--ranks", "4", "--steps", "20", "--compare"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("x one rank"), "{out}");
+    // What the mock device charges for, and what the ranks share on this machine.
+    assert!(out.contains("why: a mock launch sleeps"), "{out}");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(out.contains(&format!("4 ranks on {cores} cores: ")), "{out}");
+}
+
+#[test]
 fn flight_prints_a_flight_record_and_refuses_anything_else() {
     let vm = eagervm::VirtualMachine::new(eagervm::Config::default()).unwrap();
     let x = vm.from_slice(&[1.0f32], &[1], eagervm::ep::DeviceId::CPU).unwrap();
