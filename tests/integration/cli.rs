@@ -227,6 +227,17 @@ fn mlp_dp_compare_says_why_its_figures_are_what_they_are() {
 }
 
 #[test]
+fn run_shows_the_streams_a_program_used_and_names_the_others() {
+    let o = eagervm(&["run", "mlp"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    // `mlp` runs on `cpu:0` alone; the VM's collective stream ran nothing.
+    let rows: Vec<&str> = out.lines().map(str::trim_start).filter(|l| l.starts_with("cpu:0")).collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    assert!(out.contains("not shown, having run nothing: cpu:0:collective"), "{out}");
+}
+
+#[test]
 fn flight_prints_a_flight_record_and_refuses_anything_else() {
     let vm = eagervm::VirtualMachine::new(eagervm::Config::default()).unwrap();
     let x = vm.from_slice(&[1.0f32], &[1], eagervm::ep::DeviceId::CPU).unwrap();
