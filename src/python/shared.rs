@@ -4,8 +4,8 @@
 //! # Why one open builder
 //!
 //! `VirtualMachine::run` lends a builder to a closure, and each closing of a builder hands
-//! its batch to the scheduler and wakes it (`docs/frontend.md`, "Cost model"): one `run` per
-//! Python call would pay that per call. So the binding keeps one builder open and hands its
+//! its batch to the scheduler and wakes it (`docs/frontend.md`, "One check per call, and
+//! batches"): one `run` per Python call would pay that per call. So the binding keeps one builder open and hands its
 //! batch over every `flush_every` calls, and before anything waits or reads (the eager
 //! front end's `Context` batches for the same reason; it cannot be held by a Python object,
 //! which may move between threads, while the builder can). The eager methods of `Array` and
