@@ -22,6 +22,7 @@ mod flight;
 mod fuzz;
 mod inline_wait;
 mod lifecycle;
+mod mxnet_engine;
 #[cfg(feature = "cuda")]
 mod nccl;
 mod planted_bug;
