@@ -248,6 +248,11 @@ impl Drop for Core {
         let engine = self.handle.engine();
         let left = front(engine).releases.take_all();
         submit_releases(engine, left);
+        // What is still queued runs to the end, but a simulated device's delays are not
+        // waited out one by one (the mock device: `ep::mock`, "What it models").
+        for s in engine.streams() {
+            s.ep.end_simulated_time();
+        }
     }
 }
 

@@ -466,7 +466,7 @@ impl PyArr {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        super::dlpack::export(py, self, stream, max_version, dl_device, copy)
+        super::dlpack::export(py, &self.shared, &self.t, stream, max_version, dl_device, copy)
     }
 
     /// `(2, N)` (DLPack's `kDLCUDA`) for an array on `cuda:N`; `(1, 0)`, the CPU, for every

@@ -11,6 +11,7 @@
 //! catches kernel panics itself).
 
 mod array;
+mod deleters;
 mod dlpack;
 mod errors;
 mod shared;

@@ -4,8 +4,8 @@
 //! # Why one open builder
 //!
 //! `VirtualMachine::run` lends a builder to a closure, and each closing of a builder hands
-//! its batch to the scheduler and wakes it (`docs/frontend.md`, "Cost model"): one `run` per
-//! Python call would pay that per call. So the binding keeps one builder open and hands its
+//! its batch to the scheduler and wakes it (`docs/frontend.md`, "One check per call, and
+//! batches"): one `run` per Python call would pay that per call. So the binding keeps one builder open and hands its
 //! batch over every `flush_every` calls, and before anything waits or reads (the eager
 //! front end's `Context` batches for the same reason; it cannot be held by a Python object,
 //! which may move between threads, while the builder can). The eager methods of `Array` and
@@ -22,7 +22,7 @@
 //! no thread ever waits for the GIL while holding it, so the two cannot deadlock, and
 //! nothing in here calls into Python while it holds the lock (the one call into Python,
 //! deleting the DLPack producers' tensors the VM has freed, comes before the lock is taken
-//! and after a flush has let it go: `python::dlpack`).
+//! and after a flush has let it go: `python::deleters`).
 
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -116,8 +116,8 @@ impl Shared {
         f: impl for<'a> FnOnce(&mut InstructionsBuilder<'a>) -> R,
     ) -> R {
         // Producers' tensors the VM has freed are deleted here, with the GIL and no lock
-        // held (`python::dlpack`).
-        super::dlpack::collect(py);
+        // held (`python::deleters`).
+        super::deleters::collect(py);
         let (r, full) = {
             let mut open = self.open.lock();
             let r = f(&mut open.b);
@@ -134,7 +134,7 @@ impl Shared {
     /// Releases the GIL: a submission can wait for back-pressure.
     pub(crate) fn flush(&self, py: Python<'_>) {
         py.allow_threads(|| self.flush_nogil());
-        super::dlpack::collect(py);
+        super::deleters::collect(py);
     }
 
     /// A read (`Read`) or wait (`Wait`) of `t`, an array of this VM, built into the open
@@ -150,7 +150,7 @@ impl Shared {
         t: &Tensor,
         what: HostAccess,
     ) -> PyResult<crate::Result<Vec<u8>>> {
-        super::dlpack::collect(py);
+        super::deleters::collect(py);
         let built = py.allow_threads(|| {
             let (slot, handoff) = {
                 let mut open = self.open.lock();
@@ -168,7 +168,7 @@ impl Shared {
         };
         let engine = self.vm.engine().clone();
         if ran_here {
-            super::dlpack::collect(py);
+            super::deleters::collect(py);
             // The batch has run: the slot holds the answer, and this does not block.
             return Ok(engine.wait_access(&slot));
         }

@@ -267,7 +267,9 @@ impl PyVm {
         device: Option<&str>,
         copy: Option<bool>,
     ) -> PyResult<PyArr> {
-        super::dlpack::import(py, &self.shared, x, device, copy)
+        let device = device.map(parse_device).transpose()?;
+        let t = super::dlpack::import(py, &self.shared, x, device, copy)?;
+        Ok(PyArr { shared: self.shared.clone(), t })
     }
 
     /// A new array of `shape` filled with zeros.

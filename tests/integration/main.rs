@@ -1,6 +1,6 @@
 //! The integration tests: one test binary, one module per area. A test's name is its
 //! module path, so `cargo test --release --test integration lifecycle::` runs one area
-//! (`docs/testing.md`). The loom models are test binaries of their own (`tests/loom_*.rs`).
+//! (`docs/testing.md`). The loom models are a test binary of their own (`tests/loom/`).
 
 // The `eagervm` binary is built only with the `cli` feature.
 #[cfg(feature = "cli")]
@@ -22,6 +22,7 @@ mod flight;
 mod fuzz;
 mod inline_wait;
 mod lifecycle;
+mod mxnet_engine;
 #[cfg(feature = "cuda")]
 mod nccl;
 mod planted_bug;
