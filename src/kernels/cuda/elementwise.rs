@@ -63,19 +63,18 @@ fn compare_bits(d: DType, v: Scalar, domain: ScalarDomain) -> u64 {
     }
 }
 
-/// The dtype of input `i` of a call whose operands the kernel checks itself.
-fn dtype_of(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<DType, String> {
-    Ok(ctx.inputs.get(i).ok_or_else(|| format!("missing input {i}"))?.meta.dtype)
-}
-
 impl Op {
-    /// The kernel symbol and scalar bits of this call, after checking the dtypes the
-    /// kernel is compiled for (a caller may have skipped inference).
-    fn kernel_for(&self, ctx: &KernelCtx<'_, '_>) -> Result<(String, u64), String> {
-        let out = ctx.outputs.first().ok_or("missing output 0")?.meta.dtype;
-        let value = ctx.attrs.value();
+    /// The kernel symbol and the scalar's 64 bits of a call on inputs of dtypes `inputs`
+    /// writing an output of `out`, with the scalar `value`; an error naming the operand
+    /// whose dtype no kernel takes (a caller may have skipped inference).
+    pub fn kernel(&self, inputs: &[DType], out: DType, value: Scalar) -> Result<(String, u64), String> {
+        let arity = self.kind.arity();
+        if inputs.len() != arity {
+            let s = if arity == 1 { "" } else { "s" };
+            return Err(format!("expected {arity} input{s}, got {}", inputs.len()));
+        }
         let own = ScalarDomain::Own;
-        let input = if self.kind.arity() == 0 { out } else { dtype_of(ctx, 0)? };
+        let input = inputs.first().copied().unwrap_or(out);
         let want_out = match self.kind {
             Kind::Compare(_) | Kind::CompareScalar(_) => DType::Bool,
             Kind::Cast | Kind::Fill => out,
@@ -84,8 +83,7 @@ impl Op {
         if out != want_out {
             return Err(format!("output 0 is {out} but `{}` of {input} gives {want_out}", self.name));
         }
-        if self.kind.arity() == 2 {
-            let second = dtype_of(ctx, 1)?;
+        if let Some(&second) = inputs.get(1) {
             let want = if self.kind == Kind::MaskedFill { DType::Bool } else { input };
             if second != want {
                 return Err(format!("input 1 is {second} but `{}` needs {want} there", self.name));
@@ -132,12 +130,10 @@ impl OpKernel for Op {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        let arity = self.kind.arity();
-        if ctx.inputs.len() != arity {
-            return Err(format!("expected {arity} inputs, got {}", ctx.inputs.len()));
-        }
-        let (sym, bits) = self.kernel_for(ctx)?;
         let out = ctx.outputs.first().ok_or("missing output 0")?;
+        let dtypes: Vec<DType> = ctx.inputs.iter().map(|t| t.meta.dtype).collect();
+        let (sym, bits) = self.kernel(&dtypes, out.meta.dtype, ctx.attrs.value())?;
+        let arity = dtypes.len();
         let inputs = ctx.inputs;
         on_stream(self.name, |s| {
             let o = device_operand(s, "output 0", out.meta, out.data)?;
@@ -186,5 +182,35 @@ mod tests {
         assert_eq!(compare_bits(DType::U8, Scalar::Int(300), ScalarDomain::Int), 300);
         assert_eq!(compare_bits(DType::I32, Scalar::Float(2.5), ScalarDomain::Double), 2.5f64.to_bits());
         assert_eq!(compare_bits(DType::Bool, Scalar::Bool(true), ScalarDomain::Int), 1);
+    }
+
+    #[test]
+    fn kernels_are_picked_by_dtype_and_checked() {
+        use crate::kernels::cuda::ELEMENTWISE;
+        use DType::*;
+        let op = |name: &str| ELEMENTWISE.iter().find(|o| o.name == name).unwrap();
+        let none = Scalar::Float(0.0);
+        assert_eq!(op("add").kernel(&[F16, F16], F16, none), Ok(("add_f16".into(), 0)));
+        assert_eq!(op("add_bias").kernel(&[Bool, Bool], Bool, none), Ok(("add_bool".into(), 0)));
+        assert_eq!(op("scale").kernel(&[I32], I32, Scalar::Float(2.9)), Ok(("mul_scalar_i32".into(), 2)));
+        assert_eq!(op("cast").kernel(&[F32], F32, none), Ok(("copy_4".into(), 0)));
+        assert_eq!(op("cast").kernel(&[BF16], U8, none), Ok(("cast_bf16_u8".into(), 0)));
+        assert_eq!(op("fill").kernel(&[], F16, Scalar::Int(1)), Ok(("fill_2".into(), 0x3C00)));
+        let half = Scalar::Float(0.5);
+        assert_eq!(
+            op("lt_scalar").kernel(&[U8], Bool, half),
+            Ok(("lt_scalar_u8_d".into(), 0.5f64.to_bits()))
+        );
+        assert_eq!(op("lt_scalar").kernel(&[U8], Bool, Scalar::Int(7)), Ok(("lt_scalar_u8_i".into(), 7)));
+        let refused = |name: &str, ins: &[DType], out: DType, says: &str| {
+            let e = op(name).kernel(ins, out, none).unwrap_err();
+            assert!(e.contains(says), "{name} on {ins:?}: {e}");
+        };
+        refused("sub", &[Bool, Bool], Bool, "not bool");
+        refused("div", &[I64, I64], I64, "floating-point");
+        refused("add", &[F32, F16], F32, "input 1 is f16");
+        refused("eq", &[F32, F32], F32, "output 0 is f32");
+        refused("masked_fill", &[F32, F32], F32, "needs bool");
+        refused("relu", &[F32, F32], F32, "expected 1 input, got 2");
     }
 }
