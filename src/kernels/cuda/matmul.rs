@@ -117,6 +117,22 @@ impl OpKernel for CudaGemm {
     }
 }
 
+/// The cuBLAS handle of `s`: bound to its stream, in the default math mode (no TF32) with
+/// reduced-precision reductions disallowed, so that a 16-bit product with `f32` compute
+/// never sums partial results in 16 bits (cuBLAS may otherwise split `k` and add the
+/// parts in the output type).
+fn handle(s: &CudaEpStream) -> Result<cudarc::cublas::CudaBlas, String> {
+    use cudarc::cublas::sys::{cublasMath_t, cublasSetMathMode};
+    let blas = cudarc::cublas::CudaBlas::new(s.cuda_stream().clone()).map_err(|e| format!("cuBLAS: {e}"))?;
+    let mode = cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+    // SAFETY: the handle was just created and is live; setting its math mode has no other
+    // precondition.
+    unsafe { cublasSetMathMode(*blas.handle(), mode) }
+        .result()
+        .map_err(|e| format!("cublasSetMathMode: {e}"))?;
+    Ok(blas)
+}
+
 /// One cuBLAS product `C = op(A) op(B)` with the arguments `g`, on dtype `d`.
 fn blas_gemm(
     s: &CudaEpStream,
@@ -129,13 +145,7 @@ fn blas_gemm(
     let int = |v: usize| i32::try_from(v).map_err(|_| format!("size {v} exceeds cuBLAS's 32-bit sizes"));
     let (m, n, k, lda, ldb, ldc) = (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
     let (ta, tb) = (cublas_op(g.transa), cublas_op(g.transb));
-    let blas = s
-        .blas
-        .get_or_init(|| {
-            cudarc::cublas::CudaBlas::new(s.cuda_stream().clone()).map_err(|e| format!("cuBLAS: {e}"))
-        })
-        .as_ref()
-        .map_err(Clone::clone)?;
+    let blas = s.blas.get_or_init(|| handle(s)).as_ref().map_err(Clone::clone)?;
     let h = *blas.handle();
     // Why the three calls below are sound: the handle is bound to this stream; `a`, `b`
     // and `c` are the addresses of live device operands of this device whose layouts were checked against
