@@ -26,7 +26,7 @@ use crate::vm::{DType, TensorMeta};
 /// The most blocks an elementwise launch uses; the kernels loop over the rest (grid stride).
 const MAX_BLOCKS: usize = 4096;
 
-/// The launch shape for `n` elements, one thread each up to [`MAX_BLOCKS`] blocks.
+/// The launch shape for `n` elements: one thread each, in at most 4096 blocks of 256.
 pub fn launch_config(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
