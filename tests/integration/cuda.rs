@@ -4,7 +4,15 @@
 //! one (each fails, naming the reason, where there is none). The paths that need no GPU
 //! (the typed absent-driver error, the CPU paths beside it, the benchmark's report of why
 //! it cannot run) always run. The caching allocator's bookkeeping is tested on host memory
-//! in `src/ep/memory/caching.rs`.
+//! in `src/ep/memory/caching.rs`; the generated kernel source compiles with NVRTC in a unit
+//! test of `kernels::cuda` (`#[ignore = "needs libnvrtc"]`).
+//!
+//! `kernels` holds every op on every dtype and layout against `reference`, a host
+//! implementation of the ops' rules, and against the CPU kernels wherever the CPU takes
+//! the same call.
+
+mod kernels;
+mod reference;
 
 use std::sync::Mutex;
 
