@@ -17,6 +17,7 @@ mod common;
 mod cuda;
 mod data_parallel;
 mod eager;
+mod eager_views;
 mod errors;
 mod flight;
 mod fuzz;
