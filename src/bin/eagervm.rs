@@ -611,6 +611,9 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
         r.wall
     );
     say!("{}", cli::summary::replay_streams(r));
+    if let Some(d) = cli::summary::dtypes(&r.dtypes) {
+        say!("{d}");
+    }
     match args.tolerance {
         _ if r.interrupted.is_some() => {
             say!("  host reads: {}; expected checksums: not checked", r.reads.len())
