@@ -210,6 +210,10 @@ fn broadcast_shapes(a: &TensorMeta, b: &TensorMeta) -> Result<Shape, String> {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
 mod testing;
 
 #[cfg(test)]
