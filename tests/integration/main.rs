@@ -21,6 +21,7 @@ mod errors;
 mod flight;
 mod fuzz;
 mod inline_wait;
+mod kernels;
 mod lifecycle;
 #[cfg(feature = "cuda")]
 mod nccl;
