@@ -15,9 +15,9 @@
 //!   that is exactly an input (`OpKernel::in_place`); an input that overlaps the output
 //!   otherwise is read from a copy made first.
 //!
-//! The machinery: [`dtype`] (stored and compute types, the conversion rule, dispatch over
-//! dtypes), [`iter`] (operands, broadcasting, the loop plan), [`loops`] (the elementwise
-//! drivers and inner loops); the ops by concept in the other files. Kernels never panic on
+//! The machinery: `kernels::dtype` (stored and compute types, the conversion rule, dispatch
+//! over dtypes), `kernels::iter` (operands, broadcasting, the loop plan), `kernels::loops`
+//! (the elementwise drivers and inner loops); the ops by concept in the other files. Kernels never panic on
 //! operands that passed [`OpKernel::infer`]; only `panic` panics, on purpose.
 //!
 //! Each kernel is a unit struct, so `&FillKernel` is a `&'static dyn OpKernel` for free.

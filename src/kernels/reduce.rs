@@ -25,11 +25,11 @@ fn sum_dtype(dtype: DType) -> DType {
     }
 }
 
-/// `sum`: one input, a scalar output (shape `[]`) holding the sum of all elements, of the
-/// dtype [`sum_dtype`] gives. Floats add in the order of [`sum_f32`], over the elements in
-/// row-major order of their index whatever the layout, which does not depend on the
-/// machine; integers wrap (in any order: wrapping addition is associative). The sum of no
-/// elements is 0.
+/// `sum`: one input, a scalar output (shape `[]`) holding the sum of all elements: an `i64`
+/// for `bool` and the integers, of the input's dtype for floats. Floats add in the order of
+/// [`sum_f32`], over the elements in row-major order of their index whatever the layout,
+/// which does not depend on the machine; integers wrap (in any order: wrapping addition is
+/// associative). The sum of no elements is 0.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SumKernel;
 
