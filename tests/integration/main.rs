@@ -22,6 +22,7 @@ mod errors;
 mod flight;
 mod fuzz;
 mod inline_wait;
+mod kernels;
 mod lifecycle;
 mod mxnet_engine;
 #[cfg(feature = "cuda")]
