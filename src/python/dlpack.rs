@@ -41,15 +41,16 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
-use super::array::{parse_device, PyArr};
+use super::array::PyArr;
 use super::errors::IntoPy;
-use super::shared::Shared;
+use super::issue::{flush, issued, read};
 use super::wait::wait;
 use crate::alloc::DeviceLoan;
-use crate::ep::{DeviceId, DeviceType, StreamType};
-use crate::framework::{Attrs, DType, HostLoan, Op, Tensor};
+use crate::eager::{Array, Context};
+use crate::ep::{DeviceId, DeviceType};
+use crate::framework::virtual_machine::HostAccess;
+use crate::framework::{bf16, f16, Attrs, DType, HostLoan, Op, Tensor};
 use crate::vm::{KernelCtx, OpKernel, OutSpecs, TensorMeta};
-use crate::Result;
 
 /// `DLDeviceType::kDLCPU`.
 const DL_CPU: i32 = 1;
@@ -59,8 +60,14 @@ pub(crate) const DL_CUDA: i32 = 2;
 const DL_CUDA_HOST: i32 = 3;
 /// `DLDataTypeCode::kDLInt`.
 const DL_INT: u8 = 0;
+/// `kDLUInt`.
+const DL_UINT: u8 = 1;
 /// `kDLFloat`.
 const DL_FLOAT: u8 = 2;
+/// `kDLBfloat`.
+const DL_BFLOAT: u8 = 4;
+/// `kDLBool`.
+const DL_BOOL: u8 = 6;
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`.
 const FLAG_READ_ONLY: u64 = 1 << 0;
 /// `DLPACK_FLAG_BITMASK_IS_COPIED`.
@@ -138,9 +145,8 @@ enum Held {
     Loan(#[allow(dead_code)] HostLoan),
     /// The VM's device storage, lent (an array on `cuda:N`).
     Device(#[allow(dead_code)] DeviceLoan),
-    /// A copy (`copy=True`).
-    F32(#[allow(dead_code)] Vec<f32>),
-    I64(#[allow(dead_code)] Vec<i64>),
+    /// A copy (`copy=True`): the bytes, in words so that every dtype is aligned.
+    Copy(#[allow(dead_code)] Vec<u64>),
 }
 
 /// One export: the managed struct handed to the consumer first (so that a pointer to it is
@@ -193,18 +199,36 @@ unsafe extern "C" fn drop_versioned_capsule(capsule: *mut ffi::PyObject) {
 
 /// The DLPack dtype of `d`.
 fn dl_dtype(d: DType) -> DlDataType {
-    // dlpack.h: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
     let (code, bits) = match d {
-        DType::Bool => (6, 8),
-        DType::U8 => (1, 8),
+        DType::Bool => (DL_BOOL, 8),
+        DType::U8 => (DL_UINT, 8),
         DType::I32 => (DL_INT, 32),
         DType::I64 => (DL_INT, 64),
         DType::F16 => (DL_FLOAT, 16),
-        DType::BF16 => (4, 16),
+        DType::BF16 => (DL_BFLOAT, 16),
         DType::F32 => (DL_FLOAT, 32),
         DType::F64 => (DL_FLOAT, 64),
     };
     DlDataType { code, bits, lanes: 1 }
+}
+
+/// The dtype of DLPack's `t`, if eagervm has it ([`dl_dtype`]'s inverse).
+fn from_dl(t: DlDataType) -> Option<DType> {
+    DType::ALL.into_iter().find(|&d| {
+        let e = dl_dtype(d);
+        (e.code, e.bits, e.lanes) == (t.code, t.bits, t.lanes)
+    })
+}
+
+/// `bytes` in a buffer aligned for every dtype.
+fn aligned(bytes: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        *w = u64::from_ne_bytes(b);
+    }
+    words
 }
 
 /// Whether `max_version` asks for a versioned capsule: `(major, minor)` with `major >= 1`.
@@ -230,7 +254,8 @@ pub(crate) fn export<'py>(
     dl_device: Option<(i32, i32)>,
     copy: Option<bool>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let t = &arr.t;
+    let a = &arr.a;
+    let t = a.tensor_unflushed();
     let cuda = (t.device().ty == DeviceType::Cuda).then_some(t.device().index);
     let own = match cuda {
         Some(n) => (DL_CUDA, i32::from(n)),
@@ -268,31 +293,32 @@ pub(crate) fn export<'py>(
         )));
     }
     let versioned = wants_versioned(max_version)?;
-    arr.shared.flush(py);
-    let held = {
-        let t = t.clone();
-        if copy == Some(true) {
-            wait(py, move || -> Result<Held> {
-                Ok(match t.dtype() {
-                    DType::F32 => Held::F32(t.to_vec()?),
-                    DType::I64 => Held::I64(t.to_vec()?),
-                    other => return Err(crate::Error::DType { expected: DType::F32, found: other }),
-                })
-            })?
-            .py_err()?
-        } else {
-            Held::Loan(wait(py, move || t.lend_host())?.py_err()?)
-        }
+    // A view of part of a host storage is exported as it lies: the owner's storage, lent,
+    // from the view's first element, with its strides.
+    let view = (host && copy != Some(true) && !t.is_whole()).then(|| t.meta().clone());
+    let held = if copy == Some(true) {
+        Held::Copy(aligned(&read(py, a)?))
+    } else {
+        flush(py, a.context());
+        let lent = if view.is_some() { t.storage_owner().py_err()? } else { t.clone() };
+        Held::Loan(wait(py, move || lent.lend_host())?.py_err()?)
     };
     let copied = !matches!(held, Held::Loan(_)) || !host;
     let data = match &held {
         Held::Loan(l) => l.as_ptr().cast::<c_void>(),
         Held::Device(_) => unreachable!("a host export"),
-        Held::F32(v) => v.as_ptr().cast_mut().cast(),
-        Held::I64(v) => v.as_ptr().cast_mut().cast(),
+        Held::Copy(v) => v.as_ptr().cast_mut().cast(),
+    };
+    let (data, strides) = match &view {
+        // Within the loan: the view's layout was checked against its storage.
+        Some(m) => (
+            data.cast::<u8>().wrapping_add(m.offset * m.dtype.size()).cast(),
+            Some(m.strides.iter().map(|&s| s as i64).collect()),
+        ),
+        None => (data, None),
     };
     let device = DlDevice { device_type: DL_CPU, device_id: 0 };
-    Ok(make_capsule(py, t, data, device, held, versioned, copied)?.into_any())
+    Ok(make_capsule(py, t, data, device, held, versioned, copied, strides)?.into_any())
 }
 
 /// The stream the consumer of a CUDA export named (DLPack's `stream` for `kDLCUDA`): the
@@ -330,18 +356,18 @@ fn export_cuda<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let consumer = consumer_stream(stream)?;
     let versioned = wants_versioned(max_version)?;
-    let t = &arr.t;
-    let compute = arr.shared.vm().compute_stream(t.device()).py_err()?;
+    let (a, cx) = (&arr.a, arr.a.context());
+    let t = a.tensor_unflushed();
+    let compute = cx.vm().compute_stream(t.device()).py_err()?;
     let pending = Pending::register(consumer);
     let token = pending.token;
     let op = Op::of_kernel(&DEVICE_EXPORT, &[DeviceType::Cuda, DeviceType::Mock]);
-    let issued =
-        arr.shared.with_builder(py, |b| b.call_into(op, &[t], &[], Attrs::scalar(token as f64), compute));
-    if let Err(e) = issued {
+    let built = cx.build(&[], |b| b.call_into(op, &[t], &[], Attrs::scalar(token as f64), compute));
+    if let Err(e) = issued(py, cx, built) {
         Pending::forget(token);
-        return Err(e).py_err();
+        return Err(e);
     }
-    arr.shared.flush(py);
+    flush(py, cx);
     let answer = {
         let pending = pending.clone();
         wait(py, move || pending.wait())?
@@ -359,7 +385,10 @@ fn export_cuda<'py>(
     };
     let data = loan.addr() as usize as *mut c_void;
     let device = DlDevice { device_type: DL_CUDA, device_id: i32::from(t.device().index) };
-    Ok(make_capsule(py, t, data, device, Held::Device(loan), versioned, false)?.into_any())
+    // The call gets a view that is not all of its storage as a contiguous copy (a kernel
+    // over whole operands): the consumer gets that copy.
+    let copied = !t.is_whole();
+    Ok(make_capsule(py, t, data, device, Held::Device(loan), versioned, copied, None)?.into_any())
 }
 
 /// What a [`DeviceExport`] call lent.
@@ -495,7 +524,9 @@ impl OpKernel for DeviceExport {
     }
 }
 
-/// Leak an `Exported` of `t`'s metadata over `data` and wrap it in a capsule.
+/// Leak an `Exported` of `t`'s metadata over `data` and wrap it in a capsule: the
+/// elements in row-major order, or at `strides` (in elements) where given.
+#[allow(clippy::too_many_arguments)]
 fn make_capsule<'py>(
     py: Python<'py>,
     t: &Tensor,
@@ -504,12 +535,16 @@ fn make_capsule<'py>(
     held: Held,
     versioned: bool,
     copied: bool,
+    strides: Option<Vec<i64>>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
     let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
-    let mut strides = vec![1i64; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1].max(1);
-    }
+    let strides = strides.unwrap_or_else(|| {
+        let mut s = vec![1i64; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * shape[d + 1].max(1);
+        }
+        s
+    });
     let dl = |shape: *mut i64, strides: *mut i64| DlTensor {
         data,
         device,
@@ -752,15 +787,12 @@ fn layout(m: &Managed, accepts: impl Fn(DlDevice) -> bool, expected: &str) -> Py
             expected, dev.device_type, dev.device_id
         )));
     }
-    let dtype = match (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes) {
-        (DL_FLOAT, 32, 1) => DType::F32,
-        (DL_INT, 64, 1) => DType::I64,
-        (code, bits, lanes) => {
-            return Err(PyTypeError::new_err(format!(
-                "eagervm arrays hold float32 or int64, not the DLPack dtype (code {code}, {bits} bits, {lanes} lanes); convert it first"
-            )))
-        }
-    };
+    let dtype = from_dl(dl.dtype).ok_or_else(|| {
+        let DlDataType { code, bits, lanes } = dl.dtype;
+        PyTypeError::new_err(format!(
+            "eagervm has no dtype for the DLPack dtype (code {code}, {bits} bits, {lanes} lanes): its dtypes are bool, uint8, int32, int64, float16, bfloat16, float32 and float64"
+        ))
+    })?;
     if dl.ndim < 0 {
         return Err(PyValueError::new_err(format!("a DLPack tensor with {} dimensions", dl.ndim)));
     }
@@ -835,15 +867,15 @@ fn gather<T: Copy>(l: &Layout) -> Vec<T> {
     out
 }
 
-/// `VM.from_dlpack(x, device, copy)` (module docs; `docs/python.md`, "DLPack").
+/// `VM.from_dlpack(x, device, copy)` (module docs; `docs/python.md`, "DLPack"): an array
+/// of `cx` over the producer's memory, or over a copy of it.
 pub(crate) fn import(
     py: Python<'_>,
-    shared: &Arc<Shared>,
+    cx: &Context,
     x: &Bound<'_, PyAny>,
-    device: Option<&str>,
+    asked: Option<DeviceId>,
     copy: Option<bool>,
-) -> PyResult<PyArr> {
-    let asked = device.map(parse_device).transpose()?;
+) -> PyResult<Array> {
     let device = asked.unwrap_or(DeviceId::CPU);
     if !x.hasattr("__dlpack__")? {
         return Err(PyTypeError::new_err(format!(
@@ -854,7 +886,7 @@ pub(crate) fn import(
     if x.hasattr("__dlpack_device__")? {
         let (ty, id): (i32, i32) = x.call_method0("__dlpack_device__")?.extract()?;
         if ty == DL_CUDA {
-            let r = import_cuda(py, shared, x, id, asked, copy);
+            let r = import_cuda(py, cx, x, id, asked, copy);
             collect(py);
             return r;
         }
@@ -865,19 +897,43 @@ pub(crate) fn import(
         }
     }
     let owner = take_capsule(x, None)?;
-    let r = import_owned(py, shared, owner, device, copy);
+    let r = import_owned(py, cx, owner, device, copy);
     // The deleter of a copied (or refused) import runs now.
     collect(py);
     r
 }
 
+/// A new host array of `cx` holding the producer's elements (`l`), gathered in row-major
+/// order.
+fn copy_in(py: Python<'_>, cx: &Context, l: &Layout) -> PyResult<Array> {
+    macro_rules! from {
+        ($t:ty) => {
+            issued(py, cx, cx.from_slice(&gather::<$t>(l), &l.shape, DeviceId::CPU))
+        };
+    }
+    match l.dtype {
+        // Read as bytes: a producer's bool need not be 0 or 1.
+        DType::Bool => {
+            let v: Vec<bool> = gather::<u8>(l).into_iter().map(|b| b != 0).collect();
+            issued(py, cx, cx.from_slice(&v, &l.shape, DeviceId::CPU))
+        }
+        DType::U8 => from!(u8),
+        DType::I32 => from!(i32),
+        DType::I64 => from!(i64),
+        DType::F16 => from!(f16),
+        DType::BF16 => from!(bf16),
+        DType::F32 => from!(f32),
+        DType::F64 => from!(f64),
+    }
+}
+
 fn import_owned(
     py: Python<'_>,
-    shared: &Arc<Shared>,
+    cx: &Context,
     owner: Owner,
     device: DeviceId,
     copy: Option<bool>,
-) -> PyResult<PyArr> {
+) -> PyResult<Array> {
     let host = |d: DlDevice| d.device_type == DL_CPU || d.device_type == DL_CUDA_HOST;
     let l = layout(owner.0.as_ref().expect("a fresh owner"), host, "host memory")?;
     let numel: usize = l.shape.iter().product();
@@ -901,15 +957,8 @@ fn import_owned(
             )));
         }
     }
-    let vm = shared.vm();
     let host = if why_copy.is_some() || copy == Some(true) {
-        let host = vm.empty(&l.shape, l.dtype, DeviceId::CPU).py_err()?;
-        let r = match l.dtype {
-            DType::F32 => shared.with_builder(py, |b| b.write(&host, &gather::<f32>(&l))),
-            DType::I64 => shared.with_builder(py, |b| b.write(&host, &gather::<i64>(&l))),
-            other => return Err(super::array::unconverted(other)),
-        };
-        r.py_err()?;
+        let host = copy_in(py, cx, &l)?;
         drop(owner);
         host
     } else {
@@ -921,39 +970,30 @@ fn import_owned(
         // `owner`'s drop leads to; it is writable (not marked read-only). That nothing else
         // races with the VM's accesses is the exchange's rule (docs/python.md, "DLPack"):
         // the user orders other accesses with the VM.
-        unsafe { vm.from_host_memory(data, &l.shape, l.dtype, Box::new(owner)) }.py_err()?
+        let t = unsafe { cx.vm().from_host_memory(data, &l.shape, l.dtype, Box::new(owner)) }.py_err()?;
+        cx.wrap(t)
     };
     if device.is_host() {
-        return Ok(PyArr { shared: shared.clone(), t: host });
+        return Ok(host);
     }
-    // One copy, through the device's host-to-device stream: the producer may change its
-    // memory once this returns, as after a copy at the call.
-    let h2d = vm.stream(device, StreamType::H2D).py_err()?;
-    copy_and_wait(py, shared, &host, device, h2d)
+    // One copy, through the device's host-to-device stream (`Array::to`): the producer may
+    // change its memory once this returns, as after a copy at the call.
+    let copied = host.to(device);
+    copy_and_wait(py, cx, copied)
 }
 
-/// A copy of `src` made on `device` through `stream`, waited for, as a new array: the
-/// exchange's producer may change its memory once this returns. `src`'s `Release` follows
-/// the copy when the caller drops it.
-fn copy_and_wait(
-    py: Python<'_>,
-    shared: &Arc<Shared>,
-    src: &Tensor,
-    device: DeviceId,
-    stream: crate::vm::StreamId,
-) -> PyResult<PyArr> {
-    let dst = shared.vm().empty(src.shape(), src.dtype(), device).py_err()?;
-    let op = shared.ops.copy;
-    shared.with_builder(py, |b| b.call_into(op, &[src], &[&dst], Attrs::default(), stream)).py_err()?;
-    shared.flush(py);
-    let copied = dst.clone();
-    wait(py, move || copied.wait())?.py_err()?;
-    Ok(PyArr { shared: shared.clone(), t: dst })
+/// `copied`, a copy made for an import, once it is made: the exchange's producer may
+/// change its memory once this returns. The source's `Release` follows the copy when the
+/// caller drops it.
+fn copy_and_wait(py: Python<'_>, cx: &Context, copied: crate::Result<Array>) -> PyResult<Array> {
+    let copied = issued(py, cx, copied)?;
+    super::issue::access(py, &copied, HostAccess::Wait)?.py_err()?;
+    Ok(copied)
 }
 
 /// The raw handle of VM stream `id` (a CUDA stream), for a producer's `__dlpack__(stream=)`.
-fn stream_handle(shared: &Shared, id: crate::vm::StreamId) -> Option<u64> {
-    let engine = shared.vm().engine();
+fn stream_handle(cx: &Context, id: crate::vm::StreamId) -> Option<u64> {
+    let engine = cx.vm().engine();
     let s = engine.stream(id).ok()?;
     crate::ep::cuda::raw_stream(&*s.ep)
 }
@@ -966,12 +1006,12 @@ fn stream_handle(shared: &Shared, id: crate::vm::StreamId) -> Option<u64> {
 /// the device and waits for the copy.
 fn import_cuda(
     py: Python<'_>,
-    shared: &Arc<Shared>,
+    cx: &Context,
     x: &Bound<'_, PyAny>,
     id: i32,
     device: Option<DeviceId>,
     copy: Option<bool>,
-) -> PyResult<PyArr> {
+) -> PyResult<Array> {
     let index = u16::try_from(id).map_err(|_| {
         PyBufferError::new_err(format!("DLPack device (2, {id}) is not a CUDA device ordinal"))
     })?;
@@ -981,10 +1021,10 @@ fn import_cuda(
             "the producer's memory is on {dev}; eagervm imports it there, not to {d}: import it with device=None, then copy it with .to(\"{d}\")"
         )));
     }
-    let vm = shared.vm();
+    let vm = cx.vm();
     // A VM without the device refuses here, with the DeviceError that names it.
     let compute = vm.compute_stream(dev).py_err()?;
-    let handle = stream_handle(shared, compute).ok_or_else(|| {
+    let handle = stream_handle(cx, compute).ok_or_else(|| {
         PyBufferError::new_err(format!("the VM's compute stream of {dev} is not a CUDA stream"))
     })?;
     let owner = take_capsule(x, Some(handle))?;
@@ -1013,12 +1053,14 @@ fn import_cuda(
     // else races with the VM's accesses later is the exchange's rule (docs/python.md).
     let t = unsafe { vm.from_device_memory(addr, &l.shape, l.dtype, dev, Box::new(owner)) }.py_err()?;
     let noop = vm.op("noop").py_err()?;
-    shared.with_builder(py, |b| b.call_into(noop, &[], &[&t], Attrs::default(), compute)).py_err()?;
+    let written = cx.build(&[], |b| b.call_into(noop, &[], &[&t], Attrs::default(), compute));
+    issued(py, cx, written)?;
+    let t = cx.wrap(t);
     if copy != Some(true) {
-        return Ok(PyArr { shared: shared.clone(), t });
+        return Ok(t);
     }
     // A copy on the device, on the compute stream.
-    copy_and_wait(py, shared, &t, dev, compute)
+    copy_and_wait(py, cx, t.copy())
 }
 
 #[cfg(test)]
@@ -1110,6 +1152,29 @@ mod tests {
             let text = "s".into_pyobject(py).unwrap().into_any();
             assert!(consumer_stream(Some(&text)).unwrap_err().is_instance_of::<PyTypeError>(py));
         });
+    }
+
+    #[test]
+    fn every_dtype_has_its_dlpack_code_and_back() {
+        // dlpack.h: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+        let codes: Vec<(u8, u8)> = DType::ALL.iter().map(|&d| (dl_dtype(d).code, dl_dtype(d).bits)).collect();
+        assert_eq!(codes, [(6, 8), (1, 8), (0, 32), (0, 64), (2, 16), (4, 16), (2, 32), (2, 64)]);
+        for d in DType::ALL {
+            assert_eq!(from_dl(dl_dtype(d)), Some(d));
+        }
+        assert_eq!(from_dl(DlDataType { code: 0, bits: 16, lanes: 1 }), None);
+        assert_eq!(from_dl(DlDataType { code: 2, bits: 32, lanes: 4 }), None);
+    }
+
+    #[test]
+    fn a_copy_keeps_its_bytes_in_aligned_words() {
+        let bytes: Vec<u8> = (1..=11).collect();
+        let words = aligned(&bytes);
+        assert_eq!(words.len(), 2);
+        // SAFETY: 16 initialised bytes of two words.
+        let back = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 16) };
+        assert_eq!(&back[..11], &bytes[..]);
+        assert_eq!(&back[11..], &[0; 5]);
     }
 
     #[test]

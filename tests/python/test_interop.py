@@ -134,9 +134,9 @@ def test_every_vm_dtype_both_ways(vm, dtype):
     assert back[0, 0] == 42, "both views are the producer's memory"
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.uint8, np.bool_])
+@pytest.mark.parametrize("dtype", [np.int16, np.uint32, np.complex64])
 def test_other_dtypes_are_refused(vm, dtype):
-    with pytest.raises(TypeError, match="float32 or int64"):
+    with pytest.raises(TypeError, match="no dtype for the DLPack dtype"):
         vm.from_dlpack(np.zeros(3, dtype=dtype))
 
 
@@ -314,8 +314,8 @@ def test_torch_shares_memory_both_ways(vm):
     np.testing.assert_array_equal(vm.from_dlpack(m.T).numpy(), m.T.numpy())
     with pytest.raises(BufferError):
         vm.from_dlpack(m.T, copy=False)
-    with pytest.raises(TypeError, match="float32 or int64"):
-        vm.from_dlpack(torch.ones(2, dtype=torch.float64))
+    with pytest.raises(TypeError, match="no dtype for the DLPack dtype"):
+        vm.from_dlpack(torch.ones(2, dtype=torch.int16))
 
 
 def test_torch_s_deleter_runs_once(vm):
