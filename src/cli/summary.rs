@@ -5,7 +5,64 @@
 use std::fmt::Write as _;
 
 use crate::profile::Profile;
-use crate::trace::ReplayReport;
+use crate::trace::{DeviceMap, ReplayReport};
+
+/// The devices a replay ran on (`cpu:0`, `mock:1`), in the order of its streams: the device
+/// part of each stream's name.
+pub fn devices_ran(r: &ReplayReport) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (name, _) in &r.per_stream {
+        let device: String = name.split(':').take(2).collect::<Vec<_>>().join(":");
+        if !out.contains(&device) {
+            out.push(device);
+        }
+    }
+    out
+}
+
+/// Where a replay ran, for its first line: `--device`'s mapping and the devices the VM ran
+/// the trace on, with why they differ when the mapping named a device type the replay did
+/// not use (`--device` maps the devices other than the host; a trace on `cpu:0` alone
+/// stays there).
+pub fn replay_devices(map: DeviceMap, r: &ReplayReport) -> String {
+    let ran = devices_ran(r);
+    let list = if ran.is_empty() { "no device".to_string() } else { ran.join(", ") };
+    let asked = match map {
+        DeviceMap::AsRecorded => return format!("devices as recorded: {list}"),
+        DeviceMap::Cpu => return format!("--device cpu: {list}"),
+        DeviceMap::Mock => "mock",
+        DeviceMap::Cuda => "cuda",
+    };
+    if ran.iter().any(|d| d.starts_with(asked)) {
+        format!("--device {asked}: {list}")
+    } else {
+        format!(
+            "--device {asked}, ran on {list}: the trace uses no device but the host, and --device maps only \
+             the others"
+        )
+    }
+}
+
+/// The host reads and the expectations of a replay, what each counts: the trace's
+/// `access ... read` statements, run in program order, and its `expect` statements, checked
+/// once the last instruction has run (`tolerance`: against a replay on `cpu:0` instead of
+/// the recorded checksums).
+pub fn replay_checks(r: &ReplayReport, tolerance: Option<f64>) -> String {
+    let reads = format!("host reads: {} (`access ... read` statements)", r.reads.len());
+    let expects = "`expect` statements, checked after the last instruction";
+    if r.interrupted.is_some() {
+        return format!("  {reads}; expected checksums: not checked (`expect` statements)");
+    }
+    match tolerance {
+        None => format!("  {reads}; expected checksums matched: {} ({expects})", r.checked),
+        Some(rel) => {
+            format!(
+                "  {reads}; expected tensors within {rel} of a replay on cpu:0: {} ({expects})",
+                r.checked
+            )
+        }
+    }
+}
 
 /// One table per stream of a replay: the instructions the VM ran on it, and, with a
 /// timeline, its busy time (both counted by the VM, so they describe the same

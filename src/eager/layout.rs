@@ -224,14 +224,16 @@ pub(crate) fn expand(l: &Layout, sizes: &[isize]) -> Result<Layout> {
                 out.shape.push(s as usize);
                 out.strides.push(0);
             }
-            _ => return Err(bad(
-                "expand",
-                format!(
+            _ => {
+                return Err(bad(
+                    "expand",
+                    format!(
                     "the size of dimension {} ({d}) must match {s}, or be 1: {:?} cannot expand to {sizes:?}",
                     i - lead,
                     &l.shape[..]
                 ),
-            )),
+                ))
+            }
         }
     }
     Ok(out)

@@ -1063,10 +1063,10 @@ impl Drop for InstructionsBuilder<'_> {
 }
 
 /// The checks of a call's outputs against its other operands (`check`), by storage: an
-/// output that shares its storage with an input is allowed only as exactly that input's
-/// elements, to a kernel that works in place ([`Error::Aliased`] otherwise); one that
-/// overlaps an input other than element for element, or names an element twice, is refused
-/// ([`Error::Overlap`]), as are two outputs of one storage.
+/// output that is exactly an input's elements is allowed to a kernel that works in place
+/// ([`Error::Aliased`] otherwise); one that overlaps an input other than element for element,
+/// or names an element twice, is refused ([`Error::Overlap`]), as are two outputs of one
+/// storage; one that shares its storage with an input at other elements is allowed.
 fn check_outputs(op: Op, kernel: KernelRef, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<()> {
     let aliased = |o: &Tensor| Error::Aliased { op: op.name().into(), tensor: o.id() };
     for (i, o) in outputs.iter().enumerate() {
@@ -1082,11 +1082,14 @@ fn check_outputs(op: Op, kernel: KernelRef, inputs: &[&Tensor], outputs: &[&Tens
             return Err(aliased(o));
         }
         for t in inputs.iter().filter(|t| std::ptr::eq(t.inner().owner(), oi.owner())) {
+            // Elements the output shares with no input, or that cannot be told from the
+            // layouts (PyTorch lets those through too), are the kernel's to read and write
+            // in its order: a kernel over contiguous operands never sees such a pair, as one
+            // of the two is a view that the builder copies (module docs, "Layouts").
             match layout::overlap(t.meta(), om) {
                 layout::Overlap::Same if kernel.in_place() => {}
                 layout::Overlap::Same => return Err(aliased(o)),
-                layout::Overlap::None | layout::Overlap::Unknown if kernel.in_place() => {}
-                layout::Overlap::None | layout::Overlap::Unknown => return Err(aliased(o)),
+                layout::Overlap::None | layout::Overlap::Unknown => {}
                 layout::Overlap::Partial => {
                     return Err(Error::Overlap {
                         op: op.name().into(),

@@ -264,11 +264,14 @@ pub struct StreamBusy {
     pub busy: Duration,
 }
 
+/// Prints one row per stream that ran something in the session, the span, and the names of
+/// the streams that ran nothing (a VM makes every stream of its devices, a collective stream
+/// among them, whether a program uses it or not).
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{:<18} {:>12} {:>12} {:>7}", "stream", "instructions", "busy ms", "busy %")?;
         let span = self.span.as_secs_f64();
-        for s in &self.streams {
+        for s in self.streams.iter().filter(|s| s.instructions > 0) {
             let pct = if span > 0.0 { 100.0 * s.busy.as_secs_f64() / span } else { 0.0 };
             writeln!(
                 f,
@@ -279,7 +282,13 @@ impl fmt::Display for Summary {
                 pct
             )?;
         }
-        write!(f, "span {:.3} ms", span * 1e3)
+        write!(f, "span {:.3} ms", span * 1e3)?;
+        let idle: Vec<&str> =
+            self.streams.iter().filter(|s| s.instructions == 0).map(|s| s.name.as_str()).collect();
+        if !idle.is_empty() {
+            write!(f, "\nnot shown, having run nothing: {}", idle.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -319,5 +328,27 @@ mod tests {
         assert_eq!(union_length(&[]), Duration::ZERO);
         assert_eq!(union_length(&[(ms(0), ms(2)), (ms(1), ms(3)), (ms(5), ms(6))]), ms(4));
         assert_eq!(union_length(&[(ms(0), ms(10)), (ms(1), ms(2)), (ms(3), ms(4))]), ms(10));
+    }
+
+    #[test]
+    fn the_summary_shows_the_streams_that_ran_something_and_names_the_others() {
+        let busy = |s: u32, name: &str, instructions: usize| StreamBusy {
+            stream: StreamId(s),
+            name: name.into(),
+            instructions,
+            busy: ms(instructions as u64),
+        };
+        let summary = Summary {
+            span: ms(10),
+            streams: vec![busy(0, "cpu:0", 4), busy(1, "cpu:0:collective", 0), busy(2, "mock:0:compute", 2)],
+        };
+        let text = summary.to_string();
+        let rows: Vec<&str> = text.lines().skip(1).take_while(|l| !l.starts_with("span")).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows.iter().all(|r| !r.starts_with("cpu:0:collective")), "{text}");
+        assert!(text.ends_with("not shown, having run nothing: cpu:0:collective"), "{text}");
+        // Every stream ran something: no such line.
+        let all = Summary { streams: vec![busy(0, "cpu:0", 1)], ..summary };
+        assert!(!all.to_string().contains("not shown"), "{all}");
     }
 }

@@ -1,5 +1,6 @@
 //! The default VM: the one the module's functions (`eagervm.tensor`, `eagervm.zeros`, ...)
-//! use when no VM is named.
+//! use when no VM is named (`eagervm.default_vm` and `set_default_vm`, in `python::vm`,
+//! read and write the records kept here).
 //!
 //! Per thread, the innermost `with vm:` block's VM; outside every block, the process's
 //! default: the VM given to `set_default_vm`, or else one made on first use with `VM()`'s
@@ -15,23 +16,21 @@ use std::cell::RefCell;
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
-use super::vm::PyVm;
-
 /// The process's default VM, once made or set.
-static DEFAULT: Mutex<Option<Py<PyVm>>> = Mutex::new(None);
+static DEFAULT: Mutex<Option<PyObject>> = Mutex::new(None);
 
 thread_local! {
     /// This thread's `with vm:` blocks, innermost last.
-    static STACK: RefCell<Vec<Py<PyVm>>> = const { RefCell::new(Vec::new()) };
+    static STACK: RefCell<Vec<PyObject>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Enter a `with vm:` block on this thread.
-pub(crate) fn push(vm: Py<PyVm>) {
+pub(crate) fn push(vm: PyObject) {
     STACK.with(|s| s.borrow_mut().push(vm));
 }
 
 /// Leave the innermost `with` block of `vm` on this thread.
-pub(crate) fn pop(vm: &Bound<'_, PyVm>) {
+pub(crate) fn pop(vm: &Bound<'_, PyAny>) {
     let popped = STACK.with(|s| {
         let mut s = s.borrow_mut();
         let at = s.iter().rposition(|v| v.as_ptr() == vm.as_ptr())?;
@@ -41,16 +40,16 @@ pub(crate) fn pop(vm: &Bound<'_, PyVm>) {
     drop(popped);
 }
 
-/// The VM the module's functions use now, on this thread (module docs).
-#[pyfunction]
-pub(crate) fn default_vm(py: Python<'_>) -> PyResult<Py<PyVm>> {
+/// The VM the module's functions use now, on this thread (module docs); `make` makes the
+/// process's default if there is none yet.
+pub(crate) fn current(py: Python<'_>, make: impl FnOnce() -> PyResult<PyObject>) -> PyResult<PyObject> {
     if let Some(vm) = STACK.with(|s| s.borrow().last().map(|v| v.clone_ref(py))) {
         return Ok(vm);
     }
     if let Some(vm) = DEFAULT.lock().as_ref().map(|v| v.clone_ref(py)) {
         return Ok(vm);
     }
-    let made: Py<PyVm> = py.get_type::<PyVm>().call0()?.downcast_into::<PyVm>()?.unbind();
+    let made = make()?;
     let (vm, spare) = {
         let mut d = DEFAULT.lock();
         match d.as_ref() {
@@ -63,11 +62,8 @@ pub(crate) fn default_vm(py: Python<'_>) -> PyResult<Py<PyVm>> {
     Ok(vm)
 }
 
-/// Make `vm` the process's default VM (`None`: the one made on first use, again), for
-/// every thread outside its `with` blocks.
-#[pyfunction]
-#[pyo3(signature = (vm))]
-pub(crate) fn set_default_vm(vm: Option<Py<PyVm>>) {
+/// Make `vm` the process's default (`None`: the one made on first use, again).
+pub(crate) fn set(vm: Option<PyObject>) {
     let old = std::mem::replace(&mut *DEFAULT.lock(), vm);
     drop(old);
 }

@@ -21,7 +21,7 @@ use super::dtype::{from_descr, has_bfloat16, no_bfloat16, unsupported_descr};
 use super::issue::{issued, read};
 use crate::eager::{Array, Context, DEFAULT_FLOAT};
 use crate::ep::DeviceId;
-use crate::framework::{bf16, f16, DType, Element, Scalar};
+use crate::framework::{bf16, f16, Attrs, DType, Element, Scalar};
 use crate::Error;
 
 /// `data` as a NumPy array (`TypeError` for anything else).
@@ -237,5 +237,17 @@ pub(crate) fn tensor(
     match dtype {
         Some(d) if d != a.dtype() => issued(py, cx, a.to_dtype(d)),
         _ => Ok(a),
+    }
+}
+
+/// The attributes of a call given `scalar` (a Python number, or `None`).
+pub(crate) fn scalar_attrs(scalar: Option<&Bound<'_, PyAny>>) -> PyResult<Attrs> {
+    match scalar {
+        None => Ok(Attrs::default()),
+        Some(v) if v.is_none() => Ok(Attrs::default()),
+        Some(v) => match scalar_of(v)? {
+            Some(s) => Ok(Attrs::of(s)),
+            None => Err(PyTypeError::new_err(format!("scalar must be a number, not {}", type_name(v)))),
+        },
     }
 }

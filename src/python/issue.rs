@@ -23,12 +23,12 @@
 //!
 //! No thread waits for the GIL while it holds the context's lock: nothing under the lock
 //! calls into Python, and what may block (a flush, a wait) runs with the GIL released. The
-//! deleters of the DLPack producers' tensors the VM has freed run in [`dlpack::collect`]
-//! after each call and wait, with the GIL and no lock held (`python::dlpack`).
+//! deleters of the DLPack producers' tensors the VM has freed run in [`deleters::collect`]
+//! after each call and wait, with the GIL and no lock held (`python::deleters`).
 
 use pyo3::prelude::*;
 
-use super::dlpack;
+use super::deleters;
 use super::errors::IntoPy;
 use super::wait::wait;
 use crate::eager::{Array, Context};
@@ -42,7 +42,7 @@ pub(crate) fn issued<R>(py: Python<'_>, cx: &Context, r: Result<R>) -> PyResult<
     if cx.flush_due() {
         flush(py, cx);
     }
-    dlpack::collect(py);
+    deleters::collect(py);
     r.py_err()
 }
 
@@ -51,14 +51,14 @@ pub(crate) fn issued<R>(py: Python<'_>, cx: &Context, r: Result<R>) -> PyResult<
 pub(crate) fn flush(py: Python<'_>, cx: &Context) {
     // Cannot fail: `Context::flush` returns `Ok`.
     let _ = py.allow_threads(|| cx.flush());
-    dlpack::collect(py);
+    deleters::collect(py);
 }
 
 /// A read (`Read`: the array's bytes, row-major) or a wait (`Wait`: no bytes) of `a`
 /// (module docs). Returns the error the array carries as the inner `Err`; the outer one
 /// is a `KeyboardInterrupt` (or another signal handler's exception) during the wait.
 pub(crate) fn access(py: Python<'_>, a: &Array, what: HostAccess) -> PyResult<Result<Vec<u8>>> {
-    dlpack::collect(py);
+    deleters::collect(py);
     let cx = a.context();
     let t = a.tensor_unflushed();
     let (slot, ran_here) = match py.allow_threads(|| cx.begin_host_access(t, what)) {
@@ -67,7 +67,7 @@ pub(crate) fn access(py: Python<'_>, a: &Array, what: HostAccess) -> PyResult<Re
     };
     let engine = cx.vm().engine().clone();
     if ran_here {
-        dlpack::collect(py);
+        deleters::collect(py);
         // The batch has run: the slot holds the answer, and this does not block.
         return Ok(engine.wait_access(&slot));
     }

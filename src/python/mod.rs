@@ -17,11 +17,13 @@ mod array;
 mod convert;
 mod creation;
 mod default_vm;
+mod deleters;
 mod dlpack;
 mod dtype;
 mod errors;
 mod interop;
 mod issue;
+mod methods;
 mod ops;
 mod program;
 mod promotion;
@@ -45,8 +47,8 @@ fn eagervm_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for d in crate::framework::DType::ALL {
         m.add(d.torch_name(), dtype::dtype_object(m.py(), d)?)?;
     }
-    m.add_function(wrap_pyfunction!(default_vm::default_vm, m)?)?;
-    m.add_function(wrap_pyfunction!(default_vm::set_default_vm, m)?)?;
+    m.add_function(wrap_pyfunction!(vm::current_vm, m)?)?;
+    m.add_function(wrap_pyfunction!(vm::set_default_vm, m)?)?;
     m.add_function(wrap_pyfunction!(promotion::result_type, m)?)?;
     m.add_function(wrap_pyfunction!(promotion::promote_types, m)?)?;
     m.add_function(wrap_pyfunction!(promotion::can_cast, m)?)?;

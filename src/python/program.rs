@@ -9,9 +9,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use super::array::PyArr;
-use super::interop::{dtype_of, ndarray};
+use super::interop::{dtype_of, ndarray, scalar_attrs};
 use super::issue::{flush, issued};
-use super::vm::scalar_attrs;
 use crate::eager::{Array, Context};
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::{bf16, f16, DType, Tensor};

@@ -11,16 +11,17 @@ use pyo3::types::{PyDict, PyInt, PyTuple};
 
 use super::array::PyArr;
 use super::creation;
+use super::default_vm;
 use super::dtype::{opt_device, opt_dtype};
 use super::errors::IntoPy;
-use super::interop::scalar_of;
+use super::interop::scalar_attrs;
 use super::issue::{flush, issued};
 use super::program::{Program, PyStream};
 use super::trace::{PyProfile, PyRecorder};
 use super::wait::wait;
 use crate::eager::{Array, Context, ContextOptions};
 use crate::ep::{DeviceId, StreamType};
-use crate::framework::{Attrs, OutSpec};
+use crate::framework::OutSpec;
 use crate::vm::ThreadTopology;
 use crate::{Config, VirtualMachine};
 
@@ -451,28 +452,30 @@ impl PyVm {
     /// `with vm:` makes this VM the one the module-level functions (`eagervm.zeros`, ...)
     /// use in this thread, until the block ends (blocks nest).
     fn __enter__<'py>(slf: &Bound<'py, Self>) -> Bound<'py, Self> {
-        super::default_vm::push(slf.clone().unbind());
+        default_vm::push(slf.clone().into_any().unbind());
         slf.clone()
     }
 
     #[pyo3(signature = (*_args))]
     fn __exit__(slf: &Bound<'_, Self>, _args: &Bound<'_, PyTuple>) -> bool {
-        super::default_vm::pop(slf);
+        default_vm::pop(slf.as_any());
         false
     }
 }
 
-/// The attributes of a call given `scalar` (a Python number, or `None`).
-pub(crate) fn scalar_attrs(scalar: Option<&Bound<'_, PyAny>>) -> PyResult<Attrs> {
-    match scalar {
-        None => Ok(Attrs::default()),
-        Some(v) if v.is_none() => Ok(Attrs::default()),
-        Some(v) => match scalar_of(v)? {
-            Some(s) => Ok(Attrs::of(s)),
-            None => Err(PyTypeError::new_err(format!(
-                "scalar must be a number, not {}",
-                super::args::type_name(v)
-            ))),
-        },
-    }
+/// The VM the module's functions use now, on this thread: the innermost `with vm:`
+/// block's, else the process's default, made on first use with `VM()`'s defaults
+/// (`python::default_vm`).
+#[pyfunction(name = "default_vm")]
+pub(crate) fn current_vm(py: Python<'_>) -> PyResult<Py<PyVm>> {
+    let vm = default_vm::current(py, || Ok(py.get_type::<PyVm>().call0()?.unbind()))?;
+    Ok(vm.into_bound(py).downcast_into::<PyVm>()?.unbind())
+}
+
+/// Make `vm` the process's default VM (`None`: the one made on first use, again), for
+/// every thread outside its `with` blocks.
+#[pyfunction]
+#[pyo3(signature = (vm))]
+pub(crate) fn set_default_vm(vm: Option<Py<PyVm>>) {
+    default_vm::set(vm.map(Py::into_any));
 }

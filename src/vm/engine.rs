@@ -471,7 +471,7 @@ impl Engine {
         // call path a call of the error's destructor.
         match self.streams.iter().find(|s| s.device == device && s.ty == ty) {
             Some(s) => Ok(s.id),
-            None => Err(Error::Device(crate::ep::EpError::Unavailable(device))),
+            None => Err(Error::Device(self.registry.unavailable(device))),
         }
     }
 

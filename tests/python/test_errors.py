@@ -39,10 +39,17 @@ def test_refused_calls_raise_at_the_call(vm, device):
     other = eagervm.VM()
     with pytest.raises(eagervm.ForeignTensorError, match="another virtual machine"):
         x.to("cpu:0") + other.array(np.ones(3, np.float32))
-    with pytest.raises(eagervm.DeviceError, match="not available"):
+    with pytest.raises(eagervm.DeviceError, match="not available: this VM opened 2 mock device"):
         vm.array(np.ones(3, np.float32), "mock:7")
     with pytest.raises(eagervm.AccessError, match="item reads a one-element array"):
         x.item()
+
+
+def test_a_cuda_device_the_vm_did_not_open_is_refused_saying_why():
+    # Without a driver, what the machine lacks (as VM(cuda_devices=1) says); with one, how
+    # to open the device.
+    with pytest.raises(eagervm.DeviceError, match=r"device cuda:0 is not available: .*(driver|CUDA|cuda_devices)"):
+        eagervm.VM().zeros((2,), device="cuda:0")
 
 
 def test_run_time_failures_raise_at_the_read_and_at_sync(vm, device):
