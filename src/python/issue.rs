@@ -26,6 +26,8 @@
 //! deleters of the DLPack producers' tensors the VM has freed run in [`deleters::collect`]
 //! after each call and wait, with the GIL and no lock held (`python::deleters`).
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 
 use super::deleters;
@@ -33,7 +35,9 @@ use super::errors::IntoPy;
 use super::wait::wait;
 use crate::eager::{Array, Context};
 use crate::framework::virtual_machine::HostAccess;
-use crate::Result;
+use crate::framework::{HostLoan, Tensor};
+use crate::vm::instruction::AccessSlot;
+use crate::{Error, Result};
 
 /// The result of an eager call made on `cx`: flushes if `flush_every` calls are pending
 /// (GIL released), collects what the VM freed, and turns an error into its exception.
@@ -58,9 +62,27 @@ pub(crate) fn flush(py: Python<'_>, cx: &Context) {
 /// (module docs). Returns the error the array carries as the inner `Err`; the outer one
 /// is a `KeyboardInterrupt` (or another signal handler's exception) during the wait.
 pub(crate) fn access(py: Python<'_>, a: &Array, what: HostAccess) -> PyResult<Result<Vec<u8>>> {
+    Ok(host_access(py, a.context(), a.tensor_unflushed(), what)?.map(|(bytes, _)| bytes))
+}
+
+/// A loan of `t`'s host bytes (`t` a tensor of `cx`'s VM; a host copy of a device
+/// tensor), once every write of it issued so far has finished, as [`access`] waits for a
+/// read (`Tensor::lend_host`, for a DLPack export).
+pub(crate) fn lend(py: Python<'_>, cx: &Context, t: &Tensor) -> PyResult<Result<HostLoan>> {
+    Ok(host_access(py, cx, t, HostAccess::Lend)?.and_then(|(_, slot)| {
+        slot.take_loan()
+            .ok_or_else(|| Error::Access { tensor: t.id(), detail: "the access kept no loan".into() })
+    }))
+}
+
+/// [`access`] and [`lend`]: the bytes (none but for `Read`) and the slot that answered.
+fn host_access(
+    py: Python<'_>,
+    cx: &Context,
+    t: &Tensor,
+    what: HostAccess,
+) -> PyResult<Result<(Vec<u8>, Arc<AccessSlot>)>> {
     deleters::collect(py);
-    let cx = a.context();
-    let t = a.tensor_unflushed();
     let (slot, ran_here) = match py.allow_threads(|| cx.begin_host_access(t, what)) {
         Ok(b) => b,
         Err(e) => return Ok(Err(e)),
@@ -69,9 +91,10 @@ pub(crate) fn access(py: Python<'_>, a: &Array, what: HostAccess) -> PyResult<Re
     if ran_here {
         deleters::collect(py);
         // The batch has run: the slot holds the answer, and this does not block.
-        return Ok(engine.wait_access(&slot));
+        return Ok(engine.wait_access(&slot).map(|bytes| (bytes, slot)));
     }
-    wait(py, move || engine.wait_access(&slot))
+    let waited = slot.clone();
+    Ok(wait(py, move || engine.wait_access(&waited))?.map(|bytes| (bytes, slot)))
 }
 
 /// [`access`] with both errors raised.

@@ -228,9 +228,9 @@ impl OpKernel for DeviceExport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::framework::Tensor;
     use crate::ep::DeviceId;
     use crate::framework::DType;
+    use crate::framework::Tensor;
 
     /// Run a device export's call on `t` (on `mock:0`, where it lends the host view) and
     /// return its answer.

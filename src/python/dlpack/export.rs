@@ -15,8 +15,7 @@ use super::ffi::{DlDevice, DL_CPU, DL_CUDA};
 use crate::eager::Array;
 use crate::ep::DeviceType;
 use crate::python::errors::IntoPy;
-use crate::python::issue::{flush, read};
-use crate::python::wait::wait;
+use crate::python::issue::{lend, read};
 
 /// `Array.__dlpack__` of `a` (module docs).
 pub(crate) fn export<'py>(
@@ -71,9 +70,8 @@ pub(crate) fn export<'py>(
     let held = if copy == Some(true) {
         Held::Copy(aligned(&read(py, a)?))
     } else {
-        flush(py, a.context());
         let lent = if view.is_some() { t.storage_owner().py_err()? } else { t.clone() };
-        Held::Loan(wait(py, move || lent.lend_host())?.py_err()?)
+        Held::Loan(lend(py, a.context(), &lent)?.py_err()?)
     };
     let copied = !matches!(held, Held::Loan(_)) || !host;
     let data = match &held {
