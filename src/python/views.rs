@@ -6,7 +6,7 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::PyTuple;
 use pyo3::BoundObject;
 
 use super::args::{dim, dim_exact, index_in, indices, is_int, isize_of, isizes_of, size_obj};
@@ -210,7 +210,5 @@ pub(crate) fn tolist<'py>(py: Python<'py>, a: &Array) -> PyResult<Bound<'py, PyA
     } else {
         a.clone()
     };
-    let l = super::interop::to_ndarray(py, &a)?.call_method0("tolist")?;
-    debug_assert!(a.ndim() == 0 || l.is_instance_of::<PyList>());
-    Ok(l)
+    super::interop::to_ndarray(py, &a)?.call_method0("tolist")
 }
