@@ -41,4 +41,5 @@ mod trace_analyze;
 mod trace_format;
 mod trace_record;
 mod trace_shipped;
+mod trace_views;
 mod views;
