@@ -170,6 +170,12 @@ pub(crate) unsafe trait Elem: Copy + Send + Sync + 'static {
         let _ = x;
         None
     }
+    /// [`as_compute`](Self::as_compute), writable.
+    #[inline(always)]
+    fn as_compute_mut(x: &mut [Self]) -> Option<&mut [Self::C]> {
+        let _ = x;
+        None
+    }
 }
 
 // SAFETY: `Bool8` is one byte, alignment 1, valid for every bit pattern.
@@ -237,6 +243,10 @@ macro_rules! int_elem {
             fn as_compute(x: &[Self]) -> Option<&[$t]> {
                 Some(x)
             }
+            #[inline(always)]
+            fn as_compute_mut(x: &mut [Self]) -> Option<&mut [$t]> {
+                Some(x)
+            }
         }
     )*};
 }
@@ -274,6 +284,10 @@ unsafe impl Elem for f32 {
     fn as_compute(x: &[Self]) -> Option<&[f32]> {
         Some(x)
     }
+    #[inline(always)]
+    fn as_compute_mut(x: &mut [Self]) -> Option<&mut [f32]> {
+        Some(x)
+    }
 }
 
 // SAFETY: `f64` is plain old data of alignment 8; every bit pattern is a valid `f64`.
@@ -306,6 +320,10 @@ unsafe impl Elem for f64 {
     }
     #[inline(always)]
     fn as_compute(x: &[Self]) -> Option<&[f64]> {
+        Some(x)
+    }
+    #[inline(always)]
+    fn as_compute_mut(x: &mut [Self]) -> Option<&mut [f64]> {
         Some(x)
     }
 }
