@@ -4,6 +4,10 @@
 //! doc links) only modules of lower layers, never one of its own layer or above.
 //! `docs/architecture.md` ("Layers") draws the same table. The test reads every source
 //! file under `src/` and fails, naming the file and line, on an arrow back up.
+//!
+//! Inside the folders of [`NO_CIRCLES`], the files are layered too: the code of one file
+//! (not its docs, not its tests) names its siblings (`super::x`, `crate::alloc::x`) without
+//! a circle, so that each file can be read knowing only the files it names.
 
 /// Top-level modules, lowest layer first; the modules of one entry are siblings that do
 /// not name each other.
@@ -19,6 +23,9 @@ pub(crate) const LAYERS: &[&[&str]] = &[
     &["bench"],
     &["cli", "python"],
 ];
+
+/// Top-level modules whose files name each other without a circle (module docs).
+pub(crate) const NO_CIRCLES: &[&str] = &["alloc", "python"];
 
 /// The layer of top-level module `name`, if it has one.
 fn layer_of(name: &str) -> Option<usize> {
@@ -51,9 +58,72 @@ fn named_modules(line: &str) -> Vec<String> {
     out
 }
 
+/// The module paths (`["dlpack", "ffi"]`, relative to the top-level module) that the code
+/// of `line`, in the module at `here` under top-level module `top`, names through `super::`
+/// or `crate::top::` paths: each path's leading lowercase segments, which the caller cuts
+/// to the longest that is a module.
+fn named_siblings(line: &str, top: &str, here: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let ident = |s: &str| -> Vec<String> {
+        let mut segs = Vec::new();
+        for seg in s.split("::") {
+            let name: String = seg
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            let whole = name.len() == seg.len();
+            if !name.is_empty() {
+                segs.push(name);
+            }
+            if !whole || segs.is_empty() {
+                break;
+            }
+        }
+        segs
+    };
+    let code = line.split("//").next().unwrap_or("");
+    let crate_prefix = format!("crate::{top}::");
+    let mut i = 0;
+    while i < code.len() {
+        let rest = &code[i..];
+        let before = code[..i].chars().next_back();
+        let boundary = !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':' || c == '$');
+        let (base, after) = if boundary && rest.starts_with("super::") {
+            let mut base = Some(here.to_vec());
+            let mut after = rest;
+            while let Some(r) = after.strip_prefix("super::") {
+                // Above the top-level module (`pop` of the empty path): not a sibling.
+                base = base.and_then(|mut b| b.pop().map(|_| b));
+                after = r;
+            }
+            (base, after)
+        } else if boundary && rest.starts_with(&crate_prefix) {
+            (Some(Vec::new()), &rest[crate_prefix.len()..])
+        } else {
+            i += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        i = code.len() - after.len();
+        let Some(base) = base else { continue };
+        let items: Vec<&str> = match after.strip_prefix('{') {
+            Some(group) => {
+                group[..group.find('}').unwrap_or(group.len())].split(',').map(str::trim).collect()
+            }
+            None => vec![after],
+        };
+        for item in items {
+            let mut path = base.clone();
+            path.extend(ident(item));
+            out.push(path);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
     use std::path::{Path, PathBuf};
 
     fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -110,6 +180,127 @@ mod tests {
         }
         assert!(arrows > 100, "the check found only {arrows} arrows: is it reading the sources?");
         assert!(arrows_up.is_empty(), "arrows back up:\n{}", arrows_up.join("\n"));
+    }
+
+    /// The module path of `file` under the folder `dir` of a top-level module.
+    fn module_path(dir: &Path, file: &Path) -> Vec<String> {
+        let rel = file.strip_prefix(dir).unwrap().with_extension("");
+        let mut path: Vec<String> =
+            rel.components().map(|c| c.as_os_str().to_str().unwrap().to_string()).collect();
+        if path.last().is_some_and(|l| l == "mod") {
+            path.pop();
+        }
+        path
+    }
+
+    /// The arrows between the files of top-level module `top`: each file's module path and
+    /// the files its code names.
+    fn sibling_arrows(top: &str) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src").join(top);
+        let mut files = Vec::new();
+        rust_files(&dir, &mut files);
+        let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(&dir, f)).collect();
+        let mut arrows = BTreeMap::new();
+        for file in &files {
+            let here = module_path(&dir, file);
+            let text = std::fs::read_to_string(file).unwrap();
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let mut named = BTreeSet::new();
+            for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
+                for mut path in named_siblings(line, top, &here) {
+                    while !path.is_empty() && !modules.contains(&path) {
+                        path.pop();
+                    }
+                    // The folder's own `mod.rs` (root re-exports) and the file itself are
+                    // not arrows between siblings.
+                    if !path.is_empty() && path != here {
+                        named.insert(path);
+                    }
+                }
+            }
+            arrows.insert(here, named);
+        }
+        arrows
+    }
+
+    /// A circle among `arrows`, as the files on it, if there is one.
+    fn find_circle(arrows: &BTreeMap<Vec<String>, BTreeSet<Vec<String>>>) -> Option<Vec<String>> {
+        fn visit<'a>(
+            at: &'a Vec<String>,
+            arrows: &'a BTreeMap<Vec<String>, BTreeSet<Vec<String>>>,
+            done: &mut BTreeSet<&'a Vec<String>>,
+            stack: &mut Vec<&'a Vec<String>>,
+        ) -> Option<Vec<String>> {
+            if let Some(i) = stack.iter().position(|s| *s == at) {
+                return Some(stack[i..].iter().chain([&at]).map(|p| p.join("/")).collect());
+            }
+            if !done.insert(at) {
+                return None;
+            }
+            stack.push(at);
+            for next in arrows.get(at).into_iter().flatten() {
+                if let Some(c) = visit(next, arrows, done, stack) {
+                    return Some(c);
+                }
+            }
+            stack.pop();
+            None
+        }
+        let mut done = BTreeSet::new();
+        arrows.keys().find_map(|k| visit(k, arrows, &mut done, &mut Vec::new()))
+    }
+
+    #[test]
+    fn no_file_circle_in_the_folders_that_forbid_one() {
+        for top in NO_CIRCLES {
+            let arrows = sibling_arrows(top);
+            let count: usize = arrows.values().map(BTreeSet::len).sum();
+            assert!(
+                count > 5,
+                "the check found only {count} arrows in src/{top}: is it reading the sources?"
+            );
+            if let Some(circle) = find_circle(&arrows) {
+                panic!("a circle of files in src/{top}: {}", circle.join(" -> "));
+            }
+        }
+    }
+
+    #[test]
+    fn a_circle_of_files_is_found() {
+        let p = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
+        let mut arrows = BTreeMap::new();
+        arrows.insert(p("host"), BTreeSet::from([p("size_class")]));
+        arrows.insert(p("size_class"), BTreeSet::new());
+        assert_eq!(find_circle(&arrows), None);
+        arrows.insert(p("thread_cache"), BTreeSet::from([p("host")]));
+        arrows.insert(p("host"), BTreeSet::from([p("size_class"), p("thread_cache")]));
+        assert_eq!(find_circle(&arrows), Some(vec!["host".into(), "thread_cache".into(), "host".into()]));
+    }
+
+    #[test]
+    fn sibling_paths_are_read_as_the_compiler_reads_them() {
+        let here = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
+        let p = |s: &str| if s.is_empty() { Vec::new() } else { here(s) };
+        assert_eq!(named_siblings("use super::host::HostAllocator;", "alloc", &here("storage")), [p("host")]);
+        assert_eq!(
+            named_siblings("use super::{lend, thread_cache};", "alloc", &here("storage")),
+            [p("lend"), p("thread_cache")]
+        );
+        assert_eq!(
+            named_siblings("use crate::python::shared::Shared;", "python", &here("dlpack/export")),
+            [p("shared")]
+        );
+        assert_eq!(
+            named_siblings("use super::ffi::DL_CUDA;", "python", &here("dlpack/export")),
+            [p("dlpack/ffi")]
+        );
+        assert_eq!(
+            named_siblings("super::super::wait::wait(py)", "python", &here("dlpack/export")),
+            [p("wait/wait")]
+        );
+        // Above the top-level module, or in a comment: nothing.
+        assert!(named_siblings("use super::super::scheduler::X;", "vm", &here("stream_policy")).is_empty());
+        assert!(named_siblings("x(); // see super::host", "alloc", &here("storage")).is_empty());
     }
 
     #[test]

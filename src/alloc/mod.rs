@@ -24,16 +24,26 @@
 //! lends a storage's bytes out of the VM ([`HostLoan`]) and wraps memory another library
 //! owns as a storage ([`Storage::foreign`]).
 
+// The files, from the bottom up; each names only those above it in this list (and `ep`):
+// the size classes and the counters; the allocator and its shared free lists (`host`); the
+// thread caches in front of them; the loans registry (`lend`); the storage, whose drop
+// returns its block to one of them; the path of a request, which makes storages.
 mod fault;
 mod host;
 pub mod lend;
 pub(crate) mod objects;
 pub mod pin;
+mod request;
+mod size_class;
+mod stats;
+mod storage;
 pub(crate) mod thread_cache;
 
 pub use fault::AllocFaults;
-pub use host::{AllocStats, HostAllocator, HostOutOfMemory, Storage};
+pub use host::{HostAllocator, HostOutOfMemory};
 pub use lend::{DeviceLoan, HostLoan};
+pub use stats::AllocStats;
+pub use storage::Storage;
 
 /// Ask for the `lines` cache lines from `p` on in a writable state, ahead of writing them.
 ///

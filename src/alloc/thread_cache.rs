@@ -48,10 +48,12 @@
 
 use std::cell::RefCell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::host::{class_size, Block, HostAllocator, POW2_CLASSES};
+use super::host::HostAllocator;
+use super::size_class::{class_size, Block, POW2_CLASSES};
+use super::stats::LocalCounters;
 
 /// Size classes a thread caches: 64 B to 4 KiB, the power-of-two ones.
 pub(super) const CLASSES: usize = POW2_CLASSES;
@@ -84,44 +86,6 @@ const SWITCH_AFTER: u32 = 64;
 const SPARE_REFS: usize = 2 * MAX_DEPTH;
 /// What a cache keeps of its spare references when it gives the excess back.
 const KEPT_REFS: usize = MAX_DEPTH;
-
-/// A thread cache's counters, as differences from its owner's shared ones (module docs,
-/// "Counters"). Written by the cache's thread alone, by a load and a store; each value
-/// wraps (a difference may be negative: a block made on one thread and freed into
-/// another's cache), so they are added with `wrapping_add`.
-#[derive(Debug, Default)]
-pub(super) struct LocalCounters {
-    pub(super) in_use_bytes: AtomicUsize,
-    pub(super) requested_bytes: AtomicUsize,
-    pub(super) cached_bytes: AtomicUsize,
-    pub(super) cached_blocks: AtomicUsize,
-    pub(super) cache_hits: AtomicUsize,
-}
-
-impl LocalCounters {
-    /// Add `n` (wrapping) to `counter`; only the cache's thread writes.
-    #[inline]
-    pub(super) fn add(counter: &AtomicUsize, n: usize) {
-        counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-    }
-
-    /// Subtract `n` (wrapping) from `counter`; only the cache's thread writes.
-    #[inline]
-    pub(super) fn sub(counter: &AtomicUsize, n: usize) {
-        counter.store(counter.load(Ordering::Relaxed).wrapping_sub(n), Ordering::Relaxed);
-    }
-
-    /// Take every difference out (each left at zero), for folding into the shared counters.
-    pub(super) fn take(&self) -> [usize; 5] {
-        [
-            self.in_use_bytes.swap(0, Ordering::Relaxed),
-            self.requested_bytes.swap(0, Ordering::Relaxed),
-            self.cached_bytes.swap(0, Ordering::Relaxed),
-            self.cached_blocks.swap(0, Ordering::Relaxed),
-            self.cache_hits.swap(0, Ordering::Relaxed),
-        ]
-    }
-}
 
 /// One thread's cache.
 struct Cache {
@@ -248,7 +212,7 @@ pub(super) fn take(
                 None => {
                     let Cache { lists, counters, .. } = &mut *c;
                     let counters = counters.as_deref().expect("attached");
-                    alloc.refill(class, &mut lists[class], counters);
+                    alloc.refill(class, batch(class), &mut lists[class], counters);
                     lists[class].pop()?
                 }
             };
@@ -292,7 +256,7 @@ pub(super) fn give(
         if c.lists[class].len() >= depth(class) {
             let Cache { lists, counters, .. } = &mut *c;
             let counters = counters.as_deref().expect("attached");
-            alloc.spill(class, &mut lists[class], counters);
+            alloc.spill(class, batch(class), &mut lists[class], counters);
         }
         c.lists[class].push(ptr);
         let size = class_size(class);

@@ -604,24 +604,17 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
         );
     }
     say!(
-        "replayed {} ({mode}, devices: {}): {} instructions in {:.3?}",
+        "replayed {} ({mode}; {}): {} instructions in {:.3?}",
         file.display(),
-        args.device,
+        cli::summary::replay_devices(args.device, r),
         r.instructions,
         r.wall
     );
     say!("{}", cli::summary::replay_streams(r));
-    match args.tolerance {
-        _ if r.interrupted.is_some() => {
-            say!("  host reads: {}; expected checksums: not checked", r.reads.len())
-        }
-        None => say!("  host reads: {}; expected checksums matched: {}", r.reads.len(), r.checked),
-        Some(rel) => say!(
-            "  host reads: {}; expected tensors within {rel} of a replay on cpu:0: {}",
-            r.reads.len(),
-            r.checked
-        ),
+    if let Some(d) = cli::summary::dtypes(&r.dtypes) {
+        say!("{d}");
     }
+    say!("{}", cli::summary::replay_checks(r, args.tolerance));
     match &r.expected_failure {
         Some(f) => say!("  errors: {} (expected by the trace: {f})", r.failures.len()),
         None => say!("  errors: {}", r.failures.len()),

@@ -264,6 +264,40 @@ pub struct DpComparison {
     pub overlapped: Duration,
     /// `ranks` ranks, every bucket after the backward pass.
     pub after_backward: Duration,
+    /// The processor cores this process may use (`std::thread::available_parallelism`).
+    pub cores: usize,
+}
+
+impl DpComparison {
+    /// Why the figures are what they are: what the mock device charges for, and what the
+    /// ranks share when there are more of them than cores.
+    pub fn why(&self) -> String {
+        let mut why = format!(
+            "why: a mock launch sleeps {:?} whatever its size, so each of the {} ranks, on 1/{} of the \
+             batch, spends as long per step as one rank on all of it: on mock devices data parallelism \
+             cannot beat one rank, and the figures show what the all-reduces and the ranks' host \
+             threads add.",
+            self.launch_delay, self.ranks, self.ranks
+        );
+        if self.ranks > self.cores {
+            why.push_str(&format!(
+                "\n{} ranks on {} cores: the ranks' kernels, workers and device threads share the cores, so \
+                 ranks wait for each other's turn (the more so on a busy machine), and buckets that overlap \
+                 the backward pass find no idle core to run on, which can make them slower than buckets \
+                 after it; with a core per rank (or a GPU per rank) the overlap is what hides the \
+                 all-reduces.",
+                self.ranks, self.cores
+            ));
+        } else {
+            why.push_str(&format!(
+                "\n{} ranks on {} cores: each rank's host work can have a core of its own, so what separates \
+                 the ranks from one rank is the all-reduces, which overlapping buckets hide behind the \
+                 backward pass.",
+                self.ranks, self.cores
+            ));
+        }
+        why
+    }
 }
 
 impl std::fmt::Display for DpComparison {
@@ -283,13 +317,14 @@ impl std::fmt::Display for DpComparison {
             ms(self.overlapped),
             rel(self.overlapped)
         )?;
-        write!(
+        writeln!(
             f,
             "  {} ranks, buckets after the backward:        {:>8.3} ms ({:.2}x one rank)",
             self.ranks,
             ms(self.after_backward),
             rel(self.after_backward)
-        )
+        )?;
+        write!(f, "{}", self.why())
     }
 }
 
@@ -325,5 +360,6 @@ pub fn compare(
         one_rank: median(&mut times[0]),
         overlapped: median(&mut times[1]),
         after_backward: median(&mut times[2]),
+        cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
     })
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use super::layout::Layout;
 use super::Context;
 use crate::ep::{DeviceId, StreamType};
 use crate::framework::{Attrs, DType, Element, Op, Tensor};
@@ -9,100 +10,51 @@ use crate::vm::{Error, Result};
 
 /// An eager tensor: a counted handle to a VM tensor plus the [`Context`] that runs its ops.
 ///
-/// An array owns what it needs: it is `Clone` (cheap: two counters), `Send` and `Sync`,
-/// and keeps its context and VM running while it lives (`eager::context`, "Ownership"), so
-/// it can sit in a struct beside its [`VirtualMachine`](crate::VirtualMachine). Every op
-/// returns a new array at once (the work runs asynchronously on the VM) or the typed
-/// [`Error`] that refuses it. Ops run on the compute stream of the array's device; all
-/// inputs of an op must live on one device (move them with [`Array::to`]).
+/// An array owns what it needs: it is `Clone` (cheap: two counters; a copy of the values is
+/// [`copy`](Self::copy), PyTorch's `clone`), `Send` and `Sync`, and keeps its context and VM
+/// running while it lives (`eager::context`, "Ownership"), so it can sit in a struct beside
+/// its [`VirtualMachine`](crate::VirtualMachine). Every op returns a new array at once (the
+/// work runs asynchronously on the VM) or the typed [`Error`] that refuses it. Ops run on
+/// the compute stream of the array's device; all inputs of an op must live on one device
+/// (move them with [`Array::to`]).
 ///
-/// Each op has three forms: `a.add(&b)` makes a new array; `a.add_into(&b, &mut out)`
-/// writes an existing array `out` (PyTorch's `out=`: no new storage); `a.add_(&b)` updates
-/// `a` in place, seen by every handle of it.
+/// Names, arguments and results follow PyTorch's, in Rust's idiom: views share their
+/// storage (`view`, `transpose`, `t`, `narrow`, `select`, `index`, ...: no copy, no kernel),
+/// elementwise ops broadcast and promote dtypes as PyTorch does (`a.add(&b)`, `a.add(2.0)`),
+/// comparisons give `bool` arrays, and the in-place forms (`add_`, `copy_`, `fill_`,
+/// `masked_fill_`, [`index_put_`](Self::index_put_)) write through views into the storage
+/// they share.
 ///
 /// ```
-/// use eagervm::eager::{Array, Context};
+/// use eagervm::eager::{Array, Context, TensorIndex as I};
 /// use eagervm::prelude::*;
-///
-/// struct Model {
-///     vm: VirtualMachine,
-///     w: Array,
-/// }
 ///
 /// let vm = VirtualMachine::new(Config::default())?;
 /// let cx = Context::new(&vm);
-/// let w = cx.from_slice(&[0.5f32, 0.5, 0.5], &[3], DeviceId::CPU)?;
-/// let mut m = Model { vm, w };
-/// let a = cx.from_slice(&[1.0f32, 2.0, 3.0], &[3], DeviceId::CPU)?;
-/// let loss = a.sub(&m.w)?.mul(&a.sub(&m.w)?)?.sum()?; // 0.25 + 2.25 + 6.25
-/// assert_eq!(loss.item::<f32>()?, 8.75);
-/// m.w.add_(&a)?; // in place: every handle of `w` sees [1.5, 2.5, 3.5]
-/// assert_eq!(m.w.to_vec::<f32>()?, vec![1.5, 2.5, 3.5]);
-/// m.vm.sync()?;
+/// let x = cx.from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], DeviceId::CPU)?;
+/// let col = x.index(&[I::full(), I::at(1)])?; // x[:, 1], a view
+/// assert_eq!(col.to_vec::<f32>()?, vec![2.0, 5.0]);
+/// let b = cx.from_slice(&[10.0f32, 20.0, 30.0], &[3], DeviceId::CPU)?;
+/// let y = x.add(&b)?.mul(0.5)?; // [2, 3] + [3] broadcasts
+/// assert_eq!(y.to_vec::<f32>()?, vec![5.5, 11.0, 16.5, 7.0, 12.5, 18.0]);
+/// let mut w = x.t()?; // [3, 2], a view of x's storage
+/// w.index(&[I::at(0)])?.fill_(0.0)?; // writes x[:, 0]
+/// assert_eq!(x.to_vec::<f32>()?, vec![0.0, 2.0, 3.0, 0.0, 5.0, 6.0]);
+/// assert_eq!(x.gt(2.5)?.to_vec::<bool>()?, vec![false, false, true, false, true, true]);
+/// w.mul_(2.0)?;
+/// assert_eq!(x.sum()?.item::<f32>()?, 32.0);
 /// # Ok::<(), eagervm::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct Array {
-    t: Tensor,
-    cx: Context,
+    pub(super) t: Tensor,
+    pub(super) cx: Context,
 }
 
 impl fmt::Debug for Array {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Array({:?})", self.t)
     }
-}
-
-/// The three forms of an elementwise or product op: `op`, `op_into`, `op_`.
-macro_rules! forms {
-    ($(#[$doc:meta])* $name:ident, $into:ident, $inplace:ident, $op:ident, $attrs:expr) => {
-        $(#[$doc])*
-        pub fn $name(&self, other: &Array) -> Result<Array> {
-            self.binary(self.cx.ops().$op, other, $attrs)
-        }
-
-        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") written into `out`, which must have the result's shape and")]
-        /// dtype and live on this array's device (`Error::OutputMismatch`, `WrongDevice`
-        /// otherwise); `out`'s earlier value is overwritten once every earlier use of it
-        /// is done. `out` may not be one of the inputs (`Error::Aliased`): use the
-        /// in-place form for that.
-        pub fn $into(&self, other: &Array, out: &mut Array) -> Result<()> {
-            self.binary_into(self.cx.ops().$op, other, $attrs, out)
-        }
-
-        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") in place: this array (and every handle of it) holds the result.")]
-        /// The result is computed into a new array, then copied into this one on the same
-        /// stream (a kernel never reads and writes one buffer), so it costs one copy and
-        /// holds a second buffer for the time between the two.
-        pub fn $inplace(&mut self, other: &Array) -> Result<&mut Self> {
-            let r = self.$name(other)?;
-            self.assign(&r)?;
-            Ok(self)
-        }
-    };
-}
-
-/// The three forms of a one-input op.
-macro_rules! unary_forms {
-    ($(#[$doc:meta])* $name:ident, $into:ident, $inplace:ident, $op:ident, $attrs:expr $(, $arg:ident: $ty:ty)?) => {
-        $(#[$doc])*
-        pub fn $name(&self $(, $arg: $ty)?) -> Result<Array> {
-            self.unary(self.cx.ops().$op, $attrs)
-        }
-
-        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") written into `out` (as [`add_into`](Self::add_into) writes it).")]
-        pub fn $into(&self $(, $arg: $ty)?, out: &mut Array) -> Result<()> {
-            let stream = self.cx.vm().compute_stream(self.device())?;
-            self.cx.call_into(self.cx.ops().$op, &[self], &[&out.t], $attrs, stream)
-        }
-
-        #[doc = concat!("[`", stringify!($name), "`](Self::", stringify!($name), ") in place (as [`add_`](Self::add_) does it).")]
-        pub fn $inplace(&mut self $(, $arg: $ty)?) -> Result<&mut Self> {
-            let r = self.$name($($arg)?)?;
-            self.assign(&r)?;
-            Ok(self)
-        }
-    };
 }
 
 impl Array {
@@ -118,6 +70,28 @@ impl Array {
     pub fn shape(&self) -> &[usize] {
         self.t.shape()
     }
+    /// Number of dimensions (PyTorch's `dim()`).
+    pub fn ndim(&self) -> usize {
+        self.t.shape().len()
+    }
+    /// The size of dimension `d` (negative counts from the end).
+    pub fn size(&self, d: isize) -> Result<usize> {
+        if self.ndim() == 0 {
+            return Err(Error::InvalidOperands {
+                op: "size".into(),
+                detail: "a 0-d tensor has no dimensions".into(),
+            });
+        }
+        Ok(self.shape()[super::layout::dim("size", d, self.ndim())?])
+    }
+    /// Elements of the storage between neighbours along each dimension.
+    pub fn strides(&self) -> &[isize] {
+        &self.t.meta().strides
+    }
+    /// The storage element of index `[0, 0, ...]` (PyTorch's `storage_offset()`).
+    pub fn storage_offset(&self) -> usize {
+        self.t.meta().offset
+    }
     /// Element type.
     pub fn dtype(&self) -> DType {
         self.t.dtype()
@@ -129,6 +103,18 @@ impl Array {
     /// Number of elements.
     pub fn numel(&self) -> usize {
         self.t.numel()
+    }
+    /// Whether the elements lie in row-major order one after another.
+    pub fn is_contiguous(&self) -> bool {
+        self.t.meta().is_contiguous()
+    }
+    /// Whether this array is a view of another's storage.
+    pub fn is_view(&self) -> bool {
+        self.t.is_view()
+    }
+    /// Whether this array and `other` lie in the same storage.
+    pub fn shares_storage(&self, other: &Array) -> bool {
+        self.t.shares_storage(&other.t)
     }
     /// The context that runs this array's ops.
     pub fn context(&self) -> &Context {
@@ -143,106 +129,47 @@ impl Array {
         Ok(&self.t)
     }
 
-    pub(super) fn tensor_unflushed(&self) -> &Tensor {
+    pub(crate) fn tensor_unflushed(&self) -> &Tensor {
         &self.t
     }
 
-    fn binary(&self, op: Op, other: &Array, attrs: Attrs) -> Result<Array> {
-        let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call1(op, [self, other], attrs, stream)
+    /// The layout of this array in its storage.
+    pub(super) fn layout(&self) -> Layout {
+        let m = self.t.meta();
+        Layout { shape: m.shape.clone(), strides: m.strides.clone(), offset: m.offset }
     }
 
-    fn binary_into(&self, op: Op, other: &Array, attrs: Attrs, out: &mut Array) -> Result<()> {
-        let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call_into(op, &[self, other], &[&out.t], attrs, stream)
+    /// A view of this array's storage with layout `l` (checked against the storage).
+    pub(super) fn view_of(&self, l: Layout) -> Result<Array> {
+        let t = self.t.view_in(self.cx.vm().engine(), &l.shape, &l.strides, l.offset)?;
+        Ok(Array::new(t, self.cx.clone()))
     }
 
-    fn unary(&self, op: Op, attrs: Attrs) -> Result<Array> {
-        let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call1(op, [self], attrs, stream)
+    /// The compute stream of this array's device.
+    pub(super) fn compute(&self) -> Result<crate::vm::StreamId> {
+        self.cx.vm().compute_stream(self.device())
     }
 
-    /// Overwrite this array with `value` (same shape, dtype and device), on the compute
-    /// stream of its device, after every earlier use of it.
-    pub fn assign(&mut self, value: &Array) -> Result<()> {
-        let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call_into(self.cx.ops().copy, &[value], &[&self.t], Attrs::default(), stream)
+    /// Call single-output `op` on this array's compute stream.
+    pub(super) fn call(&self, op: Op, inputs: &[&Array], attrs: Attrs) -> Result<Array> {
+        let stream = self.compute()?;
+        match inputs {
+            [a] => self.cx.call1(op, [*a], attrs, stream),
+            [a, b] => self.cx.call1(op, [*a, *b], attrs, stream),
+            _ => Ok(self.cx.call_multi(op, inputs, attrs, stream)?.remove(0)),
+        }
     }
 
-    forms!(
-        /// Matrix product `self @ other`: `[m, k] x [k, n] -> [m, n]`.
-        matmul, matmul_into, matmul_, matmul, Attrs::default()
-    );
-
-    forms!(
-        /// `selfᵀ @ other`: `[k, m] x [k, n] -> [m, n]` (a weight gradient, `xᵀ dy`): `matmul`
-        /// with `transpose_a`.
-        matmul_tn, matmul_tn_into, matmul_tn_, matmul, Attrs::transposed(true, false)
-    );
-
-    forms!(
-        /// `self @ otherᵀ`: `[m, k] x [n, k] -> [m, n]` (an input gradient, `dy Wᵀ`): `matmul`
-        /// with `transpose_b`.
-        matmul_nt, matmul_nt_into, matmul_nt_, matmul, Attrs::transposed(false, true)
-    );
-
-    forms!(
-        /// Elementwise `self + other` (same shape and dtype).
-        add, add_into, add_, add, Attrs::default()
-    );
-
-    forms!(
-        /// Elementwise `self - other` (same shape and dtype).
-        sub, sub_into, sub_, sub, Attrs::default()
-    );
-
-    forms!(
-        /// Elementwise `self * other` (same shape and dtype).
-        mul, mul_into, mul_, mul, Attrs::default()
-    );
-
-    forms!(
-        /// `self[i][j] + bias[j]`: a `[k]` bias added to every row of a `[n, k]` array.
-        add_bias, add_bias_into, add_bias_, add_bias, Attrs::default()
-    );
-
-    unary_forms!(
-        /// `self * factor` (for `i64`, the factor truncated toward zero).
-        scale, scale_into, scale_, scale, Attrs::scalar(factor), factor: f64
-    );
-
-    unary_forms!(
-        /// `max(self, 0)` elementwise.
-        relu, relu_into, relu_, relu, Attrs::default()
-    );
-
-    /// `self @ other` with the transpose flags given: `aᵀ b` with `transpose_a`, `a bᵀ` with
-    /// `transpose_b` (not both: `Error::InvalidOperands`).
-    pub fn matmul_t(&self, other: &Array, transpose_a: bool, transpose_b: bool) -> Result<Array> {
-        self.binary(self.cx.ops().matmul, other, Attrs::transposed(transpose_a, transpose_b))
-    }
-
-    /// The gradient of `relu` at `self` given the gradient `dy` of its output: `dy` where
-    /// `self > 0`, 0 elsewhere.
-    pub fn relu_grad(&self, dy: &Array) -> Result<Array> {
-        // The kernel takes (dy, x).
-        let stream = self.cx.vm().compute_stream(self.device())?;
-        self.cx.call1(self.cx.ops().relu_grad, [dy, self], Attrs::default(), stream)
-    }
-
-    /// The sum of all elements, as a scalar array (shape `[]`).
-    pub fn sum(&self) -> Result<Array> {
-        self.unary(self.cx.ops().sum, Attrs::default())
-    }
-
-    /// The sum over the rows of a `[n, k]` array: `[k]` column sums (a bias gradient).
-    pub fn sum_rows(&self) -> Result<Array> {
-        self.unary(self.cx.ops().sum_rows, Attrs::default())
+    /// Call `op` on this array's compute stream, writing `out`.
+    pub(super) fn call_into(&self, op: Op, inputs: &[&Array], out: &Array, attrs: Attrs) -> Result<()> {
+        let stream = self.compute()?;
+        self.cx.call_into(op, inputs, &[&out.t], attrs, stream)
     }
 
     /// This array on `device`. The same array if it is there already; otherwise a copy on
     /// the destination's host-to-device stream (to a device) or the source's
-    /// device-to-host stream (to the host), so that copies overlap compute.
+    /// device-to-host stream (to the host), so that copies overlap compute. A view that is
+    /// not contiguous is made contiguous on its own device first.
     pub fn to(&self, device: DeviceId) -> Result<Array> {
         let src = self.device();
         if src == device {
@@ -254,9 +181,21 @@ impl Array {
         } else {
             vm.stream(device, StreamType::H2D)?
         };
+        let from = self.contiguous()?;
         let out = vm.empty_at(self.shape(), self.dtype(), device, || format!("a copy to {device}"))?;
-        self.cx.call_into(self.cx.ops().copy, &[self], &[&out], Attrs::default(), stream)?;
+        self.cx.call_into(self.cx.ops().copy, &[&from], &[&out], Attrs::default(), stream)?;
         Ok(self.cx.array(out))
+    }
+
+    /// This array with its elements converted to `dtype` (PyTorch's `to(dtype)`): the same
+    /// array if it has that dtype already, else a new one (the `cast` op: floats round to
+    /// nearest even, a float to an integer truncates toward zero and saturates, NaN to 0;
+    /// `docs/ops.md`).
+    pub fn to_dtype(&self, dtype: DType) -> Result<Array> {
+        if self.dtype() == dtype {
+            return Ok(self.clone());
+        }
+        self.call(self.cx.ops().cast, &[self], Attrs::default().with_dtype(dtype))
     }
 
     /// The elements, in row-major order (flushes, then waits for the array's value).
@@ -292,7 +231,8 @@ impl Array {
 
     /// Free the array's storage now, after every use already made of it, even while
     /// clones of it are alive (as MXNet's `DeleteVariable`). Later ops on it, or on any
-    /// clone, are refused with [`Error::Released`]. Flushes the context first.
+    /// clone, are refused with [`Error::Released`]. A storage that views of other arrays
+    /// still use is freed once the last of them goes. Flushes the context first.
     pub fn release(&self) -> Result<()> {
         self.cx.flush()?;
         self.t.release_now()

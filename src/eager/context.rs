@@ -43,6 +43,7 @@
 //! while it holds its own (the other context flushes first), so two contexts used from two
 //! threads cannot deadlock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -53,8 +54,9 @@ use crate::ep::{DeviceId, StreamType};
 use crate::framework::virtual_machine::{build_host_access, HostAccess};
 use crate::framework::VirtualMachine;
 use crate::framework::{
-    Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Tensor, TensorMeta,
+    Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Scalar, Tensor, TensorMeta,
 };
+use crate::vm::instruction::AccessSlot;
 use crate::vm::StreamId;
 use crate::vm::{Error, Result};
 
@@ -83,20 +85,56 @@ pub struct ContextStats {
     pub pending: usize,
 }
 
-/// The ops the front end calls, resolved once.
-pub(super) struct Ops {
-    pub(super) fill: Op,
-    pub(super) copy: Op,
-    pub(super) add: Op,
-    pub(super) sub: Op,
-    pub(super) mul: Op,
-    pub(super) scale: Op,
-    pub(super) relu: Op,
-    pub(super) relu_grad: Op,
-    pub(super) matmul: Op,
-    pub(super) add_bias: Op,
-    pub(super) sum: Op,
-    pub(super) sum_rows: Op,
+/// Declares [`Ops`], the built-in ops the front end calls, each resolved once by its name.
+macro_rules! ops {
+    ($($field:ident: $name:literal),* $(,)?) => {
+        /// The ops the front end calls, resolved once: the one op table of both front ends
+        /// (the Python binding calls through the same [`Context`]).
+        pub(crate) struct Ops {
+            $(pub(crate) $field: Op,)*
+        }
+
+        impl Ops {
+            fn resolve(vm: &VirtualMachine) -> Result<Ops> {
+                Ok(Ops { $($field: vm.op($name)?,)* })
+            }
+        }
+    };
+}
+
+ops! {
+    fill: "fill",
+    copy: "copy",
+    cast: "cast",
+    add: "add",
+    sub: "sub",
+    mul: "mul",
+    div: "div",
+    scale: "scale",
+    add_scalar: "add_scalar",
+    rsub_scalar: "rsub_scalar",
+    mul_scalar: "mul_scalar",
+    div_scalar: "div_scalar",
+    rdiv_scalar: "rdiv_scalar",
+    eq: "eq",
+    ne: "ne",
+    lt: "lt",
+    le: "le",
+    gt: "gt",
+    ge: "ge",
+    eq_scalar: "eq_scalar",
+    ne_scalar: "ne_scalar",
+    lt_scalar: "lt_scalar",
+    le_scalar: "le_scalar",
+    gt_scalar: "gt_scalar",
+    ge_scalar: "ge_scalar",
+    masked_fill: "masked_fill",
+    relu: "relu",
+    relu_grad: "relu_grad",
+    matmul: "matmul",
+    add_bias: "add_bias",
+    sum: "sum",
+    sum_rows: "sum_rows",
 }
 
 /// The open builder and the counters.
@@ -109,12 +147,17 @@ struct Open {
 
 /// What the handles of one context share.
 struct Shared {
-    // Declared before `vm`: fields drop in order, so the builder, which borrows the VM's
-    // engine, is dropped (and flushed) while the VM is still alive.
+    // Declared before `vm`: fields drop in order, so the builder is dropped (and flushed)
+    // before the context's handle of the VM, which may be the last one and shut it down.
     open: Mutex<Open>,
     vm: VirtualMachine,
     ops: Ops,
     options: ContextOptions,
+    /// Whether a call that fills the batch leaves the flush to its caller
+    /// ([`Context::deferring_flushes`]).
+    defer_flush: bool,
+    /// Set (deferring contexts only) once `flush_every` calls are pending; cleared by a flush.
+    flush_due: AtomicBool,
 }
 
 /// An eager front end over one [`VirtualMachine`]: creates [`Array`]s and runs their ops.
@@ -162,39 +205,43 @@ impl Context {
 
     /// A context with the given options (`flush_every` 0 counts as 1).
     pub fn with_options(vm: &VirtualMachine, options: ContextOptions) -> Self {
-        // Cannot fail: every VM registers the built-in ops, these among them.
-        let op = |name: &str| vm.op(name).expect("a built-in op");
-        let ops = Ops {
-            fill: op("fill"),
-            copy: op("copy"),
-            add: op("add"),
-            sub: op("sub"),
-            mul: op("mul"),
-            scale: op("scale"),
-            relu: op("relu"),
-            relu_grad: op("relu_grad"),
-            matmul: op("matmul"),
-            add_bias: op("add_bias"),
-            sum: op("sum"),
-            sum_rows: op("sum_rows"),
-        };
+        Self::make(vm, options, false)
+    }
+
+    /// A context whose calls never flush on the caller's behalf when `flush_every` are
+    /// pending: [`flush_due`](Self::flush_due) says so, and the caller flushes. The Python
+    /// binding flushes that way, with the GIL released, since a flush may wait for
+    /// back-pressure (`python::issue`).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn deferring_flushes(vm: &VirtualMachine, options: ContextOptions) -> Self {
+        Self::make(vm, options, true)
+    }
+
+    /// Whether `flush_every` calls are pending in a context made by
+    /// [`deferring_flushes`](Self::deferring_flushes).
+    #[inline]
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn flush_due(&self) -> bool {
+        self.shared.flush_due.load(Ordering::Relaxed)
+    }
+
+    fn make(vm: &VirtualMachine, options: ContextOptions, defer_flush: bool) -> Self {
+        // Cannot fail: every VM registers the built-in ops, these among them (a test of
+        // `Context::new` on every device type checks it).
+        let ops = Ops::resolve(vm).expect("every VM registers the built-in ops");
         let options = ContextOptions { flush_every: options.flush_every.max(1) };
         let vm = vm.share();
-        let engine: *const _ = vm.engine();
-        // SAFETY: the engine handle lives in the VM's shared core, on the heap, whose address
-        // stays put while `vm` (a counted handle of it) moves into `Shared`, and which lives
-        // at least as long as that handle. `Shared` drops `open`, the builder, before `vm`
-        // (field order), so the builder never outlives what it borrows; it is private to
-        // `Shared`, and its `'static` never escapes (it is lent only under the lock, for
-        // one call or flush).
-        let engine = unsafe { &*engine };
-        let b = InstructionsBuilder::new(engine);
+        // The builder holds a counted handle of the engine: it may stay open for as long as
+        // the context lives.
+        let b = InstructionsBuilder::owned(vm.engine().clone());
         Context {
             shared: Arc::new(Shared {
                 open: Mutex::new(Open { b, pending: 0, calls: 0, flushes: 0 }),
                 vm,
                 ops,
                 options,
+                defer_flush,
+                flush_due: AtomicBool::new(false),
             }),
         }
     }
@@ -226,16 +273,104 @@ impl Context {
 
     /// A `shape` array of `dtype` on `device`, every element 0.
     pub fn zeros(&self, shape: &[usize], dtype: DType, device: DeviceId) -> Result<Array> {
-        self.full(shape, 0.0, dtype, device)
+        self.full(shape, Scalar::Int(0), dtype, device)
     }
 
-    /// A `shape` array of `dtype` on `device`, every element `value` (cast as `fill` does:
-    /// `i64` truncates toward zero). Filled on the device's compute stream.
-    pub fn full(&self, shape: &[usize], value: f64, dtype: DType, device: DeviceId) -> Result<Array> {
+    /// A `shape` array of `dtype` on `device`, every element 1.
+    pub fn ones(&self, shape: &[usize], dtype: DType, device: DeviceId) -> Result<Array> {
+        self.full(shape, Scalar::Int(1), dtype, device)
+    }
+
+    /// A `shape` array of `dtype` on `device`, every element `value` (converted as `fill`
+    /// converts it: an integer exactly, a float truncated toward zero for an integer dtype).
+    /// Filled on the device's compute stream.
+    pub fn full(
+        &self,
+        shape: &[usize],
+        value: impl Into<Scalar>,
+        dtype: DType,
+        device: DeviceId,
+    ) -> Result<Array> {
         let stream = self.vm().compute_stream(device)?;
         let out = self.vm().empty_at(shape, dtype, device, || format!("output 0 of `fill` on {device}"))?;
-        self.call_into(self.shared.ops.fill, &[], &[&out], Attrs::scalar(value), stream)?;
+        self.call_into(self.shared.ops.fill, &[], &[&out], Attrs::of(value.into()), stream)?;
         Ok(self.array(out))
+    }
+
+    /// A `shape` array of `dtype` on `device` that nothing has written: reading it before a
+    /// write is [`Error::Uninitialized`] (PyTorch's `empty` gives whatever the memory held;
+    /// the first write of any part of it allocates its storage zeroed).
+    pub fn empty(&self, shape: &[usize], dtype: DType, device: DeviceId) -> Result<Array> {
+        if !device.is_host() {
+            self.vm().compute_stream(device)?;
+        }
+        let t = self.vm().empty_at(shape, dtype, device, || format!("`empty` on {device}"))?;
+        Ok(self.array(t))
+    }
+
+    /// A 0-d array holding `value` as `dtype`, on `device`.
+    pub fn scalar(&self, value: impl Into<Scalar>, dtype: DType, device: DeviceId) -> Result<Array> {
+        self.full(&[], value, dtype, device)
+    }
+
+    /// The values `start, start + step, ...` below `end` (above it for a negative step), as
+    /// `dtype`: `ceil((end - start) / step)` of them, as PyTorch's `arange`. Computed on the
+    /// host in `f64` (in `i64` for an integer dtype), then copied to `device`.
+    pub fn arange(&self, start: f64, end: f64, step: f64, dtype: DType, device: DeviceId) -> Result<Array> {
+        let bad = |detail: String| Error::InvalidOperands { op: "arange".into(), detail };
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(bad(format!(
+                "start {start}, end {end} and step {step} must be finite, and step nonzero"
+            )));
+        }
+        if (end - start) * step < 0.0 {
+            return Err(bad(format!(
+                "upper bound and larger bound inconsistent with step sign: {start}..{end} by {step}"
+            )));
+        }
+        let n = ((end - start) / step).ceil().max(0.0);
+        if n > (isize::MAX as f64) {
+            return Err(bad(format!("{n} elements from {start} to {end} by {step}: too many")));
+        }
+        let n = n as usize;
+        crate::vm::shape::check(&[n], dtype, self.vm().engine().config().max_tensor_bytes, || {
+            format!("`arange` on {device}")
+        })?;
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(n * dtype.size()).map_err(|e| bad(format!("{n} elements: {e}")))?;
+        for i in 0..n {
+            let v = if dtype.is_floating() {
+                Scalar::Float(start + i as f64 * step)
+            } else {
+                Scalar::Int(start as i64 + (i as f64 * step) as i64)
+            };
+            crate::vm::write_element(dtype, v, &mut bytes);
+        }
+        self.from_bytes(&bytes, &[n], dtype, device)
+    }
+
+    /// An array of `shape` and `dtype` on `device` holding `bytes`: its elements, native-
+    /// endian, row-major (as `Element::to_bytes` writes them).
+    pub fn from_bytes(&self, bytes: &[u8], shape: &[usize], dtype: DType, device: DeviceId) -> Result<Array> {
+        macro_rules! from_as {
+            ($t:ty) => {{
+                let v = <$t as Element>::try_from_bytes(bytes).map_err(|e| Error::Access {
+                    tensor: 0,
+                    detail: format!("out of memory for {} bytes of values ({e})", bytes.len()),
+                })?;
+                self.from_slice(&v, shape, device)
+            }};
+        }
+        match dtype {
+            DType::Bool => from_as!(bool),
+            DType::U8 => from_as!(u8),
+            DType::I32 => from_as!(i32),
+            DType::I64 => from_as!(i64),
+            DType::F16 => from_as!(crate::framework::f16),
+            DType::BF16 => from_as!(crate::framework::bf16),
+            DType::F32 => from_as!(f32),
+            DType::F64 => from_as!(f64),
+        }
     }
 
     /// An array holding `data` (row-major, `shape`), on `device`: written on the host, then
@@ -307,7 +442,7 @@ impl Context {
     /// Hand every call built so far to the VM now (it runs them asynchronously).
     pub fn flush(&self) -> Result<()> {
         let mut open = self.shared.open.lock();
-        Self::flush_open(&mut open);
+        self.flush_open(&mut open);
         Ok(())
     }
 
@@ -322,26 +457,39 @@ impl Context {
     /// thread run the batch itself instead of waking two others (`vm::Handoff`). The lock is
     /// held only until the batch is handed over.
     pub(super) fn host_access(&self, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
+        let what = if wait_only { HostAccess::Wait } else { HostAccess::Read };
+        let (slot, _) = self.begin_host_access(t, what)?;
+        self.shared.vm.engine().wait_access(&slot)
+    }
+
+    /// The first half of [`host_access`](Self::host_access): build the access into the
+    /// open batch and hand the batch over, running it on this thread if the VM lets it.
+    /// Returns the slot to wait on (`Engine::wait_access`) and whether the batch ran here,
+    /// in which case the slot holds the answer already. The Python binding waits on
+    /// another thread otherwise (`python::wait`), so that Ctrl-C cuts the wait short.
+    pub(crate) fn begin_host_access(&self, t: &Tensor, what: HostAccess) -> Result<(Arc<AccessSlot>, bool)> {
         let (slot, handoff) = {
             let mut open = self.shared.open.lock();
-            let what = if wait_only { HostAccess::Wait } else { HostAccess::Read };
             let slot = build_host_access(&mut open.b, t, what)?;
             if open.pending > 0 {
                 open.flushes += 1;
             }
             open.pending = 0;
+            self.shared.flush_due.store(false, Ordering::Relaxed);
             (slot, open.b.flush_for_wait())
         };
+        let ran_here = handoff.is_claimed();
         handoff.finish();
-        self.shared.vm.engine().wait_access(&slot)
+        Ok((slot, ran_here))
     }
 
-    fn flush_open(open: &mut Open) {
+    fn flush_open(&self, open: &mut Open) {
         if open.pending > 0 {
             open.flushes += 1;
         }
         open.b.flush();
         open.pending = 0;
+        self.shared.flush_due.store(false, Ordering::Relaxed);
     }
 
     /// An array of this context.
@@ -351,8 +499,11 @@ impl Context {
 
     /// Build one call with the open builder: first flush the other contexts whose arrays
     /// it uses (without holding our lock), then check and build it under our lock, and
-    /// flush if `flush_every` calls are built.
-    pub(super) fn build<R>(
+    /// flush if `flush_every` calls are built (or, for a context made by
+    /// [`deferring_flushes`](Self::deferring_flushes), say that a flush is due). The Python
+    /// binding's instruction-list API builds through here too, so that its calls and the
+    /// eager ones reach the VM in the order they were made.
+    pub(crate) fn build<R>(
         &self,
         inputs: &[&Array],
         f: impl FnOnce(&mut InstructionsBuilder<'static>) -> Result<R>,
@@ -367,7 +518,11 @@ impl Context {
         open.calls += 1;
         open.pending += 1;
         if open.pending >= self.shared.options.flush_every {
-            Self::flush_open(&mut open);
+            if self.shared.defer_flush {
+                self.shared.flush_due.store(true, Ordering::Relaxed);
+            } else {
+                self.flush_open(&mut open);
+            }
         }
         Ok(r)
     }

@@ -34,6 +34,14 @@
 
 mod array;
 mod context;
+mod index;
+pub(crate) mod layout;
+mod math;
+pub(crate) mod promote;
+mod views;
 
 pub use array::Array;
 pub use context::{Context, ContextOptions, ContextStats};
+pub use index::TensorIndex;
+pub use math::Rhs;
+pub use promote::DEFAULT_FLOAT;

@@ -25,8 +25,10 @@
 //! Nothing here spins for long: device threads wait for work as every idle loop of the VM
 //! does (the short wait of [`Backoff::for_this_machine`], then sleep on a [`Notifier`]), and
 //! waiting hosts sleep on condition variables from [`crate::sync`]. Simulated work time
-//! (launch delay, jitter) is spent in `std::thread::sleep`, as a real device would spend it
-//! away from the host.
+//! (launch delay, jitter) is spent asleep (a timed wait), as a real device would spend it
+//! away from the host; once the VM shuts down ([`Stream::end_simulated_time`]) the wait in
+//! progress ends and no more is spent, so that dropping a VM with delayed work queued runs
+//! that work at once instead of waiting out one delay per item.
 //!
 //! # Events: counters
 //!
@@ -55,7 +57,7 @@ use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 
@@ -217,6 +219,38 @@ enum Task {
 struct StreamQueue {
     tasks: SegQueue<Task>,
     notifier: Notifier,
+    clock: SimClock,
+}
+
+/// The simulated time of one stream: what its device thread sleeps for each launched item,
+/// until [`Stream::end_simulated_time`] ends it.
+///
+/// `parking_lot` directly rather than [`crate::sync`]: a timed wait models nothing the model
+/// checker explores (the VM never waits for simulated time to pass, only for work to be
+/// done), and the facade has no timed wait.
+#[derive(Default)]
+struct SimClock {
+    ended: parking_lot::Mutex<bool>,
+    woken: parking_lot::Condvar,
+}
+
+impl SimClock {
+    /// Sleep for `d`, or until simulated time ends, whichever comes first.
+    fn sleep(&self, d: Duration) {
+        let deadline = Instant::now() + d;
+        let mut ended = self.ended.lock();
+        while !*ended {
+            if self.woken.wait_until(&mut ended, deadline).timed_out() {
+                return;
+            }
+        }
+    }
+
+    /// End simulated time: the sleep in progress returns, and later ones return at once.
+    fn end(&self) {
+        *self.ended.lock() = true;
+        self.woken.notify_all();
+    }
 }
 
 impl StreamQueue {
@@ -243,7 +277,11 @@ pub struct MockStream {
 impl MockStream {
     /// Start the device thread of a new stream of `device`, the `nth` it creates.
     fn spawn(device: &MockDevice, ty: StreamType, nth: u64) -> Result<MockStream, EpError> {
-        let queue = crate::sync::Arc::new(StreamQueue { tasks: SegQueue::new(), notifier: Notifier::new() });
+        let queue = crate::sync::Arc::new(StreamQueue {
+            tasks: SegQueue::new(),
+            notifier: Notifier::new(),
+            clock: SimClock::default(),
+        });
         let seed = device
             .config
             .seed
@@ -385,6 +423,10 @@ impl Stream for MockStream {
         let target = self.record_mock(&self.sync_event);
         self.sync_event.state.wait_for(target);
         Ok(())
+    }
+
+    fn end_simulated_time(&self) {
+        self.queue.clock.end();
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -584,7 +626,7 @@ impl DeviceThread {
     /// Spend the configured launch delay and jitter before a work item.
     fn simulate_work_time(&mut self) {
         if !self.config.launch_delay.is_zero() {
-            std::thread::sleep(self.config.launch_delay);
+            self.queue.clock.sleep(self.config.launch_delay);
         }
         if self.config.jitter.is_zero() {
             return;
@@ -594,7 +636,7 @@ impl DeviceThread {
             let max_ns = u64::try_from(self.config.jitter.as_nanos()).unwrap_or(u64::MAX);
             let ns = (r >> 4) % max_ns.saturating_add(1);
             if ns > 0 {
-                std::thread::sleep(Duration::from_nanos(ns));
+                self.queue.clock.sleep(Duration::from_nanos(ns));
             }
         } else {
             for _ in 0..(r >> 4) % 4 {

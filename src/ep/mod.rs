@@ -93,6 +93,11 @@ pub trait Stream: Send + Sync + fmt::Debug {
     fn wait_event(&self, event: &dyn Event) -> Result<(), EpError>;
     /// Block the host until everything launched on this stream has run.
     fn synchronize(&self) -> Result<(), EpError>;
+    /// Its owner is shutting down: work launched on it still runs, in order, but a device
+    /// that only simulates the time work takes (the mock device's launch delay and jitter)
+    /// stops spending that time, including a wait it is in now. A device whose time is
+    /// real has nothing to skip; the default does nothing.
+    fn end_simulated_time(&self) {}
     /// For backend-specific kernels.
     fn as_any(&self) -> &dyn Any;
 }

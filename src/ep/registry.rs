@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::cpu::CpuDevice;
 use super::mock::{MockConfig, MockDevice};
-use super::{Device, DeviceId, EpError, EventPool};
+use super::{Device, DeviceId, DeviceType, EpError, EventPool};
 
 /// One registered device.
 #[derive(Debug)]
@@ -51,9 +51,46 @@ impl Registry {
         self.entries.push(Entry { device, events });
     }
 
-    /// The entry for `id`, or [`EpError::Unavailable`].
+    /// The entry for `id`, or [`EpError::Unavailable`] saying why it is not there.
     pub fn get(&self, id: DeviceId) -> Result<&Entry, EpError> {
-        self.entries.iter().find(|e| e.device.id() == id).ok_or(EpError::Unavailable(id))
+        match self.entries.iter().find(|e| e.device.id() == id) {
+            Some(e) => Ok(e),
+            None => Err(self.unavailable(id)),
+        }
+    }
+
+    /// The error for `id`, a device this registry does not have: what the VM opened of its
+    /// type, how to ask for more, and for a CUDA device on a machine that cannot have one,
+    /// what the machine lacks ([`cuda::probe`](super::cuda::probe)), as `VirtualMachine::new`
+    /// would have said had the VM asked for it.
+    #[cold]
+    pub fn unavailable(&self, id: DeviceId) -> EpError {
+        if self.entries.iter().any(|e| e.device.id() == id) {
+            let reason = "this VM opened it, but without the stream asked for".to_string();
+            return EpError::Unavailable { device: id, reason };
+        }
+        let opened: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| e.device.id())
+            .filter(|d| d.ty == id.ty)
+            .map(|d| d.to_string())
+            .collect();
+        let opened = match opened.len() {
+            0 => format!("this VM opened no {} device", id.ty.name()),
+            n => format!("this VM opened {n} {} device(s): {}", id.ty.name(), opened.join(", ")),
+        };
+        let reason = match id.ty {
+            DeviceType::Cpu => format!("{opened}; the host is cpu:0"),
+            DeviceType::Mock => format!("{opened} (Config::mock_devices; VM(mock_devices=N) in Python)"),
+            DeviceType::Cuda => match super::cuda::probe() {
+                Err(why) => format!("{why}"),
+                Ok(()) => format!(
+                    "{opened} (Config::cuda_devices; VM(cuda_devices=N) in Python; --device cuda on the command line)"
+                ),
+            },
+        };
+        EpError::Unavailable { device: id, reason }
     }
 
     /// All registered devices, in registration order.

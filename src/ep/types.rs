@@ -126,9 +126,15 @@ pub enum EpError {
     /// A device string that names no known device type or has a bad index.
     #[error("unknown device `{0}` (expected `cpu:N`, `mock:N` or `cuda:N`)")]
     UnknownDevice(String),
-    /// The device is not present in the registry.
-    #[error("device {0} is not available")]
-    Unavailable(DeviceId),
+    /// The device is not one the VM opened; `reason` says why (what the VM opened, and for
+    /// a CUDA device, what this machine lacks if it cannot have one).
+    #[error("device {device} is not available: {reason}")]
+    Unavailable {
+        /// The device asked for.
+        device: DeviceId,
+        /// Why it is not there.
+        reason: String,
+    },
     /// A CUDA device was asked for, but this build or this machine cannot provide it.
     #[error("{device} is not available: {reason}")]
     CudaUnavailable {

@@ -62,6 +62,7 @@
 //! (`TensorInner::belongs_to`), one comparison of words on the line the fast path reads
 //! anyway; a foreign operand is refused with [`Error::ForeignTensor`].
 
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -91,15 +92,36 @@ pub const MAX_INPUTS: usize = u8::MAX as usize;
 /// index and the tensors.
 type SyncGroup<'t> = (u32, SmallVec<[&'t TensorInner; 4]>);
 
-/// Builds instructions for one [`VirtualMachine::run`](crate::VirtualMachine::run).
+/// The engine as a builder holds it: borrowed for `'vm` (`VirtualMachine::run`), or through
+/// a counted handle of its own (an eager context's builder, kept open between calls).
+enum Hold<'vm> {
+    Borrowed(&'vm Arc<Engine>),
+    Owned(Arc<Engine>),
+}
+
+impl std::ops::Deref for Hold<'_> {
+    type Target = Arc<Engine>;
+    #[inline(always)]
+    fn deref(&self) -> &Arc<Engine> {
+        match self {
+            Hold::Borrowed(e) => e,
+            Hold::Owned(e) => e,
+        }
+    }
+}
+
+/// Builds instructions for one [`VirtualMachine::run`](crate::VirtualMachine::run), or, owning
+/// its handle of the engine, for an eager context (`InstructionsBuilder::owned`).
 pub struct InstructionsBuilder<'vm> {
-    vm: &'vm Arc<Engine>,
-    /// The front end's state of this VM (`virtual_machine::Front`).
-    front: &'vm Front,
+    vm: Hold<'vm>,
+    /// The front end's state of this VM (`virtual_machine::Front`), in the engine `vm`
+    /// holds: alive while this builder is.
+    front: NonNull<Front>,
     /// The VM's identity, which every operand's must equal (`TensorInner::belongs_to`).
     me: EngineRef,
-    /// The VM's streams (`vm.streams`, one load nearer).
-    streams: &'vm [VmStream],
+    /// The VM's streams (`vm.streams`, one load nearer), in the engine `vm` holds (a table
+    /// fixed when the engine starts).
+    streams: NonNull<[VmStream]>,
     batch: Batch,
     batch_size: usize,
     /// This builder's slot in the VM's release rule (`framework::release`).
@@ -134,30 +156,61 @@ struct Checked {
     entry: Option<usize>,
 }
 
+// SAFETY: the pointers `front` and `streams` point into the engine the builder holds (a
+// borrow or a counted handle), whose front end state is `Sync` and whose stream table is
+// immutable; everything else the builder holds is `Send`.
+unsafe impl Send for InstructionsBuilder<'_> {}
+
 impl<'vm> InstructionsBuilder<'vm> {
     pub(crate) fn new(vm: &'vm Arc<Engine>) -> Self {
-        let front = front(vm);
+        Self::holding(Hold::Borrowed(vm))
+    }
+
+    /// A builder that owns a counted handle of `vm`, and so may live as long as its owner
+    /// wants: an eager context keeps one open between its calls (`eager::Context`).
+    pub(crate) fn owned(vm: Arc<Engine>) -> InstructionsBuilder<'static> {
+        InstructionsBuilder::holding(Hold::Owned(vm))
+    }
+
+    fn holding(vm: Hold<'vm>) -> Self {
+        let f = front(&vm);
+        let (front_ptr, streams) = (NonNull::from(f), NonNull::from(vm.streams()));
         InstructionsBuilder {
-            vm,
-            front,
             me: vm.identity(),
-            streams: vm.streams(),
+            streams,
             batch: vm.take_batch(),
             batch_size: vm.config().batch_size,
-            slot: front.releases.register(),
+            slot: f.releases.register(),
             open: false,
-            infer: front.take_infer_cache(),
+            infer: f.take_infer_cache(),
             uncached: Default::default(),
-            ownership: deferred::enter(vm),
+            ownership: deferred::enter(&vm),
             deferred: Vec::new(),
             ids: 0..0,
+            front: front_ptr,
+            vm,
         }
     }
 
     /// The engine this builder emits into.
     #[inline]
-    pub(crate) fn engine(&self) -> &'vm Arc<Engine> {
-        self.vm
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.vm
+    }
+
+    /// The front end's state of the VM.
+    #[inline(always)]
+    fn front(&self) -> &Front {
+        // SAFETY: `front` points into the engine `vm` holds, alive while `self` is.
+        unsafe { self.front.as_ref() }
+    }
+
+    /// The VM's streams.
+    #[inline(always)]
+    fn streams(&self) -> &[VmStream] {
+        // SAFETY: `streams` points to the engine's fixed stream table, in the engine `vm`
+        // holds, alive while `self` is.
+        unsafe { self.streams.as_ref() }
     }
 
     /// Call a single-output op with defaults: `call` is an [`Op`] (default attributes, on
@@ -243,7 +296,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         if n > KEY_OPS {
             return None;
         }
-        let s = self.streams.get(stream.index())?;
+        let s = self.streams().get(stream.index())?;
         let kernel = op.kernel_ref(s.device.ty)?;
         let mut ids = [MetaId(0); KEY_OPS];
         let mut refused = false;
@@ -271,7 +324,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         stream: StreamId,
     ) -> SmallVec<[Tensor; 2]> {
         // The check found the stream.
-        let device = self.streams[stream.index()].device;
+        let device = self.streams()[stream.index()].device;
         let outs: SmallVec<[Tensor; 2]> = {
             let n = self.outputs_of(checked).0.len() as u64;
             if (self.ids.end - self.ids.start) < n {
@@ -286,7 +339,7 @@ impl<'vm> InstructionsBuilder<'vm> {
                 .zip(first..)
                 .map(|((s, &meta_id), id)| {
                     let meta = TensorMeta::new(&s.shape, s.dtype, device);
-                    new_tensor_with_id(self.vm, id, meta, meta_id, Fetch::No)
+                    new_tensor_with_id(&self.vm, id, meta, meta_id, Fetch::No)
                 })
                 .collect()
         };
@@ -404,7 +457,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// operands contiguous are its calls.
     fn copy_op(&self, stream: StreamId) -> Result<Op> {
         let device = self.vm.stream(stream)?.device;
-        let copy = self.front.ops.resolve("copy", device)?;
+        let copy = self.front().ops.resolve("copy", device)?;
         match copy.kernel(device.ty) {
             Some(k) if k.strided() => Ok(copy),
             _ => Err(Error::InvalidOperands {
@@ -418,7 +471,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     fn contiguous_like(&mut self, t: &Tensor) -> Tensor {
         let meta = TensorMeta::new(t.shape(), t.dtype(), t.device());
         let id = self.vm.next_tensor_id();
-        new_tensor_with_id(self.vm, id, meta.clone(), self.vm.intern(&meta), Fetch::No)
+        new_tensor_with_id(&self.vm, id, meta.clone(), self.vm.intern(&meta), Fetch::No)
     }
 
     /// The common `call_into`, checked and emitted with one pass over its operands: at most
@@ -447,7 +500,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         if n > KEY_OPS {
             return self.fast_call_wide(op, inputs, outputs, attrs, stream);
         }
-        let Some(s) = self.streams.get(stream.index()) else { return false };
+        let Some(s) = self.streams().get(stream.index()) else { return false };
         let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
         let mut ids = [MetaId(0); KEY_OPS];
         let Some(first_use) = scan_operands::<false>(&mut ids, inputs, outputs, stream.0, self.me) else {
@@ -477,7 +530,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         if n > WIDE_OPS {
             return false;
         }
-        let Some(s) = self.streams.get(stream.index()) else { return false };
+        let Some(s) = self.streams().get(stream.index()) else { return false };
         let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
         let mut ids = [MetaId(0); WIDE_OPS];
         let Some(first_use) = scan_operands::<true>(&mut ids, inputs, outputs, stream.0, self.me) else {
@@ -619,8 +672,8 @@ impl<'vm> InstructionsBuilder<'vm> {
         if self.open {
             // Now that the batch is in the inbox, releases waiting for it may follow it.
             self.open = false;
-            let ready = self.front.releases.close(&self.slot);
-            submit_releases(self.vm, ready);
+            let ready = self.front().releases.close(&self.slot);
+            submit_releases(&self.vm, ready);
         }
         // Dropping the owners' handles that views' releases handed back may release those
         // owners, which this thread defers to this builder again: made in the same flush.
@@ -637,12 +690,16 @@ impl<'vm> InstructionsBuilder<'vm> {
     /// the caller's thread once the returned hand-off is finished (`vm::Handoff`).
     pub(crate) fn flush_for_wait(&mut self) -> Handoff<'vm> {
         let batch = std::mem::replace(&mut self.batch, self.vm.take_batch());
-        let engine: &'vm Engine = self.vm;
-        let mut h = engine.submit_for_wait(batch);
+        // The hand-off holds the engine as this builder does: borrowed for `'vm`, or through a
+        // counted handle of its own.
+        let mut h = match &self.vm {
+            Hold::Borrowed(e) => e.submit_for_wait(batch),
+            Hold::Owned(e) => e.submit_for_wait_owned(batch),
+        };
         if self.open {
             self.open = false;
-            let ready = self.front.releases.close(&self.slot);
-            if let Some(b) = release_batch(self.vm, ready) {
+            let ready = self.front().releases.close(&self.slot);
+            if let Some(b) = release_batch(&self.vm, ready) {
                 h.follow(b);
             }
         }
@@ -662,12 +719,15 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// The batch of the releases this thread deferred for this VM, if any.
     fn deferred_releases(&mut self) -> Option<Batch> {
-        deferred::take(self.vm, &mut self.deferred);
+        deferred::take(&self.vm, &mut self.deferred);
         if self.deferred.is_empty() {
             return None;
         }
-        let (vm, mut b) = (self.vm, None);
-        self.front.releases.release_all(self.deferred.drain(..), |t| {
+        // SAFETY: `front` points into the engine `vm` holds, alive while `self` is; borrowed
+        // apart from the fields the closure uses.
+        let front = unsafe { self.front.as_ref() };
+        let (vm, mut b) = (&self.vm, None);
+        front.releases.release_all(self.deferred.drain(..), |t| {
             push_release(b.get_or_insert_with(|| vm.take_batch()), t)
         });
         b
@@ -684,7 +744,7 @@ impl<'vm> InstructionsBuilder<'vm> {
     fn open_if_idle(&mut self) {
         if !self.open {
             self.open = true;
-            self.front.releases.open(&self.slot);
+            self.front().releases.open(&self.slot);
         }
     }
 
@@ -711,7 +771,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         self.open_if_idle();
         let device = self.vm.stream(stream)?.device;
         let Some(kernel) = op.kernel_ref(device.ty) else {
-            return Err(self.front.unknown_op(op.name(), device));
+            return Err(self.front().unknown_op(op.name(), device));
         };
         if inputs.len() > MAX_INPUTS {
             return Err(Error::InvalidOperands {
@@ -971,15 +1031,17 @@ impl<'vm> InstructionsBuilder<'vm> {
             // Both are streams of this VM: `me` passed `check` (or is the host stream), and
             // `src` is the `last_stream` of a tensor of this VM, set by one of its builders
             // (a tensor of another VM is refused before it gets here).
-            let (s, t) = (&self.streams[src as usize], &self.streams[me.index()]);
+            let (s, t) = (&self.streams()[src as usize], &self.streams()[me.index()]);
+            let (device_waits, asynchronous) =
+                (s.device == t.device && s.device_waits, s.policy.is_asynchronous());
             let id = self.vm.next_event_id();
             // SAFETY: the caller holds a handle of each tensor while it builds (a view's
             // handle keeps its owner), and a `Release` of one is submitted only after the
             // batch being built.
-            if s.device == t.device && s.device_waits {
+            if device_waits {
                 unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
                 self.batch.push_stream_wait(id, me);
-            } else if s.policy.is_asynchronous() {
+            } else if asynchronous {
                 unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
             }
         }
@@ -992,18 +1054,19 @@ impl Drop for InstructionsBuilder<'_> {
         if let Some(o) = self.ownership.take() {
             o.leave();
         }
-        self.front.releases.unregister(&self.slot);
+        self.front().releases.unregister(&self.slot);
         let empty = std::mem::take(&mut self.batch);
         self.vm.recycle(empty);
-        self.front.recycle_infer_cache(std::mem::take(&mut self.infer));
+        let infer = std::mem::take(&mut self.infer);
+        self.front().recycle_infer_cache(infer);
     }
 }
 
 /// The checks of a call's outputs against its other operands (`check`), by storage: an
-/// output that shares its storage with an input is allowed only as exactly that input's
-/// elements, to a kernel that works in place ([`Error::Aliased`] otherwise); one that
-/// overlaps an input other than element for element, or names an element twice, is refused
-/// ([`Error::Overlap`]), as are two outputs of one storage.
+/// output that is exactly an input's elements is allowed to a kernel that works in place
+/// ([`Error::Aliased`] otherwise); one that overlaps an input other than element for element,
+/// or names an element twice, is refused ([`Error::Overlap`]), as are two outputs of one
+/// storage; one that shares its storage with an input at other elements is allowed.
 fn check_outputs(op: Op, kernel: KernelRef, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<()> {
     let aliased = |o: &Tensor| Error::Aliased { op: op.name().into(), tensor: o.id() };
     for (i, o) in outputs.iter().enumerate() {
@@ -1019,11 +1082,14 @@ fn check_outputs(op: Op, kernel: KernelRef, inputs: &[&Tensor], outputs: &[&Tens
             return Err(aliased(o));
         }
         for t in inputs.iter().filter(|t| std::ptr::eq(t.inner().owner(), oi.owner())) {
+            // Elements the output shares with no input, or that cannot be told from the
+            // layouts (PyTorch lets those through too), are the kernel's to read and write
+            // in its order: a kernel over contiguous operands never sees such a pair, as one
+            // of the two is a view that the builder copies (module docs, "Layouts").
             match layout::overlap(t.meta(), om) {
                 layout::Overlap::Same if kernel.in_place() => {}
                 layout::Overlap::Same => return Err(aliased(o)),
-                layout::Overlap::None | layout::Overlap::Unknown if kernel.in_place() => {}
-                layout::Overlap::None | layout::Overlap::Unknown => return Err(aliased(o)),
+                layout::Overlap::None | layout::Overlap::Unknown => {}
                 layout::Overlap::Partial => {
                     return Err(Error::Overlap {
                         op: op.name().into(),

@@ -276,7 +276,7 @@ mod tests {
             "sum",
             "sum_rows",
         ];
-        assert_eq!(r.names(), names);
+        assert_eq!(r.names_on(DeviceType::Cpu), names);
         for name in names {
             let op = r.get(name).unwrap();
             for device in [DeviceType::Cpu, DeviceType::Mock] {

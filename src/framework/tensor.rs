@@ -102,7 +102,7 @@ pub(crate) fn hand_off_base(t: &TensorInner) -> Option<Tensor> {
     // SAFETY: the view's counted reference to its owner keeps the owner alive; it passes to
     // the handle made here (the flag above makes that happen once).
     let owner = unsafe { base.as_ref() };
-    owner.views.fetch_sub(1, Ordering::Release);
+    owner.views.leave();
     Some(Tensor(base))
 }
 
@@ -205,8 +205,22 @@ impl Tensor {
     /// # Ok::<(), eagervm::Error>(())
     /// ```
     pub fn view_layout(&self, shape: &[usize], strides: &[isize], offset: usize) -> Result<Tensor> {
+        self.view_in(&self.vm()?, shape, strides, offset)
+    }
+
+    /// [`view_layout`](Self::view_layout) for a caller that holds this tensor's engine (an
+    /// eager context: no lookup of the engine by its number).
+    pub(crate) fn view_in(
+        &self,
+        engine: &Arc<Engine>,
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+    ) -> Result<Tensor> {
         self.check_live()?;
-        let engine = self.vm()?;
+        if !self.inner().belongs_to(engine.identity()) {
+            return Err(Error::ForeignTensor { op: "as_strided".into(), tensor: self.id() });
+        }
         let owner = self.inner().owner();
         let meta = self.meta().with_layout(shape, strides, offset);
         let bad = |detail: String| Error::InvalidOperands { op: "as_strided".into(), detail };
@@ -215,18 +229,17 @@ impl Tensor {
         meta.check_layout(owner.meta.numel()).map_err(bad)?;
         let meta_id = engine.intern(&meta);
         let id = engine.next_tensor_id();
-        // Counted before `released` is read again, as an explicit release sets the flag
-        // before it reads the count (`release_tensor`): one of the two sees the other.
-        owner.views.fetch_add(1, Ordering::SeqCst);
-        if self.inner().released.load(Ordering::SeqCst) {
-            owner.views.fetch_sub(1, Ordering::Relaxed);
+        // The handshake with an explicit release of the owner (`vm::views`): counted, then
+        // the flag read again.
+        if !owner.views.enter(&self.inner().released) {
             return Err(Error::Released { tensor: self.id() });
         }
         add_ref(owner);
         let owner_ptr = NonNull::from(owner);
+        let split = engine.config().fault.split_view_dependences;
         // SAFETY: `owner` is an owner (`TensorInner::owner`), alive while `self` is, and the
         // reference counted above is the view's, handed back by `hand_off_base`.
-        Ok(Tensor(alloc_object(|| unsafe { TensorInner::new_view(id, meta, meta_id, owner_ptr) })))
+        Ok(Tensor(alloc_object(|| unsafe { TensorInner::new_view(id, meta, meta_id, owner_ptr, split) })))
     }
 
     /// Whether this tensor is a view of another's storage ([`view_layout`](Self::view_layout)).

@@ -115,19 +115,16 @@ pub(crate) fn release_owned(engine: &Engine, t: TensorOwner) {
 /// on it are refused. The handle proves the tensor alive; the `Release` gets a count of its
 /// own.
 pub(crate) fn release_tensor(engine: &Engine, t: &Tensor) {
-    use std::sync::atomic::Ordering::SeqCst;
+    use crate::vm::views::Release;
     let t = t.inner();
-    if t.released.swap(true, SeqCst) {
-        return;
-    }
     // An owner whose storage views still use keeps it for them: its `Release` comes when
-    // its last reference (the last view's among them) drops. Read after the flag is set, as
-    // a new view counts itself before it reads the flag (`Tensor::view_layout`).
-    if !t.is_view() && t.views.load(SeqCst) > 0 {
-        t.release_deferred.store(true, std::sync::atomic::Ordering::Relaxed);
-        return;
+    // its last reference (the last view's among them) drops (`vm::views` has the handshake
+    // with a view made meanwhile). A view's own count is always 0.
+    match t.views.release(&t.released) {
+        Release::Again => {}
+        Release::AfterViews => t.release_deferred.store(true, std::sync::atomic::Ordering::Relaxed),
+        Release::Now => release_owned(engine, TensorOwner::counted(t)),
     }
-    release_owned(engine, TensorOwner::counted(t));
 }
 
 /// Wait until every instruction issued so far that writes `t` has finished.
@@ -251,6 +248,11 @@ impl Drop for Core {
         let engine = self.handle.engine();
         let left = front(engine).releases.take_all();
         submit_releases(engine, left);
+        // What is still queued runs to the end, but a simulated device's delays are not
+        // waited out one by one (the mock device: `ep::mock`, "What it models").
+        for s in engine.streams() {
+            s.ep.end_simulated_time();
+        }
     }
 }
 
@@ -263,8 +265,72 @@ impl std::fmt::Debug for VirtualMachine {
 impl VirtualMachine {
     /// Start a VM: open the devices, build the stream table and start the threads.
     pub fn new(config: Config) -> Result<Self> {
+        Self::with_registry(config, OpRegistry::with_builtins())
+    }
+
+    /// A VM whose ops are `registry`'s: the built-in ones plus a framework's own kernels
+    /// (`OpRegistry::register`; a kernel registered under a built-in name replaces it).
+    /// Refused with [`Error::Config`] if the registry lacks a built-in op the front ends call
+    /// (start from [`OpRegistry::with_builtins`]).
+    ///
+    /// ```
+    /// use eagervm::prelude::*;
+    /// use eagervm::framework::{KernelCtx, OpKernel, OpRegistry, OutSpec, OutSpecs, TensorMeta};
+    /// use eagervm::ep::DeviceType;
+    ///
+    /// /// `x * x` for f32 tensors of any layout.
+    /// struct Square;
+    /// impl OpKernel for Square {
+    ///     fn name(&self) -> &'static str { "square" }
+    ///     fn infer(&self, inputs: &[&TensorMeta], _: &[&TensorMeta], _: &Attrs, out: &mut OutSpecs) -> Result<(), String> {
+    ///         match inputs {
+    ///             [x] if x.dtype == DType::F32 => Ok(out.push(OutSpec { shape: x.shape.clone(), dtype: DType::F32 })),
+    ///             _ => Err("square takes one f32 tensor".into()),
+    ///         }
+    ///     }
+    ///     fn strided(&self) -> bool { true }
+    ///     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+    ///         let (x, y) = (&ctx.inputs[0], &ctx.outputs[0]);
+    ///         let (from, to) = (x.data.as_ptr() as *const f32, y.data.as_mut_ptr() as *mut f32);
+    ///         // Row-major over the output's index; each operand at offset + Σ index·stride.
+    ///         let mut index = vec![0usize; x.meta.shape.len()];
+    ///         for _ in 0..x.meta.numel() {
+    ///             let at = |m: &TensorMeta| m.offset as isize + index.iter().zip(&m.strides).map(|(&i, &s)| i as isize * s).sum::<isize>();
+    ///             // SAFETY: the VM checked both layouts against their storages before the call
+    ///             // (a kernel called directly would check `m.check_layout`), and the output
+    ///             // shares no storage with the input (the kernel does not say `in_place`).
+    ///             unsafe { *to.offset(at(y.meta)) = (*from.offset(at(x.meta))).powi(2) };
+    ///             for d in (0..index.len()).rev() {
+    ///                 index[d] += 1;
+    ///                 if index[d] < x.meta.shape[d] { break }
+    ///                 index[d] = 0;
+    ///             }
+    ///         }
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let mut registry = OpRegistry::with_builtins();
+    /// registry.register(DeviceType::Cpu, &Square);
+    /// let vm = VirtualMachine::with_registry(Config::default(), registry)?;
+    /// let x = vm.from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3], DeviceId::CPU)?;
+    /// let xt = x.view_layout(&[3, 2], &[1, 3], 0)?; // the transpose, no copy
+    /// let (square, cpu) = (vm.op("square")?, vm.compute_stream(DeviceId::CPU)?);
+    /// let y = vm.run(|b| b.call(square, &[&xt], Attrs::default(), cpu))?;
+    /// assert_eq!(y.to_vec::<f32>()?, vec![1.0, 16.0, 4.0, 25.0, 9.0, 36.0]);
+    /// # Ok::<(), eagervm::Error>(())
+    /// ```
+    pub fn with_registry(config: Config, registry: OpRegistry) -> Result<Self> {
+        let missing: Vec<&str> =
+            crate::kernels::BUILTINS.iter().map(|k| k.name()).filter(|n| registry.get(n).is_none()).collect();
+        if !missing.is_empty() {
+            return Err(Error::Config(format!(
+                "the op registry lacks the built-in ops {}: start from OpRegistry::with_builtins()",
+                missing.join(", ")
+            )));
+        }
         let front = Front {
-            ops: OpRegistry::with_builtins(),
+            ops: registry,
             releases: Releases::default(),
             infer_caches: SegQueue::new(),
             communicators: Default::default(),

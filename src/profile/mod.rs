@@ -56,6 +56,9 @@ pub struct InstrSpan {
     pub stream: StreamId,
     /// Ids of its operand tensors, reads first.
     pub tensors: Vec<u64>,
+    /// For each operand, the id of the tensor that owns its storage: the operand's own id,
+    /// or for a view the id of the tensor it views.
+    pub storages: Vec<u64>,
     /// When the scheduler received it (the scheduler's receipt of its batch).
     pub queued: Duration,
     /// When the scheduler dispatched it to its worker.
@@ -66,6 +69,21 @@ pub struct InstrSpan {
     /// When it finished: the worker finished running it, or the watcher saw the event
     /// recorded after it reached.
     pub done: Duration,
+}
+
+impl InstrSpan {
+    /// Its operands by name, reads first: `t3` for a tensor that owns its storage, `t7 (view
+    /// of t3)` for a view, which says whose storage it reads or writes (the numbers are the
+    /// VM's tensor ids, [`Tensor::id`](crate::framework::Tensor::id)).
+    pub fn operand_names(&self) -> Vec<String> {
+        let storage = |k: usize| self.storages.get(k).copied().unwrap_or(self.tensors[k]);
+        (0..self.tensors.len())
+            .map(|k| match (self.tensors[k], storage(k)) {
+                (t, s) if t == s => format!("t{t}"),
+                (t, s) => format!("t{t} (view of t{s})"),
+            })
+            .collect()
+    }
 }
 
 /// What a VM thread was doing over an interval (one slice per batch, not per instruction).
@@ -264,11 +282,14 @@ pub struct StreamBusy {
     pub busy: Duration,
 }
 
+/// Prints one row per stream that ran something in the session, the span, and the names of
+/// the streams that ran nothing (a VM makes every stream of its devices, a collective stream
+/// among them, whether a program uses it or not).
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{:<18} {:>12} {:>12} {:>7}", "stream", "instructions", "busy ms", "busy %")?;
         let span = self.span.as_secs_f64();
-        for s in &self.streams {
+        for s in self.streams.iter().filter(|s| s.instructions > 0) {
             let pct = if span > 0.0 { 100.0 * s.busy.as_secs_f64() / span } else { 0.0 };
             writeln!(
                 f,
@@ -279,7 +300,13 @@ impl fmt::Display for Summary {
                 pct
             )?;
         }
-        write!(f, "span {:.3} ms", span * 1e3)
+        write!(f, "span {:.3} ms", span * 1e3)?;
+        let idle: Vec<&str> =
+            self.streams.iter().filter(|s| s.instructions == 0).map(|s| s.name.as_str()).collect();
+        if !idle.is_empty() {
+            write!(f, "\nnot shown, having run nothing: {}", idle.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -319,5 +346,27 @@ mod tests {
         assert_eq!(union_length(&[]), Duration::ZERO);
         assert_eq!(union_length(&[(ms(0), ms(2)), (ms(1), ms(3)), (ms(5), ms(6))]), ms(4));
         assert_eq!(union_length(&[(ms(0), ms(10)), (ms(1), ms(2)), (ms(3), ms(4))]), ms(10));
+    }
+
+    #[test]
+    fn the_summary_shows_the_streams_that_ran_something_and_names_the_others() {
+        let busy = |s: u32, name: &str, instructions: usize| StreamBusy {
+            stream: StreamId(s),
+            name: name.into(),
+            instructions,
+            busy: ms(instructions as u64),
+        };
+        let summary = Summary {
+            span: ms(10),
+            streams: vec![busy(0, "cpu:0", 4), busy(1, "cpu:0:collective", 0), busy(2, "mock:0:compute", 2)],
+        };
+        let text = summary.to_string();
+        let rows: Vec<&str> = text.lines().skip(1).take_while(|l| !l.starts_with("span")).collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert!(rows.iter().all(|r| !r.starts_with("cpu:0:collective")), "{text}");
+        assert!(text.ends_with("not shown, having run nothing: cpu:0:collective"), "{text}");
+        // Every stream ran something: no such line.
+        let all = Summary { streams: vec![busy(0, "cpu:0", 1)], ..summary };
+        assert!(!all.to_string().contains("not shown"), "{all}");
     }
 }

@@ -43,8 +43,8 @@ pub(crate) fn wait<R: Send + 'static>(py: Python<'_>, f: impl FnOnce() -> R + Se
         match py.allow_threads(move || rx.recv_timeout(SLICE)) {
             Ok(r) => {
                 // What the wait let the VM free: the DLPack producers' tensors among it are
-                // deleted now (`python::dlpack`).
-                super::dlpack::collect(py);
+                // deleted now (`python::deleters`).
+                super::deleters::collect(py);
                 return Ok(r);
             }
             Err(RecvTimeoutError::Timeout) => py.check_signals()?,

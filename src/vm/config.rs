@@ -39,6 +39,10 @@ pub struct FaultInjection {
     pub fail_alloc_one_in: u64,
     /// Seeds the choice of [`fail_alloc_one_in`](Self::fail_alloc_one_in).
     pub fail_alloc_seed: u64,
+    /// Give every view a dependence object of its own instead of its storage's, as if the
+    /// edges between accesses of one storage through different views were dropped (tests the
+    /// tests: the serialisability tests must catch it).
+    pub split_view_dependences: bool,
     count: AtomicU64,
 }
 
@@ -49,6 +53,7 @@ impl Clone for FaultInjection {
             refuse_watcher_threads: self.refuse_watcher_threads,
             fail_alloc_one_in: self.fail_alloc_one_in,
             fail_alloc_seed: self.fail_alloc_seed,
+            split_view_dependences: self.split_view_dependences,
             count: AtomicU64::new(0),
         }
     }

@@ -471,7 +471,7 @@ impl Engine {
         // call path a call of the error's destructor.
         match self.streams.iter().find(|s| s.device == device && s.ty == ty) {
             Some(s) => Ok(s.id),
-            None => Err(Error::Device(crate::ep::EpError::Unavailable(device))),
+            None => Err(Error::Device(self.registry.unavailable(device))),
         }
     }
 
@@ -610,7 +610,7 @@ impl Engine {
             self.recycle(batch);
         } else if self.bp.in_flight() == 0 {
             // `hand_off` checks the rest, and hands the batch over if it may not run here.
-            self.hand_off(batch, false).finish();
+            Engine::hand_off(EngineHold::Borrowed(self), batch, false).finish();
         } else {
             self.enqueue(batch);
         }
@@ -620,20 +620,38 @@ impl Engine {
     /// or a barrier), and run it on the caller's thread if the VM is idle: see
     /// [`Handoff`]. Otherwise the same as [`submit`](Self::submit).
     pub(crate) fn submit_for_wait(&self, batch: Batch) -> Handoff<'_> {
-        self.hand_off(batch, true)
+        Engine::hand_off(EngineHold::Borrowed(self), batch, true)
+    }
+
+    /// [`submit_for_wait`](Self::submit_for_wait) through a counted handle, which the
+    /// hand-off keeps: for a builder that owns its engine handle.
+    pub(crate) fn submit_for_wait_owned(self: &Arc<Self>, batch: Batch) -> Handoff<'static> {
+        Engine::hand_off(EngineHold::Owned(self.clone()), batch, true)
     }
 
     /// [`submit_for_wait`](Self::submit_for_wait); `bounded`: wait for back-pressure when
     /// the batch is handed over (as [`submit`](Self::submit), not
     /// [`submit_unbounded`](Self::submit_unbounded), does).
-    fn hand_off(&self, batch: Batch, bounded: bool) -> Handoff<'_> {
-        let mut h = Handoff { engine: self, claimed: false, absorbing: false, batches: SmallVec::new() };
+    fn hand_off(engine: EngineHold<'_>, batch: Batch, bounded: bool) -> Handoff<'_> {
+        let claimed = engine.hand_off_claims(batch, bounded);
+        let mut h = Handoff { engine, claimed: false, absorbing: false, batches: SmallVec::new() };
+        if let Some(batch) = claimed {
+            h.claimed = true;
+            h.absorbing = true;
+            h.batches.push(batch);
+        }
+        h
+    }
+
+    /// [`hand_off`](Self::hand_off)'s work: submit `batch`, or claim it for the waiting
+    /// thread (returned then, to run when the hand-off is finished).
+    fn hand_off_claims(&self, batch: Batch, bounded: bool) -> Option<Batch> {
         if self.config.synchronous || batch.is_empty() || !self.may_run_inline(&batch) {
             let now = self.enqueue(batch);
             if bounded {
                 self.bp.throttle(now, || self.is_dead());
             }
-            return h;
+            return None;
         }
         let observed = if self.observing.load(Ordering::Relaxed) { self.observe(&batch) } else { None };
         // The load first: a busy VM's word is written by other cores, and a failing
@@ -642,16 +660,13 @@ impl Engine {
             // The observer's lock is held until the claim, so the observer sees this batch
             // before any a later submitter hands over (the scheduler holds those back).
             drop(observed);
-            h.claimed = true;
-            h.absorbing = true;
-            h.batches.push(batch);
-            return h;
+            return Some(batch);
         }
         let now = self.enqueue_observed(batch, observed);
         if bounded {
             self.bp.throttle(now, || self.is_dead());
         }
-        h
+        None
     }
 
     /// Whether every instruction of `batch` may run on a waiter's thread: host accesses,
@@ -864,7 +879,7 @@ impl Engine {
 /// everything else (`docs/architecture.md`, "A waiter runs its own work").
 #[must_use = "a claimed batch runs when the hand-off is finished or dropped"]
 pub(crate) struct Handoff<'e> {
-    engine: &'e Engine,
+    engine: EngineHold<'e>,
     /// Whether this thread holds the inline claim.
     claimed: bool,
     /// Whether [`follow`](Self::follow) may still add batches to the claimed run: once one
@@ -874,11 +889,31 @@ pub(crate) struct Handoff<'e> {
     batches: SmallVec<[Batch; 2]>,
 }
 
+/// An engine as a hand-off or a builder holds it: borrowed for a lifetime, or through a
+/// counted handle of its own (a builder that owns its handle: `framework::builder`).
+pub(crate) enum EngineHold<'e> {
+    /// Borrowed for `'e`.
+    Borrowed(&'e Engine),
+    /// A counted handle, kept as long as the holder lives.
+    Owned(Arc<Engine>),
+}
+
+impl std::ops::Deref for EngineHold<'_> {
+    type Target = Engine;
+    #[inline(always)]
+    fn deref(&self) -> &Engine {
+        match self {
+            EngineHold::Borrowed(e) => e,
+            EngineHold::Owned(e) => e,
+        }
+    }
+}
+
 impl Handoff<'_> {
     /// Submit `batch` (`Release`s that follow the handed-off batch, without waiting for
     /// back-pressure): into the claimed run when it may run there, else to the scheduler.
     pub(crate) fn follow(&mut self, batch: Batch) {
-        let e = self.engine;
+        let e: &Engine = &self.engine;
         if self.absorbing && !batch.is_empty() && e.may_run_inline(&batch) {
             if e.observing.load(Ordering::Relaxed) {
                 drop(e.observe(&batch));
@@ -906,7 +941,7 @@ impl Drop for Handoff<'_> {
         if !self.claimed {
             return;
         }
-        let e = self.engine;
+        let e: &Engine = &self.engine;
         for batch in self.batches.drain(..) {
             e.run_claimed(batch);
         }

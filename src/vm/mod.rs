@@ -33,6 +33,7 @@ mod stream;
 mod stream_policy;
 pub(crate) mod tensor;
 pub(crate) mod thread_ctx;
+pub(crate) mod views;
 mod watchdog;
 
 pub use config::{bounds, default_max_tensor_bytes, FALLBACK_MAX_TENSOR_BYTES};

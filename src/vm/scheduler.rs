@@ -284,10 +284,12 @@ impl Scheduler {
                 // A thread the VM needs is missing: what is in flight can never finish.
                 return;
             }
+            // Shutdown with work in flight is not a reason to wake: the completions of that
+            // work are (the drain sleeps as any wait does).
             vm.sched_notify.wait(vm.config.backoff(), || {
                 !vm.completions.is_empty()
                     || !vm.inbox.is_empty()
-                    || vm.shutdown.load(Ordering::Acquire)
+                    || (vm.shutdown.load(Ordering::Acquire) && vm.in_flight() == 0)
                     || vm.is_dead()
             });
         }

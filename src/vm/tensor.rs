@@ -17,6 +17,7 @@
 
 use std::cell::UnsafeCell;
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, OnceLock};
@@ -30,6 +31,7 @@ use crate::ep::DeviceId;
 use super::dependence::DepObject;
 use super::error::Error;
 use super::refcount::RefCount;
+use super::views::ViewCount;
 use super::EngineRef;
 
 pub use super::dtype::{DType, Element};
@@ -284,8 +286,9 @@ pub(crate) struct TensorInner {
     /// The VM's number for `meta`'s signature (shape, dtype, device; `MetaId::NONE` if it
     /// has none): the builder checks a call's signature by comparing these.
     pub(crate) meta_id: MetaId,
-    /// Set when the tensor's `Release` has been emitted.
-    pub(crate) released: AtomicBool,
+    /// Set when the tensor's `Release` has been emitted, or it was released explicitly (a
+    /// facade atomic: the view handshake of `vm::views` is model-checked with it).
+    pub(crate) released: crate::sync::AtomicBool,
     /// Whether the VM made this tensor to receive the copy that a host access of a device
     /// tensor reads (immutable; read only when that copy finds its input unwritten).
     pub(crate) fetch: Fetch,
@@ -297,12 +300,14 @@ pub(crate) struct TensorInner {
     /// once, by the front end: `framework::tensor`).
     pub(crate) base_handed: AtomicBool,
     /// Live views of this tensor's storage (owners only): an explicit release of the owner
-    /// waits for them (`framework::virtual_machine::release_tensor`).
-    pub(crate) views: AtomicU32,
+    /// waits for them (`vm::views`).
+    pub(crate) views: ViewCount,
     /// Set by an explicit release of an owner that views still used: its `Release` is
     /// emitted when its last reference drops, as if it had not been released.
     pub(crate) release_deferred: AtomicBool,
-    /// The owner of the storage this tensor views; `None` for an owner (immutable).
+    /// The owner of the storage this tensor views; `None` for an owner (immutable). The
+    /// address's lowest bit (objects are 64-byte aligned) is set for a view that keeps a
+    /// dependence object of its own, the planted fault `split_view_dependences` alone.
     base: Option<NonNull<TensorInner>>,
     pub(crate) id: u64,
     pub(crate) vm: EngineRef,
@@ -333,6 +338,10 @@ pub(crate) enum Fetch {
     Read,
 }
 
+/// The tag bit of [`TensorInner`]'s `base` that the planted fault `split_view_dependences`
+/// sets.
+const SPLIT: usize = 1;
+
 /// `last_stream` value of a tensor no instruction has used yet.
 pub(crate) const NO_STREAM: u32 = u32::MAX;
 
@@ -352,11 +361,11 @@ impl TensorInner {
             refs: RefCount::one(),
             last_stream: AtomicU32::new(NO_STREAM),
             meta_id,
-            released: AtomicBool::new(false),
+            released: crate::sync::AtomicBool::new(false),
             fetch,
             whole: true,
             base_handed: AtomicBool::new(false),
-            views: AtomicU32::new(0),
+            views: ViewCount::default(),
             release_deferred: AtomicBool::new(false),
             base: None,
             id,
@@ -379,6 +388,7 @@ impl TensorInner {
         meta: TensorMeta,
         meta_id: MetaId,
         owner: NonNull<TensorInner>,
+        split_dependence: bool,
     ) -> Self {
         // SAFETY: `owner` is alive (the contract).
         let o = unsafe { owner.as_ref() };
@@ -386,7 +396,7 @@ impl TensorInner {
         let whole = meta.offset == 0 && meta.is_contiguous() && meta.numel() == o.meta.numel();
         let mut t = TensorInner::new(id, meta, meta_id, o.vm, Fetch::No);
         t.whole = whole;
-        t.base = Some(owner);
+        t.base = Some(owner.map_addr(|a| a | usize::from(split_dependence)));
         t
     }
 
@@ -400,8 +410,9 @@ impl TensorInner {
     #[inline(always)]
     pub(crate) fn owner(&self) -> &TensorInner {
         match self.base {
-            // SAFETY: a view keeps its owner alive (the type's docs, "Ownership").
-            Some(b) => unsafe { b.as_ref() },
+            // SAFETY: a view keeps its owner alive (the type's docs, "Ownership"); clearing the
+            // fault's tag bit gives back its aligned address.
+            Some(b) => unsafe { b.map_addr(|a| NonZeroUsize::new_unchecked(a.get() & !SPLIT)).as_ref() },
             None => self,
         }
     }
@@ -415,7 +426,7 @@ impl TensorInner {
     /// The owner this view's reference is to, if this is a view.
     #[inline]
     pub(crate) fn base_ptr(&self) -> Option<NonNull<TensorInner>> {
-        self.base
+        self.is_view().then(|| NonNull::from(self.owner()))
     }
 
     /// The value of the tensor's storage, for reading.
@@ -468,8 +479,12 @@ impl TensorInner {
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
     pub(crate) unsafe fn dep_mut(&self) -> &mut DepObject {
+        let of = match self.base {
+            Some(b) if b.addr().get() & SPLIT != 0 => self,
+            _ => self.owner(),
+        };
         // SAFETY: single-threaded access by the scheduler, by the caller's contract.
-        unsafe { &mut *self.owner().dep.0.get() }
+        unsafe { &mut *of.dep.0.get() }
     }
 }
 

@@ -215,6 +215,45 @@ fn mlp_dp_matches_one_rank_and_writes_an_overlapping_timeline() {
 }
 
 #[test]
+fn mlp_dp_compare_says_why_its_figures_are_what_they_are() {
+    let o = eagervm(&["run", "mlp-dp", "--ranks", "4", "--steps", "20", "--compare"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("x one rank"), "{out}");
+    // What the mock device charges for, and what the ranks share on this machine.
+    assert!(out.contains("why: a mock launch sleeps"), "{out}");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(out.contains(&format!("4 ranks on {cores} cores: ")), "{out}");
+}
+
+#[test]
+fn run_shows_the_streams_a_program_used_and_names_the_others() {
+    let o = eagervm(&["run", "mlp"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    // `mlp` runs on `cpu:0` alone; the VM's collective stream ran nothing.
+    let rows: Vec<&str> = out.lines().map(str::trim_start).filter(|l| l.starts_with("cpu:0")).collect();
+    assert_eq!(rows.len(), 1, "{out}");
+    assert!(out.contains("not shown, having run nothing: cpu:0:collective"), "{out}");
+}
+
+#[test]
+fn replay_says_where_it_ran_and_what_its_counts_count() {
+    let mlp = concat!(env!("CARGO_MANIFEST_DIR"), "/instructions/mlp.trace");
+    // A trace on `cpu:0` alone, with CUDA asked for: it ran on the host, and says why.
+    let o = eagervm(&["replay", mlp, "--device", "cuda"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let out = text(&o);
+    assert!(out.contains("--device cuda, ran on cpu:0: the trace uses no device but the host"), "{out}");
+    // The reads are the trace's `access ... read` statements (one per step), the checksums
+    // its `expect` statements (one per result): two counts of two different things.
+    assert!(out.contains("host reads: 60 (`access ... read` statements)"), "{out}");
+    assert!(out.contains("expected checksums matched: 64 (`expect` statements, checked after"), "{out}");
+    let o = eagervm(&["replay", mlp]);
+    assert!(text(&o).contains("(as recorded; devices as recorded: cpu:0)"), "{}", text(&o));
+}
+
+#[test]
 fn flight_prints_a_flight_record_and_refuses_anything_else() {
     let vm = eagervm::VirtualMachine::new(eagervm::Config::default()).unwrap();
     let x = vm.from_slice(&[1.0f32], &[1], eagervm::ep::DeviceId::CPU).unwrap();

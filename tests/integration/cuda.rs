@@ -4,7 +4,15 @@
 //! one (each fails, naming the reason, where there is none). The paths that need no GPU
 //! (the typed absent-driver error, the CPU paths beside it, the benchmark's report of why
 //! it cannot run) always run. The caching allocator's bookkeeping is tested on host memory
-//! in `src/ep/memory/caching.rs`.
+//! in `src/ep/memory/caching.rs`; the generated kernel source compiles with NVRTC in a unit
+//! test of `kernels::cuda` (`#[ignore = "needs libnvrtc"]`).
+//!
+//! `kernels` holds every op on every dtype and layout against `reference`, a host
+//! implementation of the ops' rules, and against the CPU kernels wherever the CPU takes
+//! the same call.
+
+mod kernels;
+mod reference;
 
 use std::sync::Mutex;
 
@@ -59,8 +67,31 @@ fn absent_driver_is_a_typed_error_and_cpu_paths_run() {
     let relu = vm.op("relu").unwrap();
     let y = vm.run(|b| b.call(relu, &[&x], Attrs::default(), cpu)).unwrap();
     assert_eq!(y.to_vec::<f32>().unwrap(), vec![1.0, 0.0]);
-    // Asking for a tensor on a CUDA device the VM does not have is an error, not a panic.
-    assert!(vm.empty(&[2], DType::F32, DeviceId::cuda(0)).is_err());
+    // Asking for a tensor or a stream on a CUDA device the VM does not have is an error,
+    // not a panic, and it says what `VirtualMachine::new` would have said: the driver
+    // library is missing.
+    let why = vm.empty(&[2], DType::F32, DeviceId::cuda(0)).unwrap_err().to_string();
+    assert!(why.contains(NO_DRIVER) || why.contains("no CUDA backend"), "{why}");
+    let why = vm.compute_stream(DeviceId::cuda(0)).unwrap_err().to_string();
+    assert!(why.contains(NO_DRIVER) || why.contains("no CUDA backend"), "{why}");
+}
+
+#[test]
+fn a_device_the_vm_did_not_open_is_refused_saying_why() {
+    let vm = VirtualMachine::new(Config::default().with_mock_devices(2, Default::default())).unwrap();
+    let why = |d: DeviceId| vm.empty(&[2], DType::F32, d).unwrap_err().to_string();
+    let mock = why(DeviceId::mock(3));
+    assert!(mock.contains("this VM opened 2 mock device(s): mock:0, mock:1"), "{mock}");
+    assert!(mock.contains("mock_devices"), "{mock}");
+    // A CUDA device: what the machine lacks, if it cannot have one; otherwise how to ask.
+    let cuda = why(DeviceId::cuda(0));
+    match eagervm::ep::cuda::probe() {
+        Err(lacks) => assert!(cuda.ends_with(&format!("is not available: {lacks}")), "{cuda}"),
+        Ok(()) => {
+            assert!(cuda.contains("this VM opened no cuda device") && cuda.contains("cuda_devices"), "{cuda}")
+        }
+    }
+    assert!(why(DeviceId { ty: eagervm::ep::DeviceType::Cpu, index: 1 }).contains("the host is cpu:0"));
 }
 
 #[test]

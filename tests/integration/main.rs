@@ -1,6 +1,6 @@
 //! The integration tests: one test binary, one module per area. A test's name is its
 //! module path, so `cargo test --release --test integration lifecycle::` runs one area
-//! (`docs/testing.md`). The loom models are test binaries of their own (`tests/loom_*.rs`).
+//! (`docs/testing.md`). The loom models are a test binary of their own (`tests/loom/`).
 
 // The `eagervm` binary is built only with the `cli` feature.
 #[cfg(feature = "cli")]
@@ -17,12 +17,14 @@ mod common;
 mod cuda;
 mod data_parallel;
 mod eager;
+mod eager_views;
 mod errors;
 mod flight;
 mod fuzz;
 mod inline_wait;
 mod kernels;
 mod lifecycle;
+mod mxnet_engine;
 #[cfg(feature = "cuda")]
 mod nccl;
 mod planted_bug;
@@ -32,6 +34,7 @@ mod plot;
 mod priorities;
 mod profile;
 mod programs;
+mod registry;
 mod serializability;
 mod shutdown;
 mod timeline;
@@ -39,4 +42,5 @@ mod trace_analyze;
 mod trace_format;
 mod trace_record;
 mod trace_shipped;
+mod trace_views;
 mod views;

@@ -77,6 +77,28 @@ serialisable_on!(random_programs_match_with_one_worker_per_device, ThreadTopolog
 serialisable_on!(random_programs_match_with_a_single_worker, ThreadTopology::Single, false);
 serialisable_on!(synchronous_mode_matches_the_interpreter, ThreadTopology::PerStream, true);
 
+macro_rules! serialisable_views_on {
+    ($name:ident, $topology:expr, $sync:expr) => {
+        proptest! {
+            #![proptest_config(common::proptest_config(cases() / 2))]
+            #[test]
+            fn $name((tensors, raw) in raw_program()) {
+                static VM: OnceLock<VirtualMachine> = OnceLock::new();
+                let vm = VM.get_or_init(|| vm(MockConfig::jittery(), $topology, $sync));
+                let p = common::views::decode(Mix::CPU_MOCK, tensors, &raw);
+                let got = execute(vm, &p).expect("valid programs run");
+                prop_assert_eq!(got, interpret(&p), "program: {:?}", p);
+            }
+        }
+    };
+}
+
+// Every tensor a view of a shared storage (three a storage, some overlapping), with writes
+// in place and through views of other layouts (transposed, strided).
+serialisable_views_on!(programs_over_views_match_the_interpreter, ThreadTopology::PerStream, false);
+serialisable_views_on!(programs_over_views_match_with_a_single_worker, ThreadTopology::Single, false);
+serialisable_views_on!(programs_over_views_match_in_synchronous_mode, ThreadTopology::PerStream, true);
+
 /// Cases of the CUDA mix: `PROPTEST_CASES`, else 256 (each case waits on the GPU).
 fn cuda_cases() -> u32 {
     std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(256)

@@ -30,3 +30,4 @@ mod notify;
 mod refcount;
 mod release;
 mod seqlock;
+mod views;

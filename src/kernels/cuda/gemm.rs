@@ -1,33 +1,39 @@
-//! The arguments of the cuBLAS `sgemm` call behind `matmul`, `matmul_tn` and `matmul_nt`:
-//! a pure function of the op and its sizes, so that the derivation is checked on the host.
+//! The arguments of the cuBLAS call behind `matmul`, `matmul_tn` and `matmul_nt`, taken
+//! from the operands' strides: a pure function of the op, its sizes and the three layouts,
+//! so that the derivation is checked on the host.
 //!
 //! # Derivation
 //!
-//! cuBLAS is column-major: `sgemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc)` computes the
+//! cuBLAS is column-major: `gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc)` computes the
 //! `M × N` matrix `C = op(A) op(B)`, where `op(X)` is `X` (`N`) or `Xᵀ` (`T`), `op(A)` is
-//! `M × K`, `op(B)` is `K × N`, and element `(i, j)` of a column-major matrix with leading
-//! dimension `ld` is at `i + j·ld`. The matrix actually stored is `K × M` for `ta = T`
-//! (else `M × K`), and `N × K` for `tb = T` (else `K × N`); a leading dimension must be at
-//! least the stored matrix's row count (and at least 1).
+//! `M × K` and `op(B)` is `K × N`; element `(i, j)` of a stored column-major matrix with
+//! leading dimension `ld` is at `i + j·ld`, and `ld` must be at least the stored matrix's
+//! row count (and at least 1).
 //!
-//! Our tensors are row-major. A row-major `r × c` matrix `X` (element `(i, j)` at
-//! `i·c + j`) is, read column-major with `ld = c`, the `c × r` matrix `Xᵀ`. So the row-major
-//! output `C: [m, n]` is the column-major `n × m` matrix `Cᵀ` with `ldc = n`, and instead
-//! of `C = P Q` we ask cuBLAS for `Cᵀ = Qᵀ Pᵀ`: cuBLAS's first operand is the op's second
-//! input, cuBLAS's second operand the op's first, `M = n`, `N = m`, `K = k`.
+//! A matrix `X` of `r × c` elements with row stride `rs` and column stride `cs` (element
+//! `(i, j)` at `i·rs + j·cs`) is such a stored matrix when one of its strides is 1
+//! ([`operand`]):
 //!
-//! - `matmul`, `C = A B`, `A: [m, k]`, `B: [k, n]`. `Cᵀ = Bᵀ Aᵀ`. Stored `B` read
-//!   column-major is `Bᵀ` (`n × k`, `ld = n`): flag `N`. Stored `A` is `Aᵀ` (`k × m`,
-//!   `ld = k`): flag `N`.
-//! - `matmul_tn`, `C = Aᵀ B`, `A: [k, m]`, `B: [k, n]`. `Cᵀ = Bᵀ A`. Stored `B` is `Bᵀ`
-//!   (`n × k`, `ld = n`): flag `N`. Stored `A` read column-major is `Aᵀ` (`m × k`,
-//!   `ld = m`), and we need `A` itself: flag `T`.
-//! - `matmul_nt`, `C = A Bᵀ`, `A: [m, k]`, `B: [n, k]`. `Cᵀ = B Aᵀ`. Stored `B` read
-//!   column-major is `Bᵀ` (`k × n`, `ld = k`), and we need `B`: flag `T`. Stored `A` is
-//!   `Aᵀ` (`k × m`, `ld = k`): flag `N`.
+//! - `rs = 1`: `X` itself is column-major with `ld = cs`: flag `N`;
+//! - `cs = 1`: read column-major with `ld = rs`, the stored `c × r` matrix is `Xᵀ`, so `X`
+//!   is `op(Xᵀ)` with flag `T`.
 //!
-//! In every case `ldc = n`, and each leading dimension equals the stored matrix's row count
-//! as cuBLAS requires (`n ≥ M`, `k ≥ K`, `m ≥ N` in the respective roles).
+//! A dimension of size 1 may have any stride (it is never stepped along), and a leading
+//! dimension below the row count (a broadcast stride of 0, overlapping rows) or a negative
+//! stride fits neither: such an operand goes through a contiguous copy first.
+//!
+//! Each product is `C = L R` with `L = op(a)` (`m × k`: `a`, or `aᵀ` for `matmul_tn`) and
+//! `R = op(b)` (`k × n`: `b`, or `bᵀ` for `matmul_nt`); transposing a logical matrix swaps
+//! its two strides. When `C`'s column stride is 1 (a row-major output, the usual case),
+//! `Cᵀ = Rᵀ Lᵀ` is column-major with `ldc` its row stride: cuBLAS's first operand is `Rᵀ`
+//! (the op's second input), its second `Lᵀ`, `M = n`, `N = m`. When instead `C`'s row
+//! stride is 1 (a transposed output), `C = L R` is computed directly: first operand `L`,
+//! second `R`, `M = m`, `N = n`. An output that fits neither is computed into a contiguous
+//! temporary and copied.
+//!
+//! For contiguous operands this gives, with `ldc = n` and `M = n`, `N = m`: `matmul`
+//! `(N, N)` with `lda = n`, `ldb = k`; `matmul_tn` `(N, T)` with `lda = n`, `ldb = m`;
+//! `matmul_nt` `(T, N)` with `lda = ldb = k`.
 
 /// A transpose flag of a column-major BLAS call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +44,7 @@ pub enum Trans {
     T,
 }
 
-/// A matrix product op computed by `sgemm`.
+/// A matrix product op.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Product {
     /// `matmul`: `a: [m, k]`, `b: [k, n]`, `a b`.
@@ -86,6 +92,16 @@ impl Product {
         }
         Ok((m, n, k))
     }
+
+    /// The strides `(row, column)` of `L = op(a)` and `R = op(b)` from the inputs' strides.
+    pub fn logical(self, a: [isize; 2], b: [isize; 2]) -> ([isize; 2], [isize; 2]) {
+        let swap = |s: [isize; 2]| [s[1], s[0]];
+        match self {
+            Product::Nn => (a, b),
+            Product::Tn => (swap(a), b),
+            Product::Nt => (a, swap(b)),
+        }
+    }
 }
 
 /// The op's input a BLAS operand reads.
@@ -97,7 +113,7 @@ pub enum Input {
     Second,
 }
 
-/// The arguments of one column-major `sgemm` (`alpha = 1`, `beta = 0`).
+/// The arguments of one column-major `gemm` (`alpha = 1`, `beta = 0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GemmArgs {
     /// Transpose flag of the first BLAS operand.
@@ -122,60 +138,101 @@ pub struct GemmArgs {
     pub ldc: usize,
 }
 
-/// The `sgemm` arguments that compute `product` into a row-major `[m, n]` output with inner
-/// size `k` (see the module docs for the derivation).
-pub fn gemm_args(product: Product, m: usize, n: usize, k: usize) -> GemmArgs {
-    let (transa, lda, transb, ldb) = match product {
-        Product::Nn => (Trans::N, n, Trans::N, k),
-        Product::Tn => (Trans::N, n, Trans::T, m),
-        Product::Nt => (Trans::T, k, Trans::N, k),
-    };
-    GemmArgs { transa, transb, m: n, n: m, k, a: Input::Second, lda, b: Input::First, ldb, ldc: n }
+/// An operand that cuBLAS cannot read as it lies: it needs a contiguous copy first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfit {
+    /// Input 0.
+    A,
+    /// Input 1.
+    B,
+    /// The output.
+    C,
+}
+
+/// How cuBLAS reads the `rows × cols` matrix with strides `s = [row, column]` as `op(X)`
+/// (see the module docs): the flag and the leading dimension, or `None` when it cannot.
+pub fn operand(rows: usize, cols: usize, s: [isize; 2]) -> Option<(Trans, usize)> {
+    let fits =
+        |stride: isize, at_least: usize| usize::try_from(stride).ok().filter(|&ld| ld >= at_least.max(1));
+    if rows <= 1 || s[0] == 1 {
+        let ld = if cols <= 1 { Some(rows.max(1)) } else { fits(s[1], rows) };
+        if let Some(ld) = ld {
+            return Some((Trans::N, ld));
+        }
+    }
+    if cols <= 1 || s[1] == 1 {
+        let ld = if rows <= 1 { Some(cols.max(1)) } else { fits(s[0], cols) };
+        if let Some(ld) = ld {
+            return Some((Trans::T, ld));
+        }
+    }
+    None
+}
+
+/// The `gemm` arguments that compute `product` of `a` (strides `sa`) and `b` (strides `sb`)
+/// into `c` (strides `sc`), for output `[m, n]` and inner size `k`; or the operand that
+/// must be made contiguous first (inputs before the output).
+pub fn gemm_args(
+    product: Product,
+    (m, n, k): (usize, usize, usize),
+    sa: [isize; 2],
+    sb: [isize; 2],
+    sc: [isize; 2],
+) -> Result<GemmArgs, Unfit> {
+    let (l, r) = product.logical(sa, sb);
+    let swap = |s: [isize; 2]| [s[1], s[0]];
+    // Row-major output: Cᵀ = Rᵀ Lᵀ.
+    if let Some((Trans::N, ldc)) = operand(n, m, swap(sc)) {
+        let (transa, lda) = operand(n, k, swap(r)).ok_or(Unfit::B)?;
+        let (transb, ldb) = operand(k, m, swap(l)).ok_or(Unfit::A)?;
+        return Ok(GemmArgs {
+            transa,
+            transb,
+            m: n,
+            n: m,
+            k,
+            a: Input::Second,
+            lda,
+            b: Input::First,
+            ldb,
+            ldc,
+        });
+    }
+    // Column-major output: C = L R.
+    if let Some((Trans::N, ldc)) = operand(m, n, sc) {
+        let (transa, lda) = operand(m, k, l).ok_or(Unfit::A)?;
+        let (transb, ldb) = operand(k, n, r).ok_or(Unfit::B)?;
+        return Ok(GemmArgs { transa, transb, m, n, k, a: Input::First, lda, b: Input::Second, ldb, ldc });
+    }
+    Err(Unfit::C)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::testing::{as_f32, run, t_f32};
-    use crate::kernels::{MatmulKernel, MatmulNtKernel, MatmulTnKernel};
 
-    /// A reference column-major `sgemm` with `alpha = 1`, `beta = 0`, following the BLAS
+    /// A reference column-major `gemm` with `alpha = 1`, `beta = 0`, following the BLAS
     /// definition, with cuBLAS's argument checks; each element adds its products in
-    /// increasing `p`, as the CPU kernels do.
-    #[allow(clippy::too_many_arguments)]
-    fn sgemm(
-        ta: Trans,
-        tb: Trans,
-        (m, n, k): (usize, usize, usize),
-        a: &[f32],
-        lda: usize,
-        b: &[f32],
-        ldb: usize,
-        ldc: usize,
-    ) -> Result<Vec<f32>, String> {
-        let rows_a = if ta == Trans::N { m } else { k };
-        let rows_b = if tb == Trans::N { k } else { n };
-        if lda < rows_a.max(1) || ldb < rows_b.max(1) || ldc < m.max(1) {
-            return Err(format!("leading dimension too small: {lda} {ldb} {ldc}"));
+    /// increasing `p`. It writes only the `m × n` elements of `c` the call names.
+    fn gemm(g: &GemmArgs, a: &[f32], b: &[f32], c: &mut [f32]) -> Result<(), String> {
+        let (m, n, k) = (g.m, g.n, g.k);
+        let rows_a = if g.transa == Trans::N { m } else { k };
+        let rows_b = if g.transb == Trans::N { k } else { n };
+        if g.lda < rows_a.max(1) || g.ldb < rows_b.max(1) || g.ldc < m.max(1) {
+            return Err(format!("leading dimension too small: {g:?}"));
         }
-        let cols_a = if ta == Trans::N { k } else { m };
-        let cols_b = if tb == Trans::N { n } else { k };
-        if a.len() < lda * cols_a || b.len() < ldb * cols_b {
-            return Err(format!("operands of {} and {} floats are too small", a.len(), b.len()));
-        }
-        let mut c = vec![f32::NAN; ldc * n];
         for j in 0..n {
             for i in 0..m {
                 let mut acc = 0.0f32;
                 for p in 0..k {
-                    let x = if ta == Trans::N { a[i + p * lda] } else { a[p + i * lda] };
-                    let y = if tb == Trans::N { b[p + j * ldb] } else { b[j + p * ldb] };
+                    let x = if g.transa == Trans::N { a[i + p * g.lda] } else { a[p + i * g.lda] };
+                    let y = if g.transb == Trans::N { b[p + j * g.ldb] } else { b[j + p * g.ldb] };
                     acc += x * y;
                 }
-                c[i + j * ldc] = acc;
+                c[i + j * g.ldc] = acc;
             }
         }
-        Ok(c)
+        Ok(())
     }
 
     fn data(len: usize, seed: u32) -> Vec<f32> {
@@ -190,36 +247,104 @@ mod tests {
             .collect()
     }
 
+    /// A `rows × cols` matrix laid out in a buffer by `layout`: 0 row-major, 1 transposed
+    /// (column-major), 2 row-major with padded rows; with its strides. Unused elements NaN.
+    fn place(rows: usize, cols: usize, values: &[f32], layout: u8) -> (Vec<f32>, [isize; 2]) {
+        let (rs, cs, len) = match layout {
+            0 => (cols, 1, rows * cols),
+            1 => (1, rows, rows * cols),
+            _ => (cols + 3, 1, rows * (cols + 3)),
+        };
+        let mut buf = vec![f32::NAN; len.max(1)];
+        for i in 0..rows {
+            for j in 0..cols {
+                buf[i * rs + j * cs] = values[i * cols + j];
+            }
+        }
+        (buf, [rs as isize, cs as isize])
+    }
+
+    /// Every product, on every combination of row-major, transposed and padded inputs
+    /// and outputs, computed with the derived arguments by the reference `gemm`, equals
+    /// the plain product bit for bit (each element adds its products in increasing `p`).
     #[test]
-    fn sgemm_arguments_compute_the_cpu_kernels_products() {
+    fn gemm_arguments_from_strides_compute_the_products() {
         for product in Product::ALL {
-            let cpu: &'static dyn crate::vm::OpKernel = match product {
-                Product::Nn => &MatmulKernel,
-                Product::Tn => &MatmulTnKernel,
-                Product::Nt => &MatmulNtKernel,
-            };
             for (m, n, k) in [(3, 5, 7), (5, 3, 2), (1, 4, 3), (4, 1, 6), (2, 3, 1), (6, 6, 6), (1, 1, 9)] {
                 let (sa, sb) = product.input_shapes(m, n, k);
                 assert_eq!(product.dims(&sa, &sb), Ok((m, n, k)), "{product:?}");
-                let (a, b) = (data(m * k, 1 + m as u32), data(k * n, 7 + n as u32));
-                let want = run(cpu, 0.0, vec![t_f32(&sa, &a), t_f32(&sb, &b)], &[]).unwrap();
-                let want = as_f32(&want[0]);
-                let g = gemm_args(product, m, n, k);
-                let pick = |i: Input| if i == Input::First { &a } else { &b };
-                let got =
-                    sgemm(g.transa, g.transb, (g.m, g.n, g.k), pick(g.a), g.lda, pick(g.b), g.ldb, g.ldc)
-                        .unwrap_or_else(|e| panic!("{product:?} {m}x{n}x{k}: {e}"));
-                // The column-major `g.m × g.n` result with `ldc = g.m` is the row-major
-                // `[m, n]` output.
-                assert_eq!((g.m * g.n, g.ldc, got.len()), (m * n, n, want.len()), "{product:?}");
-                let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{product:?} {m}x{n}x{k}: {got:?} vs {want:?}");
+                let (va, vb) = (data(m * k, 1 + m as u32), data(k * n, 7 + n as u32));
+                // The logical matrices L (m × k) and R (k × n), row-major.
+                let l: Vec<f32> = (0..m * k)
+                    .map(|t| match product {
+                        Product::Tn => va[(t % k) * m + t / k],
+                        _ => va[t],
+                    })
+                    .collect();
+                let r: Vec<f32> = (0..k * n)
+                    .map(|t| match product {
+                        Product::Nt => vb[(t % n) * k + t / n],
+                        _ => vb[t],
+                    })
+                    .collect();
+                let want: Vec<f32> = (0..m * n)
+                    .map(|t| (0..k).fold(0.0f32, |acc, p| acc + l[t / n * k + p] * r[p * n + t % n]))
+                    .collect();
+                for (la, lb, lc) in (0..27).map(|x| (x % 3, x / 3 % 3, x / 9)) {
+                    let (a, stra) = place(sa[0], sa[1], &va, la as u8);
+                    let (b, strb) = place(sb[0], sb[1], &vb, lb as u8);
+                    let (mut c, strc) = place(m, n, &vec![0.0; m * n], lc as u8);
+                    let g = gemm_args(product, (m, n, k), stra, strb, strc)
+                        .unwrap_or_else(|u| panic!("{product:?} {m}x{n}x{k} layouts {la}{lb}{lc}: {u:?}"));
+                    let pick = |i: Input| if i == Input::First { &a } else { &b };
+                    gemm(&g, pick(g.a), pick(g.b), &mut c)
+                        .unwrap_or_else(|e| panic!("{product:?} {m}x{n}x{k} layouts {la}{lb}{lc}: {e}"));
+                    let got: Vec<f32> = (0..m * n)
+                        .map(|t| c[(t / n) * strc[0] as usize + (t % n) * strc[1] as usize])
+                        .collect();
+                    let same = got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "{product:?} {m}x{n}x{k} layouts {la}{lb}{lc}: {got:?} vs {want:?}");
+                }
             }
         }
     }
 
     #[test]
-    fn dims_refuse_what_the_cpu_kernels_refuse() {
+    fn contiguous_operands_give_the_classic_arguments() {
+        let contiguous = |s: [usize; 2]| [s[1] as isize, 1];
+        for (product, want) in [
+            (Product::Nn, (Trans::N, 5, Trans::N, 7)),
+            (Product::Tn, (Trans::N, 5, Trans::T, 3)),
+            (Product::Nt, (Trans::T, 7, Trans::N, 7)),
+        ] {
+            let (sa, sb) = product.input_shapes(3, 5, 7);
+            let g = gemm_args(product, (3, 5, 7), contiguous(sa), contiguous(sb), [5, 1]).unwrap();
+            assert_eq!((g.transa, g.lda, g.transb, g.ldb), want, "{product:?}");
+            assert_eq!((g.m, g.n, g.k, g.ldc, g.a), (5, 3, 7, 5, Input::Second));
+        }
+    }
+
+    #[test]
+    fn layouts_cublas_cannot_read_are_named() {
+        // Broadcast rows, a step in both strides, negative strides.
+        assert_eq!(operand(3, 4, [0, 1]), None);
+        assert_eq!(operand(3, 4, [8, 2]), None);
+        assert_eq!(operand(3, 4, [-4, 1]), None);
+        // Overlapping rows (ld below the row length).
+        assert_eq!(operand(3, 4, [2, 1]), None);
+        // Size-1 dimensions take any stride.
+        assert_eq!(operand(1, 4, [0, 1]), Some((Trans::N, 1)));
+        assert_eq!(operand(3, 1, [5, 77]), Some((Trans::T, 5)));
+        assert_eq!(operand(3, 1, [1, 77]), Some((Trans::N, 3)));
+        assert_eq!(operand(1, 1, [0, 0]), Some((Trans::N, 1)));
+        let (nn, row) = (Product::Nn, [4, 1]);
+        assert_eq!(gemm_args(nn, (3, 4, 4), [0, 1], row, row), Err(Unfit::A));
+        assert_eq!(gemm_args(nn, (3, 4, 4), row, [4, 2], row), Err(Unfit::B));
+        assert_eq!(gemm_args(nn, (3, 4, 4), row, row, [8, 2]), Err(Unfit::C));
+    }
+
+    #[test]
+    fn dims_refuse_mismatched_shapes() {
         assert!(Product::Nn.dims(&[2, 3], &[2, 3]).is_err());
         assert!(Product::Tn.dims(&[2, 3], &[3, 2]).is_err());
         assert!(Product::Nt.dims(&[2, 3], &[3, 2]).is_err());

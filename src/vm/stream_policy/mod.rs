@@ -27,9 +27,12 @@
 //!
 //! # How to add a stream policy or a stream type
 //!
-//! A stream type whose streams complete as an existing policy's do (a new copy engine) takes
-//! only step 1. A stream with a completion of its own, as the collective stream will have
-//! (its work is done when every peer's part is), takes every step:
+//! A stream type whose streams complete as an existing policy's do takes only step 1: the
+//! collective stream did (`StreamType::Collective`), since a collective runs as a kernel
+//! whose backend waits for its peers inside the call (on `cpu:0`, under the synchronous
+//! policy) or runs as the device's work on its collective stream (mock and CUDA, under the
+//! event-recorded one), so a collective is done when its kernel is. A stream with a
+//! completion of its own takes every step:
 //!
 //! 1. The stream type: its `StreamType` variant, in `StreamType::ALL` and
 //!    `StreamType::name` (`src/ep/types.rs`), and the stream each device makes for it
@@ -42,8 +45,7 @@
 //!    [`is_asynchronous`](StreamPolicy::is_asynchronous), the [`LanePolicy`] variant, and
 //!    one arm in each `match` of [`LanePolicy`] and [`run_inline`].
 //! 4. The one registration: [`StreamPolicy::for_device`] picks the policy for the streams
-//!    that take it (given the stream type as well, when the policy goes by stream type, as
-//!    the collective stream's will).
+//!    that take it (given the stream type as well, when the policy goes by stream type).
 //!
 //! Nothing else changes: the workers (`vm::thread_ctx`), the engine (`vm::engine`) and the
 //! scheduler (`vm::scheduler`) reach the policies only through this file.

@@ -19,6 +19,9 @@ use eagervm::prelude::*;
 use eagervm::vm::ThreadTopology;
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
 
+/// Random programs over views of shared storages.
+pub mod views;
+
 /// The fuzz targets' inputs and harness (`fuzz`).
 pub mod fuzz {
     pub mod builder_case;
@@ -221,6 +224,8 @@ pub struct Program {
     pub steps: Vec<Step>,
     /// The devices its tensors live on.
     pub mix: Mix,
+    /// Whether its tensors are views of shared storages ([`views`]).
+    pub views: bool,
 }
 
 /// The streams of the VM built by [`vm`], by index: 0 cpu, 1-3 mock:0 compute/h2d/d2h,
@@ -240,7 +245,21 @@ pub fn decode(tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
 
 /// Decode raw random numbers into a valid program over the devices of `mix`.
 pub fn decode_on(mix: Mix, tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> Program {
-    let device_of = |t: usize| mix.device_of(t);
+    decode_with(mix, tensors, raw, |t| mix.device_of(t))
+}
+
+/// [`decode_on`], with tensor `t` on `device_of(t)` (a device of `mix`).
+pub fn decode_with(
+    mix: Mix,
+    tensors: usize,
+    raw: &[(u8, u8, u8, u8, u8, i8)],
+    device_of: impl Fn(usize) -> DeviceId,
+) -> Program {
+    let same_device = |tensors: usize, out: usize, pick: u8| -> Option<usize> {
+        let cands: Vec<usize> =
+            (0..tensors).filter(|&x| x != out && device_of(x) == device_of(out)).collect();
+        (!cands.is_empty()).then(|| cands[pick as usize % cands.len()])
+    };
     let streams_of = |d: DeviceId| mix.streams_of(d);
     let mut steps = Vec::new();
     let kinds = if mix.collectives { 14 } else { 12 };
@@ -261,16 +280,14 @@ pub fn decode_on(mix: Mix, tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> 
             1 | 2 => {
                 // Same-device unary op: pick tensors on the output's device.
                 let out = t(a);
-                let Some(a) = same_device(mix, tensors, out, b) else { continue };
+                let Some(a) = same_device(tensors, out, b) else { continue };
                 let ss = streams_of(device_of(out));
                 let op = if kind % 12 == 1 { "relu" } else { "scale" };
                 Step::Unary { op, a, out, factor: value, stream: ss[s as usize % ss.len()] }
             }
             3..=6 => {
                 let out = t(a);
-                let (Some(x), Some(y)) =
-                    (same_device(mix, tensors, out, b), same_device(mix, tensors, out, c))
-                else {
+                let (Some(x), Some(y)) = (same_device(tensors, out, b), same_device(tensors, out, c)) else {
                     continue;
                 };
                 let op = mix.binary_ops(device_of(out))[(kind % 12 - 3) as usize];
@@ -297,7 +314,7 @@ pub fn decode_on(mix: Mix, tensors: usize, raw: &[(u8, u8, u8, u8, u8, i8)]) -> 
         };
         steps.push(step);
     }
-    Program { tensors, steps, mix }
+    Program { tensors, steps, mix, views: false }
 }
 
 /// A collective step from raw numbers: its communicator and op from `sel`, one input and a
@@ -324,13 +341,6 @@ fn collective_step(mix: Mix, tensors: usize, sel: u8, picks: [u8; 4], v: i8) -> 
     // An output may not be another member's input either (an input and an output of one
     // call never alias): inputs and outputs of different members are on different devices.
     Some(Step::Collective { comm, op, ins, outs })
-}
-
-/// Another tensor than `out` on the same device, chosen by `pick`.
-fn same_device(mix: Mix, tensors: usize, out: usize, pick: u8) -> Option<usize> {
-    let cands: Vec<usize> =
-        (0..tensors).filter(|&x| x != out && mix.device_of(x) == mix.device_of(out)).collect();
-    (!cands.is_empty()).then(|| cands[pick as usize % cands.len()])
 }
 
 /// The value tensor `t` starts with (and gets again when it is re-created).
@@ -447,6 +457,16 @@ impl Interpreter {
         &self.val[t]
     }
 
+    /// Set the values of the tensors given (growing the table as needed).
+    pub fn load(&mut self, values: impl Iterator<Item = (usize, Vec<f32>)>) {
+        for (t, v) in values {
+            if self.val.len() <= t {
+                self.val.resize(t + 1, Ok(Vec::new()));
+            }
+            self.val[t] = Ok(v);
+        }
+    }
+
     /// The failures counted since the last call.
     pub fn take_failures(&mut self) -> u64 {
         std::mem::take(&mut self.failures)
@@ -547,6 +567,9 @@ impl Interpreter {
 
 /// Run the program one step at a time on plain vectors (no step fails).
 pub fn interpret(p: &Program) -> Outcome {
+    if p.views {
+        return views::interpret(p);
+    }
     let never = &mut |_| None;
     let mut it = Interpreter::new(p.tensors, never);
     let ok = |v: Value| bits(&v.expect("the serialisability programs have no failing steps"));
@@ -622,6 +645,9 @@ pub fn communicator(vm: &VirtualMachine, k: usize) -> eagervm::Result<eagervm::f
 
 /// Run the program on `vm`, which must have the devices of the program's mix.
 pub fn execute(vm: &VirtualMachine, p: &Program) -> eagervm::Result<Outcome> {
+    if p.views {
+        return views::execute(vm, p);
+    }
     let streams = p.mix.stream_table(vm)?;
     let make =
         |t: usize| -> eagervm::Result<Tensor> { vm.from_slice(&initial(t), &SHAPE, p.mix.device_of(t)) };

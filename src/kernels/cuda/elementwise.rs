@@ -1,0 +1,216 @@
+//! The elementwise ops on CUDA ([`super::ops::ELEMENTWISE`]): each call picks the generated kernel
+//! for its dtypes, converts the scalar on the host, and launches it over the operands as
+//! they lie (any strides, offsets, broadcast inputs), in place where the output is an input.
+//!
+//! # The scalar
+//!
+//! - `fill`, `masked_fill`: converted to the output's dtype as a cast converts it
+//!   (`vm::write_element`: an `Int` exactly, wrapping to a narrower integer; a `Float`
+//!   truncated toward zero and saturated for an integer dtype, rounded to nearest even for
+//!   a float dtype; nonzero is `true`); the kernel stores those bits.
+//! - Arithmetic with a scalar: converted to the compute type of the tensor's dtype (`f32`
+//!   for `f16`, `bf16` and `f32`, as PyTorch's `opmath`; `f64`), or, for an integer dtype,
+//!   to the dtype as `fill` converts it.
+//! - Comparison with a scalar: a float tensor compares with the scalar rounded to its
+//!   dtype; an integral tensor compares exactly in `i64` with an `Int` or `Bool` scalar,
+//!   and in `f64` with a `Float` scalar (its values converted to `f64`).
+
+use super::infer;
+use super::launch::{device_operand, launch_ew, must_stage, stage, Dev};
+use super::on_stream;
+use super::ops::{symbol, Kind, Op, ScalarDomain};
+use crate::vm::{
+    read_element, write_element, Attrs, DType, KernelCtx, OpKernel, OutSpecs, Scalar, TensorMeta,
+};
+
+/// `v` converted to `d` as `cast` converts it, as the 64 bits a kernel stores (the element's
+/// bytes, zero-extended).
+pub fn dtype_bits(d: DType, v: Scalar) -> u64 {
+    let mut b = Vec::with_capacity(8);
+    write_element(d, v, &mut b);
+    match *b.as_slice() {
+        [x] => u64::from(x),
+        [x, y] => u64::from(u16::from_ne_bytes([x, y])),
+        [x, y, z, w] => u64::from(u32::from_ne_bytes([x, y, z, w])),
+        _ => b.try_into().map(u64::from_ne_bytes).unwrap_or(0),
+    }
+}
+
+/// `v` converted to `d` and read back as a value (what a kernel computes with).
+fn as_dtype(d: DType, v: Scalar) -> Scalar {
+    let mut bytes = Vec::with_capacity(8);
+    write_element(d, v, &mut bytes);
+    read_element(d, &bytes, 0).unwrap_or(v)
+}
+
+/// The scalar's bits for the arithmetic kernels of dtype `d` (see the module docs).
+fn arith_bits(d: DType, v: Scalar) -> u64 {
+    match d {
+        DType::F16 | DType::BF16 | DType::F32 => u64::from((v.as_f64() as f32).to_bits()),
+        DType::F64 => v.as_f64().to_bits(),
+        _ => as_dtype(d, v).as_i64() as u64,
+    }
+}
+
+/// The scalar's bits for a comparison of a `d` tensor in `domain`.
+fn compare_bits(d: DType, v: Scalar, domain: ScalarDomain) -> u64 {
+    match domain {
+        ScalarDomain::Own if d == DType::F64 => v.as_f64().to_bits(),
+        // Rounded to the dtype, then exact in f32.
+        ScalarDomain::Own => u64::from((as_dtype(d, v).as_f64() as f32).to_bits()),
+        ScalarDomain::Int => v.as_i64() as u64,
+        ScalarDomain::Double => v.as_f64().to_bits(),
+    }
+}
+
+impl Op {
+    /// The kernel symbol and the scalar's 64 bits of a call on inputs of dtypes `inputs`
+    /// writing an output of `out`, with the scalar `value`; an error naming the operand
+    /// whose dtype no kernel takes (a caller may have skipped inference).
+    pub fn kernel(&self, inputs: &[DType], out: DType, value: Scalar) -> Result<(String, u64), String> {
+        let arity = self.kind.arity();
+        if inputs.len() != arity {
+            let s = if arity == 1 { "" } else { "s" };
+            return Err(format!("expected {arity} input{s}, got {}", inputs.len()));
+        }
+        let own = ScalarDomain::Own;
+        let input = inputs.first().copied().unwrap_or(out);
+        let want_out = match self.kind {
+            Kind::Compare(_) | Kind::CompareScalar(_) => DType::Bool,
+            Kind::Cast | Kind::Fill => out,
+            _ => input,
+        };
+        if out != want_out {
+            return Err(format!("output 0 is {out} but `{}` of {input} gives {want_out}", self.name));
+        }
+        if let Some(&second) = inputs.get(1) {
+            let want = if self.kind == Kind::MaskedFill { DType::Bool } else { input };
+            if second != want {
+                return Err(format!("input 1 is {second} but `{}` needs {want} there", self.name));
+            }
+        }
+        if !self.kind.takes(input) {
+            return Err(format!("`{}` {}; input 0 is {input}", self.name, self.kind.dtype_rule()));
+        }
+        Ok(match self.kind {
+            Kind::Fill | Kind::MaskedFill => (symbol(self.kind, input, out, own), dtype_bits(out, value)),
+            Kind::Cast if input == out => (format!("copy_{}", out.size()), 0),
+            Kind::Cast => (symbol(self.kind, input, out, own), 0),
+            Kind::Scalar(..) => (symbol(self.kind, input, out, own), arith_bits(input, value)),
+            Kind::CompareScalar(_) => {
+                let domain = ScalarDomain::of(input, value);
+                (symbol(self.kind, input, out, domain), compare_bits(input, value, domain))
+            }
+            _ => (symbol(self.kind, input, out, own), 0),
+        })
+    }
+}
+
+impl OpKernel for Op {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        given: &[&TensorMeta],
+        attrs: &Attrs,
+        out: &mut OutSpecs,
+    ) -> Result<(), String> {
+        infer::elementwise(self.name, self.kind, inputs, given, attrs, out)
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn in_place(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        let out = ctx.outputs.first().ok_or("missing output 0")?;
+        let dtypes: Vec<DType> = ctx.inputs.iter().map(|t| t.meta.dtype).collect();
+        let (sym, bits) = self.kernel(&dtypes, out.meta.dtype, ctx.attrs.value())?;
+        let arity = dtypes.len();
+        let inputs = ctx.inputs;
+        on_stream(self.name, |s| {
+            let o = device_operand(s, "output 0", out.meta, out.data)?;
+            let mut ins: Vec<Dev<'_>> = Vec::with_capacity(arity);
+            for (i, t) in inputs.iter().enumerate() {
+                let d = device_operand(s, ["input 0", "input 1"][i], t.meta, t.data)?;
+                ins.push(if must_stage(&d, &o) { stage(s, self.name, &d)? } else { d });
+            }
+            let refs: Vec<&Dev<'_>> = ins.iter().collect();
+            launch_ew(s, self.name, &sym, &o, &refs, bits)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vm::{bf16, f16};
+
+    #[test]
+    fn fill_bits_are_the_cast_of_the_scalar() {
+        assert_eq!(dtype_bits(DType::F32, Scalar::Float(1.5)), u64::from(1.5f32.to_bits()));
+        assert_eq!(dtype_bits(DType::F16, Scalar::Int(3)), u64::from(f16::from_f64(3.0).to_bits()));
+        assert_eq!(dtype_bits(DType::BF16, Scalar::Float(-2.0)), u64::from(bf16::from_f64(-2.0).to_bits()));
+        assert_eq!(dtype_bits(DType::U8, Scalar::Int(300)), 44);
+        assert_eq!(dtype_bits(DType::U8, Scalar::Float(300.0)), 255);
+        assert_eq!(dtype_bits(DType::I32, Scalar::Int(-1)), 0xFFFF_FFFF);
+        assert_eq!(dtype_bits(DType::I64, Scalar::Int(i64::MIN)), i64::MIN as u64);
+        assert_eq!(dtype_bits(DType::Bool, Scalar::Float(f64::NAN)), 1);
+        assert_eq!(dtype_bits(DType::F64, Scalar::Int(1 << 60)), ((1u64 << 60) as f64).to_bits());
+    }
+
+    #[test]
+    fn arithmetic_and_comparison_scalars() {
+        // Floats: the compute type's value; f16 is not rounded to f16 first.
+        assert_eq!(arith_bits(DType::F16, Scalar::Float(0.1)), u64::from(0.1f32.to_bits()));
+        assert_eq!(arith_bits(DType::F64, Scalar::Float(0.1)), 0.1f64.to_bits());
+        // Integers: converted to the dtype, sign-extended to 64 bits.
+        assert_eq!(arith_bits(DType::I32, Scalar::Int(1 << 32 | 5)), 5);
+        assert_eq!(arith_bits(DType::I32, Scalar::Int(-3)), -3i64 as u64);
+        assert_eq!(arith_bits(DType::U8, Scalar::Float(-7.9)), 0);
+        assert_eq!(arith_bits(DType::I64, Scalar::Float(2.9)), 2);
+        // Comparisons: f16 against the scalar rounded to f16.
+        let h = f16::from_f64(0.1).to_f32();
+        assert_eq!(compare_bits(DType::F16, Scalar::Float(0.1), ScalarDomain::Own), u64::from(h.to_bits()));
+        assert_eq!(compare_bits(DType::U8, Scalar::Int(300), ScalarDomain::Int), 300);
+        assert_eq!(compare_bits(DType::I32, Scalar::Float(2.5), ScalarDomain::Double), 2.5f64.to_bits());
+        assert_eq!(compare_bits(DType::Bool, Scalar::Bool(true), ScalarDomain::Int), 1);
+    }
+
+    #[test]
+    fn kernels_are_picked_by_dtype_and_checked() {
+        use crate::kernels::cuda::ELEMENTWISE;
+        use DType::*;
+        let op = |name: &str| ELEMENTWISE.iter().find(|o| o.name == name).unwrap();
+        let none = Scalar::Float(0.0);
+        assert_eq!(op("add").kernel(&[F16, F16], F16, none), Ok(("add_f16".into(), 0)));
+        assert_eq!(op("add_bias").kernel(&[Bool, Bool], Bool, none), Ok(("add_bool".into(), 0)));
+        assert_eq!(op("scale").kernel(&[I32], I32, Scalar::Float(2.9)), Ok(("mul_scalar_i32".into(), 2)));
+        assert_eq!(op("cast").kernel(&[F32], F32, none), Ok(("copy_4".into(), 0)));
+        assert_eq!(op("cast").kernel(&[BF16], U8, none), Ok(("cast_bf16_u8".into(), 0)));
+        assert_eq!(op("fill").kernel(&[], F16, Scalar::Int(1)), Ok(("fill_2".into(), 0x3C00)));
+        let half = Scalar::Float(0.5);
+        assert_eq!(
+            op("lt_scalar").kernel(&[U8], Bool, half),
+            Ok(("lt_scalar_u8_d".into(), 0.5f64.to_bits()))
+        );
+        assert_eq!(op("lt_scalar").kernel(&[U8], Bool, Scalar::Int(7)), Ok(("lt_scalar_u8_i".into(), 7)));
+        let refused = |name: &str, ins: &[DType], out: DType, says: &str| {
+            let e = op(name).kernel(ins, out, none).unwrap_err();
+            assert!(e.contains(says), "{name} on {ins:?}: {e}");
+        };
+        refused("sub", &[Bool, Bool], Bool, "not bool");
+        refused("div", &[I64, I64], I64, "floating-point");
+        refused("add", &[F32, F16], F32, "input 1 is f16");
+        refused("eq", &[F32, F32], F32, "output 0 is f32");
+        refused("masked_fill", &[F32, F32], F32, "needs bool");
+        refused("relu", &[F32, F32], F32, "expected 1 input, got 2");
+    }
+}
