@@ -1,6 +1,5 @@
 //! `copy` on a CUDA stream: between host and device, within the device, or host to host;
-//! any dtype, any layout on either side (a broadcast input too, and an input of a shape
-//! that broadcasts to a given output's), in place.
+//! any dtype, any layout on either side (a broadcast input too), in place.
 //!
 //! | from → to | how |
 //! | --- | --- |
@@ -14,9 +13,7 @@
 use cudarc::driver::sys;
 
 use super::host::{gather, scatter};
-use super::infer;
 use super::launch::{contiguous_temp, copy_elements, device_operand, must_stage, stage, Dev};
-use super::layout::broadcast_strides;
 use super::on_stream;
 use crate::alloc::Storage;
 use crate::ep::cuda::CudaEpStream;
@@ -116,59 +113,61 @@ impl OpKernel for CudaCopy {
         &self,
         inputs: &[&TensorMeta],
         given: &[&TensorMeta],
-        _: &Attrs,
+        attrs: &Attrs,
         out: &mut OutSpecs,
     ) -> Result<(), String> {
-        infer::copy(inputs, given, out)
+        // The CPU's rule: the output given or the input's shape; an input that broadcasts
+        // to a given output is read through broadcast strides (`copy_` of a row into rows).
+        crate::kernels::copy::CopyKernel.infer(inputs, given, attrs, out)
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let src = ctx.inputs.first().ok_or("missing input 0")?;
         let dst = ctx.outputs.first().ok_or("missing output 0")?;
-        if src.meta.dtype != dst.meta.dtype {
+        let expanded;
+        let src_meta = if src.meta.shape == dst.meta.shape {
+            src.meta
+        } else {
+            expanded = broadcast(src.meta, &dst.meta.shape).ok_or_else(|| {
+                format!("input 0 is {} but output 0 is {}", src.meta.describe(), dst.meta.describe())
+            })?;
+            &expanded
+        };
+        if src_meta.dtype != dst.meta.dtype {
             return Err(format!(
                 "input 0 is {} but output 0 is {}",
                 src.meta.describe(),
                 dst.meta.describe()
             ));
         }
-        // An input of another shape is read broadcast to the output's (stride 0 where it
-        // repeats), as the CPU's `copy` reads it.
-        let expanded;
-        let src_meta = if src.meta.shape == dst.meta.shape {
-            src.meta
-        } else {
-            let strides = broadcast_strides("input 0", src.meta, &dst.meta.shape)?;
-            expanded = src.meta.with_layout(&dst.meta.shape, &strides, src.meta.offset);
-            &expanded
-        };
+        let src = crate::vm::TensorView { meta: src_meta, data: src.data };
         on_stream("copy", |s| {
             match (src.data.device_buffer().is_some(), dst.data.device_buffer().is_some()) {
                 (true, true) => {
-                    let from = device_operand(s, "input 0", src_meta, src.data)?;
+                    let from = device_operand(s, "input 0", src.meta, src.data)?;
                     let to = device_operand(s, "output 0", dst.meta, dst.data)?;
                     device_to_device(s, &to, &from)
                 }
                 (false, true) => {
-                    host_operand("input 0", src_meta, src.data)?;
+                    host_operand("input 0", src.meta, src.data)?;
                     let to = device_operand(s, "output 0", dst.meta, dst.data)?;
-                    host_to_device(s, &to, src_meta, src.data)
+                    host_to_device(s, &to, src.meta, src.data)
                 }
                 (true, false) => {
-                    let from = device_operand(s, "input 0", src_meta, src.data)?;
+                    let from = device_operand(s, "input 0", src.meta, src.data)?;
                     host_operand("output 0", dst.meta, dst.data)?;
                     device_to_host(s, dst.meta, dst.data, &from)
                 }
                 (false, false) => {
-                    host_operand("input 0", src_meta, src.data)?;
+                    host_operand("input 0", src.meta, src.data)?;
                     host_operand("output 0", dst.meta, dst.data)?;
-                    let mut buf = vec![0u8; src_meta.bytes()];
+                    let mut buf = vec![0u8; src.meta.bytes()];
                     // SAFETY: both layouts were checked against their storages; the input is
                     // gathered into `buf` before anything is written, so an output sharing its
                     // storage cannot change what is read; this instruction holds the write
                     // access to the output's storage and makes no reference to its bytes.
                     unsafe {
-                        gather(src_meta, src.data.as_ptr(), buf.as_mut_ptr());
+                        gather(src.meta, src.data.as_ptr(), buf.as_mut_ptr());
                         scatter(dst.meta, buf.as_ptr(), dst.data.as_mut_ptr());
                     }
                     Ok(())
@@ -176,6 +175,23 @@ impl OpKernel for CudaCopy {
             }
         })
     }
+}
+
+/// `meta` read as `shape` with NumPy's broadcasting: stride 0 along each dimension it lacks
+/// or has of size 1; `None` where it does not broadcast to `shape`.
+fn broadcast(meta: &TensorMeta, shape: &[usize]) -> Option<TensorMeta> {
+    let lead = shape.len().checked_sub(meta.shape.len())?;
+    let mut out = meta.clone();
+    out.shape = shape.iter().copied().collect();
+    out.strides = shape.iter().map(|_| 0).collect();
+    for (d, (&n, &s)) in meta.shape.iter().zip(&meta.strides).enumerate() {
+        match n {
+            _ if n == shape[lead + d] => out.strides[lead + d] = s,
+            1 => {}
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 /// Device to device on this device.

@@ -9,7 +9,7 @@
 //! | ops | inputs | output |
 //! | --- | --- | --- |
 //! | `fill` | none | the given output (any dtype) |
-//! | `copy` | `x` | like `x`, or a given output of the same dtype that `x` broadcasts to |
+//! | `copy` | `x` | like `x` |
 //! | `cast` | `x` | `x`'s shape, dtype `attrs.dtype()` |
 //! | `add`, `sub`, `mul`, `div` | `a`, `b` of one dtype | the broadcast shape, that dtype |
 //! | `add_bias` | `x: [n, k]`, `b: [k]` of one dtype | like `x` |
@@ -117,27 +117,6 @@ pub fn elementwise(
             broadcast_strides("input 1 (the mask)", mask, &x.shape)?;
             out.push(spec(&x.shape, x.dtype));
         }
-    }
-    Ok(())
-}
-
-/// `copy`: one input, an output like it; a given output may have any shape the input
-/// broadcasts to, and must have the input's dtype (`cast` converts).
-pub fn copy(inputs: &[&TensorMeta], given: &[&TensorMeta], out: &mut OutSpecs) -> Result<(), String> {
-    expect_inputs(inputs, 1)?;
-    let x = inputs[0];
-    match given {
-        [o] if o.shape != x.shape || o.dtype != x.dtype => {
-            if o.dtype != x.dtype {
-                return Err(format!(
-                    "input 0 is {} but output 0 is {}: copy keeps the dtype (cast converts)",
-                    x.dtype, o.dtype
-                ));
-            }
-            broadcast_strides("input 0", x, &o.shape)?;
-            out.push(spec(&o.shape, o.dtype));
-        }
-        _ => out.push(spec(&x.shape, x.dtype)),
     }
     Ok(())
 }

@@ -149,8 +149,8 @@ mod tests {
     use super::*;
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
-    /// Ops registered on the CPU that have no CUDA kernel yet: none. Every op, the
-    /// diagnostic `noop`, `fail` and `panic` included, runs on CUDA too.
+    /// Ops registered on the CPU that have no CUDA kernel: none. Every op, the diagnostic
+    /// `noop`, `fail` and `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[];
 
     #[test]
