@@ -75,6 +75,7 @@ impl ViewCount {
 
     /// [`enter`](Self::enter) with its fence made relaxed: the planted bug of the loom model.
     #[cfg(loom)]
+    #[allow(dead_code)] // called by the model (tests/loom/views.rs), not by the library
     pub(crate) fn enter_unfenced(&self, released: &AtomicBool) -> bool {
         self.0.fetch_add(1, Ordering::Relaxed);
         if released.load(Ordering::Relaxed) {
