@@ -27,6 +27,8 @@ pub mod kernel;
 pub(crate) mod observe;
 pub(crate) mod panic_hook;
 mod refcount;
+mod rendezvous;
+mod report;
 pub(crate) mod scheduler;
 pub mod shape;
 mod stream;
@@ -42,12 +44,11 @@ pub use config::{
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use dtype::{bf16, f16, promote_types, read_element, write_element, Category};
+pub(crate) use engine::VmStream;
 pub(crate) use engine::{Engine, EngineRef, Handoff};
 pub use env::EnvError;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
 pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorView, TensorViewMut};
 pub use stream::StreamId;
-pub(crate) use stream::VmStream;
-pub(crate) use stream_policy::StreamPolicy;
 pub use tensor::{contiguous_strides, DType, Element, Shape, Strides, TensorMeta};
