@@ -7,33 +7,28 @@
 //! local batch without taking any lock. Every `batch_size` instructions, and when the
 //! closure returns, the batch is spliced into the scheduler's inbox in O(1).
 //!
-//! # The cost of a call
+//! # The rule, and the cost of a call
 //!
-//! A call whose signature (kernel, stream, attributes, and each operand's interned meta:
-//! shape, dtype, device) was checked before by this VM's builders passes on a comparison of
-//! a few words (`InferCache`). (Checking a signature includes the size check of every
-//! output the call makes, `framework::shape`, so a cached call does not repeat it.) Only
-//! the checks that depend on the tensors' identity and state (released, aliased) run on
-//! every call. The common `call_into` (at most sixteen operands, a cached signature, no
-//! soft sync) does all of it in one pass over its
-//! operands (`fast_call`); every other call takes the full path, which gives a refused
-//! call its typed error. The instruction is written once, into the batch. Nothing per call
-//! is allocated, locked or counted: tensors are not kept alive by a handle per use
-//! (`framework::release` says why none is needed).
+//! Which calls are accepted is stated once, item by item, in `rule.rs`
+//! ([`rule`](InstructionsBuilder::rule)). What depends on a call's signature alone (kernel,
+//! stream, attributes, and each operand's interned meta: shape, dtype, device) is
+//! remembered per VM by the inference cache (`InferCache`), so a signature checked before
+//! passes on a comparison of a few words (checking it includes the size check of every
+//! output the call makes, `framework::shape`); only the items that depend on the tensors'
+//! identity and state (released, of this VM, aliased) run on every call. The common calls
+//! take caches of the rule that answer in one pass over their operands, or say they cannot
+//! tell: `call` and `call_multi` (at most four inputs, none a view, a cached signature), and
+//! `call_into` (at most sixteen operands, none a view or aliased, a cached signature, no
+//! soft sync), which is then written at once. Every other call takes the rule itself,
+//! which gives a refused call its typed error; a unit test (`rule_tests.rs`) checks on
+//! random calls that each cache's answer is the rule's. The instruction is written once,
+//! into the batch. Nothing per call is allocated, locked or counted: tensors are not kept
+//! alive by a handle per use (`framework::release` says why none is needed).
 //!
 //! # Soft sync
 //!
-//! Following OneFlow's `SoftSyncStream`, every tensor remembers the stream that last used
-//! it. When a call uses it on another stream, the builder first emits, per source stream:
-//! - both streams on one device that supports device-side waits: a `RecordEvent` on the
-//!   source stream (reading the tensors) and a `StreamWaitEvent` on the target stream, so
-//!   that the target waits on the device and the host never blocks;
-//! - an asynchronous source stream otherwise (device → host or another device): a
-//!   `RecordEvent` on the source stream, which the host-side consumer waits for;
-//! - a synchronous source (the CPU): nothing, its work is done when it is launched.
-//!
-//! The scheduler's dependence rules alone already make every program correct; soft sync
-//! lets the device do the waiting where it can.
+//! Before an instruction uses tensors last used on another stream, the builder emits the
+//! two streams' synchronisation (`soft_sync.rs`, after OneFlow's `SoftSyncStream`).
 //!
 //! # Releases
 //!
@@ -52,15 +47,28 @@
 //! the call the builder copies each input that is not so into a new tensor (the `copy` op,
 //! on the call's stream), and lets the kernel write each such output into a new tensor that
 //! it then copies into the output. These copies are instructions like any other (a trace
-//! records them). A call whose operands are views takes the full path.
+//! records them). A call whose operands are views takes the rule itself.
 //!
 //! # Tensors of other VMs
 //!
 //! Every operand must belong to the builder's VM: a tensor of another VM would have its
 //! dependences tracked by two schedulers, and its meta id is the other VM's number. The
 //! check compares the tensor's reference to its VM with the VM's own
-//! (`TensorInner::belongs_to`), one comparison of words on the line the fast path reads
+//! (`TensorInner::belongs_to`), one comparison of words on the line the rule's caches read
 //! anyway; a foreign operand is refused with [`Error::ForeignTensor`].
+//!
+//! # Trace replay
+//!
+//! A trace replayed as recorded writes its instructions exactly as the trace gives them,
+//! with no checks and no soft sync, through emitters the builder lends
+//! ([`raw`](InstructionsBuilder::raw), `raw.rs`), which are not part of the builder's own
+//! API.
+
+mod raw;
+mod rule;
+#[cfg(test)]
+mod rule_tests;
+mod soft_sync;
 
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -68,29 +76,25 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use crate::ep::DeviceId;
 use crate::ep::StreamType;
 use crate::framework::deferred;
-use crate::framework::infer_cache::{InferCache, Key, WideKey, KEY_OPS, WIDE_OPS};
-use crate::framework::layout;
+use crate::framework::infer_cache::{InferCache, KEY_OPS};
 use crate::framework::op::Call;
 use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
 use crate::framework::{Attrs, Op, OutSpecs};
 use crate::vm::instruction::{AccessSlot, AsObject, Batch};
-use crate::vm::shape;
 use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
 use crate::vm::KernelRef;
 use crate::vm::{Element, Engine, EngineRef, Error, Handoff, Result, StreamId, TensorMeta, VmStream};
+
+pub(crate) use raw::Raw;
+use rule::{Checked, Outputs, Scanned};
 
 use super::virtual_machine::{front, new_tensor_with_id, release_batch, submit_releases, Front};
 
 /// The most inputs one call takes (an `OpCall` counts them in a byte).
 pub const MAX_INPUTS: usize = u8::MAX as usize;
-
-/// Tensors a call uses that were last used on one other stream (soft sync): that stream's
-/// index and the tensors.
-type SyncGroup<'t> = (u32, SmallVec<[&'t TensorInner; 4]>);
 
 /// The engine as a builder holds it: borrowed for `'vm` (`VirtualMachine::run`), or through
 /// a counted handle of its own (an eager context's builder, kept open between calls).
@@ -148,14 +152,6 @@ pub struct InstructionsBuilder<'vm> {
 /// builder did not use are skipped, so ids increase per builder, not across builders.
 const ID_BLOCK: u64 = 64;
 
-/// What a checked call produces: its kernel, and where its outputs' specs are.
-#[derive(Clone, Copy)]
-struct Checked {
-    kernel: KernelRef,
-    /// The inference cache entry; `None`: `uncached`.
-    entry: Option<usize>,
-}
-
 // SAFETY: the pointers `front` and `streams` point into the engine the builder holds (a
 // borrow or a counted handle), whose front end state is `Sync` and whose stream table is
 // immutable; everything else the builder holds is `Send`.
@@ -196,6 +192,11 @@ impl<'vm> InstructionsBuilder<'vm> {
     #[inline]
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.vm
+    }
+
+    /// Trace replay's emitters, writing into this builder's batch (`raw.rs`).
+    pub(crate) fn raw(&mut self) -> Raw<'_, 'vm> {
+        Raw(self)
     }
 
     /// The front end's state of the VM.
@@ -240,9 +241,9 @@ impl<'vm> InstructionsBuilder<'vm> {
         stream: StreamId,
     ) -> Result<SmallVec<[Tensor; 2]>> {
         self.open_if_idle();
-        let checked = match self.fast_check_making(&op, inputs, attrs, stream) {
+        let checked = match self.cached_making(&op, inputs, attrs, stream) {
             Some(c) => c,
-            None => self.check(op, inputs, &[], &attrs, stream)?,
+            None => self.rule(op, inputs, Outputs::Made, &attrs, stream)?,
         };
         if let Some(whole) = self.whole_inputs(checked.kernel, inputs, stream)? {
             let refs: SmallVec<[&Tensor; 4]> = whole.iter().collect();
@@ -256,9 +257,9 @@ impl<'vm> InstructionsBuilder<'vm> {
     pub fn call(&mut self, op: Op, inputs: &[&Tensor], attrs: Attrs, stream: StreamId) -> Result<Tensor> {
         self.open_if_idle();
         // Refuse before emitting anything: a refused call leaves no instruction behind.
-        let checked = match self.fast_check_making(&op, inputs, attrs, stream) {
+        let checked = match self.cached_making(&op, inputs, attrs, stream) {
             Some(c) => c,
-            None => self.check(op, inputs, &[], &attrs, stream)?,
+            None => self.rule(op, inputs, Outputs::Made, &attrs, stream)?,
         };
         let n = self.outputs_of(checked).0.len();
         if n != 1 {
@@ -276,41 +277,6 @@ impl<'vm> InstructionsBuilder<'vm> {
         };
         // Cannot fail: the checked signature has one output.
         Ok(outs.pop().expect("one output"))
-    }
-
-    /// The check of a call whose outputs the builder makes (`call`, `call_multi`), in one
-    /// pass over its inputs, for the common case: at most [`KEY_OPS`] inputs, all of this
-    /// VM, none released, and a signature in the inference cache. Returns `None`, having
-    /// changed nothing, for any other call, which [`check`](Self::check) then checks in full
-    /// (and refuses, if it must). Inputs last used on another stream pass: the emission
-    /// (`emit_call`) adds the soft sync. The caller has opened the batch.
-    #[inline(always)]
-    fn fast_check_making(
-        &mut self,
-        op: &Op,
-        inputs: &[&Tensor],
-        attrs: Attrs,
-        stream: StreamId,
-    ) -> Option<Checked> {
-        let n = inputs.len();
-        if n > KEY_OPS {
-            return None;
-        }
-        let s = self.streams().get(stream.index())?;
-        let kernel = op.kernel_ref(s.device.ty)?;
-        let mut ids = [MetaId(0); KEY_OPS];
-        let mut refused = false;
-        for (id, t) in ids.iter_mut().zip(inputs) {
-            let t = t.inner();
-            *id = t.meta_id;
-            // Views go the full way: a kernel may need them copied (module docs, "Layouts").
-            refused |= t.released.load(Ordering::Relaxed) | !t.belongs_to(self.me) | t.is_view();
-        }
-        if refused {
-            return None;
-        }
-        let entry = self.infer.find(&Key::new(kernel, stream.0, &attrs, n, n, &ids))?;
-        Some(Checked { kernel, entry: Some(entry) })
     }
 
     /// Make the outputs of a checked call (`call`, `call_multi`) on the stream's device and
@@ -364,30 +330,46 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
-        self.call_into_as(op, inputs, outputs, attrs, stream)
-    }
-
-    /// `call_into`: the fast path, else the full one.
-    #[inline(always)]
-    fn call_into_as(
-        &mut self,
-        op: Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: Attrs,
-        stream: StreamId,
-    ) -> Result<()> {
         self.open_if_idle();
-        if self.fast_call(&op, inputs, outputs, attrs, stream) {
+        // The rule's caches first (`rule.rs`): a call they pass needs no soft sync and no
+        // copy, and is written at once.
+        if inputs.len() + outputs.len() <= KEY_OPS {
+            if let Some(s) = self.cached_into(&op, inputs, outputs, attrs, stream) {
+                self.emit_cached(s, inputs, outputs, attrs, stream);
+                return Ok(());
+            }
+        } else if self.call_into_wide(&op, inputs, outputs, attrs, stream) {
             return Ok(());
         }
-        self.call_into_checked(op, inputs, outputs, attrs, stream)
+        self.call_into_by_rule(op, inputs, outputs, attrs, stream)
     }
 
-    /// `call_into` by the full path: every check, soft sync, any number of operands. Kept
-    /// out of line so that the fast path's frame stays small.
+    /// `call_into` of more than `KEY_OPS` operands through its cache, out of line so that
+    /// the narrow call's frame stays small; false, having changed nothing, if the cache
+    /// cannot tell.
     #[inline(never)]
-    fn call_into_checked(
+    fn call_into_wide(
+        &mut self,
+        op: &Op,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        attrs: Attrs,
+        stream: StreamId,
+    ) -> bool {
+        match self.cached_into_wide(op, inputs, outputs, attrs, stream) {
+            Some(s) => {
+                self.emit_cached(s, inputs, outputs, attrs, stream);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `call_into` by the rule itself: any number of operands, soft sync, the copies of a
+    /// kernel over contiguous operands. Out of line so that the cached call's frame stays
+    /// small.
+    #[inline(never)]
+    fn call_into_by_rule(
         &mut self,
         op: Op,
         inputs: &[&Tensor],
@@ -395,16 +377,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         attrs: Attrs,
         stream: StreamId,
     ) -> Result<()> {
-        let checked = self.check(op, inputs, outputs, &attrs, stream)?;
-        // A signature cached by `call` (whose outputs the builder makes) matches a
-        // `call_into` of the same inputs and no outputs: compare the counts here.
-        let produced = self.outputs_of(checked).0.len();
-        if produced != outputs.len() {
-            return Err(Error::InvalidOperands {
-                op: op.name().into(),
-                detail: format!("produces {produced} outputs, {} given", outputs.len()),
-            });
-        }
+        let checked = self.rule(op, inputs, Outputs::Given(outputs), &attrs, stream)?;
         let kernel = checked.kernel;
         if kernel.strided() || inputs.iter().chain(outputs).all(|t| t.is_whole()) {
             self.emit_call(kernel, inputs, outputs, attrs, stream);
@@ -474,88 +447,19 @@ impl<'vm> InstructionsBuilder<'vm> {
         new_tensor_with_id(&self.vm, id, meta.clone(), self.vm.intern(&meta), Fetch::No)
     }
 
-    /// The common `call_into`, checked and emitted with one pass over its operands: at most
-    /// [`WIDE_OPS`] operands, at least one of them an output (a cached signature with none
-    /// may be `call`'s, whose outputs the builder made), all of this VM, none released or
-    /// aliased or last used on another stream, and a signature in the inference cache
-    /// (whose meta ids are this VM's, so only this VM's tensors may be looked up in it). The
-    /// caller has opened the batch. Each operand's VM, identity, state and meta id lie in
-    /// one line of its tensor, read once. Returns false, having changed nothing, for any
-    /// other call, which the full path then checks (and refuses, if it must) and emits. A
-    /// signature of at most [`KEY_OPS`] operands is found by its packed key; a wider one
-    /// ([`fast_call_wide`](Self::fast_call_wide), out of line) by its longer [`WideKey`].
+    /// Emit a call that a cache of the rule passed (`rule.rs`, [`Scanned`]): mark its
+    /// operands used on `stream` if any was never used (every other one was last used
+    /// there), and write the instruction into the batch.
     #[inline(always)]
-    fn fast_call(
+    fn emit_cached(
         &mut self,
-        op: &Op,
+        s: Scanned,
         inputs: &[&Tensor],
         outputs: &[&Tensor],
         attrs: Attrs,
         stream: StreamId,
-    ) -> bool {
-        let (n_in, n) = (inputs.len(), inputs.len() + outputs.len());
-        if outputs.is_empty() {
-            return false;
-        }
-        if n > KEY_OPS {
-            return self.fast_call_wide(op, inputs, outputs, attrs, stream);
-        }
-        let Some(s) = self.streams().get(stream.index()) else { return false };
-        let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
-        let mut ids = [MetaId(0); KEY_OPS];
-        let Some(first_use) = scan_operands::<false>(&mut ids, inputs, outputs, stream.0, self.me) else {
-            return false;
-        };
-        if self.infer.find(&Key::new(kernel, stream.0, &attrs, n_in, n, &ids)).is_none() {
-            return false;
-        }
-        self.emit_scanned(kernel, inputs, outputs, attrs, stream, first_use);
-        true
-    }
-
-    /// [`fast_call`](Self::fast_call) for a call of more than [`KEY_OPS`] operands. (Its
-    /// first lines repeat `fast_call`'s: one generic function for both, taking the lookup
-    /// as a closure, made the narrow path slower per call: `docs/performance.md`, "Why the
-    /// hot paths are shaped so", has the measurement.)
-    #[inline(never)]
-    fn fast_call_wide(
-        &mut self,
-        op: &Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: Attrs,
-        stream: StreamId,
-    ) -> bool {
-        let n = inputs.len() + outputs.len();
-        if n > WIDE_OPS {
-            return false;
-        }
-        let Some(s) = self.streams().get(stream.index()) else { return false };
-        let Some(kernel) = op.kernel_ref(s.device.ty) else { return false };
-        let mut ids = [MetaId(0); WIDE_OPS];
-        let Some(first_use) = scan_operands::<true>(&mut ids, inputs, outputs, stream.0, self.me) else {
-            return false;
-        };
-        if self.infer.find_wide(&WideKey::new(kernel, stream.0, &attrs, inputs.len(), n, &ids)).is_none() {
-            return false;
-        }
-        self.emit_scanned(kernel, inputs, outputs, attrs, stream, first_use);
-        true
-    }
-
-    /// Emit a call that [`scan_operands`] passed, with a cached signature: mark its
-    /// operands used on `stream` if any was never used (`first_use`; every other one was
-    /// last used there), and write the instruction into the batch.
-    #[inline(always)]
-    fn emit_scanned(
-        &mut self,
-        kernel: KernelRef,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: Attrs,
-        stream: StreamId,
-        first_use: bool,
     ) {
+        let Scanned { kernel, first_use } = s;
         if first_use {
             for t in inputs.iter().chain(outputs) {
                 t.inner().last_stream.store(stream.0, Ordering::Relaxed);
@@ -570,10 +474,6 @@ impl<'vm> InstructionsBuilder<'vm> {
 
     /// Overwrite a host tensor with `data` (a host `Access`).
     pub fn write<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
-        self.write_checked(t, data)
-    }
-
-    fn write_checked<T: Element>(&mut self, t: &Tensor, data: &[T]) -> Result<()> {
         self.open_if_idle();
         if !t.inner().belongs_to(self.me) {
             return Err(Error::ForeignTensor { op: "write".into(), tensor: t.id() });
@@ -626,7 +526,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         let host = self.vm.host_stream();
         self.sync_operands(host, std::iter::once(t.inner()));
         self.open_if_idle();
-        // SAFETY: as in `write_checked`.
+        // SAFETY: as in `write`.
         unsafe { self.batch.push_read(t.inner(), host, slot, wait_only) };
         self.flush_if_full();
         Ok(())
@@ -756,125 +656,7 @@ impl<'vm> InstructionsBuilder<'vm> {
         }
     }
 
-    /// Check a call (module docs); returns its kernel and where its output specs are. The
-    /// common case, a signature already in the inference cache, takes one pass over the
-    /// operands and no allocation. Opens the batch first (`open_if_idle`).
-    #[inline]
-    fn check(
-        &mut self,
-        op: Op,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: &Attrs,
-        stream: StreamId,
-    ) -> Result<Checked> {
-        self.open_if_idle();
-        let device = self.vm.stream(stream)?.device;
-        let Some(kernel) = op.kernel_ref(device.ty) else {
-            return Err(self.front().unknown_op(op.name(), device));
-        };
-        if inputs.len() > MAX_INPUTS {
-            return Err(Error::InvalidOperands {
-                op: op.name().into(),
-                detail: format!("has {} inputs; a call takes at most {MAX_INPUTS}", inputs.len()),
-            });
-        }
-        for t in inputs.iter().chain(outputs) {
-            // Before the inference cache is asked: its meta ids are this VM's.
-            if !t.inner().belongs_to(self.me) {
-                return Err(Error::ForeignTensor { op: op.name().into(), tensor: t.id() });
-            }
-            t.check_live()?;
-        }
-        check_outputs(op, kernel, inputs, outputs)?;
-        // A signature checked before passes again: the device rule and `infer` are
-        // functions of it alone, and it passed them then (only passing calls are cached).
-        let ids = inputs.iter().chain(outputs).map(|t| t.inner().meta_id);
-        let found = match Key::of(kernel, stream.0, attrs, inputs.len(), ids.clone()) {
-            Some(key) => self.infer.find(&key),
-            None => self.infer.get(kernel, stream.0, attrs, inputs.len(), ids),
-        };
-        match found {
-            Some(entry) => Ok(Checked { kernel, entry: Some(entry) }),
-            None => self.check_uncached(op, kernel, inputs, outputs, attrs, stream, device),
-        }
-    }
-
-    /// The output specs and meta ids of a checked call.
-    fn outputs_of(&self, c: Checked) -> (&OutSpecs, &[MetaId]) {
-        match c.entry {
-            Some(i) => self.infer.outputs(i),
-            None => (&self.uncached.0, &self.uncached.1),
-        }
-    }
-
-    /// Check devices and run the kernel's `infer` for a signature not in the cache, compare
-    /// the given outputs with it, and cache it if it passes.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
-    fn check_uncached(
-        &mut self,
-        op: Op,
-        kernel: KernelRef,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: &Attrs,
-        stream: StreamId,
-        device: DeviceId,
-    ) -> Result<Checked> {
-        let n = inputs.len() + outputs.len();
-        let on_device = inputs.iter().chain(outputs).filter(|t| t.device() == device).count();
-        // A copy needs one end on the stream's device: a given output there, or, with no
-        // outputs given (`call`), the output the call makes there.
-        if on_device < n && !kernel.cross_device() || on_device == 0 && !outputs.is_empty() {
-            return Err(wrong_device(op, kernel, inputs, outputs, device));
-        }
-        let name = || op.name().to_string();
-        let in_metas: SmallVec<[&TensorMeta; 8]> = inputs.iter().map(|t| t.meta()).collect();
-        let given: SmallVec<[&TensorMeta; 2]> = outputs.iter().map(|t| t.meta()).collect();
-        let mut specs = OutSpecs::new();
-        kernel
-            .infer(&in_metas, &given, attrs, &mut specs)
-            .map_err(|detail| Error::InvalidOperands { op: name(), detail })?;
-        // Every output the call would create passes the one size check (`framework::shape`)
-        // here, before the signature is cached: a cached call makes outputs of the same
-        // shapes, so it needs no check. Given outputs must equal these (below).
-        let limit = self.vm.config().max_tensor_bytes;
-        for (i, s) in specs.iter().enumerate() {
-            shape::check(&s.shape, s.dtype, limit, || format!("output {i} of `{}` on {device}", op.name()))?;
-        }
-        if !outputs.is_empty() {
-            if specs.len() != outputs.len() {
-                return Err(Error::InvalidOperands {
-                    op: name(),
-                    detail: format!("produces {} outputs, {} given", specs.len(), outputs.len()),
-                });
-            }
-            for (i, (s, t)) in specs.iter().zip(outputs).enumerate() {
-                if s.shape != t.meta().shape || s.dtype != t.dtype() {
-                    let want = TensorMeta::new(&s.shape, s.dtype, device);
-                    return Err(Error::OutputMismatch {
-                        op: name(),
-                        index: i,
-                        expected: want.describe(),
-                        found: t.meta().describe(),
-                    });
-                }
-            }
-        }
-        let out_ids: SmallVec<[MetaId; 2]> =
-            specs.iter().map(|s| self.vm.intern(&TensorMeta::new(&s.shape, s.dtype, device))).collect();
-        let ids: SmallVec<[MetaId; 4]> = inputs.iter().chain(outputs).map(|t| t.inner().meta_id).collect();
-        match self.infer.insert(kernel, stream.0, attrs, inputs.len(), ids, specs.clone(), out_ids.clone()) {
-            Some(i) => Ok(Checked { kernel, entry: Some(i) }),
-            None => {
-                self.uncached = (specs, out_ids);
-                Ok(Checked { kernel, entry: None })
-            }
-        }
-    }
-
-    /// Emit an `OpCall` (after `check`), written where it lies in the batch
+    /// Emit an `OpCall` (after the rule), written where it lies in the batch
     /// (`Batch::push_call_of`): nothing as large as an instruction or an operand list is
     /// built on the stack and copied.
     #[inline]
@@ -894,158 +676,6 @@ impl<'vm> InstructionsBuilder<'vm> {
         unsafe { self.batch.push_call_of(kernel, attrs, stream, inputs, outputs) };
         self.flush_if_full();
     }
-
-    /// Mark `tensors` used on `stream`, with no soft sync: for trace replay without
-    /// `--resync`, where the trace (validated beforehand) carries its own
-    /// `RecordEvent`/`StreamWaitEvent` instructions.
-    fn mark_raw<'t>(&mut self, stream: StreamId, tensors: impl Iterator<Item = &'t Tensor>) {
-        self.open_if_idle();
-        for t in tensors {
-            t.inner().last_stream.store(stream.0, Ordering::Relaxed);
-            t.inner().owner().last_stream.store(stream.0, Ordering::Relaxed);
-        }
-    }
-
-    /// Emit an `OpCall` exactly as given: no checks and no soft sync (trace replay, as
-    /// [`mark_raw`](Self::mark_raw) says). At most [`MAX_INPUTS`] inputs.
-    pub(crate) fn emit_raw_call(
-        &mut self,
-        kernel: KernelRef,
-        inputs: &[&Tensor],
-        outputs: &[&Tensor],
-        attrs: Attrs,
-        stream: StreamId,
-    ) {
-        self.mark_raw(stream, inputs.iter().chain(outputs).copied());
-        // SAFETY: the replay holds every tensor's handle until it emits the tensor's
-        // `Release`, after this batch.
-        unsafe { self.batch.push_call_of(kernel, attrs, stream, inputs, outputs) };
-        self.flush_if_full();
-    }
-
-    /// Emit a `RecordEvent` of event `id` on `stream` after `tensors`' uses, as given.
-    pub(crate) fn emit_raw_record(&mut self, id: u64, stream: StreamId, tensors: &[&Tensor]) {
-        self.mark_raw(stream, tensors.iter().copied());
-        // SAFETY: as in `emit_raw_call`.
-        unsafe { self.batch.push_record_event(id, stream, tensors.iter().map(|t| t.inner())) };
-        self.flush_if_full();
-    }
-
-    /// Emit a `StreamWaitEvent` on `stream` for event `id`, as given.
-    pub(crate) fn emit_raw_wait(&mut self, id: u64, stream: StreamId) {
-        self.open_if_idle();
-        self.batch.push_stream_wait(id, stream);
-        self.flush_if_full();
-    }
-
-    /// Emit `t`'s `Release` on `stream`, as given; `t` is marked released, so that dropping
-    /// its handles emits nothing more.
-    pub(crate) fn emit_raw_release(&mut self, t: &Tensor, stream: StreamId) {
-        self.mark_raw(stream, std::iter::once(t));
-        t.inner().released.store(true, Ordering::Relaxed);
-        let base = super::tensor::hand_off_base(t.inner());
-        self.batch.push_release(TensorOwner::counted(t.inner()), stream);
-        if let Some(base) = base {
-            super::tensor::hand_back_later(base);
-        }
-        self.flush_if_full();
-    }
-
-    /// Emit a host write of `bytes` into `t` on `stream`, as given.
-    pub(crate) fn emit_raw_write(&mut self, t: &Tensor, bytes: Box<[u8]>, stream: StreamId) {
-        self.mark_raw(stream, std::iter::once(t));
-        // SAFETY: as in `emit_raw_call`.
-        unsafe { self.batch.push_write(t.inner(), stream, bytes) };
-        self.flush_if_full();
-    }
-
-    /// Emit a host read (`wait_only`: of the error state) of `t` into `slot` on `stream`, as
-    /// given.
-    pub(crate) fn emit_raw_read(
-        &mut self,
-        t: &Tensor,
-        stream: StreamId,
-        slot: Arc<AccessSlot>,
-        wait_only: bool,
-    ) {
-        self.mark_raw(stream, std::iter::once(t));
-        // SAFETY: as in `emit_raw_call`.
-        unsafe { self.batch.push_read(t.inner(), stream, slot, wait_only) };
-        self.flush_if_full();
-    }
-
-    /// Soft sync before an instruction on `stream` that uses `tensors` (module docs): emit
-    /// the synchronisation for the storages of those last used on other streams, and mark
-    /// them all used on `stream`. A view's storage is its owner's: the owner keeps the
-    /// storage's last stream, the view its own (where its `Release` goes).
-    #[inline]
-    fn sync_operands<'t>(
-        &mut self,
-        stream: StreamId,
-        tensors: impl Iterator<Item = &'t TensorInner> + Clone,
-    ) {
-        let me = stream.0;
-        let mut foreign = false;
-        for t in tensors.clone() {
-            let o = t.owner();
-            let last = o.last_stream.load(Ordering::Relaxed);
-            if last != me {
-                foreign |= last != NO_STREAM;
-                if !foreign {
-                    o.last_stream.store(me, Ordering::Relaxed);
-                }
-            }
-            if t.is_view() {
-                t.last_stream.store(me, Ordering::Relaxed);
-            }
-        }
-        if foreign {
-            self.soft_sync(stream, tensors.clone().map(TensorInner::owner));
-            for t in tensors {
-                t.owner().last_stream.store(me, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Emit the synchronisation for storages (their owners, `tensors`) last used on other
-    /// streams (module docs).
-    #[cold]
-    fn soft_sync<'t>(&mut self, me: StreamId, tensors: impl Iterator<Item = &'t TensorInner>) {
-        let mut groups: SmallVec<[SyncGroup<'_>; 2]> = SmallVec::new();
-        for t in tensors {
-            let last = t.last_stream.load(Ordering::Relaxed);
-            if last == me.0 || last == NO_STREAM {
-                continue;
-            }
-            match groups.iter_mut().find(|(s, _)| *s == last) {
-                Some((_, g)) => {
-                    if !g.iter().any(|x| std::ptr::eq(*x, t)) {
-                        g.push(t)
-                    }
-                }
-                None => groups.push((last, SmallVec::from_iter([t]))),
-            }
-        }
-        self.open_if_idle();
-        for (src, reads) in groups {
-            // Both are streams of this VM: `me` passed `check` (or is the host stream), and
-            // `src` is the `last_stream` of a tensor of this VM, set by one of its builders
-            // (a tensor of another VM is refused before it gets here).
-            let (s, t) = (&self.streams()[src as usize], &self.streams()[me.index()]);
-            let (device_waits, asynchronous) =
-                (s.device == t.device && s.device_waits, s.policy.is_asynchronous());
-            let id = self.vm.next_event_id();
-            // SAFETY: the caller holds a handle of each tensor while it builds (a view's
-            // handle keeps its owner), and a `Release` of one is submitted only after the
-            // batch being built.
-            if device_waits {
-                unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
-                self.batch.push_stream_wait(id, me);
-            } else if asynchronous {
-                unsafe { self.batch.push_record_event(id, StreamId(src), reads.into_iter()) };
-            }
-        }
-    }
 }
 
 impl Drop for InstructionsBuilder<'_> {
@@ -1060,152 +690,6 @@ impl Drop for InstructionsBuilder<'_> {
         let infer = std::mem::take(&mut self.infer);
         self.front().recycle_infer_cache(infer);
     }
-}
-
-/// The checks of a call's outputs against its other operands (`check`), by storage: an
-/// output that is exactly an input's elements is allowed to a kernel that works in place
-/// ([`Error::Aliased`] otherwise); one that overlaps an input other than element for element,
-/// or names an element twice, is refused ([`Error::Overlap`]), as are two outputs of one
-/// storage; one that shares its storage with an input at other elements is allowed.
-fn check_outputs(op: Op, kernel: KernelRef, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<()> {
-    let aliased = |o: &Tensor| Error::Aliased { op: op.name().into(), tensor: o.id() };
-    for (i, o) in outputs.iter().enumerate() {
-        let (oi, om) = (o.inner(), o.meta());
-        if layout::has_internal_overlap(om) {
-            return Err(Error::Overlap {
-                op: op.name().into(),
-                output: o.id(),
-                detail: format!("writes some of its elements more than once ({})", om.describe()),
-            });
-        }
-        if outputs[..i].iter().any(|t| std::ptr::eq(t.inner().owner(), oi.owner())) {
-            return Err(aliased(o));
-        }
-        for t in inputs.iter().filter(|t| std::ptr::eq(t.inner().owner(), oi.owner())) {
-            // Elements the output shares with no input, or that cannot be told from the
-            // layouts (PyTorch lets those through too), are the kernel's to read and write
-            // in its order: a kernel over contiguous operands never sees such a pair, as one
-            // of the two is a view that the builder copies (module docs, "Layouts").
-            match layout::overlap(t.meta(), om) {
-                layout::Overlap::Same if kernel.in_place() => {}
-                layout::Overlap::Same => return Err(aliased(o)),
-                layout::Overlap::None | layout::Overlap::Unknown => {}
-                layout::Overlap::Partial => {
-                    return Err(Error::Overlap {
-                        op: op.name().into(),
-                        output: o.id(),
-                        detail: format!(
-                            "({}) overlaps input tensor {} ({}) in their storage",
-                            om.describe(),
-                            t.id(),
-                            t.meta().describe()
-                        ),
-                    })
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The error for a call with an operand on the wrong device: the first operand off the
-/// stream's device (or, for a copy, the first operand, when none is on it).
-#[cold]
-fn wrong_device(
-    op: Op,
-    kernel: KernelRef,
-    inputs: &[&Tensor],
-    outputs: &[&Tensor],
-    device: DeviceId,
-) -> Error {
-    let mut all = inputs.iter().chain(outputs);
-    let t = if kernel.cross_device() {
-        all.next().expect("a copy with no operands has none on the device: checked by the caller")
-    } else {
-        all.find(|t| t.device() != device).expect("some operand is off the device")
-    };
-    Error::WrongDevice {
-        op: op.name().into(),
-        tensor: t.id(),
-        tensor_device: t.device(),
-        stream_device: device,
-    }
-}
-
-/// One pass over a call's operands for the fast path: their meta ids into `ids` (inputs,
-/// then outputs; `ids` has room for them all), and whether the call can take the fast path
-/// on stream `me` of the VM `vm`: `None` if an operand belongs to another VM, is released,
-/// was last used on another stream (soft sync needed), or an output aliases another
-/// operand; otherwise whether any operand is used for the first time. `WIDE`: for
-/// [`fast_call_wide`](InstructionsBuilder::fast_call_wide), whose operand counts are not known
-/// where it is compiled.
-///
-/// The pass asks one question per operand: is it this VM's, live, and last used on `me`?
-/// Any other answer (a tensor never used is the one that passes) sends the call to
-/// [`scan_unusual`], which asks again, operand by operand. A loop's calls find their
-/// operands last used on their own stream, so the common pass keeps no second flag.
-#[inline(always)]
-fn scan_operands<const WIDE: bool>(
-    ids: &mut [MetaId],
-    inputs: &[&Tensor],
-    outputs: &[&Tensor],
-    me: u32,
-    vm: EngineRef,
-) -> Option<bool> {
-    let mut unusual = false;
-    let mut scan = |id: &mut MetaId, t: &&Tensor| {
-        let t = t.inner();
-        *id = t.meta_id;
-        // The VM's identity lies in the line the other fields come from: one more
-        // comparison, folded into the same flag (a foreign operand is refused by the full
-        // path, before its meta id, another VM's number, meets the inference cache).
-        // A view goes the full way too: its storage's soft-sync state and aliasing are its
-        // owner's (`check`, `sync_operands`).
-        unusual |= t.released.load(Ordering::Relaxed)
-            | (t.last_stream.load(Ordering::Relaxed) != me)
-            | !t.belongs_to(vm)
-            | t.is_view();
-    };
-    if WIDE {
-        // Inputs, then outputs, each a loop of its own: one loop over the two chained
-        // tests which half it is in on every operand. (A narrow call's operand counts are
-        // known where it is inlined, and its chained loop unrolls to fewer instructions
-        // than the split one.)
-        let (in_ids, out_ids) = ids.split_at_mut(inputs.len().min(ids.len()));
-        in_ids.iter_mut().zip(inputs).for_each(|(id, t)| scan(id, t));
-        out_ids.iter_mut().zip(outputs).for_each(|(id, t)| scan(id, t));
-    } else {
-        ids.iter_mut().zip(inputs.iter().chain(outputs)).for_each(|(id, t)| scan(id, t));
-    }
-    // Every pair compared, with no early exit: a loop that stops at the first match ends on
-    // a branch that is mispredicted once per call.
-    let mut aliased = false;
-    for (i, o) in outputs.iter().enumerate() {
-        aliased |=
-            inputs.iter().chain(&outputs[..i]).fold(false, |a, t| a | std::ptr::eq(t.inner(), o.inner()));
-    }
-    match (aliased, unusual) {
-        (true, _) => None,
-        (false, false) => Some(false),
-        (false, true) => scan_unusual(inputs, outputs, me, vm),
-    }
-}
-
-/// [`scan_operands`]'s answer for a call one of whose operands is not a live tensor of
-/// this VM last used on `me`: `Some(true)` if each such operand is a live tensor (not a
-/// view) of this VM that nothing has used yet, else `None`.
-#[cold]
-#[inline(never)]
-fn scan_unusual(inputs: &[&Tensor], outputs: &[&Tensor], me: u32, vm: EngineRef) -> Option<bool> {
-    let passes = inputs.iter().chain(outputs).all(|t| {
-        let t = t.inner();
-        let last = t.last_stream.load(Ordering::Relaxed);
-        !t.released.load(Ordering::Relaxed)
-            && t.belongs_to(vm)
-            && !t.is_view()
-            && (last == me || last == NO_STREAM)
-    });
-    passes.then_some(true)
 }
 
 impl AsObject for Tensor {
