@@ -10,12 +10,15 @@
 //!   answering between eagervm's rounds).
 //! - **Elementwise ops and reductions** on 64 MiB tensors, through the VM, against a plain
 //!   Rust loop and a memcpy, in GB/s (bytes read and written).
+//! - **Layouts and dtypes**: `add` on the same 16 Mi elements in place, with a broadcast
+//!   row, with a transposed input, over every other element, in `f16`; a cast to `f16`; the
+//!   sum of a transposed view; each against the contiguous `f32` `add`.
 //!
 //! The machine is shared and noisy, so every comparison is interleaved: each round times
 //! every variant once (the median of a few calls), and a ratio is the median of the per-round
 //! ratios, printed with its range over the rounds. `KERNELS_ROUNDS` sets the rounds (default
 //! 7); `KERNELS_STAT=min` takes each variant's fastest call in a round instead of its
-//! median; `KERNELS_SIZES=64,512,1024` the products' sizes; `KERNELS_ONLY=matmul` or `KERNELS_ONLY=bandwidth` runs one half. Then criterion times each eagervm kernel on its own (`cargo bench --bench kernels --
+//! median; `KERNELS_SIZES=64,512,1024` the products' sizes; `KERNELS_ONLY=matmul`, `KERNELS_ONLY=bandwidth` or `KERNELS_ONLY=layouts` runs one part. Then criterion times each eagervm kernel on its own (`cargo bench --bench kernels --
 //! matmul/512` filters; `KERNELS_SUMMARY_ONLY=1` skips criterion).
 
 use std::hint::black_box;
@@ -238,8 +241,13 @@ impl Vm {
 
     /// Run `op` on `ins` into `out` and wait for it.
     fn call(&self, op: &str, ins: &[&Tensor], out: &Tensor, scalar: f64) {
+        self.call_with(op, ins, out, Attrs::scalar(scalar));
+    }
+
+    /// [`call`](Self::call) with any attributes.
+    fn call_with(&self, op: &str, ins: &[&Tensor], out: &Tensor, attrs: Attrs) {
         let op = self.vm.op(op).expect("op");
-        self.vm.run(|b| b.call_into(op, ins, &[out], Attrs::scalar(scalar), self.cpu)).expect("call");
+        self.vm.run(|b| b.call_into(op, ins, &[out], attrs, self.cpu)).expect("call");
         self.vm.sync().expect("sync");
     }
 }
@@ -524,6 +532,57 @@ fn bandwidth_summary(vm: &Vm, threaded: &Vm) {
     }
 }
 
+/// `add` and friends over views and other dtypes, against the contiguous `f32` `add`.
+fn layouts_summary(vm: &Vm) {
+    let rounds = rounds();
+    const SIDE: usize = 4096;
+    const N: usize = SIDE * SIDE; // 64 MiB of f32
+    let reps = 3;
+    let (av, bv) = (values(N, 3), values(N, 4));
+    let (a, b, o) = (vm.tensor(&av, &[SIDE, SIDE]), vm.tensor(&bv, &[SIDE, SIDE]), vm.empty(&[SIDE, SIDE]));
+    let x = vm.tensor(&av, &[SIDE, SIDE]);
+    let row = vm.tensor(&bv[..SIDE], &[SIDE]);
+    let bt = b.view_layout(&[SIDE, SIDE], &[1, SIDE as isize], 0).expect("view");
+    let (a2, b2) =
+        (a.view_layout(&[N / 2], &[2], 0).expect("view"), b.view_layout(&[N / 2], &[2], 1).expect("view"));
+    let o2 = vm.empty(&[N / 2]);
+    let half = |v: &[f32]| v.iter().map(|&x| eagervm::framework::f16::from_f32(x)).collect::<Vec<_>>();
+    let h = |v: &[f32]| vm.vm.from_slice(&half(v), &[N], DeviceId::CPU).expect("tensor");
+    let (ha, hb, ho) = (h(&av), h(&bv), vm.vm.empty(&[N], DType::F16, DeviceId::CPU).expect("tensor"));
+    let at = a.view_layout(&[SIDE, SIDE], &[1, SIDE as isize], 0).expect("view");
+    let ho2 = ho.view_layout(&[SIDE, SIDE], &[SIDE as isize, 1], 0).expect("view");
+    let to_f16 = Attrs::default().with_dtype(DType::F16);
+    let s = vm.empty(&[]);
+    let f = 4.0 * N as f64;
+    // (name, bytes moved, call)
+    type Case<'a> = (&'a str, f64, Box<dyn Fn() + 'a>);
+    let cases: Vec<Case<'_>> = vec![
+        ("add, contiguous f32", 3.0 * f, Box::new(|| vm.call("add", &[&a, &b], &o, 0.0))),
+        ("add in place (x += b)", 3.0 * f, Box::new(|| vm.call("add", &[&x, &b], &x, 0.0))),
+        ("add, a row broadcast ([n, n] + [n])", 2.0 * f, Box::new(|| vm.call("add", &[&a, &row], &o, 0.0))),
+        ("add, a transposed input (a + bᵀ)", 3.0 * f, Box::new(|| vm.call("add", &[&a, &bt], &o, 0.0))),
+        ("add, every other element (step 2)", 1.5 * f, Box::new(|| vm.call("add", &[&a2, &b2], &o2, 0.0))),
+        ("add, f16 (computed in f32)", 1.5 * f, Box::new(|| vm.call("add", &[&ha, &hb], &ho, 0.0))),
+        ("cast f32 to f16", 1.5 * f, Box::new(|| vm.call_with("cast", &[&a], &ho2, to_f16))),
+        ("sum of a transposed view", f, Box::new(|| vm.call("sum", &[&at], &s, 0.0))),
+    ];
+    let mut variants: Vec<Variant<'_>> = cases
+        .iter()
+        .map(|(name, _, call)| {
+            (name.to_string(), Box::new(move || median_call(reps, call)) as Box<dyn FnMut() -> f64>)
+        })
+        .collect();
+    let series = interleaved(rounds, &mut variants);
+    drop(variants);
+    println!("\n== layouts and dtypes: 16 Mi elements, {rounds} interleaved rounds (a synchronous VM)");
+    println!("{:<44} {:>9} {:>8} {:>10}", "variant", "ms", "GB/s", "time / add");
+    for (s, (_, bytes, _)) in series.iter().zip(&cases) {
+        let t = med(s);
+        let (r, _, _) = ratio(s, &series[0]);
+        println!("{:<44} {:>9.2} {:>8.1} {:>10.2}", s.name, t * 1e3, gbs(*bytes, t), r);
+    }
+}
+
 // ---- criterion ------------------------------------------------------------------------
 
 fn criterion_benches(c: &mut Criterion, vm: &Vm) {
@@ -571,6 +630,9 @@ fn main() {
     drop(torch);
     if only.is_empty() || only == "bandwidth" {
         bandwidth_summary(&sync, &vm);
+    }
+    if only.is_empty() || only == "layouts" {
+        layouts_summary(&sync);
     }
     if std::env::var_os("KERNELS_SUMMARY_ONLY").is_none() {
         let mut c = Criterion::default().configure_from_args();

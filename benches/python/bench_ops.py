@@ -4,7 +4,9 @@
 
 1. A Python loop of n tiny ops (`x = x + y` on 16-element float32 arrays, then one wait):
    eagervm on cpu:0 and mock:0, the same loop in NumPy, and in PyTorch CPU eager if it is
-   importable. Per op, median of the repetitions.
+   importable; then on cpu:0 an op with a number (`x = x * 1.0`) and a view (`v = x[1:]`,
+   no kernel: the binding's and the view's own cost), in each library that has it. Per op,
+   median of the repetitions.
 2. The MLP training step (64 x 8 -> 32 -> 1, about 25 calls) from Python
    (examples/python/mlp.py), against the same program in Rust (src/programs/mlp.rs, run by
    the command line, `eagervm run mlp`, whose time includes a timeline it takes; set
@@ -54,6 +56,25 @@ def chain_eagervm(vm, device, n):
         for _ in range(n):
             x = x + y
         x.wait()
+
+    return run
+
+
+def scalar_chain(y, n):
+    def run():
+        x = y
+        for _ in range(n):
+            x = x * 1.0
+        if hasattr(x, "wait"):
+            x.wait()
+
+    return run
+
+
+def view_loop(y, n):
+    def run():
+        for _ in range(n):
+            y[1:]
 
     return run
 
@@ -159,33 +180,44 @@ def main():
     n, reps = args.n, args.reps
 
     vm = eagervm.VM(mock_devices=1)
+    # (library, op, seconds per op or None); each is warmed up (thread pools, caches), then timed.
     rows = []
-    # Warm up each (thread pools, caches), then time.
-    for name, f in [
+    for lib, f in [
         ("eagervm cpu:0", chain_eagervm(vm, "cpu:0", n)),
         ("eagervm mock:0", chain_eagervm(vm, "mock:0", n)),
         ("numpy", chain_numpy(n)),
     ]:
         f()
-        rows.append((name, median_time(f, reps) / n))
+        rows.append((lib, "x + y", median_time(f, reps) / n))
     try:
         import torch
 
         torch.set_num_threads(1)
         f = chain_torch(torch, n)
         f()
-        rows.append((f"torch {torch.__version__} cpu", median_time(f, reps) / n))
+        rows.append((f"torch {torch.__version__} cpu", "x + y", median_time(f, reps) / n))
     except ImportError:
-        rows.append(("torch cpu", None))
+        rows.append(("torch cpu", "x + y", None))
 
-    np_cost = dict(rows)["numpy"]
+    y16 = vm.array(np.ones(16, np.float32))
+    for what, make in [("x * 1.0", scalar_chain), ("x[1:]", view_loop)]:
+        for lib, y in [("eagervm cpu:0", y16), ("numpy", np.ones(16, np.float32))]:
+            f = make(y, n)
+            try:
+                f()
+            except (TypeError, eagervm.Error):
+                rows.append((lib, what, None))
+                continue
+            rows.append((lib, what, median_time(f, reps) / n))
+
+    numpy_cost = {op: t for lib, op, t in rows if lib == "numpy"}
     print(f"tiny-op loop: n = {n}, median of {reps}")
-    print(f"{'':<22} {'ns/op':>9} {'vs numpy':>9}")
-    for name, t in rows:
+    print(f"{'':<20} {'op':<8} {'ns/op':>9} {'vs numpy':>9}")
+    for lib, op, t in rows:
         if t is None:
-            print(f"{name:<22} {'(not installed)':>19}")
+            print(f"{lib:<20} {op:<8} {'(not installed or not supported)':>34}")
         else:
-            print(f"{name:<22} {t * 1e9:>9.0f} {t / np_cost:>9.2f}")
+            print(f"{lib:<20} {op:<8} {t * 1e9:>9.0f} {t / numpy_cost[op]:>9.2f}")
 
     add = lambda a, b: a + b  # noqa: E731
     trip = round_trip(add, vm.array(np.ones(1, np.float32)), vm.array(np.zeros(1, np.float32)), reps)

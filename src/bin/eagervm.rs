@@ -611,6 +611,9 @@ fn print_replay(file: &Path, args: &ReplayArgs, r: &ReplayReport) {
         r.wall
     );
     say!("{}", cli::summary::replay_streams(r));
+    if let Some(d) = cli::summary::dtypes(&r.dtypes) {
+        say!("{d}");
+    }
     say!("{}", cli::summary::replay_checks(r, args.tolerance));
     match &r.expected_failure {
         Some(f) => say!("  errors: {} (expected by the trace: {f})", r.failures.len()),

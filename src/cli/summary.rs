@@ -1,11 +1,12 @@
-//! The parts of a run's printed summary that come from its timeline and its replay report:
-//! the per-stream table, the caught kernel panics and the op table (`--profile-summary`).
+//! The parts of a run's printed summary that come from its timeline, its replay report and
+//! its trace: the per-stream table, the tensors by dtype, the caught kernel panics and the
+//! op table (`--profile-summary`).
 //! The binary prints what these return; `docs/cli.md` shows the output.
 
 use std::fmt::Write as _;
 
 use crate::profile::Profile;
-use crate::trace::{DeviceMap, ReplayReport};
+use crate::trace::{DTypeCount, DeviceMap, ReplayReport};
 
 /// The devices a replay ran on (`cpu:0`, `mock:1`), in the order of its streams: the device
 /// part of each stream's name.
@@ -116,6 +117,26 @@ pub fn replay_streams(r: &ReplayReport) -> String {
     }
     out.truncate(out.trim_end().len());
     out
+}
+
+/// The tensors a trace declares, by dtype, on one line indented by two spaces: `tensors by
+/// dtype: f32 9 (and 3 views), i64 2`; `None` for a trace that declares none.
+pub fn dtypes(counts: &[DTypeCount]) -> Option<String> {
+    if counts.is_empty() {
+        return None;
+    }
+    let mut out = String::from("  tensors by dtype:");
+    for (i, c) in counts.iter().enumerate() {
+        let _ = write!(out, "{} {} {}", if i == 0 { "" } else { "," }, c.dtype, c.tensors);
+        match c.views {
+            0 => {}
+            1 => out.push_str(" (and 1 view)"),
+            n => {
+                let _ = write!(out, " (and {n} views)");
+            }
+        }
+    }
+    Some(out)
 }
 
 /// The kernel panics the VM caught during a replay, one line each (up to the report's

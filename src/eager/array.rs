@@ -141,7 +141,7 @@ impl Array {
 
     /// A view of this array's storage with layout `l` (checked against the storage).
     pub(super) fn view_of(&self, l: Layout) -> Result<Array> {
-        let t = self.t.view_layout(&l.shape, &l.strides, l.offset)?;
+        let t = self.t.view_in(self.cx.vm().engine(), &l.shape, &l.strides, l.offset)?;
         Ok(Array::new(t, self.cx.clone()))
     }
 

@@ -43,6 +43,7 @@
 //! while it holds its own (the other context flushes first), so two contexts used from two
 //! threads cannot deadlock.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -55,6 +56,7 @@ use crate::framework::VirtualMachine;
 use crate::framework::{
     Attrs, DType, Element, InstructionsBuilder, Op, OutSpec, OutSpecs, Scalar, Tensor, TensorMeta,
 };
+use crate::vm::instruction::AccessSlot;
 use crate::vm::StreamId;
 use crate::vm::{Error, Result};
 
@@ -151,6 +153,11 @@ struct Shared {
     vm: VirtualMachine,
     ops: Ops,
     options: ContextOptions,
+    /// Whether a call that fills the batch leaves the flush to its caller
+    /// ([`Context::deferring_flushes`]).
+    defer_flush: bool,
+    /// Set (deferring contexts only) once `flush_every` calls are pending; cleared by a flush.
+    flush_due: AtomicBool,
 }
 
 /// An eager front end over one [`VirtualMachine`]: creates [`Array`]s and runs their ops.
@@ -198,6 +205,27 @@ impl Context {
 
     /// A context with the given options (`flush_every` 0 counts as 1).
     pub fn with_options(vm: &VirtualMachine, options: ContextOptions) -> Self {
+        Self::make(vm, options, false)
+    }
+
+    /// A context whose calls never flush on the caller's behalf when `flush_every` are
+    /// pending: [`flush_due`](Self::flush_due) says so, and the caller flushes. The Python
+    /// binding flushes that way, with the GIL released, since a flush may wait for
+    /// back-pressure (`python::issue`).
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn deferring_flushes(vm: &VirtualMachine, options: ContextOptions) -> Self {
+        Self::make(vm, options, true)
+    }
+
+    /// Whether `flush_every` calls are pending in a context made by
+    /// [`deferring_flushes`](Self::deferring_flushes).
+    #[inline]
+    #[cfg_attr(not(feature = "python"), allow(dead_code))]
+    pub(crate) fn flush_due(&self) -> bool {
+        self.shared.flush_due.load(Ordering::Relaxed)
+    }
+
+    fn make(vm: &VirtualMachine, options: ContextOptions, defer_flush: bool) -> Self {
         // Cannot fail: every VM registers the built-in ops, these among them (a test of
         // `Context::new` on every device type checks it).
         let ops = Ops::resolve(vm).expect("every VM registers the built-in ops");
@@ -212,6 +240,8 @@ impl Context {
                 vm,
                 ops,
                 options,
+                defer_flush,
+                flush_due: AtomicBool::new(false),
             }),
         }
     }
@@ -412,7 +442,7 @@ impl Context {
     /// Hand every call built so far to the VM now (it runs them asynchronously).
     pub fn flush(&self) -> Result<()> {
         let mut open = self.shared.open.lock();
-        Self::flush_open(&mut open);
+        self.flush_open(&mut open);
         Ok(())
     }
 
@@ -427,26 +457,39 @@ impl Context {
     /// thread run the batch itself instead of waking two others (`vm::Handoff`). The lock is
     /// held only until the batch is handed over.
     pub(super) fn host_access(&self, t: &Tensor, wait_only: bool) -> Result<Vec<u8>> {
+        let what = if wait_only { HostAccess::Wait } else { HostAccess::Read };
+        let (slot, _) = self.begin_host_access(t, what)?;
+        self.shared.vm.engine().wait_access(&slot)
+    }
+
+    /// The first half of [`host_access`](Self::host_access): build the access into the
+    /// open batch and hand the batch over, running it on this thread if the VM lets it.
+    /// Returns the slot to wait on (`Engine::wait_access`) and whether the batch ran here,
+    /// in which case the slot holds the answer already. The Python binding waits on
+    /// another thread otherwise (`python::wait`), so that Ctrl-C cuts the wait short.
+    pub(crate) fn begin_host_access(&self, t: &Tensor, what: HostAccess) -> Result<(Arc<AccessSlot>, bool)> {
         let (slot, handoff) = {
             let mut open = self.shared.open.lock();
-            let what = if wait_only { HostAccess::Wait } else { HostAccess::Read };
             let slot = build_host_access(&mut open.b, t, what)?;
             if open.pending > 0 {
                 open.flushes += 1;
             }
             open.pending = 0;
+            self.shared.flush_due.store(false, Ordering::Relaxed);
             (slot, open.b.flush_for_wait())
         };
+        let ran_here = handoff.is_claimed();
         handoff.finish();
-        self.shared.vm.engine().wait_access(&slot)
+        Ok((slot, ran_here))
     }
 
-    fn flush_open(open: &mut Open) {
+    fn flush_open(&self, open: &mut Open) {
         if open.pending > 0 {
             open.flushes += 1;
         }
         open.b.flush();
         open.pending = 0;
+        self.shared.flush_due.store(false, Ordering::Relaxed);
     }
 
     /// An array of this context.
@@ -456,8 +499,11 @@ impl Context {
 
     /// Build one call with the open builder: first flush the other contexts whose arrays
     /// it uses (without holding our lock), then check and build it under our lock, and
-    /// flush if `flush_every` calls are built.
-    pub(super) fn build<R>(
+    /// flush if `flush_every` calls are built (or, for a context made by
+    /// [`deferring_flushes`](Self::deferring_flushes), say that a flush is due). The Python
+    /// binding's instruction-list API builds through here too, so that its calls and the
+    /// eager ones reach the VM in the order they were made.
+    pub(crate) fn build<R>(
         &self,
         inputs: &[&Array],
         f: impl FnOnce(&mut InstructionsBuilder<'static>) -> Result<R>,
@@ -472,7 +518,11 @@ impl Context {
         open.calls += 1;
         open.pending += 1;
         if open.pending >= self.shared.options.flush_every {
-            Self::flush_open(&mut open);
+            if self.shared.defer_flush {
+                self.shared.flush_due.store(true, Ordering::Relaxed);
+            } else {
+                self.flush_open(&mut open);
+            }
         }
         Ok(r)
     }

@@ -205,8 +205,22 @@ impl Tensor {
     /// # Ok::<(), eagervm::Error>(())
     /// ```
     pub fn view_layout(&self, shape: &[usize], strides: &[isize], offset: usize) -> Result<Tensor> {
+        self.view_in(&self.vm()?, shape, strides, offset)
+    }
+
+    /// [`view_layout`](Self::view_layout) for a caller that holds this tensor's engine (an
+    /// eager context: no lookup of the engine by its number).
+    pub(crate) fn view_in(
+        &self,
+        engine: &Arc<Engine>,
+        shape: &[usize],
+        strides: &[isize],
+        offset: usize,
+    ) -> Result<Tensor> {
         self.check_live()?;
-        let engine = self.vm()?;
+        if !self.inner().belongs_to(engine.identity()) {
+            return Err(Error::ForeignTensor { op: "as_strided".into(), tensor: self.id() });
+        }
         let owner = self.inner().owner();
         let meta = self.meta().with_layout(shape, strides, offset);
         let bad = |detail: String| Error::InvalidOperands { op: "as_strided".into(), detail };

@@ -1,13 +1,17 @@
 //! The compute of every matrix product of the CPU and mock kernels (`matmul`, `matmul_tn`,
-//! `matmul_nt`): one function, [`product`], that the kernels call with the operands' layout,
-//! and the process-wide number of threads a product may use ([`set_kernel_threads`]).
+//! `matmul_nt`): one function, [`product`], that the kernels call with each operand as an
+//! address and a row and a column stride ([`Mat`]: a transposed or sliced view needs no
+//! copy), and the process-wide number of threads a product may use ([`set_kernel_threads`]).
 //!
-//! **Which code runs.** An `f32` product of more than [`SEQUENTIAL_MAX_MACS`] multiply-adds
-//! goes to the `gemm` crate (sarah-ek/gemm: packed, cache-blocked, with SIMD micro-kernels
-//! picked at run time: AVX-512 where the CPU has it, else AVX2/FMA, SSE or NEON), chosen over
-//! `matrixmultiply` by measurement (`docs/performance.md`, "CPU kernels", has both against
-//! PyTorch). Smaller `f32` products, and every `i64` product (no GEMM crate multiplies
-//! integers), run the plain loops below.
+//! **Which code runs.** An `f32` or `f64` product of more than [`SEQUENTIAL_MAX_MACS`]
+//! multiply-adds goes to the `gemm` crate (sarah-ek/gemm: packed, cache-blocked, with SIMD
+//! micro-kernels picked at run time: AVX-512 where the CPU has it, else AVX2/FMA, SSE or
+//! NEON), which takes every operand's strides as they are, chosen over `matrixmultiply` by
+//! measurement (`docs/performance.md`, "CPU kernels", has both against PyTorch). An `f16` or
+//! `bf16` product that large is computed the same way in `f32` (the operands converted,
+//! exactly, and each result rounded once). Smaller products, and every integer product (no
+//! GEMM crate multiplies integers; they wrap), run the plain loops below, in the compute
+//! type (`f32` for `f16` and `bf16`, rounded once on store).
 //!
 //! **Summation order.** The plain loops add each output element's products one at a time in
 //! increasing `p`, starting from zero, with a rounding after each multiply and each add: the
@@ -28,7 +32,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use super::Num;
+use std::slice;
+
+use super::dtype::{float_of, Elem, Ring, Wide};
+use crate::vm::DType;
 
 /// The largest product (in multiply-adds, `m·k·n`) that runs the plain loops rather than
 /// the `gemm` crate: 64·64·64. Up to it the results stay those of the plain loops, the same
@@ -110,96 +117,144 @@ fn pool_for(threads: usize, macs: usize) -> Option<&'static rayon::ThreadPool> {
     }
 }
 
-/// How a product's operands lie in memory (row-major).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Layout {
-    /// `a` is stored `[k, m]` and used transposed; else `[m, k]`.
-    pub a_trans: bool,
-    /// `b` is stored `[n, k]` and used transposed; else `[k, n]`.
-    pub b_trans: bool,
+/// A matrix operand: element `(i, j)` at `ptr + i·rs + j·cs` (in elements).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mat<T> {
+    /// Element `(0, 0)`.
+    pub ptr: *mut T,
+    /// Elements between rows.
+    pub rs: isize,
+    /// Elements between columns.
+    pub cs: isize,
 }
 
-/// `out = op(a) · op(b)`, `out` being `[m, n]` row-major, `op` transposing where `layout`
-/// says; `out`'s earlier contents are ignored. The summation order is in the module docs.
-///
-/// Refuses operands shorter than their dimensions say (what `compute` would otherwise index
-/// out of bounds); with an empty dimension, writes zeros (or nothing) and costs nothing
-/// however large the others are.
-pub(crate) fn product<T: Num>(
-    (m, k, n): (usize, usize, usize),
-    a: &[T],
-    b: &[T],
-    layout: Layout,
-    out: &mut [T],
-) -> Result<(), String> {
-    let need = |x: usize, y: usize| x.checked_mul(y).ok_or("the product's dimensions overflow");
-    let (na, nb, nout) = (need(m, k)?, need(k, n)?, need(m, n)?);
-    if a.len() < na || b.len() < nb || out.len() < nout {
-        return Err(format!(
-            "a [{m}, {k}] product with [{k}, {n}] into [{m}, {n}] got {}, {} and {} elements",
-            a.len(),
-            b.len(),
-            out.len()
-        ));
+impl<T> Mat<T> {
+    /// The address of element `(i, j)`.
+    ///
+    /// # Safety
+    /// `(i, j)` is within the matrix's dimensions, whose elements lie in one allocation.
+    #[inline(always)]
+    unsafe fn at(self, i: usize, j: usize) -> *mut T {
+        // SAFETY: the caller's contract.
+        unsafe { self.ptr.offset(i as isize * self.rs + j as isize * self.cs) }
     }
-    let (a, b, out) = (&a[..na], &b[..nb], &mut out[..nout]);
-    out.fill(T::ZERO);
-    // With no product to add, the zeros are the result; and the loops below would run `m`
-    // or `m * k` times over nothing, unbounded by the tensors' sizes (`[2^40, 0]` holds no
+}
+
+/// Whether an `[m, n]` layout names each element once (so that a product may write it in
+/// any order from any thread): two dimensions, the outer stepping over the inner whole.
+fn one_to_one<T>(out: Mat<T>, m: usize, n: usize) -> bool {
+    let (rows, cols) = ((m, out.rs.unsigned_abs()), (n, out.cs.unsigned_abs()));
+    match (m > 1, n > 1) {
+        (false, false) => true,
+        (true, false) => rows.1 != 0,
+        (false, true) => cols.1 != 0,
+        (true, true) => {
+            let (inner, outer) = if rows.1 <= cols.1 { (rows, cols) } else { (cols, rows) };
+            inner.1 != 0 && outer.1 >= inner.1.saturating_mul(inner.0)
+        }
+    }
+}
+
+/// `out = a · b`, `a` being `[m, k]`, `b` `[k, n]` and `out` `[m, n]`; `out`'s earlier
+/// contents are ignored. The summation order is in the module docs. With an empty
+/// dimension it writes zeros (or nothing) and costs nothing however large the others are.
+///
+/// # Safety
+/// Every element of each matrix (indices within its dimensions) lies in a layout checked
+/// against its storage; `out` shares no element with `a` or `b`; the instruction holds the
+/// write access to `out`'s storage.
+pub(crate) unsafe fn product<T: Elem>(
+    (m, k, n): (usize, usize, usize),
+    a: Mat<T>,
+    b: Mat<T>,
+    out: Mat<T>,
+) -> Result<(), String>
+where
+    T::C: Ring,
+{
+    // With no product to add, zeros are the result; and the loops below would run `m` or
+    // `m * k` times over nothing, unbounded by the tensors' sizes (`[2^40, 0]` holds no
     // element).
-    if m == 0 || n == 0 || k == 0 {
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        let zero = T::store(<T::C as Ring>::ZERO);
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: an element of `out` (the contract).
+                unsafe { out.at(i, j).write(zero) };
+            }
+        }
         return Ok(());
     }
     // `m·k·n` fits: each of the three pairs does, and one of the tensors holds two of them.
     let macs = m.saturating_mul(k).saturating_mul(n);
-    if let Some(f) = T::as_f32_operands(a, b, out) {
-        if macs > SEQUENTIAL_MAX_MACS {
-            return gemm_f32((m, k, n), f, layout, kernel_threads());
+    if macs > SEQUENTIAL_MAX_MACS {
+        match T::DTYPE {
+            // SAFETY: the contract, passed on.
+            DType::F32 | DType::F64 => return unsafe { gemm_float((m, k, n), a, b, out, kernel_threads()) },
+            // SAFETY: as above.
+            DType::F16 | DType::BF16 => return unsafe { through_f32((m, k, n), a, b, out) },
+            _ => {}
         }
     }
-    sequential((m, k, n), a, b, layout, out);
-    Ok(())
+    // SAFETY: as above.
+    unsafe { sequential((m, k, n), a, b, out) }
 }
 
-/// An `f32` product's operands, `(a, b, out)`.
-pub(crate) type F32Operands<'x> = (&'x [f32], &'x [f32], &'x mut [f32]);
-
-/// The `gemm` crate's product, on the calling thread or, with `threads > 1` and a product
-/// large enough, the kernel pool.
-fn gemm_f32(
+/// The `gemm` crate's product (`T` is `f32` or `f64`), on the calling thread or, with
+/// `threads > 1` and a product large enough, the kernel pool. An output that names some
+/// element twice is computed into a contiguous buffer and copied out.
+///
+/// # Safety
+/// As [`product`], with no dimension empty.
+unsafe fn gemm_float<T: Elem>(
     (m, k, n): (usize, usize, usize),
-    (a, b, out): F32Operands<'_>,
-    layout: Layout,
+    a: Mat<T>,
+    b: Mat<T>,
+    out: Mat<T>,
     threads: usize,
 ) -> Result<(), String> {
-    // Strides in elements, row then column, of each operand as `product` documents them.
-    // Every dimension is at most a slice's length here (none is empty), so below isize::MAX.
-    let (m_, k_, n_) = (m as isize, k as isize, n as isize);
-    let (a_rs, a_cs) = if layout.a_trans { (1, m_) } else { (k_, 1) };
-    let (b_rs, b_cs) = if layout.b_trans { (1, k_) } else { (n_, 1) };
-    let mut run = |parallelism: gemm::Parallelism| {
-        // SAFETY: `product` checked that `a` holds `m·k`, `b` `k·n` and `out` `m·n`
-        // elements, and the strides above address exactly those (row-major `[m, k]` or
-        // `[k, m]`, `[k, n]` or `[n, k]`, `[m, n]`), so every read and write is in bounds;
-        // `out` is borrowed mutably, so it aliases neither input. `read_dst = false`: the
-        // output's earlier contents are not read, and `out = 1 · a·b` (beta = 1).
+    if !one_to_one(out, m, n) {
+        let mut tmp = buffer::<T>(m * n)?;
+        let t = Mat { ptr: tmp.as_mut_ptr(), rs: n as isize, cs: 1 };
+        // SAFETY: `tmp` holds `m·n` elements, row-major, and is this function's alone.
+        unsafe { gemm_float((m, k, n), a, b, t, threads)? };
+        for i in 0..m {
+            for j in 0..n {
+                // SAFETY: elements of `tmp` and of `out` (the contract).
+                unsafe { out.at(i, j).write(t.at(i, j).read()) };
+            }
+        }
+        return Ok(());
+    }
+    let (zero, one) = (T::narrow(Wide::Int(0)), T::narrow(Wide::Int(1)));
+    // Addresses as integers, so that the closure may run on the pool's threads.
+    let (po, pa, pb) = (out.ptr as usize, a.ptr as usize, b.ptr as usize);
+    let run = |parallelism: gemm::Parallelism| {
+        // SAFETY: every element the dimensions and strides address lies in a checked
+        // layout (the contract); `out` names each of its elements once and overlaps neither
+        // input. `read_dst = false`: the output's earlier contents are not read, and
+        // `out = 1 · a·b` (beta = 1). `T` is `f32` or `f64` (the caller), which the crate
+        // multiplies.
         unsafe {
             gemm::gemm(
                 m,
                 n,
                 k,
-                out.as_mut_ptr(),
-                1,
-                n_,
+                po as *mut T,
+                out.cs,
+                out.rs,
                 false,
-                a.as_ptr(),
-                a_cs,
-                a_rs,
-                b.as_ptr(),
-                b_cs,
-                b_rs,
-                0.0f32,
-                1.0f32,
+                pa as *const T,
+                a.cs,
+                a.rs,
+                pb as *const T,
+                b.cs,
+                b.rs,
+                zero,
+                one,
                 false,
                 false,
                 false,
@@ -215,218 +270,95 @@ fn gemm_f32(
     Ok(())
 }
 
-/// The plain loops: each output element adds its products one at a time in increasing `p`.
-/// `out` is zeroed and every slice has exactly its dimensions' elements.
-fn sequential<T: Num>((m, k, n): (usize, usize, usize), a: &[T], b: &[T], layout: Layout, out: &mut [T]) {
-    match (layout.a_trans, layout.b_trans) {
-        // i-p-j: the inner loop walks rows of `b` and `out` contiguously.
-        (false, false) => {
-            for (i, row) in out.chunks_exact_mut(n).enumerate() {
-                for p in 0..k {
-                    let x = a[i * k + p];
-                    for (o, &y) in row.iter_mut().zip(&b[p * n..(p + 1) * n]) {
-                        *o = o.plus(x.times(y));
-                    }
-                }
+/// `len` elements of `T`, or the error of a refused allocation.
+fn buffer<T: Elem>(len: usize) -> Result<Vec<T>, String> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|e| format!("no memory for a {len}-element product buffer: {e}"))?;
+    v.resize(len, T::narrow(Wide::Int(0)));
+    Ok(v)
+}
+
+/// An `f16` or `bf16` product through `f32`: the operands converted (exactly) to contiguous
+/// `f32` buffers, multiplied by [`gemm_float`], each result rounded once on store.
+///
+/// # Safety
+/// As [`product`], with no dimension empty.
+unsafe fn through_f32<T: Elem>(
+    (m, k, n): (usize, usize, usize),
+    a: Mat<T>,
+    b: Mat<T>,
+    out: Mat<T>,
+) -> Result<(), String> {
+    let widen = |x: Mat<T>, rows: usize, cols: usize| -> Result<Vec<f32>, String> {
+        let mut v = buffer::<f32>(rows * cols)?;
+        for i in 0..rows {
+            for j in 0..cols {
+                // SAFETY: an element of `x` (the contract).
+                v[i * cols + j] = float_of(unsafe { x.at(i, j).read() }) as f32;
             }
         }
-        // p outermost: row p of `a` and of `b` are contiguous, and every output element
-        // still accumulates in increasing p.
-        (true, false) => {
-            for p in 0..k {
-                let brow = &b[p * n..(p + 1) * n];
-                for (i, row) in out.chunks_exact_mut(n).enumerate() {
-                    let x = a[p * m + i];
-                    for (o, &y) in row.iter_mut().zip(brow) {
-                        *o = o.plus(x.times(y));
-                    }
-                }
-            }
-        }
-        // A dot product of row i of `a` with row j of `b`, both contiguous.
-        (false, true) => {
-            for (i, row) in out.chunks_exact_mut(n).enumerate() {
-                let arow = &a[i * k..(i + 1) * k];
-                for (j, o) in row.iter_mut().enumerate() {
-                    let brow = &b[j * k..(j + 1) * k];
-                    *o = arow.iter().zip(brow).fold(T::ZERO, |acc, (&x, &y)| acc.plus(x.times(y)));
-                }
-            }
-        }
-        // Both transposed: no kernel asks for it today; element by element.
-        (true, true) => {
-            for (i, row) in out.chunks_exact_mut(n).enumerate() {
-                for (j, o) in row.iter_mut().enumerate() {
-                    *o = (0..k).fold(T::ZERO, |acc, p| acc.plus(a[p * m + i].times(b[j * k + p])));
-                }
-            }
+        Ok(v)
+    };
+    let (mut wa, mut wb, mut wo) = (widen(a, m, k)?, widen(b, k, n)?, buffer::<f32>(m * n)?);
+    let mat = |v: &mut Vec<f32>, cols: usize| Mat { ptr: v.as_mut_ptr(), rs: cols as isize, cs: 1 };
+    let (fa, fb, fo) = (mat(&mut wa, k), mat(&mut wb, n), mat(&mut wo, n));
+    // SAFETY: three row-major buffers of this function's, of the dimensions' sizes.
+    unsafe { gemm_float((m, k, n), fa, fb, fo, kernel_threads())? };
+    for i in 0..m {
+        for j in 0..n {
+            // SAFETY: an element of `out` (the contract).
+            unsafe { out.at(i, j).write(T::narrow(Wide::Float(f64::from(wo[i * n + j])))) };
         }
     }
+    Ok(())
+}
+
+/// The plain loops: each output element adds its products one at a time in increasing `p`
+/// from zero, in the compute type, and is stored once. Row `i` accumulates in a buffer (so
+/// that `f16` and `bf16` accumulate in `f32`), walking row `p` of `b` for each `p`
+/// (contiguous where `b`'s rows are).
+///
+/// # Safety
+/// As [`product`], with no dimension empty.
+unsafe fn sequential<T: Elem>(
+    (m, k, n): (usize, usize, usize),
+    a: Mat<T>,
+    b: Mat<T>,
+    out: Mat<T>,
+) -> Result<(), String>
+where
+    T::C: Ring,
+{
+    let mut row: Vec<T::C> = Vec::new();
+    row.try_reserve_exact(n).map_err(|e| format!("no memory for a {n}-element row: {e}"))?;
+    row.resize(n, <T::C as Ring>::ZERO);
+    for i in 0..m {
+        row.fill(<T::C as Ring>::ZERO);
+        for p in 0..k {
+            // SAFETY: elements of `a` and `b` (the contract).
+            let x = unsafe { a.at(i, p).read() }.load();
+            let brow = unsafe { b.at(p, 0) };
+            if b.cs == 1 {
+                // SAFETY: row `p` of `b`: `n` contiguous elements.
+                let ys = unsafe { slice::from_raw_parts(brow.cast_const(), n) };
+                for (r, &y) in row.iter_mut().zip(ys) {
+                    *r = r.add(x.mul(y.load()));
+                }
+            } else {
+                for (j, r) in row.iter_mut().enumerate() {
+                    // SAFETY: element `(p, j)` of `b`.
+                    let y = unsafe { brow.offset(j as isize * b.cs).read() }.load();
+                    *r = r.add(x.mul(y));
+                }
+            }
+        }
+        for (j, &r) in row.iter().enumerate() {
+            // SAFETY: element `(i, j)` of `out`, which overlaps neither input.
+            unsafe { out.at(i, j).write(T::store(r)) };
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Deterministic values in [-1, 1) with a full mantissa, so that any change of order
-    /// or rounding shows in the bits.
-    fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
-
-    /// The product computed in f64, element `(i, j)`, and `Σ_p |a_ip b_pj|`.
-    fn reference(
-        (m, k, n): (usize, usize, usize),
-        a: &[f32],
-        b: &[f32],
-        l: Layout,
-        i: usize,
-        j: usize,
-    ) -> (f64, f64) {
-        (0..k).fold((0.0, 0.0), |(s, abs), p| {
-            let x = if l.a_trans { a[p * m + i] } else { a[i * k + p] } as f64;
-            let y = if l.b_trans { b[j * k + p] } else { b[p * n + j] } as f64;
-            (s + x * y, abs + (x * y).abs())
-        })
-    }
-
-    const LAYOUTS: [Layout; 4] = [
-        Layout { a_trans: false, b_trans: false },
-        Layout { a_trans: true, b_trans: false },
-        Layout { a_trans: false, b_trans: true },
-        Layout { a_trans: true, b_trans: true },
-    ];
-
-    /// Every layout, on both sides of the threshold, on shapes that are not multiples of any
-    /// SIMD width or block, with vectors among them: within `1e-6 · Σ|terms|` of f64.
-    #[test]
-    #[cfg_attr(miri, ignore = "millions of multiply-adds through SIMD code: hours under miri")]
-    fn every_layout_matches_f64_on_odd_shapes() {
-        for dims in
-            [(3, 5, 7), (1, 300, 1), (1, 129, 77), (77, 129, 1), (65, 64, 64), (67, 301, 45), (200, 3, 150)]
-        {
-            let (m, k, n) = dims;
-            for l in LAYOUTS {
-                let a = values(m * k, 1);
-                let b = values(k * n, 2);
-                let mut out = vec![f32::NAN; m * n];
-                product(dims, &a, &b, l, &mut out).unwrap();
-                for i in 0..m {
-                    for j in 0..n {
-                        let (want, abs) = reference(dims, &a, &b, l, i, j);
-                        let got = out[i * n + j] as f64;
-                        // The bound of any order of f32 additions, with or without fused
-                        // multiply-adds: k units of roundoff (2^-24) of Σ|terms|. A wrong
-                        // index or a lost term is off by about a term, far beyond it.
-                        let bound = k as f64 * 2f64.powi(-24) * 1.01 * abs;
-                        assert!(
-                            (got - want).abs() <= bound,
-                            "{dims:?} {l:?} ({i}, {j}): {got} against {want} (Σ|terms| {abs})"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    /// Up to the threshold, the plain loops: each element is `((0 + a0 b0) + a1 b1) + ...`
-    /// in f32, bit for bit, in every layout.
-    #[test]
-    fn small_products_add_in_increasing_p() {
-        let dims @ (m, k, n) = (64, 64, 64);
-        assert!(m * k * n <= SEQUENTIAL_MAX_MACS);
-        let (a, b) = (values(m * k, 3), values(k * n, 4));
-        for l in LAYOUTS {
-            let mut out = vec![0.0; m * n];
-            product(dims, &a, &b, l, &mut out).unwrap();
-            for (i, j) in [(0, 0), (5, 63), (63, 17)] {
-                let want = (0..k).fold(0.0f32, |s, p| {
-                    let x = if l.a_trans { a[p * m + i] } else { a[i * k + p] };
-                    let y = if l.b_trans { b[j * k + p] } else { b[p * n + j] };
-                    s + x * y
-                });
-                assert_eq!(out[i * n + j].to_bits(), want.to_bits(), "{l:?} ({i}, {j})");
-            }
-        }
-    }
-
-    /// Threads split the output, never `p`: one thread and two give the same bits, and so
-    /// do repeated runs.
-    #[test]
-    #[cfg_attr(miri, ignore = "millions of multiply-adds through SIMD code: hours under miri")]
-    fn threads_do_not_change_the_bits() {
-        let dims @ (m, k, n) = (192, 300, 170);
-        assert!(m * k * n >= PARALLEL_MIN_MACS);
-        let (a, b) = (values(m * k, 5), values(k * n, 6));
-        for l in LAYOUTS {
-            let one = {
-                let mut out = vec![0.0; m * n];
-                gemm_with_threads(1, dims, &a, &b, l, &mut out);
-                out
-            };
-            for threads in [2, 3, 1] {
-                let mut out = vec![0.0; m * n];
-                gemm_with_threads(threads, dims, &a, &b, l, &mut out);
-                assert!(one.iter().zip(&out).all(|(x, y)| x.to_bits() == y.to_bits()), "{l:?} {threads}");
-            }
-        }
-    }
-
-    /// The crate's product with `threads` threads, without touching the process-wide
-    /// setting (other tests run in parallel).
-    fn gemm_with_threads(
-        threads: usize,
-        dims: (usize, usize, usize),
-        a: &[f32],
-        b: &[f32],
-        l: Layout,
-        out: &mut [f32],
-    ) {
-        gemm_f32(dims, (a, b, out), l, threads).unwrap();
-    }
-
-    /// The kernel's path through the pool gives what the calling thread gives.
-    #[test]
-    #[cfg_attr(miri, ignore = "millions of multiply-adds through SIMD code: hours under miri")]
-    fn gemm_f32_through_the_pool_matches_one_thread() {
-        let dims @ (m, k, n) = (130, 140, 150);
-        let (a, b) = (values(m * k, 7), values(k * n, 8));
-        let l = LAYOUTS[0];
-        let mut direct = vec![0.0; m * n];
-        gemm_with_threads(1, dims, &a, &b, l, &mut direct);
-        let mut via = vec![0.0; m * n];
-        product(dims, &a, &b, l, &mut via).unwrap();
-        assert!(direct.iter().zip(&via).all(|(x, y)| x.to_bits() == y.to_bits()));
-    }
-
-    #[test]
-    fn short_operands_are_refused() {
-        let mut out = vec![0.0f32; 4];
-        let err = product((2, 2, 2), &[1.0; 3], &[1.0; 4], LAYOUTS[0], &mut out).unwrap_err();
-        assert!(err.contains("got 3, 4 and 4 elements"), "{err}");
-        let err = product((2, 2, 2), &[1.0; 4], &[1.0; 4], LAYOUTS[0], &mut out[..3]).unwrap_err();
-        assert!(err.contains("[2, 2]"), "{err}");
-    }
-
-    #[test]
-    fn i64_products_wrap_in_every_layout() {
-        for l in LAYOUTS {
-            let mut out = [0i64; 1];
-            product((1, 2, 1), &[i64::MAX, 1], &[2, 3], l, &mut out).unwrap();
-            assert_eq!(out[0], i64::MAX.wrapping_mul(2).wrapping_add(3), "{l:?}");
-        }
-    }
-
-    #[test]
-    fn kernel_threads_are_at_least_one() {
-        assert!(kernel_threads() >= 1);
-    }
-}
+mod tests;

@@ -1,8 +1,11 @@
 //! Matrix product: `matmul`, with its transpose flags.
 
-use super::gemm;
-use super::matmul_t::{product, Layout};
-use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
+use super::dtype::{dispatch, Elem, Ring};
+use super::gemm::{self, Mat};
+use super::iter::{share, Operand, Share, Staged};
+use super::loops::{expect_count, input, output};
+use super::matmul_t::Layout;
+use super::{check_dtype, common_dtype, expect_inputs, refusal, Dtypes};
 use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `matmul`: inputs `a: [m, k]` and `b: [k, n]` of one dtype, output `[m, n]` with
@@ -13,10 +16,12 @@ use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 /// (`matmul_nt`). Both flags at once are refused by `infer` (no kernel computes `aᵀ bᵀ`;
 /// it is `(b a)ᵀ`).
 ///
-/// The compute is `kernels::gemm`'s: the `gemm` crate for `f32` products of more than
-/// 64³ multiply-adds, plain loops otherwise (each output element adding its products in
+/// Every dtype but `bool`; operands of any layout (a transposed or sliced view is passed to
+/// the compute with its strides, uncopied). The compute is `kernels::gemm`'s: the `gemm`
+/// crate for `f32` and `f64` products of more than 64³ multiply-adds (`f16` and `bf16`
+/// through `f32`), plain loops otherwise (each output element adding its products in
 /// increasing `p`, the same bits on every machine); the summation order and what it means
-/// for reproducibility are in that module's docs. `i64` wraps.
+/// for reproducibility are in that module's docs. Integers wrap.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MatmulKernel;
 
@@ -37,16 +42,18 @@ impl OpKernel for MatmulKernel {
         }
         expect_inputs(inputs, 2)?;
         let dtype = common_dtype(inputs)?;
+        check_dtype("matmul", dtype, Dtypes::Numeric)?;
         let (m, n) = dims(inputs[0], inputs[1])?;
         outputs.push(OutSpec { shape: [m, n].into_iter().collect(), dtype });
         Ok(())
     }
 
+    fn strided(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        match transposed(&ctx.attrs)? {
-            None => with_num!(input_dtype(ctx, 0)?, T => matmul::<T>(ctx)),
-            Some(layout) => with_num!(input_dtype(ctx, 0)?, T => product::<T>(ctx, layout)),
-        }
+        run_product(ctx, "matmul", transposed(&ctx.attrs)?)
     }
 }
 
@@ -81,21 +88,60 @@ fn dims(a: &TensorMeta, b: &TensorMeta) -> Result<(usize, usize), String> {
     Ok((a.shape[0], b.shape[1]))
 }
 
-fn matmul<T: Num>(ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-    let (ma, mb) = match ctx.inputs {
-        [a, b] => (a.meta, b.meta),
-        _ => return Err(format!("expected 2 inputs, got {}", ctx.inputs.len())),
+/// The product of a call's two inputs into its output, `aᵀ b` or `a bᵀ` with a layout.
+pub(super) fn run_product(ctx: &KernelCtx<'_, '_>, op: &str, layout: Option<Layout>) -> Result<(), String> {
+    expect_count(ctx, 2)?;
+    let (x, y) = (input(ctx, 0)?, input(ctx, 1)?);
+    let dims = match layout {
+        None => dims(x.meta, y.meta).map(|(m, n)| (m, x.meta.shape[1], n))?,
+        Some(l) => l.dims(x.meta, y.meta)?,
     };
-    let (m, n) = dims(ma, mb)?;
-    let k = ma.shape[1];
-    let a = input::<T>(ctx, 0)?;
-    let b = input::<T>(ctx, 1)?;
-    let (meta, out) = output::<T>(ctx, 0)?;
-    if meta.shape.as_slice() != [m, n] {
-        return Err(format!("output 0 is {} but matmul produces [{m}, {n}]", meta.describe()));
+    let dtype = x.meta.dtype;
+    dispatch!(dtype, numeric, T => typed::<T>(ctx, op, dims, layout), Err(refusal(op, dtype, Dtypes::Numeric)))
+}
+
+fn typed<T: Elem>(
+    ctx: &KernelCtx<'_, '_>,
+    op: &str,
+    (m, k, n): (usize, usize, usize),
+    layout: Option<Layout>,
+) -> Result<(), String>
+where
+    T::C: Ring,
+{
+    let (x, y, out) = (input(ctx, 0)?, input(ctx, 1)?, output(ctx, 0)?);
+    let a = Operand::input(x.meta, x.data, 0, T::DTYPE)?;
+    let b = Operand::input(y.meta, y.data, 1, T::DTYPE)?;
+    let o = Operand::output(out.meta, out.data, 0, T::DTYPE)?;
+    if o.shape != [m, n] {
+        return Err(format!("output 0 is {} but {op} produces [{m}, {n}]", out.meta.describe()));
     }
-    // The output may hold an earlier value (a reused tensor): `product` ignores it.
-    gemm::product((m, k, n), a, b, gemm::Layout { a_trans: false, b_trans: false }, out)
+    // An input in the output's memory (a caller that skipped the builder's checks) is read
+    // from a copy made first: the product reads each input many times.
+    let stage =
+        |t: &Operand<'_>, s: Share| if s == Share::Disjoint { Ok(None) } else { Staged::new(t).map(Some) };
+    let sa = stage(&a, share(&a, x.data, &o, out.data))?;
+    let sb = stage(&b, share(&b, y.data, &o, out.data))?;
+    let (a, b) = (sa.as_ref().map_or(a, Staged::operand), sb.as_ref().map_or(b, Staged::operand));
+    let mat = |t: &Operand<'_>, transposed: bool| {
+        let (rs, cs) = (t.strides[0], t.strides[1]);
+        let ptr = t.first.cast::<T>();
+        if transposed {
+            Mat { ptr, rs: cs, cs: rs }
+        } else {
+            Mat { ptr, rs, cs }
+        }
+    };
+    let (ta, tb) = match layout {
+        None => (false, false),
+        Some(Layout::Tn) => (true, false),
+        Some(Layout::Nt) => (false, true),
+    };
+    // SAFETY: every operand was checked against its storage and has the product's shape
+    // (`dims`, the output's check), so each matrix's elements lie in its layout; the inputs
+    // are disjoint from the output (staged otherwise); the instruction holds the write
+    // access to the output's storage.
+    unsafe { gemm::product((m, k, n), mat(&a, ta), mat(&b, tb), mat(&o, false)) }
 }
 
 #[cfg(test)]
@@ -158,7 +204,10 @@ mod tests {
         let i32_ = t_i64(&[3, 2], &[0; 6]).0;
         let k = &MatmulKernel;
         assert_eq!(infer_err(k, &[&f23], &[]), "expected 2 inputs, got 1");
-        assert_eq!(infer_err(k, &[&f23, &i32_], &[]), "input 1 is i64 but input 0 is f32");
+        assert_eq!(
+            infer_err(k, &[&f23, &i32_], &[]),
+            "input 1 is i64 but input 0 is f32: cast to one dtype first"
+        );
         assert_eq!(
             infer_err(k, &[&f23, &f42], &[]),
             "input 0 is f32[2, 3] and input 1 is f32[4, 2]: inner dimensions differ (3 != 4)"

@@ -4,11 +4,12 @@
 //! (`kernels::matmul` runs them through this file); the two names stay registered so that
 //! traces recorded with them keep replaying.
 //!
-//! Like `matmul`, they compute through `kernels::gemm` (the `gemm` crate for large `f32`
-//! products, plain loops otherwise; its docs give the summation order); `i64` wraps.
+//! Like `matmul`, they take every dtype but `bool` and operands of any layout, and compute
+//! through `kernels::gemm` (the `gemm` crate for large floating products, plain loops
+//! otherwise; its docs give the summation order); integers wrap.
 
-use super::gemm;
-use super::{common_dtype, expect_inputs, input, input_dtype, output, with_num, Num};
+use super::matmul::run_product;
+use super::{check_dtype, common_dtype, expect_inputs, Dtypes};
 use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// Which operand is transposed.
@@ -21,7 +22,7 @@ pub(super) enum Layout {
 }
 
 impl Layout {
-    fn op(self) -> &'static str {
+    pub(super) fn op(self) -> &'static str {
         match self {
             Layout::Tn => "matmul_tn",
             Layout::Nt => "matmul_nt",
@@ -55,6 +56,7 @@ impl Layout {
     pub(super) fn infer(self, inputs: &[&TensorMeta], outputs: &mut OutSpecs) -> Result<(), String> {
         expect_inputs(inputs, 2)?;
         let dtype = common_dtype(inputs)?;
+        check_dtype(self.op(), dtype, Dtypes::Numeric)?;
         let (m, _, n) = self.dims(inputs[0], inputs[1])?;
         outputs.push(OutSpec { shape: [m, n].into_iter().collect(), dtype });
         Ok(())
@@ -81,8 +83,12 @@ impl OpKernel for MatmulTnKernel {
         Layout::Tn.infer(inputs, outputs)
     }
 
+    fn strided(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => product::<T>(ctx, Layout::Tn))
+        run_product(ctx, Layout::Tn.op(), Some(Layout::Tn))
     }
 }
 
@@ -106,29 +112,13 @@ impl OpKernel for MatmulNtKernel {
         Layout::Nt.infer(inputs, outputs)
     }
 
-    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-        with_num!(input_dtype(ctx, 0)?, T => product::<T>(ctx, Layout::Nt))
+    fn strided(&self) -> bool {
+        true
     }
-}
 
-pub(super) fn product<T: Num>(ctx: &mut KernelCtx<'_, '_>, layout: Layout) -> Result<(), String> {
-    let (ma, mb) = match ctx.inputs {
-        [a, b] => (a.meta, b.meta),
-        _ => return Err(format!("expected 2 inputs, got {}", ctx.inputs.len())),
-    };
-    let (m, k, n) = layout.dims(ma, mb)?;
-    let a = input::<T>(ctx, 0)?;
-    let b = input::<T>(ctx, 1)?;
-    let (meta, out) = output::<T>(ctx, 0)?;
-    if meta.shape.as_slice() != [m, n] {
-        return Err(format!("output 0 is {} but {} produces [{m}, {n}]", meta.describe(), layout.op()));
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        run_product(ctx, Layout::Nt.op(), Some(Layout::Nt))
     }
-    let layout = match layout {
-        Layout::Tn => gemm::Layout { a_trans: true, b_trans: false },
-        Layout::Nt => gemm::Layout { a_trans: false, b_trans: true },
-    };
-    // The output may hold an earlier value (a reused tensor): `product` ignores it.
-    gemm::product((m, k, n), a, b, layout, out)
 }
 
 #[cfg(test)]
@@ -207,7 +197,10 @@ mod tests {
             infer_err(&MatmulTnKernel, &[&f3, &f23], &[]),
             "input 0 is f32[3]: matmul_tn takes 2-D inputs"
         );
-        assert_eq!(infer_err(&MatmulNtKernel, &[&f23, &i23], &[]), "input 1 is i64 but input 0 is f32");
+        assert_eq!(
+            infer_err(&MatmulNtKernel, &[&f23, &i23], &[]),
+            "input 1 is i64 but input 0 is f32: cast to one dtype first"
+        );
         assert_eq!(infer_err(&MatmulNtKernel, &[&f23], &[]), "expected 2 inputs, got 1");
     }
 }

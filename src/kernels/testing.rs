@@ -1,12 +1,13 @@
-//! Helpers for the kernels' unit tests: tensors from values, and a kernel call that infers,
-//! allocates the outputs and computes, the way the VM does.
+//! Helpers for the kernels' unit tests: tensors and raw storages from values, views over a
+//! storage, a kernel call that infers, allocates the outputs and computes, the way the VM
+//! does, and a call of `compute` alone on given operands, the way a caller that skipped
+//! `infer` would.
 
 use std::sync::{Arc, OnceLock};
 
-use super::Num;
 use crate::alloc::{HostAllocator, Storage};
 use crate::ep::DeviceId;
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta, TensorView, TensorViewMut};
+use crate::vm::{Attrs, Element, KernelCtx, OpKernel, OutSpecs, TensorMeta, TensorView, TensorViewMut};
 
 /// A tensor made by the tests: its meta and its storage.
 pub(crate) type Owned = (TensorMeta, Storage);
@@ -16,13 +17,18 @@ fn allocator() -> &'static Arc<HostAllocator> {
     A.get_or_init(|| HostAllocator::new("test"))
 }
 
-fn tensor<T: Num>(shape: &[usize], values: &[T]) -> Owned {
+/// A storage holding `bytes`.
+pub(crate) fn storage(bytes: &[u8]) -> Storage {
+    let mut data = allocator().alloc(bytes.len());
+    data.as_bytes_mut().copy_from_slice(bytes);
+    data
+}
+
+/// A contiguous CPU tensor of `shape` holding `values`.
+pub(crate) fn tensor<T: Element>(shape: &[usize], values: &[T]) -> Owned {
     let meta = TensorMeta::new(shape, T::DTYPE, DeviceId::CPU);
     assert_eq!(meta.numel(), values.len(), "test tensor of shape {shape:?}");
-    let data = allocator().alloc(meta.bytes());
-    // SAFETY: the storage was just made here; no other reference to it exists.
-    unsafe { T::view_mut(&data) }.copy_from_slice(values);
-    (meta, data)
+    (meta, storage(&T::to_bytes(values)))
 }
 
 /// An `f32` tensor on the CPU.
@@ -35,14 +41,19 @@ pub(crate) fn t_i64(shape: &[usize], values: &[i64]) -> Owned {
     tensor(shape, values)
 }
 
-/// A tensor's elements as `f32`s.
-pub(crate) fn as_f32(t: &Owned) -> Vec<f32> {
-    t.1.as_f32().to_vec()
+/// The whole storage of a tensor as `T`s.
+pub(crate) fn values<T: Element>(t: &Owned) -> Vec<T> {
+    T::from_bytes(t.1.as_bytes())
 }
 
-/// A tensor's elements as `i64`s.
+/// A tensor's storage as `f32`s.
+pub(crate) fn as_f32(t: &Owned) -> Vec<f32> {
+    values(t)
+}
+
+/// A tensor's storage as `i64`s.
 pub(crate) fn as_i64(t: &Owned) -> Vec<i64> {
-    t.1.as_i64().to_vec()
+    values(t)
 }
 
 /// Infer, allocate the outputs (zeroed) and compute, as an `OpCall` does.
@@ -83,6 +94,18 @@ pub(crate) fn run_with(
         kernel.compute(&mut ctx)?;
     }
     Ok(outs)
+}
+
+/// Call `compute` alone on the given operands (views of storages, which may be shared).
+pub(crate) fn compute_raw(
+    kernel: &dyn OpKernel,
+    attrs: Attrs,
+    inputs: &[(&TensorMeta, &Storage)],
+    output: (&TensorMeta, &Storage),
+) -> Result<(), String> {
+    let views: Vec<TensorView<'_>> = inputs.iter().map(|&(meta, data)| TensorView { meta, data }).collect();
+    let mut outs = [TensorViewMut { meta: output.0, data: output.1 }];
+    kernel.compute(&mut KernelCtx { attrs, inputs: &views, outputs: &mut outs })
 }
 
 /// The message `infer` refuses the operands with (panics if it accepts them).

@@ -204,6 +204,7 @@ pub(crate) fn write(p: &Profile, w: &mut impl Write) -> io::Result<()> {
                 "ts": us(i.launched), "dur": us(i.done.saturating_sub(i.launched)),
                 "args": {
                     "program": i.program, "stream": stream, "lane": lane[k], "tensors": i.tensors,
+                    "operands": i.operand_names(),
                     "queued_us": us(i.queued), "dispatched_us": us(i.dispatched),
                     "launched_us": us(i.launched), "done_us": us(i.done),
                 }

@@ -12,9 +12,12 @@ use super::{CounterSample, Flow, FlowKind, InstrSpan, Profile, ThreadRole, Threa
 use crate::vm::observe::{Chunk, InstrRef, Link, Nanos, Rec};
 use crate::vm::StreamId;
 
+/// What the admission record says: stream, name, link, operands, their storages, queued.
+type Admitted = (u32, &'static str, Link, Vec<u64>, Vec<u64>, Nanos);
+
 #[derive(Default)]
 struct Partial {
-    admit: Option<(u32, &'static str, Link, Vec<u64>, Nanos)>,
+    admit: Option<Admitted>,
     dispatched: Option<Nanos>,
     launched: Option<Nanos>,
     done: Option<Nanos>,
@@ -38,10 +41,12 @@ pub(crate) fn build(
     for chunk in chunks {
         for r in chunk.recs {
             match r {
-                Rec::Admit { program, at, stream, name, link, tensors, queued, dispatched } => {
+                Rec::Admit { program, at, stream, name, link, tensors, storages, queued, dispatched } => {
                     by_ref.insert(at, program);
                     let e = parts.entry(program).or_default();
-                    e.admit = Some((stream, name, link, tensors.into_vec(), queued));
+                    // Each operand its own storage unless the record names the owners.
+                    let storages = if storages.is_empty() { tensors.to_vec() } else { storages.into_vec() };
+                    e.admit = Some((stream, name, link, tensors.into_vec(), storages, queued));
                     if dispatched.is_some() {
                         e.dispatched = dispatched;
                     }
@@ -80,7 +85,7 @@ pub(crate) fn build(
     for (program, part) in parts {
         match part {
             Partial {
-                admit: Some((stream, name, link, tensors, queued)),
+                admit: Some((stream, name, link, tensors, storages, queued)),
                 dispatched: Some(dispatched),
                 launched: Some(launched),
                 done: Some(done),
@@ -97,6 +102,7 @@ pub(crate) fn build(
                     name,
                     stream: StreamId(stream),
                     tensors,
+                    storages,
                     queued: d(queued),
                     dispatched: d(dispatched),
                     launched: d(launched),

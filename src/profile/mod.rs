@@ -56,6 +56,9 @@ pub struct InstrSpan {
     pub stream: StreamId,
     /// Ids of its operand tensors, reads first.
     pub tensors: Vec<u64>,
+    /// For each operand, the id of the tensor that owns its storage: the operand's own id,
+    /// or for a view the id of the tensor it views.
+    pub storages: Vec<u64>,
     /// When the scheduler received it (the scheduler's receipt of its batch).
     pub queued: Duration,
     /// When the scheduler dispatched it to its worker.
@@ -66,6 +69,21 @@ pub struct InstrSpan {
     /// When it finished: the worker finished running it, or the watcher saw the event
     /// recorded after it reached.
     pub done: Duration,
+}
+
+impl InstrSpan {
+    /// Its operands by name, reads first: `t3` for a tensor that owns its storage, `t7 (view
+    /// of t3)` for a view, which says whose storage it reads or writes (the numbers are the
+    /// VM's tensor ids, [`Tensor::id`](crate::framework::Tensor::id)).
+    pub fn operand_names(&self) -> Vec<String> {
+        let storage = |k: usize| self.storages.get(k).copied().unwrap_or(self.tensors[k]);
+        (0..self.tensors.len())
+            .map(|k| match (self.tensors[k], storage(k)) {
+                (t, s) if t == s => format!("t{t}"),
+                (t, s) => format!("t{t} (view of t{s})"),
+            })
+            .collect()
+    }
 }
 
 /// What a VM thread was doing over an interval (one slice per batch, not per instruction).

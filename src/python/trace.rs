@@ -3,7 +3,6 @@
 //! timeline (`VM.stop_profiling`, `replay(..., timeline=...)`) to write for Perfetto.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -12,8 +11,9 @@ use pyo3::types::{PyDict, PyList};
 
 use super::array::PyArr;
 use super::errors::IntoPy;
-use super::shared::Shared;
+use super::issue::flush;
 use super::wait::wait;
+use crate::eager::Context;
 use crate::framework::Tensor;
 use crate::profile::Profile;
 use crate::trace::{self, DeviceMap, RecordSummary, Recorder, ReplayOptions, ValidateOptions};
@@ -82,7 +82,7 @@ impl PyProfile {
 /// A recording of a VM's instruction stream to a trace file (`VM.record`).
 #[pyclass(frozen, name = "Recorder", module = "eagervm")]
 pub(crate) struct PyRecorder {
-    shared: Arc<Shared>,
+    cx: Context,
     rec: Mutex<Option<Recorder>>,
 }
 
@@ -98,9 +98,9 @@ fn summary_dict<'py>(py: Python<'py>, s: &RecordSummary) -> PyResult<Bound<'py, 
 }
 
 impl PyRecorder {
-    pub(crate) fn start(shared: &Arc<Shared>, path: &Path) -> PyResult<Self> {
-        let rec = Recorder::start(shared.vm(), path).py_err()?;
-        Ok(PyRecorder { shared: shared.clone(), rec: Mutex::new(Some(rec)) })
+    pub(crate) fn start(cx: &Context, path: &Path) -> PyResult<Self> {
+        let rec = Recorder::start(cx.vm(), path).py_err()?;
+        Ok(PyRecorder { cx: cx.clone(), rec: Mutex::new(Some(rec)) })
     }
 }
 
@@ -116,12 +116,12 @@ impl PyRecorder {
             .lock()
             .take()
             .ok_or_else(|| PyRuntimeError::new_err("the recording is finished already"))?;
-        let tensors: Vec<Tensor> = outputs.iter().map(|a| a.t.clone()).collect();
-        self.shared.flush(py);
-        let shared = self.shared.clone();
+        let tensors: Vec<Tensor> = outputs.iter().map(|a| a.a.tensor_unflushed().clone()).collect();
+        flush(py, &self.cx);
+        let cx = self.cx.clone();
         let s = wait(py, move || {
             let refs: Vec<&Tensor> = tensors.iter().collect();
-            rec.finish(shared.vm(), &refs, None)
+            rec.finish(cx.vm(), &refs, None)
         })?
         .py_err()?;
         summary_dict(py, &s)

@@ -1,22 +1,27 @@
-//! `eagervm.VM`, `eagervm.Stream` and `eagervm.Program`: the VM with its configuration,
-//! its streams, and the instruction-list API (explicit streams) over the open builder.
+//! `eagervm.VM`: a VM with its configuration and its one eager context (`python::issue`),
+//! the creation of its arrays (`python::creation`), and the calls that wait for it (sync,
+//! profiling, recording). `with vm:` makes it the default VM of the thread
+//! (`python::default_vm`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt};
+use pyo3::types::{PyDict, PyInt, PyTuple};
 
-use super::array::{call1, from_numpy, parse_device, vm_dtype, PyArr};
+use super::array::PyArr;
+use super::creation;
+use super::default_vm;
+use super::dtype::{opt_device, opt_dtype};
 use super::errors::IntoPy;
-use super::shared::Shared;
+use super::interop::scalar_attrs;
+use super::issue::{flush, issued};
+use super::program::{Program, PyStream};
 use super::trace::{PyProfile, PyRecorder};
 use super::wait::wait;
+use crate::eager::{Array, Context, ContextOptions};
 use crate::ep::{DeviceId, StreamType};
-use crate::framework::{Attrs, Tensor};
-use crate::vm::StreamId;
+use crate::framework::OutSpec;
 use crate::vm::ThreadTopology;
 use crate::{Config, VirtualMachine};
 
@@ -48,7 +53,7 @@ fn topology(s: &str) -> PyResult<ThreadTopology> {
 }
 
 /// A stream type by name.
-fn stream_type(s: &str) -> PyResult<StreamType> {
+pub(crate) fn stream_type(s: &str) -> PyResult<StreamType> {
     StreamType::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
         let names: Vec<_> = StreamType::ALL.iter().map(|t| t.name()).collect();
         PyValueError::new_err(format!("unknown stream type {s:?} (expected one of {})", names.join(", ")))
@@ -58,42 +63,13 @@ fn stream_type(s: &str) -> PyResult<StreamType> {
 /// An eager-execution virtual machine (`docs/python.md`).
 #[pyclass(frozen, name = "VM", module = "eagervm")]
 pub(crate) struct PyVm {
-    shared: Arc<Shared>,
+    pub(crate) cx: Context,
 }
 
 impl PyVm {
-    fn arr(&self, t: Tensor) -> PyArr {
-        PyArr { shared: self.shared.clone(), t }
-    }
-
-    fn stream_obj(&self, id: StreamId) -> PyResult<PyStream> {
-        let (_, device, ty, name) = self
-            .shared
-            .vm()
-            .streams()
-            .into_iter()
-            .find(|s| s.0 == id)
-            .ok_or_else(|| PyValueError::new_err("no such stream"))?;
-        Ok(PyStream { owner: Arc::as_ptr(&self.shared) as usize, id, device, ty, name })
-    }
-
-    /// `fill` of a new array on `device`'s compute stream.
-    fn filled(
-        &self,
-        py: Python<'_>,
-        shape: Vec<usize>,
-        value: f64,
-        dtype: &Bound<'_, PyAny>,
-        device: &str,
-    ) -> PyResult<PyArr> {
-        let dtype = vm_dtype(py, dtype)?;
-        let device = parse_device(device)?;
-        let vm = self.shared.vm();
-        let t = vm.empty(&shape, dtype, device).py_err()?;
-        let s = vm.compute_stream(device).py_err()?;
-        let fill = self.shared.ops.fill;
-        self.shared.with_builder(py, |b| b.call_into(fill, &[], &[&t], Attrs::scalar(value), s)).py_err()?;
-        Ok(self.arr(t))
+    /// `a` as a Python array.
+    pub(crate) fn wrap(a: Array) -> PyArr {
+        PyArr { a }
     }
 }
 
@@ -195,15 +171,16 @@ impl PyVm {
         }
         let flush_every = match flush_every {
             Some(v) => uint("flush_every", v, usize_max)?.max(1) as usize,
-            None => DEFAULT_FLUSH_EVERY,
+            None => ContextOptions::default().flush_every,
         };
         // Starting a VM opens devices (CUDA's driver may take a while): without the GIL.
         let vm = py.allow_threads(|| VirtualMachine::new(c)).py_err()?;
-        Ok(PyVm { shared: Arc::new(Shared::new(vm, flush_every).py_err()?) })
+        // The context keeps the VM running; this handle of it may go.
+        Ok(PyVm { cx: Context::deferring_flushes(&vm, ContextOptions { flush_every }) })
     }
 
     fn __repr__(&self) -> String {
-        let c = self.shared.vm().config();
+        let c = self.cx.vm().config();
         format!(
             "VM(mock_devices={}, cuda_devices={}, sync={})",
             c.mock_devices,
@@ -215,7 +192,7 @@ impl PyVm {
     /// The configuration the VM runs with, as a dict.
     #[getter]
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let c = self.shared.vm().config();
+        let c = self.cx.vm().config();
         let d = PyDict::new(py);
         d.set_item("mock_devices", c.mock_devices)?;
         d.set_item("cuda_devices", c.cuda_devices)?;
@@ -243,16 +220,47 @@ impl PyVm {
         d.set_item("fault_refuse_watcher_threads", c.fault.refuse_watcher_threads)?;
         d.set_item("fault_fail_alloc_one_in", c.fault.fail_alloc_one_in)?;
         d.set_item("fault_fail_alloc_seed", c.fault.fail_alloc_seed)?;
-        d.set_item("flush_every", self.shared.flush_every())?;
+        d.set_item("flush_every", self.cx.options().flush_every)?;
         Ok(d)
     }
 
-    /// A new array holding a copy of `data` (a C-contiguous float32 or int64 NumPy
-    /// array), on `device`.
-    #[pyo3(signature = (data, device="cpu:0"))]
-    fn array(&self, py: Python<'_>, data: &Bound<'_, PyAny>, device: &str) -> PyResult<PyArr> {
-        let device = parse_device(device)?;
-        from_numpy(py, &self.shared, data, device)
+    /// A new array holding a copy of `data`, a NumPy array of any eagervm dtype (one that
+    /// is not C-contiguous is copied as it reads), on `device`, converted to `dtype`.
+    #[pyo3(signature = (data, device=None, dtype=None))]
+    fn array(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        device: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArr> {
+        let device = opt_device(device)?.unwrap_or(DeviceId::CPU);
+        let a = super::interop::from_ndarray(py, &self.cx, data, device)?;
+        match opt_dtype(dtype)? {
+            Some(d) if d != a.dtype() => Ok(PyArr { a: issued(py, &self.cx, a.to_dtype(d))? }),
+            _ => Ok(PyArr { a }),
+        }
+    }
+
+    /// PyTorch's `tensor(data, dtype=None, device=None)`: a copy of `data` (numbers,
+    /// nested sequences, NumPy or eagervm arrays), with PyTorch's dtype inference.
+    #[pyo3(signature = (data, dtype=None, device=None))]
+    fn tensor(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArr> {
+        let a = super::interop::tensor(py, &self.cx, data, opt_dtype(dtype)?, opt_device(device)?)?;
+        Ok(PyArr { a })
+    }
+
+    /// PyTorch's `from_numpy(ndarray)`: an array over the NumPy array's memory where the VM
+    /// can use it as it is (DLPack), else over a copy.
+    #[pyo3(name = "from_numpy")]
+    fn import_numpy(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<PyArr> {
+        creation::from_numpy(py, &self.cx, data).map(Self::wrap)
     }
 
     /// A VM array over `x`'s memory, any DLPack producer of host memory (a NumPy array, a
@@ -264,56 +272,77 @@ impl PyVm {
         &self,
         py: Python<'_>,
         x: &Bound<'_, PyAny>,
-        device: Option<&str>,
+        device: Option<&Bound<'_, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<PyArr> {
-        let device = device.map(parse_device).transpose()?;
-        let t = super::dlpack::import(py, &self.shared, x, device, copy)?;
-        Ok(PyArr { shared: self.shared.clone(), t })
+        super::dlpack::import(py, &self.cx, x, opt_device(device)?, copy).map(Self::wrap)
     }
 
-    /// A new array of `shape` filled with zeros.
-    #[pyo3(signature = (shape, dtype=None, device="cpu:0"))]
+    /// PyTorch's `zeros(*size, dtype=None, device=None)`.
+    #[pyo3(signature = (*size, dtype=None, device=None))]
     fn zeros(
         &self,
         py: Python<'_>,
-        shape: Vec<usize>,
+        size: &Bound<'_, PyTuple>,
         dtype: Option<&Bound<'_, PyAny>>,
-        device: &str,
+        device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyArr> {
-        let f32_ = numpy::dtype::<f32>(py).into_any();
-        self.filled(py, shape, 0.0, dtype.unwrap_or(&f32_), device)
+        creation::filled(py, &self.cx, "zeros", size, 0, dtype, device).map(Self::wrap)
     }
 
-    /// A new array of `shape` filled with `value`.
-    #[pyo3(signature = (shape, value, dtype=None, device="cpu:0"))]
-    fn full(
+    /// PyTorch's `ones(*size, dtype=None, device=None)`.
+    #[pyo3(signature = (*size, dtype=None, device=None))]
+    fn ones(
         &self,
         py: Python<'_>,
-        shape: Vec<usize>,
-        value: f64,
+        size: &Bound<'_, PyTuple>,
         dtype: Option<&Bound<'_, PyAny>>,
-        device: &str,
+        device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyArr> {
-        let f32_ = numpy::dtype::<f32>(py).into_any();
-        self.filled(py, shape, value, dtype.unwrap_or(&f32_), device)
+        creation::filled(py, &self.cx, "ones", size, 1, dtype, device).map(Self::wrap)
     }
 
-    /// A new array with no value yet (for `Program.call_into` and `Program.write`).
-    #[pyo3(signature = (shape, dtype=None, device="cpu:0"))]
+    /// PyTorch's `empty(*size, dtype=None, device=None)`: an array nothing has written
+    /// (reading it before a write raises `UninitializedError`).
+    #[pyo3(signature = (*size, dtype=None, device=None))]
     fn empty(
         &self,
         py: Python<'_>,
-        shape: Vec<usize>,
+        size: &Bound<'_, PyTuple>,
         dtype: Option<&Bound<'_, PyAny>>,
-        device: &str,
+        device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyArr> {
-        let dtype = match dtype {
-            Some(d) => vm_dtype(py, d)?,
-            None => crate::framework::DType::F32,
-        };
-        let t = self.shared.vm().empty(&shape, dtype, parse_device(device)?).py_err()?;
-        Ok(self.arr(t))
+        creation::empty(py, &self.cx, size, dtype, device).map(Self::wrap)
+    }
+
+    /// PyTorch's `full(size, fill_value, dtype=None, device=None)`: the dtype, if not
+    /// given, is the value's (bool, int64, or the default float dtype).
+    #[pyo3(signature = (size, fill_value, dtype=None, device=None))]
+    fn full(
+        &self,
+        py: Python<'_>,
+        size: &Bound<'_, PyAny>,
+        fill_value: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArr> {
+        creation::full(py, &self.cx, size, fill_value, dtype, device).map(Self::wrap)
+    }
+
+    /// PyTorch's `arange(end)` and `arange(start, end, step=1)`: int64 for integer bounds
+    /// and step, the default float dtype if any is a float.
+    #[pyo3(signature = (start, end=None, step=None, *, dtype=None, device=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn arange(
+        &self,
+        py: Python<'_>,
+        start: &Bound<'_, PyAny>,
+        end: Option<&Bound<'_, PyAny>>,
+        step: Option<&Bound<'_, PyAny>>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArr> {
+        creation::arange(py, &self.cx, start, end, step, dtype, device).map(Self::wrap)
     }
 
     /// Call any registered op by name on `device`'s compute stream (default: the first
@@ -325,266 +354,128 @@ impl PyVm {
         py: Python<'_>,
         op: &str,
         inputs: Vec<PyRef<'_, PyArr>>,
-        scalar: Option<f64>,
-        outputs: Option<Vec<(Vec<usize>, Bound<'_, PyAny>)>>,
-        device: Option<&str>,
+        scalar: Option<&Bound<'_, PyAny>>,
+        outputs: Option<Vec<(Bound<'_, PyAny>, Bound<'_, PyAny>)>>,
+        device: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<PyArr>> {
-        let device = match device {
-            Some(d) => parse_device(d)?,
-            None => inputs.first().map_or(DeviceId::CPU, |a| a.t.device()),
+        let device = match opt_device(device)? {
+            Some(d) => d,
+            None => inputs.first().map_or(DeviceId::CPU, |a| a.a.device()),
         };
-        let vm = self.shared.vm();
-        let op = vm.op(op).py_err()?;
-        let stream = vm.compute_stream(device).py_err()?;
-        let attrs = scalar.map_or_else(Attrs::default, Attrs::scalar);
-        let ins: Vec<&Tensor> = inputs.iter().map(|a| &a.t).collect();
-        match outputs {
-            None => {
-                let outs =
-                    self.shared.with_builder(py, |b| b.call_multi(op, &ins, attrs, stream)).py_err()?;
-                Ok(outs.into_iter().map(|t| self.arr(t)).collect())
-            }
-            Some(specs) => {
-                let mut outs = Vec::with_capacity(specs.len());
-                for (shape, dtype) in &specs {
-                    outs.push(vm.empty(shape, vm_dtype(py, dtype)?, device).py_err()?);
-                }
-                let refs: Vec<&Tensor> = outs.iter().collect();
-                self.shared.with_builder(py, |b| b.call_into(op, &ins, &refs, attrs, stream)).py_err()?;
-                Ok(outs.into_iter().map(|t| self.arr(t)).collect())
-            }
-        }
+        let attrs = scalar_attrs(scalar)?;
+        let given = outputs
+            .unwrap_or_default()
+            .iter()
+            .map(|(shape, dtype)| {
+                Ok(OutSpec {
+                    shape: super::args::size_obj("call", "outputs", shape)?.as_slice().into(),
+                    dtype: super::dtype::dtype_arg(dtype)?,
+                })
+            })
+            .collect::<PyResult<Vec<OutSpec>>>()?;
+        let ins: Vec<&Array> = inputs.iter().map(|a| &a.a).collect();
+        let outs = issued(py, &self.cx, self.cx.call(op, &ins, attrs, &given, device))?;
+        Ok(outs.into_iter().map(Self::wrap).collect())
     }
 
     /// Hand every call made so far to the VM now (it runs them asynchronously).
     fn flush(&self, py: Python<'_>) {
-        self.shared.flush(py);
+        flush(py, &self.cx);
     }
 
     /// Wait until everything submitted so far has run; raise `FailedError` if any
     /// instruction failed since the last sync.
     fn sync(&self, py: Python<'_>) -> PyResult<()> {
-        self.shared.flush(py);
-        let shared = self.shared.clone();
-        wait(py, move || shared.vm().sync())?.py_err()
+        flush(py, &self.cx);
+        let cx = self.cx.clone();
+        wait(py, move || cx.vm().sync())?.py_err()
     }
 
     /// Instructions submitted and not yet retired.
     #[getter]
     fn in_flight(&self) -> usize {
-        self.shared.vm().in_flight()
+        self.cx.vm().in_flight()
     }
 
     /// The names of the registered ops.
     fn op_names(&self) -> Vec<&'static str> {
-        self.shared.vm().op_names()
+        self.cx.vm().op_names()
     }
 
     /// The stream of type `type` (`"compute"`, `"h2d"`, `"d2h"`) on `device`.
-    #[pyo3(signature = (device="cpu:0", r#type="compute"))]
-    fn stream(&self, device: &str, r#type: &str) -> PyResult<PyStream> {
-        let id = self.shared.vm().stream(parse_device(device)?, stream_type(r#type)?).py_err()?;
-        self.stream_obj(id)
+    #[pyo3(signature = (device=None, r#type="compute"))]
+    fn stream(&self, device: Option<&Bound<'_, PyAny>>, r#type: &str) -> PyResult<PyStream> {
+        let device = opt_device(device)?.unwrap_or(DeviceId::CPU);
+        let id = self.cx.vm().stream(device, stream_type(r#type)?).py_err()?;
+        PyStream::of(&self.cx, id)
     }
 
     /// Every stream of the VM.
     fn streams(&self) -> PyResult<Vec<PyStream>> {
-        self.shared.vm().streams().into_iter().map(|s| self.stream_obj(s.0)).collect()
+        self.cx.vm().streams().into_iter().map(|s| PyStream::of(&self.cx, s.0)).collect()
     }
 
     /// A program: the instruction-list API with explicit streams, as a context manager.
     fn program(&self) -> Program {
-        Program { shared: self.shared.clone(), closed: AtomicBool::new(false) }
+        Program::new(self.cx.clone())
     }
 
     /// Open a profiling session (`stop_profiling` returns its timeline).
     fn start_profiling(&self, py: Python<'_>) -> PyResult<()> {
-        self.shared.flush(py);
-        let shared = self.shared.clone();
-        wait(py, move || shared.vm().start_profiling())?.py_err()
+        flush(py, &self.cx);
+        let cx = self.cx.clone();
+        wait(py, move || cx.vm().start_profiling())?.py_err()
     }
 
     /// Whether a profiling session is open.
     #[getter]
     fn is_profiling(&self) -> bool {
-        self.shared.vm().is_profiling()
+        self.cx.vm().is_profiling()
     }
 
     /// Close the profiling session (after everything submitted has run) and return its
     /// timeline.
     fn stop_profiling(&self, py: Python<'_>) -> PyResult<PyProfile> {
-        self.shared.flush(py);
-        let shared = self.shared.clone();
-        let p = wait(py, move || shared.vm().stop_profiling())?.py_err()?;
+        flush(py, &self.cx);
+        let cx = self.cx.clone();
+        let p = wait(py, move || cx.vm().stop_profiling())?.py_err()?;
         Ok(PyProfile::new(p))
     }
 
     /// Start recording everything the VM receives from now on to the trace file `path`.
     fn record(&self, py: Python<'_>, path: std::path::PathBuf) -> PyResult<PyRecorder> {
         // What was built before is not part of the recording.
-        self.shared.flush(py);
-        PyRecorder::start(&self.shared, &path)
+        flush(py, &self.cx);
+        PyRecorder::start(&self.cx, &path)
     }
-}
 
-/// The calls an eager front end batches before handing them to the VM, by default (as the
-/// Rust `eager::Context`'s default, `ContextOptions::flush_every`).
-const DEFAULT_FLUSH_EVERY: usize = 128;
-
-/// A stream of a VM: a device and a stream type.
-#[pyclass(frozen, name = "Stream", module = "eagervm")]
-pub(crate) struct PyStream {
-    /// The `Shared` of the VM it belongs to, as an address (to refuse a stream of another VM).
-    owner: usize,
-    id: StreamId,
-    device: DeviceId,
-    ty: StreamType,
-    name: String,
-}
-
-#[pymethods]
-impl PyStream {
-    /// The stream's device.
-    #[getter]
-    fn device(&self) -> String {
-        self.device.to_string()
-    }
-    /// `"compute"`, `"h2d"` or `"d2h"`.
-    #[getter]
-    fn r#type(&self) -> &'static str {
-        self.ty.name()
-    }
-    /// The stream's name (`"mock:0:compute"`, ...).
-    #[getter]
-    fn name(&self) -> &str {
-        &self.name
-    }
-    /// The stream's index in the VM's stream table.
-    #[getter]
-    fn index(&self) -> usize {
-        self.id.index()
-    }
-    fn __repr__(&self) -> String {
-        format!("Stream({})", self.name)
-    }
-}
-
-/// The instruction-list API: calls on explicit streams, through the VM's open builder (the
-/// same one the eager methods use, so all calls reach the VM in the order they were made).
-/// As a context manager its exit hands what was built to the VM, as the end of a
-/// `VirtualMachine::run` closure does; calls after the exit raise `RuntimeError`.
-#[pyclass(frozen, name = "Program", module = "eagervm")]
-pub(crate) struct Program {
-    shared: Arc<Shared>,
-    closed: AtomicBool,
-}
-
-impl Program {
-    fn check(&self, stream: &PyStream) -> PyResult<()> {
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(PyRuntimeError::new_err("the program is closed (its `with` block has ended)"));
-        }
-        if stream.owner != Arc::as_ptr(&self.shared) as usize {
-            return Err(PyValueError::new_err(format!("{} is a stream of another VM", stream.name)));
-        }
-        Ok(())
-    }
-}
-
-#[pymethods]
-impl Program {
-    fn __enter__(slf: Py<Self>) -> Py<Self> {
-        slf
+    /// `with vm:` makes this VM the one the module-level functions (`eagervm.zeros`, ...)
+    /// use in this thread, until the block ends (blocks nest).
+    fn __enter__<'py>(slf: &Bound<'py, Self>) -> Bound<'py, Self> {
+        default_vm::push(slf.clone().into_any().unbind());
+        slf.clone()
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
+    fn __exit__(slf: &Bound<'_, Self>, _args: &Bound<'_, PyTuple>) -> bool {
+        default_vm::pop(slf.as_any());
         false
     }
+}
 
-    /// Hand what was built to the VM and close the program.
-    fn close(&self, py: Python<'_>) {
-        self.closed.store(true, Ordering::Relaxed);
-        self.shared.flush(py);
-    }
+/// The VM the module's functions use now, on this thread: the innermost `with vm:`
+/// block's, else the process's default, made on first use with `VM()`'s defaults
+/// (`python::default_vm`).
+#[pyfunction(name = "default_vm")]
+pub(crate) fn current_vm(py: Python<'_>) -> PyResult<Py<PyVm>> {
+    let vm = default_vm::current(py, || Ok(py.get_type::<PyVm>().call0()?.unbind()))?;
+    Ok(vm.into_bound(py).downcast_into::<PyVm>()?.unbind())
+}
 
-    /// Call a single-output op on `stream`, creating its output.
-    #[pyo3(signature = (op, inputs, stream, scalar=None))]
-    fn call(
-        &self,
-        py: Python<'_>,
-        op: &str,
-        inputs: Vec<PyRef<'_, PyArr>>,
-        stream: PyRef<'_, PyStream>,
-        scalar: Option<f64>,
-    ) -> PyResult<PyArr> {
-        self.check(&stream)?;
-        let op = self.shared.vm().op(op).py_err()?;
-        let ins: Vec<&Tensor> = inputs.iter().map(|a| &a.t).collect();
-        call1(py, &self.shared, op, &ins, scalar.map_or_else(Attrs::default, Attrs::scalar), stream.id)
-    }
-
-    /// Call an op on `stream`, creating its outputs; returns them in order.
-    #[pyo3(signature = (op, inputs, stream, scalar=None))]
-    fn call_multi(
-        &self,
-        py: Python<'_>,
-        op: &str,
-        inputs: Vec<PyRef<'_, PyArr>>,
-        stream: PyRef<'_, PyStream>,
-        scalar: Option<f64>,
-    ) -> PyResult<Vec<PyArr>> {
-        self.check(&stream)?;
-        let op = self.shared.vm().op(op).py_err()?;
-        let ins: Vec<&Tensor> = inputs.iter().map(|a| &a.t).collect();
-        let attrs = scalar.map_or_else(Attrs::default, Attrs::scalar);
-        let outs = self.shared.with_builder(py, |b| b.call_multi(op, &ins, attrs, stream.id)).py_err()?;
-        Ok(outs.into_iter().map(|t| PyArr { shared: self.shared.clone(), t }).collect())
-    }
-
-    /// Call an op on `stream`, writing into the given `outputs` (of the shapes and dtypes
-    /// the op makes, on the stream's device; `VM.empty` makes them).
-    #[pyo3(signature = (op, inputs, outputs, stream, scalar=None))]
-    fn call_into(
-        &self,
-        py: Python<'_>,
-        op: &str,
-        inputs: Vec<PyRef<'_, PyArr>>,
-        outputs: Vec<PyRef<'_, PyArr>>,
-        stream: PyRef<'_, PyStream>,
-        scalar: Option<f64>,
-    ) -> PyResult<()> {
-        self.check(&stream)?;
-        let op = self.shared.vm().op(op).py_err()?;
-        let ins: Vec<&Tensor> = inputs.iter().map(|a| &a.t).collect();
-        let outs: Vec<&Tensor> = outputs.iter().map(|a| &a.t).collect();
-        let attrs = scalar.map_or_else(Attrs::default, Attrs::scalar);
-        self.shared.with_builder(py, |b| b.call_into(op, &ins, &outs, attrs, stream.id)).py_err()
-    }
-
-    /// Overwrite the host array `array` with `data` (a NumPy array of its dtype and
-    /// element count; copied).
-    fn write(&self, py: Python<'_>, array: PyRef<'_, PyArr>, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(PyRuntimeError::new_err("the program is closed (its `with` block has ended)"));
-        }
-        let arr = data.downcast::<numpy::PyUntypedArray>().map_err(|_| {
-            PyTypeError::new_err("write takes a numpy.ndarray; wrap it with numpy.asarray(...)")
-        })?;
-        use numpy::PyArrayMethods;
-        match vm_dtype(py, numpy::PyUntypedArrayMethods::dtype(arr).as_any())? {
-            crate::framework::DType::F32 => {
-                let a = arr.downcast::<numpy::PyArrayDyn<f32>>()?.readonly();
-                let s = a.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?;
-                self.shared.with_builder(py, |b| b.write(&array.t, s)).py_err()
-            }
-            crate::framework::DType::I64 => {
-                let a = arr.downcast::<numpy::PyArrayDyn<i64>>()?.readonly();
-                let s = a.as_slice().map_err(|e| PyValueError::new_err(e.to_string()))?;
-                self.shared.with_builder(py, |b| b.write(&array.t, s)).py_err()
-            }
-            other => Err(super::array::unconverted(other)),
-        }
-    }
+/// Make `vm` the process's default VM (`None`: the one made on first use, again), for
+/// every thread outside its `with` blocks.
+#[pyfunction]
+#[pyo3(signature = (vm))]
+pub(crate) fn set_default_vm(vm: Option<Py<PyVm>>) {
+    default_vm::set(vm.map(Py::into_any));
 }

@@ -12,11 +12,22 @@ use crate::ep::{DeviceId, DeviceType, StreamType};
 use crate::framework::{Attrs, DType, Scalar};
 
 /// The version this build writes (the number after `eagervm-trace`). It reads every version
-/// from 1 to this one: version 2 added `after`, which a version-1 trace may not use.
-pub const VERSION: u32 = 2;
+/// from 1 to this one: version 2 added `after`, which a version-1 trace may not use; version
+/// 3 added `view` declarations, the dtypes other than `f32` and `i64`, and the `int=`,
+/// `bool=` and `dtype=` attributes, which a trace of an earlier version may not use.
+pub const VERSION: u32 = 3;
 
 /// The first version with the `after` statement.
 pub(crate) const AFTER_VERSION: u32 = 2;
+
+/// The first version with `view` declarations, every dtype, and the `int=`, `bool=` and
+/// `dtype=` attributes.
+pub(crate) const VIEW_VERSION: u32 = 3;
+
+/// Whether a trace of `version` may name `dtype` (before version 3: `f32` and `i64` only).
+pub(crate) fn dtype_in_version(dtype: DType, version: u32) -> bool {
+    version >= VIEW_VERSION || matches!(dtype, DType::F32 | DType::I64)
+}
 
 /// The first word of every trace.
 pub const MAGIC: &str = "eagervm-trace";
@@ -221,6 +232,26 @@ pub enum Stmt {
         /// Where it lives.
         device: TraceDevice,
     },
+    /// `view t7 t3 f32[3,2] strides=1,3 offset=0`: tensor `t7` is a view of the storage
+    /// of `t3` (a tensor declared before, not itself a view), of `t3`'s dtype and device,
+    /// naming the elements `offset + i0 * strides[0] + ...` of that storage. Version 3.
+    View {
+        /// The view's number.
+        id: Ref,
+        /// The tensor that owns the storage.
+        base: Ref,
+        /// Element type (the owner's).
+        dtype: DType,
+        /// Dimension sizes.
+        shape: Vec<usize>,
+        /// Elements of the storage between neighbours along each dimension, one per
+        /// dimension.
+        strides: Vec<isize>,
+        /// The storage element of index `[0, 0, ...]`.
+        offset: usize,
+        /// Column of the view's type (its layout follows it).
+        type_col: u32,
+    },
     /// `call s1 add in=t1,t2 out=t3 scalar=0.5`, `call s1 matmul in=t1,t2 out=t3
     /// transpose_a=true`: an `OpCall`.
     Call {
@@ -234,8 +265,8 @@ pub enum Stmt {
         inputs: Vec<Ref>,
         /// Tensors written.
         outputs: Vec<Ref>,
-        /// Its attributes (`scalar=`, `transpose_a=`, `transpose_b=`; a missing one is
-        /// its default).
+        /// Its attributes (the scalar as `scalar=`, `int=` or `bool=`, `dtype=`,
+        /// `transpose_a=`, `transpose_b=`; a missing one is its default).
         attrs: Attrs,
     },
     /// `record s2 e4 t3,t5`: a `RecordEvent` on the stream, reading the tensors.
@@ -436,6 +467,10 @@ pub fn write_stmt(out: &mut String, stmt: &Stmt) {
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
             write!(out, "tensor t{} {dtype}[{}] {device}", id.id, dims.join(","))
         }
+        Stmt::View { id, base, dtype, shape, strides, offset, .. } => {
+            write_view(out, id.id, base.id, *dtype, shape, strides, *offset);
+            Ok(())
+        }
         Stmt::Call { stream, op, inputs, outputs, attrs, .. } => {
             let _ = write!(out, "call s{} {op}", stream.id);
             list(out, "in", inputs, 't');
@@ -486,6 +521,39 @@ pub fn write_stmt(out: &mut String, stmt: &Stmt) {
     };
 }
 
+/// Append `view tN tM TYPE strides=.. offset=..` (the form `write_stmt` and the recorder
+/// write).
+pub(crate) fn write_view(
+    out: &mut String,
+    id: u32,
+    base: u32,
+    dtype: DType,
+    shape: &[usize],
+    strides: &[isize],
+    offset: usize,
+) {
+    let _ = write!(out, "view t{id} t{base} {dtype}[");
+    for (i, d) in shape.iter().enumerate() {
+        let _ = write!(out, "{}{d}", if i == 0 { "" } else { "," });
+    }
+    out.push_str("] strides=");
+    for (i, s) in strides.iter().enumerate() {
+        let _ = write!(out, "{}{s}", if i == 0 { "" } else { "," });
+    }
+    let _ = write!(out, " offset={offset}");
+}
+
+/// How many tensors of one dtype a trace declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DTypeCount {
+    /// The dtype.
+    pub dtype: DType,
+    /// `tensor` declarations of it (tensors that own their storage).
+    pub tensors: u64,
+    /// `view` declarations of it.
+    pub views: u64,
+}
+
 /// A whole trace: its statements in file order, and the file they came from.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Trace {
@@ -511,6 +579,23 @@ impl Trace {
     /// Number of instruction statements.
     pub fn instructions(&self) -> usize {
         self.lines.iter().filter(|l| l.stmt.is_instruction()).count()
+    }
+
+    /// The tensors and views the trace declares, per dtype, in [`DType::ALL`]'s order
+    /// (dtypes it declares none of left out).
+    pub fn dtypes(&self) -> Vec<DTypeCount> {
+        let mut counts: Vec<DTypeCount> =
+            DType::ALL.iter().map(|&dtype| DTypeCount { dtype, tensors: 0, views: 0 }).collect();
+        let at = |d: DType| DType::ALL.iter().position(|&x| x == d).unwrap_or(0);
+        for l in &self.lines {
+            match &l.stmt {
+                Stmt::Tensor { dtype, .. } => counts[at(*dtype)].tensors += 1,
+                Stmt::View { dtype, .. } => counts[at(*dtype)].views += 1,
+                _ => {}
+            }
+        }
+        counts.retain(|c| c.tensors + c.views > 0);
+        counts
     }
 }
 

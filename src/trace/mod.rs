@@ -4,9 +4,10 @@
 //! instructions a [`VirtualMachine`](crate::VirtualMachine) received (`OpCall`,
 //! `RecordEvent`, `StreamWaitEvent`, `Barrier`, `Release`, `Access`), in the order its
 //! scheduler admitted them, after a version header and the declarations of the devices,
-//! streams and tensors they use; `after` statements say where the scheduler, not a
-//! `record`/`wait`, synchronised a cross-stream use (`sync`). It may end with expectations
-//! (checksums of tensors, an expected failure) that a replay checks.
+//! streams, tensors and views (tensors over another tensor's storage) they use; `after`
+//! statements say where the scheduler, not a `record`/`wait`, synchronised a cross-stream
+//! use (`sync`). It may end with expectations (checksums of tensors, an expected failure)
+//! that a replay checks.
 //! `docs/trace-format.md` has the grammar and a worked example.
 //!
 //! - [`Recorder`]: attach to a VM, run any program, get its trace. The VM hands every
@@ -40,7 +41,7 @@ use std::fmt;
 
 pub use analyze::{analyze, Analysis, Dot, DotLimits, EdgeKind, Graph, GraphEdge, GraphNode};
 pub use format::{
-    checksum, write_stmt, AccessKind, Data, DeviceKind, FailureKind, Line, Pos, Ref, Stmt, Trace,
+    checksum, write_stmt, AccessKind, DTypeCount, Data, DeviceKind, FailureKind, Line, Pos, Ref, Stmt, Trace,
     TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
 };
 pub use parse::{parse_str, parse_str_with};

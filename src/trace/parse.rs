@@ -6,8 +6,8 @@
 //! statements it could read. It never panics, whatever the bytes.
 
 use super::format::{
-    parse_device, parse_dtype, parse_stream_type, parse_type, AccessKind, Data, FailureKind, Line, Pos, Ref,
-    Stmt, Trace, AFTER_VERSION, MAGIC, VERSION,
+    dtype_in_version, parse_device, parse_dtype, parse_stream_type, parse_type, AccessKind, Data,
+    FailureKind, Line, Pos, Ref, Stmt, Trace, AFTER_VERSION, MAGIC, VERSION, VIEW_VERSION,
 };
 use super::progress::{Phase, Progress, STRIDE};
 use super::{Diagnostic, TraceError};
@@ -164,13 +164,7 @@ pub fn parse_str_with(
             }
             problem(1, format!("expected `{MAGIC} {VERSION}` as the first line, found `{}`", first.text));
         }
-        match statement(&toks) {
-            Ok(Stmt::After { .. }) if version < AFTER_VERSION => problem(
-                first.col,
-                format!(
-                    "`after` needs version {AFTER_VERSION} of the format; the header says version {version}"
-                ),
-            ),
+        match statement(&toks, version) {
             Ok(stmt) => trace.lines.push(Line { pos: Pos { line, col: first.col }, stmt }),
             Err((col, m)) => problem(col, m),
         }
@@ -187,10 +181,11 @@ pub fn parse_str_with(
     Ok((trace, diags))
 }
 
-/// Cursor over one line's tokens.
+/// Cursor over one line's tokens, and the version of the trace they are read under.
 struct Cur<'a> {
     toks: &'a [Tok],
     i: usize,
+    version: u32,
 }
 
 impl<'a> Cur<'a> {
@@ -228,6 +223,30 @@ impl<'a> Cur<'a> {
     fn tensor(&mut self) -> Result<Ref, Problem> {
         self.reference('t', "a tensor")
     }
+
+    /// Refuse `what`, at `col`, in a trace of a version before `since`.
+    fn since(&self, since: u32, col: u32, what: &str) -> Result<(), Problem> {
+        match self.version < since {
+            true => Err((
+                col,
+                format!(
+                    "{what} needs version {since} of the format; the header says version {}",
+                    self.version
+                ),
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// Refuse `dtype`, at `col`, if this trace's version does not have it.
+    fn dtype_here(&self, dtype: DType, col: u32) -> Result<(), Problem> {
+        match dtype_in_version(dtype, self.version) {
+            true => Ok(()),
+            false => {
+                self.since(VIEW_VERSION, col, &format!("dtype `{dtype}` (versions 1 and 2 have f32 and i64)"))
+            }
+        }
+    }
 }
 
 fn parse_ref(s: &str, col: u32, prefix: char, what: &str) -> Result<Ref, Problem> {
@@ -255,8 +274,8 @@ fn parse_ref_list(t: &Tok, value: &str, prefix: char, what: &str) -> Result<Vec<
     Ok(out)
 }
 
-fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
-    let mut c = Cur { toks, i: 1 };
+fn statement(toks: &[Tok], version: u32) -> Result<Stmt, Problem> {
+    let mut c = Cur { toks, i: 1, version };
     // Cannot fail: `parse_str` skips lines without tokens.
     let kw = &toks[0];
     let stmt = match kw.text.as_str() {
@@ -288,10 +307,12 @@ fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
             let id = c.tensor()?;
             let t = c.next("the tensor's type, like `f32[2,3]`")?;
             let (dtype, shape) = parse_type(&t.text).map_err(|m| (t.col, m))?;
+            c.dtype_here(dtype, t.col)?;
             let t = c.next("the tensor's device")?;
             let device = parse_device(&t.text).map_err(|m| (t.col, m))?;
             Stmt::Tensor { id, dtype, shape, device }
         }
+        "view" => view(&mut c, kw.col)?,
         "call" => call(&mut c)?,
         "record" => {
             let stream = c.stream()?;
@@ -304,6 +325,7 @@ fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
         }
         "wait" => Stmt::Wait { stream: c.stream()?, event: c.reference('e', "an event")? },
         "after" => {
+            c.since(AFTER_VERSION, kw.col, "`after`")?;
             let (stream, source) = (c.stream()?, c.stream()?);
             let mut tensors = vec![c.tensor()?];
             while c.peek().is_some() {
@@ -319,14 +341,48 @@ fn statement(toks: &[Tok]) -> Result<Stmt, Problem> {
             return Err((
                 kw.col,
                 format!(
-                    "unknown statement `{other}` (expected device, stream, tensor, call, record, wait, \
-                     after, barrier, release, access or expect)"
+                    "unknown statement `{other}` (expected device, stream, comm, tensor, view, call, record, \
+                     wait, after, barrier, release, access or expect)"
                 ),
             ))
         }
     };
     c.done()?;
     Ok(stmt)
+}
+
+/// `view tN tM TYPE strides=A,B,.. offset=K` (the keyword at `col`).
+fn view(c: &mut Cur<'_>, col: u32) -> Result<Stmt, Problem> {
+    c.since(VIEW_VERSION, col, "`view`")?;
+    let id = c.tensor()?;
+    let base = c.reference('t', "the tensor whose storage it views")?;
+    let t = c.next("the view's type, like `f32[3,2]`")?;
+    let (dtype, shape) = parse_type(&t.text).map_err(|m| (t.col, m))?;
+    let type_col = t.col;
+    let t = c.next("`strides=` and the view's strides, one per dimension")?;
+    let list = t
+        .text
+        .strip_prefix("strides=")
+        .ok_or_else(|| (t.col, format!("expected `strides=`, found `{}`", t.text)))?;
+    let mut strides = Vec::new();
+    // A 0-d view has no strides: `strides=` with nothing after it.
+    if !list.is_empty() {
+        let mut at = t.col.saturating_add(width("strides=".len()));
+        for item in list.split(',') {
+            strides
+                .push(item.parse::<isize>().map_err(|_| (at, format!("stride `{item}` is not an integer")))?);
+            at = at.saturating_add(width(item.chars().count())).saturating_add(1);
+        }
+    }
+    let t = c.next("`offset=` and the storage element the view starts at")?;
+    let offset = t
+        .text
+        .strip_prefix("offset=")
+        .ok_or_else(|| (t.col, format!("expected `offset=`, found `{}`", t.text)))?;
+    let offset = offset
+        .parse::<usize>()
+        .map_err(|_| (t.col, format!("offset `{offset}` is not a non-negative integer")))?;
+    Ok(Stmt::View { id, base, dtype, shape, strides, offset, type_col })
 }
 
 fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
@@ -362,6 +418,9 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
                 scalar = Some(Scalar::Float(
                     v.parse::<f64>().map_err(|_| (t.col, format!("`{v}` is not a number")))?,
                 ))
+            }
+            "int" | "bool" | "dtype" if c.version < VIEW_VERSION => {
+                c.since(VIEW_VERSION, t.col, &format!("the attribute `{k}=`"))?
             }
             "int" if scalar.is_none() => {
                 scalar = Some(Scalar::Int(
@@ -439,6 +498,7 @@ fn data(c: &mut Cur<'_>) -> Result<Data, Problem> {
         });
     }
     let dtype = parse_dtype(&t.text).map_err(|m| (t.col, m))?;
+    c.dtype_here(dtype, t.col)?;
     let mut bytes = Vec::new();
     while let Some(t) = c.peek() {
         c.i += 1;
@@ -545,13 +605,17 @@ mod tests {
 
     #[test]
     fn every_statement_round_trips() {
-        let text = "eagervm-trace 2\n\
+        let text = "eagervm-trace 3\n\
             device cpu:0\n\
             device mock:0\n\
             stream s0 cpu:0 compute\n\
             stream s1 mock:0 h2d\n\
             tensor t0 f32[2,3] cpu:0\n\
             tensor t1 i64[] mock:0\n\
+            view t2 t0 f32[3,2] strides=1,3 offset=0\n\
+            view t3 t0 f32[] strides= offset=5\n\
+            call s0 fill out=t1 int=-3 dtype=bf16\n\
+            call s0 fill out=t2 bool=false\n\
             access s0 write t0 f32 1 -2.5 0x7fc00001 inf -0 3\n\
             access s0 write t1 file=\"x y.bin\" offset=8 bytes=16 fnv1a64=0x00000000000000ff\n\
             call s1 copy in=t0 out=t1 scalar=-0.5\n\
@@ -569,7 +633,7 @@ mod tests {
             expect error kernel op=fail message=\"fail \\\"op\\\": 7\\n\"\n";
         let (trace, diags) = parse_str("x", text);
         assert!(diags.is_empty(), "{diags:?}");
-        assert_eq!(trace.lines.len(), 21);
+        assert_eq!(trace.lines.len(), 25);
         assert_eq!(trace.to_text(), text);
         let (again, d2) = parse_str("x", &trace.to_text());
         assert!(d2.is_empty());
@@ -588,7 +652,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Written back with only what differs from the defaults.
-        assert_eq!(t.to_text(), "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_a=true\n");
+        assert_eq!(t.to_text(), "eagervm-trace 3\ncall s0 matmul in=t0,t1 out=t2 transpose_a=true\n");
         let (_, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_a=yes\n");
         assert_eq!((d[0].line, d[0].col), (2, 32), "{d:?}");
         assert!(d[0].message.contains("`yes` is not `true` or `false`"), "{d:?}");
@@ -619,7 +683,7 @@ mod tests {
     }
 
     #[test]
-    fn version_1_is_read_without_the_statements_of_version_2() {
+    fn older_versions_are_read_without_the_statements_of_later_ones() {
         let body = "device cpu:0\nstream s0 cpu:0 compute\ntensor t0 f32[] cpu:0\n";
         let (t, d) = parse_str("f", &format!("eagervm-trace 1\n{body}"));
         assert!(d.is_empty(), "{d:?}");
@@ -631,6 +695,14 @@ mod tests {
         let (t, d) = parse_str("f", &format!("eagervm-trace 2\n{body}after s0 s1 t0\n"));
         assert!(d.is_empty(), "{d:?}");
         assert_eq!(t.lines.len(), 4);
+        // Nor those of version 3, each refused at its column.
+        let (_, d) = parse_str("f", &format!("eagervm-trace 2\n{body}view t1 t0 f32[] strides= offset=0\n"));
+        assert_eq!((d[0].line, d[0].col), (5, 1), "{d:?}");
+        assert!(d[0].message.contains("`view` needs version 3"), "{d:?}");
+        let (_, d) =
+            parse_str("f", "eagervm-trace 1\ntensor t0 f64[] cpu:0\ncall s0 fill out=t0 bool=true\n");
+        let at: Vec<(u32, u32)> = d.iter().map(|d| (d.line, d.col)).collect();
+        assert_eq!(at, [(2, 11), (3, 21)], "{d:?}");
         // `after` names two streams and at least one tensor.
         let (_, d) = parse_str("f", "eagervm-trace 2\nafter s0 s1\nafter s0 t1\n");
         assert_eq!(d.len(), 2, "{d:?}");

@@ -7,7 +7,8 @@
 //! inbox, so the trace lists batches exactly in the order the scheduler receives them.
 //! `capture` only copies a compact description of each instruction (op name pointer,
 //! scalar, stream index, tensor ids, the bytes of host writes) plus the metadata of each
-//! tensor the first time it appears (a bitset of seen ids). Descriptions are gathered into
+//! tensor the first time it appears (a bitset of seen ids): for a view, its layout and its
+//! owner's id, after the owner's own metadata if the owner has not appeared yet. Descriptions are gathered into
 //! messages of a few thousand and sent through a bounded channel, so the writer thread is
 //! woken rarely (each wake-up is a system call on the VM's side and a context switch);
 //! emptied buffers come back through a pool, so steady recording allocates nothing. The
@@ -43,7 +44,7 @@ use fnv::FnvHashMap;
 use smallvec::SmallVec;
 
 use super::format::{
-    quote, write_attrs, write_values, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
+    quote, write_attrs, write_values, write_view, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
 };
 use super::sync::TensorSync;
 use super::{checksum, TraceError};
@@ -81,6 +82,12 @@ enum Rec {
         id: u64,
         meta: TensorMeta,
     },
+    /// A view seen for the first time, after its owner's declaration: declare it.
+    View {
+        id: u64,
+        owner: u64,
+        meta: TensorMeta,
+    },
     Instr {
         kind: RecKind,
         stream: u32,
@@ -90,9 +97,11 @@ enum Rec {
 
 enum Msg {
     Batch(Vec<Rec>),
-    /// The end of the trace: expected checksums by VM tensor id, an expected failure.
+    /// The end of the trace: expected checksums by VM tensor id, the declarations of the
+    /// views among those tensors (`Rec::View`), an expected failure.
     Finish {
         expects: Vec<(u64, u64)>,
+        views: Vec<Rec>,
         failure: Option<(FailureKind, String, String)>,
     },
 }
@@ -117,20 +126,37 @@ impl std::fmt::Debug for Capture {
     }
 }
 
+/// Mark tensor `id` seen in `seen`; returns whether it was seen for the first time.
+#[inline]
+fn first_sight(seen: &mut Vec<u64>, id: u64) -> bool {
+    let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
+    if word >= seen.len() {
+        seen.resize(word + 1 + word / 2, 0);
+    }
+    let first = seen[word] & bit == 0;
+    seen[word] |= bit;
+    first
+}
+
 impl Capture {
     /// Copy the description of `batch` and hand it to the writer thread.
     fn capture(&mut self, batch: Submitted<'_>) {
         let recs = &mut self.pending;
         for ins in batch.instructions() {
             for o in ins.operands() {
-                let id = o.id;
-                let (word, bit) = ((id / 64) as usize, 1u64 << (id % 64));
-                if word >= self.seen.len() {
-                    self.seen.resize(word + 1 + word / 2, 0);
+                if !first_sight(&mut self.seen, o.id) {
+                    continue;
                 }
-                if self.seen[word] & bit == 0 {
-                    self.seen[word] |= bit;
-                    recs.push(Rec::Tensor { id, meta: o.meta.clone() });
+                match o.owner {
+                    None => recs.push(Rec::Tensor { id: o.id, meta: o.meta.clone() }),
+                    Some((owner, owner_meta)) => {
+                        // A view's declaration names its owner, which a replay makes the
+                        // view of: declared first, if nothing used it yet.
+                        if first_sight(&mut self.seen, owner) {
+                            recs.push(Rec::Tensor { id: owner, meta: owner_meta.clone() });
+                        }
+                        recs.push(Rec::View { id: o.id, owner, meta: o.meta.clone() });
+                    }
                 }
             }
             let kind = match ins.kind() {
@@ -289,15 +315,22 @@ impl Recorder {
             failures.push(e);
         }
         let mut expects = Vec::new();
+        let mut views = Vec::new();
         for t in outputs {
             match t.read_bytes() {
                 Ok(bytes) => expects.push((t.id(), checksum(&bytes))),
                 Err(e) => failures.push(e),
             }
+            // A view no instruction used is declared with its expectation, if its storage
+            // is in the trace (`Writer::run`).
+            if t.is_view() {
+                let owner = t.inner().owner();
+                views.push(Rec::View { id: t.id(), owner: owner.id, meta: t.meta().clone() });
+            }
         }
         let failure = failures.iter().find_map(failure_of);
         let tx = self.tx.take().expect("finish runs once");
-        let _ = tx.send(Msg::Finish { expects, failure });
+        let _ = tx.send(Msg::Finish { expects, views, failure });
         drop(tx);
         self.join()
     }
@@ -352,23 +385,35 @@ struct Writer {
     pool: Arc<SegQueue<Vec<Rec>>>,
     out: BufWriter<File>,
     sidecar: Option<(PathBuf, BufWriter<File>, u64)>,
-    /// Trace number and dtype of each VM tensor declared so far, indexed by VM tensor id
-    /// (ids are handed out in sequence, so the table stays dense).
-    tensors: Vec<Option<(u32, DType)>>,
+    /// Each VM tensor declared so far, indexed by VM tensor id (ids are handed out in
+    /// sequence, so the table stays dense).
+    tensors: Vec<Option<Declared>>,
     declared: u32,
     events: HashMap<u64, u32>,
     instructions: u64,
     line: String,
     /// The device of each VM stream, by index.
     devices: Vec<Option<TraceDevice>>,
-    /// The synchronisation state of each live tensor that has been used, by VM tensor id,
-    /// in the order the scheduler admitted the uses (`trace::sync`).
+    /// The synchronisation state of each live storage that has been used, by the VM id of
+    /// the tensor that owns it, in the order the scheduler admitted the uses
+    /// (`trace::sync`): a view's uses are its storage's, as the builder's soft sync has it.
     sync: FnvHashMap<u64, TensorSync>,
-    /// The tensors each VM event was recorded for, while one of them is still covered by
-    /// it (how many, and which): what a `wait` for it synchronises.
+    /// The storages (by owner) each VM event was recorded for, while one of them is still
+    /// covered by it (how many, and which): what a `wait` for it synchronises.
     covers: FnvHashMap<u64, (u32, SmallVec<[u64; 2]>)>,
-    /// Scratch for the `after` statements before one instruction: source stream, tensors.
+    /// Scratch for the `after` statements before one instruction: source stream, tensors
+    /// (one per storage).
     afters: SmallVec<[(u32, SmallVec<[u64; 4]>); 2]>,
+}
+
+/// A VM tensor the trace has declared.
+#[derive(Debug, Clone, Copy)]
+struct Declared {
+    /// Its number in the trace.
+    n: u32,
+    dtype: DType,
+    /// The VM id of the tensor that owns its storage (its own, or a view's owner's).
+    storage: u64,
 }
 
 impl Writer {
@@ -407,16 +452,26 @@ impl Writer {
                         self.pool.push(recs);
                     }
                 }
-                Msg::Finish { expects, failure } => {
-                    ending = Some((expects, failure));
+                Msg::Finish { expects, views, failure } => {
+                    ending = Some((expects, views, failure));
                     break;
                 }
             }
         }
-        let (expects, failure) = ending.unwrap_or_default();
+        let (expects, views, failure) = ending.unwrap_or_default();
+        // An expected view that no instruction used has no declaration yet: it gets one
+        // where its owner has (the storage it reads is in the trace); otherwise it is not
+        // expected, as an expected tensor no instruction used is not.
+        for v in views {
+            if let Rec::View { id, owner, .. } = &v {
+                if self.declared(*id).is_none() && self.declared(*owner).is_some() {
+                    self.rec(v)?;
+                }
+            }
+        }
         let mut written = 0;
         for (id, sum) in expects {
-            if let Some(Some((t, _))) = self.tensors.get(id as usize) {
+            if let Some(Some(Declared { n: t, .. })) = self.tensors.get(id as usize) {
                 self.line.push_str(&format!("expect t{t} fnv1a64=0x{sum:016x}"));
                 self.emit()?;
                 written += 1;
@@ -463,7 +518,28 @@ impl Writer {
 
     /// The trace number of VM tensor `id` (declared before any instruction that uses it).
     fn tensor(&self, id: u64) -> u32 {
-        self.tensors.get(id as usize).copied().flatten().map_or(u32::MAX, |t| t.0)
+        self.declared(id).map_or(u32::MAX, |t| t.n)
+    }
+
+    fn declared(&self, id: u64) -> Option<Declared> {
+        self.tensors.get(id as usize).copied().flatten()
+    }
+
+    /// The storage (its owner's VM id) of VM tensor `id`.
+    fn storage(&self, id: u64) -> u64 {
+        self.declared(id).map_or(id, |t| t.storage)
+    }
+
+    /// Number VM tensor `id` in the trace.
+    fn declare(&mut self, id: u64, dtype: DType, storage: u64) -> u32 {
+        let n = self.declared;
+        self.declared += 1;
+        let i = id as usize;
+        if i >= self.tensors.len() {
+            self.tensors.resize(i + 1 + i / 2, None);
+        }
+        self.tensors[i] = Some(Declared { n, dtype, storage });
+        n
     }
 
     fn event(&mut self, id: u64) -> u32 {
@@ -474,13 +550,7 @@ impl Writer {
     fn rec(&mut self, r: Rec) -> Result<(), TraceError> {
         let (kind, stream, tensors) = match r {
             Rec::Tensor { id, meta } => {
-                let n = self.declared;
-                self.declared += 1;
-                let i = id as usize;
-                if i >= self.tensors.len() {
-                    self.tensors.resize(i + 1 + i / 2, None);
-                }
-                self.tensors[i] = Some((n, meta.dtype));
+                let n = self.declare(id, meta.dtype, id);
                 let l = &mut self.line;
                 l.push_str("tensor");
                 push_id(l, " t", n as u64);
@@ -494,6 +564,12 @@ impl Writer {
                 let dev = TraceDevice::of(meta.device);
                 l.push_str(dev.kind.name());
                 push_id(l, ":", dev.index as u64);
+                return self.emit();
+            }
+            Rec::View { id, owner, meta } => {
+                let base = self.tensor(owner);
+                let n = self.declare(id, meta.dtype, owner);
+                write_view(&mut self.line, n, base, meta.dtype, &meta.shape, &meta.strides, meta.offset);
                 return self.emit();
             }
             Rec::Instr { kind, stream, tensors } => (kind, stream, tensors),
@@ -554,16 +630,19 @@ impl Writer {
             RecKind::Release => {
                 push_id(&mut self.line, " t", first);
                 self.used(stream, &tensors);
-                for t in &tensors {
-                    self.sync.remove(t);
+                // The owner's release ends its storage (after every view's); a view's leaves
+                // it to the owner.
+                for &t in &tensors {
+                    if self.storage(t) == t {
+                        self.sync.remove(&t);
+                    }
                 }
                 return self.emit();
             }
             RecKind::Read | RecKind::AccessWait => push_id(&mut self.line, " t", first),
             RecKind::Write(bytes) => {
                 push_id(&mut self.line, " t", first);
-                let dtype =
-                    self.tensors.get(tensors[0] as usize).copied().flatten().map_or(DType::F32, |t| t.1);
+                let dtype = self.declared(tensors[0]).map_or(DType::F32, |t| t.dtype);
                 self.write_data(dtype, &bytes)?;
             }
         }
@@ -579,10 +658,13 @@ impl Writer {
         let devices = &self.devices;
         let device = |s: u32| devices.get(s as usize).copied().flatten();
         for &t in tensors {
-            let Some(u) = self.sync.get(&t).and_then(|s| s.unsynced(stream, device)) else { continue };
-            match self.afters.iter_mut().find(|(src, _)| *src == u.source) {
-                Some((_, ts)) if ts.contains(&t) => {}
-                Some((_, ts)) => ts.push(t),
+            let storage = self.storage(t);
+            let Some(u) = self.sync.get(&storage).and_then(|s| s.unsynced(stream, device)) else { continue };
+            // One tensor per storage: the `after` synchronises the storage.
+            let named = |ts: &SmallVec<[u64; 4]>| ts.iter().any(|&x| self.storage(x) == storage);
+            match self.afters.iter().position(|(src, _)| *src == u.source) {
+                Some(i) if named(&self.afters[i].1) => {}
+                Some(i) => self.afters[i].1.push(t),
                 None => self.afters.push((u.source, SmallVec::from_slice(&[t]))),
             }
         }
@@ -594,10 +676,11 @@ impl Writer {
             self.line.push_str("after");
             push_id(&mut self.line, " s", stream as u64);
             push_id(&mut self.line, " s", source as u64);
-            for t in &ts {
-                let n = self.tensor(*t);
+            for &t in &ts {
+                let n = self.tensor(t);
                 push_id(&mut self.line, " t", n as u64);
-                if let Some(s) = self.sync.get_mut(t) {
+                let storage = self.storage(t);
+                if let Some(s) = self.sync.get_mut(&storage) {
                     s.after(stream, source);
                 }
             }
@@ -607,18 +690,20 @@ impl Writer {
         Ok(())
     }
 
-    /// `tensors` are used on `stream` (`TensorSync::used`).
+    /// `tensors`' storages are used on `stream` (`TensorSync::used`).
     fn used(&mut self, stream: u32, tensors: &[u64]) {
         for &t in tensors {
-            if let Some(e) = self.sync.entry(t).or_default().used(stream) {
+            let storage = self.storage(t);
+            if let Some(e) = self.sync.entry(storage).or_default().used(stream) {
                 self.uncover(e);
             }
         }
     }
 
-    /// VM event `id` is recorded on `stream` for `tensors` (`TensorSync::record`).
+    /// VM event `id` is recorded on `stream` for `tensors`' storages (`TensorSync::record`).
     fn recorded(&mut self, stream: u32, id: u64, tensors: &[u64]) {
         for &t in tensors {
+            let t = self.storage(t);
             let (covered, before) = self.sync.entry(t).or_default().record(stream, id);
             if covered && before != Some(id) {
                 let c = self.covers.entry(id).or_default();

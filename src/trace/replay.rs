@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::format::{AccessKind, Data, DeviceKind, FailureKind, Line, Ref, Stmt, Trace, TraceDevice};
+use super::format::{
+    AccessKind, DTypeCount, Data, DeviceKind, FailureKind, Line, Ref, Stmt, Trace, TraceDevice,
+};
 use super::progress::{Phase, Progress, STRIDE};
 use super::record::failure_of;
 use super::validate::{kernel_device, validate_with, ValidateOptions};
@@ -130,6 +132,8 @@ pub struct ReplayReport {
     /// `barrier` statements replayed (counted in [`instructions`](Self::instructions), on no
     /// stream).
     pub barriers: u64,
+    /// The tensors and views the trace declares, per dtype ([`Trace::dtypes`]).
+    pub dtypes: Vec<DTypeCount>,
     /// Kernel panics the VM caught during the replay (each is also a failure, an
     /// [`Error::Panic`], on the tensors its instruction writes).
     pub panics: u64,
@@ -247,6 +251,7 @@ fn replay_inner(
             expected_failure: None,
             profile: None,
             barriers: 0,
+            dtypes: trace.dtypes(),
             panics: 0,
             panic_errors: Vec::new(),
             interrupted: None,
@@ -534,6 +539,15 @@ impl Replayer<'_> {
                 let t =
                     self.vm.empty(shape, *dtype, self.map.devices[device]).map_err(|e| self.err(l, 0, e))?;
                 self.tensors.insert(id.id, t);
+            }
+            // A view of the replayed owner's storage, wherever the device map put it; nothing
+            // runs.
+            Stmt::View { id, base, shape, strides, offset, type_col, .. } => {
+                let v = self
+                    .tensor(*base)
+                    .view_layout(shape, strides, *offset)
+                    .map_err(|e| self.err(l, *type_col, e))?;
+                self.tensors.insert(id.id, v);
             }
             Stmt::Call { stream, op, op_col, inputs, outputs, attrs } => {
                 let s = self.stream(*stream);

@@ -17,10 +17,12 @@ mod common;
 mod cuda;
 mod data_parallel;
 mod eager;
+mod eager_views;
 mod errors;
 mod flight;
 mod fuzz;
 mod inline_wait;
+mod kernels;
 mod lifecycle;
 mod mxnet_engine;
 #[cfg(feature = "cuda")]
@@ -40,4 +42,5 @@ mod trace_analyze;
 mod trace_format;
 mod trace_record;
 mod trace_shipped;
+mod trace_views;
 mod views;

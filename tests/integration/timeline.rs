@@ -377,6 +377,42 @@ fn the_replay_counts_per_stream_agree_with_the_timeline() {
 }
 
 /// A directory of its own under the temporary directory, emptied first.
+#[test]
+fn operands_that_are_views_are_named_with_their_storage() {
+    let r = replay_profiled("views.trace", false, DeviceMap::AsRecorded);
+    let p = r.profile.as_ref().unwrap();
+    check_timeline(p);
+    let mut views = 0;
+    for i in p.instructions() {
+        let names = i.operand_names();
+        assert_eq!((names.len(), i.storages.len()), (i.tensors.len(), i.tensors.len()), "{i:?}");
+        for ((n, t), s) in names.iter().zip(&i.tensors).zip(&i.storages) {
+            let want = if t == s { format!("t{t}") } else { format!("t{t} (view of t{s})") };
+            assert_eq!(*n, want, "{i:?}");
+            views += usize::from(t != s);
+        }
+    }
+    // The five views' copies and releases, the view read in place (`first` has none).
+    assert!(views >= 8, "{views} operands are views");
+    let json: Value = serde_json::from_slice(&chrome_json(p)).unwrap();
+    let named = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["args"]["operands"].as_array())
+        .flatten()
+        .filter(|o| o.as_str().is_some_and(|o| o.contains(" (view of t")))
+        .count();
+    assert_eq!(named, views, "the timeline's `operands` name the views");
+    // `replay` and `analyze` say which dtypes the trace declares.
+    let dtypes = "tensors by dtype: i64 4 (and 1 view), bf16 2 (and 2 views), f32 6 (and 2 views)";
+    for cmd in ["replay", "analyze"] {
+        let o = eagervm(&[cmd, shipped("views.trace").to_str().unwrap()], &[]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success() && out.contains(dtypes), "{cmd}: {out}");
+    }
+}
+
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("eagervm-timeline-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);

@@ -1,4 +1,12 @@
+import os
+import sys
+
 import pytest
+
+if os.environ.get("EAGERVM_TEST_WITHOUT_ML_DTYPES") == "1":
+    # Run the suite as if ml_dtypes were not installed (it is optional): bfloat16 is then
+    # checked through float32 (helpers.py).
+    sys.modules["ml_dtypes"] = None
 
 import eagervm
 

@@ -126,7 +126,14 @@ def test_example_streams_matches_numpy():
         np.testing.assert_allclose(r, e, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("script", ["mlp.py", "streams.py"])
+def test_example_linear_regression_fits_the_line(vm, device):
+    example = runpy.run_path(str(ROOT / "examples" / "python" / "linear_regression.py"))
+    with vm:  # the example names no VM: it runs on the default one
+        w, b, loss = example["fit"](device=device)
+    assert abs(w - 3) < 1e-3 and abs(b + 1) < 1e-3 and loss < 1e-6
+
+
+@pytest.mark.parametrize("script", ["mlp.py", "streams.py", "linear_regression.py"])
 def test_examples_run_as_scripts(script):
     out = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "python" / script)], capture_output=True, text=True, timeout=120

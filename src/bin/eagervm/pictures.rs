@@ -95,6 +95,9 @@ pub fn analyze(file: &Path, args: &AnalyzeArgs) -> Result<(), CliError> {
     for (id, desc, n) in &a.per_stream {
         say!("    s{id:<3} {desc:<16} {n}");
     }
+    if let Some(d) = eagervm::cli::summary::dtypes(&a.dtypes) {
+        say!("{d}");
+    }
     say!("  critical path: {} instructions", a.critical_path);
     say!("  available parallelism: {:.2} (instructions / critical path)", a.parallelism);
     let graph = if args.full { a.full() } else { a.condensed() };

@@ -11,7 +11,7 @@ use pyo3::types::PyCapsule;
 
 use super::ffi::{
     DlDataType, DlDevice, DlManagedTensor, DlManagedTensorVersioned, DlPackVersion, DlTensor, DLPACK_MAJOR,
-    DLPACK_MINOR, DL_FLOAT, DL_INT, FLAG_IS_COPIED, LEGACY, VERSIONED,
+    DLPACK_MINOR, DL_BFLOAT, DL_BOOL, DL_FLOAT, DL_INT, DL_UINT, FLAG_IS_COPIED, LEGACY, VERSIONED,
 };
 use crate::alloc::DeviceLoan;
 use crate::framework::{DType, HostLoan, Tensor};
@@ -22,9 +22,8 @@ pub(super) enum Held {
     Loan(#[allow(dead_code)] HostLoan),
     /// The VM's device storage, lent (an array on `cuda:N`).
     Device(#[allow(dead_code)] DeviceLoan),
-    /// A copy (`copy=True`).
-    F32(#[allow(dead_code)] Vec<f32>),
-    I64(#[allow(dead_code)] Vec<i64>),
+    /// A copy (`copy=True`): the bytes, in words so that every dtype is aligned.
+    Copy(#[allow(dead_code)] Vec<u64>),
 }
 
 /// One export: the managed struct handed to the consumer first (so that a pointer to it is
@@ -76,19 +75,37 @@ unsafe extern "C" fn drop_versioned_capsule(capsule: *mut ffi::PyObject) {
 }
 
 /// The DLPack dtype of `d`.
-fn dl_dtype(d: DType) -> DlDataType {
-    // dlpack.h: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+pub(super) fn dl_dtype(d: DType) -> DlDataType {
     let (code, bits) = match d {
-        DType::Bool => (6, 8),
-        DType::U8 => (1, 8),
+        DType::Bool => (DL_BOOL, 8),
+        DType::U8 => (DL_UINT, 8),
         DType::I32 => (DL_INT, 32),
         DType::I64 => (DL_INT, 64),
         DType::F16 => (DL_FLOAT, 16),
-        DType::BF16 => (4, 16),
+        DType::BF16 => (DL_BFLOAT, 16),
         DType::F32 => (DL_FLOAT, 32),
         DType::F64 => (DL_FLOAT, 64),
     };
     DlDataType { code, bits, lanes: 1 }
+}
+
+/// The dtype of DLPack's `t`, if eagervm has it ([`dl_dtype`]'s inverse).
+pub(super) fn from_dl(t: DlDataType) -> Option<DType> {
+    DType::ALL.into_iter().find(|&d| {
+        let e = dl_dtype(d);
+        (e.code, e.bits, e.lanes) == (t.code, t.bits, t.lanes)
+    })
+}
+
+/// `bytes` in a buffer aligned for every dtype (a copy's [`Held`]).
+pub(super) fn aligned(bytes: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    for (w, c) in words.iter_mut().zip(bytes.chunks(8)) {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        *w = u64::from_ne_bytes(b);
+    }
+    words
 }
 
 /// Whether `max_version` asks for a versioned capsule: `(major, minor)` with `major >= 1`.
@@ -105,7 +122,9 @@ pub(super) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResul
     }
 }
 
-/// Leak an `Exported` of `t`'s metadata over `data` and wrap it in a capsule.
+/// Leak an `Exported` of `t`'s metadata over `data` and wrap it in a capsule: the
+/// elements in row-major order, or at `strides` (in elements) where given.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn make_capsule<'py>(
     py: Python<'py>,
     t: &Tensor,
@@ -114,12 +133,16 @@ pub(super) fn make_capsule<'py>(
     held: Held,
     versioned: bool,
     copied: bool,
+    strides: Option<Vec<i64>>,
 ) -> PyResult<Bound<'py, PyCapsule>> {
     let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
-    let mut strides = vec![1i64; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * shape[d + 1].max(1);
-    }
+    let strides = strides.unwrap_or_else(|| {
+        let mut s = vec![1i64; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * shape[d + 1].max(1);
+        }
+        s
+    });
     let dl = |shape: *mut i64, strides: *mut i64| DlTensor {
         data,
         device,
@@ -184,4 +207,32 @@ pub(super) fn make_capsule<'py>(
     // SAFETY: a new reference or null with the error set.
     let any = unsafe { Bound::from_owned_ptr_or_err(py, capsule) }?;
     Ok(any.downcast_into::<PyCapsule>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_dtype_has_its_dlpack_code_and_back() {
+        // dlpack.h: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLBool 6.
+        let codes: Vec<(u8, u8)> = DType::ALL.iter().map(|&d| (dl_dtype(d).code, dl_dtype(d).bits)).collect();
+        assert_eq!(codes, [(6, 8), (1, 8), (0, 32), (0, 64), (2, 16), (4, 16), (2, 32), (2, 64)]);
+        for d in DType::ALL {
+            assert_eq!(from_dl(dl_dtype(d)), Some(d));
+        }
+        assert_eq!(from_dl(DlDataType { code: 0, bits: 16, lanes: 1 }), None);
+        assert_eq!(from_dl(DlDataType { code: 2, bits: 32, lanes: 4 }), None);
+    }
+
+    #[test]
+    fn a_copy_keeps_its_bytes_in_aligned_words() {
+        let bytes: Vec<u8> = (1..=11).collect();
+        let words = aligned(&bytes);
+        assert_eq!(words.len(), 2);
+        // SAFETY: two words are 16 initialised bytes.
+        let back = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), 16) };
+        assert_eq!(&back[..11], &bytes[..]);
+        assert_eq!(&back[11..], &[0; 5]);
+    }
 }

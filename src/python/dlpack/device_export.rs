@@ -15,10 +15,11 @@ use pyo3::prelude::*;
 use super::capsule::{make_capsule, wants_versioned, Held};
 use super::ffi::{DlDevice, DL_CUDA};
 use crate::alloc::DeviceLoan;
+use crate::eager::Array;
 use crate::ep::DeviceType;
-use crate::framework::{Attrs, HostLoan, Op, Tensor};
+use crate::framework::{Attrs, HostLoan, Op};
 use crate::python::errors::IntoPy;
-use crate::python::shared::Shared;
+use crate::python::issue::{flush, issued};
 use crate::python::wait::wait;
 use crate::vm::{KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
@@ -51,24 +52,23 @@ const CU_STREAM_LEGACY: u64 = 1;
 /// this waits (GIL released) until that call has been launched, not until it has run.
 pub(super) fn export_cuda<'py>(
     py: Python<'py>,
-    shared: &Arc<Shared>,
-    t: &Tensor,
+    a: &Array,
     stream: Option<&Bound<'py, PyAny>>,
     max_version: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let consumer = consumer_stream(stream)?;
     let versioned = wants_versioned(max_version)?;
-    let compute = shared.vm().compute_stream(t.device()).py_err()?;
+    let (t, cx) = (a.tensor_unflushed(), a.context());
+    let compute = cx.vm().compute_stream(t.device()).py_err()?;
     let pending = Pending::register(consumer);
     let token = pending.token;
     let op = Op::of_kernel(&DEVICE_EXPORT, &[DeviceType::Cuda, DeviceType::Mock]);
-    let issued =
-        shared.with_builder(py, |b| b.call_into(op, &[t], &[], Attrs::scalar(token as f64), compute));
-    if let Err(e) = issued {
+    let built = cx.build(&[], |b| b.call_into(op, &[t], &[], Attrs::scalar(token as f64), compute));
+    if let Err(e) = issued(py, cx, built) {
         Pending::forget(token);
-        return Err(e).py_err();
+        return Err(e);
     }
-    shared.flush(py);
+    flush(py, cx);
     let answer = {
         let pending = pending.clone();
         wait(py, move || pending.wait())?
@@ -86,7 +86,10 @@ pub(super) fn export_cuda<'py>(
     };
     let data = loan.addr() as usize as *mut c_void;
     let device = DlDevice { device_type: DL_CUDA, device_id: i32::from(t.device().index) };
-    Ok(make_capsule(py, t, data, device, Held::Device(loan), versioned, false)?.into_any())
+    // The call gets a view that is not all of its storage as a contiguous copy (a kernel
+    // over whole operands): the consumer gets that copy.
+    let copied = !t.is_whole();
+    Ok(make_capsule(py, t, data, device, Held::Device(loan), versioned, copied, None)?.into_any())
 }
 
 /// What a [`DeviceExport`] call lent.
@@ -227,6 +230,7 @@ mod tests {
     use super::*;
     use crate::ep::DeviceId;
     use crate::framework::DType;
+    use crate::framework::Tensor;
 
     /// Run a device export's call on `t` (on `mock:0`, where it lends the host view) and
     /// return its answer.

@@ -11,8 +11,14 @@ pub(crate) const DL_CUDA: i32 = 2;
 pub(super) const DL_CUDA_HOST: i32 = 3;
 /// `DLDataTypeCode::kDLInt`.
 pub(super) const DL_INT: u8 = 0;
+/// `kDLUInt`.
+pub(super) const DL_UINT: u8 = 1;
 /// `kDLFloat`.
 pub(super) const DL_FLOAT: u8 = 2;
+/// `kDLBfloat`.
+pub(super) const DL_BFLOAT: u8 = 4;
+/// `kDLBool`.
+pub(super) const DL_BOOL: u8 = 6;
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`.
 pub(super) const FLAG_READ_ONLY: u64 = 1 << 0;
 /// `DLPACK_FLAG_BITMASK_IS_COPIED`.

@@ -6,23 +6,24 @@
 //! the GIL, after the VM frees the storage ([`deleters`](crate::python::deleters)).
 
 use std::ptr::NonNull;
-use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
+use super::capsule::from_dl;
 use super::ffi::{
-    DlDevice, DlManagedTensor, DlManagedTensorVersioned, DlTensor, DLPACK_MAJOR, DLPACK_MINOR, DL_CPU,
-    DL_CUDA, DL_CUDA_HOST, DL_FLOAT, DL_INT, FLAG_READ_ONLY, LEGACY, LEGACY_USED, VERSIONED, VERSIONED_USED,
+    DlDataType, DlDevice, DlManagedTensor, DlManagedTensorVersioned, DlTensor, DLPACK_MAJOR, DLPACK_MINOR,
+    DL_CPU, DL_CUDA, DL_CUDA_HOST, FLAG_READ_ONLY, LEGACY, LEGACY_USED, VERSIONED, VERSIONED_USED,
 };
-use crate::ep::{DeviceId, StreamType};
-use crate::framework::{Attrs, DType, Tensor};
+use crate::eager::{Array, Context};
+use crate::ep::DeviceId;
+use crate::framework::virtual_machine::HostAccess;
+use crate::framework::{bf16, f16, Attrs, DType};
 use crate::python::deleters::{self, collect};
 use crate::python::errors::IntoPy;
-use crate::python::shared::Shared;
-use crate::python::wait::wait;
+use crate::python::issue::{access, issued};
 
 /// A producer's managed tensor that this binding owns (its capsule is renamed `used_…`):
 /// it must be deleted once, with the GIL.
@@ -182,15 +183,12 @@ fn layout(m: &Managed, accepts: impl Fn(DlDevice) -> bool, expected: &str) -> Py
             expected, dev.device_type, dev.device_id
         )));
     }
-    let dtype = match (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes) {
-        (DL_FLOAT, 32, 1) => DType::F32,
-        (DL_INT, 64, 1) => DType::I64,
-        (code, bits, lanes) => {
-            return Err(PyTypeError::new_err(format!(
-                "eagervm arrays hold float32 or int64, not the DLPack dtype (code {code}, {bits} bits, {lanes} lanes); convert it first"
-            )))
-        }
-    };
+    let dtype = from_dl(dl.dtype).ok_or_else(|| {
+        let DlDataType { code, bits, lanes } = dl.dtype;
+        PyTypeError::new_err(format!(
+            "eagervm has no dtype for the DLPack dtype (code {code}, {bits} bits, {lanes} lanes): its dtypes are bool, uint8, int32, int64, float16, bfloat16, float32 and float64"
+        ))
+    })?;
     if dl.ndim < 0 {
         return Err(PyValueError::new_err(format!("a DLPack tensor with {} dimensions", dl.ndim)));
     }
@@ -265,15 +263,15 @@ fn gather<T: Copy>(l: &Layout) -> Vec<T> {
     out
 }
 
-/// `VM.from_dlpack(x, device, copy)` (module docs; `docs/python.md`, "DLPack"): the
-/// array's tensor, on `asked` (the host if `None`).
+/// `VM.from_dlpack(x, device, copy)` (module docs; `docs/python.md`, "DLPack"): an array
+/// of `cx` over the producer's memory, or over a copy of it.
 pub(crate) fn import(
     py: Python<'_>,
-    shared: &Arc<Shared>,
+    cx: &Context,
     x: &Bound<'_, PyAny>,
     asked: Option<DeviceId>,
     copy: Option<bool>,
-) -> PyResult<Tensor> {
+) -> PyResult<Array> {
     let device = asked.unwrap_or(DeviceId::CPU);
     if !x.hasattr("__dlpack__")? {
         return Err(PyTypeError::new_err(format!(
@@ -284,7 +282,7 @@ pub(crate) fn import(
     if x.hasattr("__dlpack_device__")? {
         let (ty, id): (i32, i32) = x.call_method0("__dlpack_device__")?.extract()?;
         if ty == DL_CUDA {
-            let r = import_cuda(py, shared, x, id, asked, copy);
+            let r = import_cuda(py, cx, x, id, asked, copy);
             collect(py);
             return r;
         }
@@ -295,19 +293,43 @@ pub(crate) fn import(
         }
     }
     let owner = take_capsule(x, None)?;
-    let r = import_owned(py, shared, owner, device, copy);
+    let r = import_owned(py, cx, owner, device, copy);
     // The deleter of a copied (or refused) import runs now.
     collect(py);
     r
 }
 
+/// A new host array of `cx` holding the producer's elements (`l`), gathered in row-major
+/// order.
+fn copy_in(py: Python<'_>, cx: &Context, l: &Layout) -> PyResult<Array> {
+    macro_rules! from {
+        ($t:ty) => {
+            issued(py, cx, cx.from_slice(&gather::<$t>(l), &l.shape, DeviceId::CPU))
+        };
+    }
+    match l.dtype {
+        // Read as bytes: a producer's bool need not be 0 or 1.
+        DType::Bool => {
+            let v: Vec<bool> = gather::<u8>(l).into_iter().map(|b| b != 0).collect();
+            issued(py, cx, cx.from_slice(&v, &l.shape, DeviceId::CPU))
+        }
+        DType::U8 => from!(u8),
+        DType::I32 => from!(i32),
+        DType::I64 => from!(i64),
+        DType::F16 => from!(f16),
+        DType::BF16 => from!(bf16),
+        DType::F32 => from!(f32),
+        DType::F64 => from!(f64),
+    }
+}
+
 fn import_owned(
     py: Python<'_>,
-    shared: &Arc<Shared>,
+    cx: &Context,
     owner: Owner,
     device: DeviceId,
     copy: Option<bool>,
-) -> PyResult<Tensor> {
+) -> PyResult<Array> {
     let host = |d: DlDevice| d.device_type == DL_CPU || d.device_type == DL_CUDA_HOST;
     let l = layout(owner.0.as_ref().expect("a fresh owner"), host, "host memory")?;
     let numel: usize = l.shape.iter().product();
@@ -331,15 +353,8 @@ fn import_owned(
             )));
         }
     }
-    let vm = shared.vm();
     let host = if why_copy.is_some() || copy == Some(true) {
-        let host = vm.empty(&l.shape, l.dtype, DeviceId::CPU).py_err()?;
-        let r = match l.dtype {
-            DType::F32 => shared.with_builder(py, |b| b.write(&host, &gather::<f32>(&l))),
-            DType::I64 => shared.with_builder(py, |b| b.write(&host, &gather::<i64>(&l))),
-            other => return Err(super::super::array::unconverted(other)),
-        };
-        r.py_err()?;
+        let host = copy_in(py, cx, &l)?;
         drop(owner);
         host
     } else {
@@ -351,39 +366,30 @@ fn import_owned(
         // `owner`'s drop leads to; it is writable (not marked read-only). That nothing else
         // races with the VM's accesses is the exchange's rule (docs/python.md, "DLPack"):
         // the user orders other accesses with the VM.
-        unsafe { vm.from_host_memory(data, &l.shape, l.dtype, Box::new(owner)) }.py_err()?
+        let t = unsafe { cx.vm().from_host_memory(data, &l.shape, l.dtype, Box::new(owner)) }.py_err()?;
+        cx.wrap(t)
     };
     if device.is_host() {
         return Ok(host);
     }
-    // One copy, through the device's host-to-device stream: the producer may change its
-    // memory once this returns, as after a copy at the call.
-    let h2d = vm.stream(device, StreamType::H2D).py_err()?;
-    copy_and_wait(py, shared, &host, device, h2d)
+    // One copy, through the device's host-to-device stream (`Array::to`): the producer may
+    // change its memory once this returns, as after a copy at the call.
+    let copied = host.to(device);
+    copy_and_wait(py, cx, copied)
 }
 
-/// A copy of `src` made on `device` through `stream`, waited for, as a new array: the
-/// exchange's producer may change its memory once this returns. `src`'s `Release` follows
-/// the copy when the caller drops it.
-fn copy_and_wait(
-    py: Python<'_>,
-    shared: &Arc<Shared>,
-    src: &Tensor,
-    device: DeviceId,
-    stream: crate::vm::StreamId,
-) -> PyResult<Tensor> {
-    let dst = shared.vm().empty(src.shape(), src.dtype(), device).py_err()?;
-    let op = shared.ops.copy;
-    shared.with_builder(py, |b| b.call_into(op, &[src], &[&dst], Attrs::default(), stream)).py_err()?;
-    shared.flush(py);
-    let copied = dst.clone();
-    wait(py, move || copied.wait())?.py_err()?;
-    Ok(dst)
+/// `copied`, a copy made for an import, once it is made: the exchange's producer may
+/// change its memory once this returns. The source's `Release` follows the copy when the
+/// caller drops it.
+fn copy_and_wait(py: Python<'_>, cx: &Context, copied: crate::Result<Array>) -> PyResult<Array> {
+    let copied = issued(py, cx, copied)?;
+    access(py, &copied, HostAccess::Wait)?.py_err()?;
+    Ok(copied)
 }
 
 /// The raw handle of VM stream `id` (a CUDA stream), for a producer's `__dlpack__(stream=)`.
-fn stream_handle(shared: &Shared, id: crate::vm::StreamId) -> Option<u64> {
-    let engine = shared.vm().engine();
+fn stream_handle(cx: &Context, id: crate::vm::StreamId) -> Option<u64> {
+    let engine = cx.vm().engine();
     let s = engine.stream(id).ok()?;
     crate::ep::cuda::raw_stream(&*s.ep)
 }
@@ -396,12 +402,12 @@ fn stream_handle(shared: &Shared, id: crate::vm::StreamId) -> Option<u64> {
 /// the device and waits for the copy.
 fn import_cuda(
     py: Python<'_>,
-    shared: &Arc<Shared>,
+    cx: &Context,
     x: &Bound<'_, PyAny>,
     id: i32,
     device: Option<DeviceId>,
     copy: Option<bool>,
-) -> PyResult<Tensor> {
+) -> PyResult<Array> {
     let index = u16::try_from(id).map_err(|_| {
         PyBufferError::new_err(format!("DLPack device (2, {id}) is not a CUDA device ordinal"))
     })?;
@@ -411,10 +417,10 @@ fn import_cuda(
             "the producer's memory is on {dev}; eagervm imports it there, not to {d}: import it with device=None, then copy it with .to(\"{d}\")"
         )));
     }
-    let vm = shared.vm();
+    let vm = cx.vm();
     // A VM without the device refuses here, with the DeviceError that names it.
     let compute = vm.compute_stream(dev).py_err()?;
-    let handle = stream_handle(shared, compute).ok_or_else(|| {
+    let handle = stream_handle(cx, compute).ok_or_else(|| {
         PyBufferError::new_err(format!("the VM's compute stream of {dev} is not a CUDA stream"))
     })?;
     let owner = take_capsule(x, Some(handle))?;
@@ -443,12 +449,14 @@ fn import_cuda(
     // else races with the VM's accesses later is the exchange's rule (docs/python.md).
     let t = unsafe { vm.from_device_memory(addr, &l.shape, l.dtype, dev, Box::new(owner)) }.py_err()?;
     let noop = vm.op("noop").py_err()?;
-    shared.with_builder(py, |b| b.call_into(noop, &[], &[&t], Attrs::default(), compute)).py_err()?;
+    let written = cx.build(&[], |b| b.call_into(noop, &[], &[&t], Attrs::default(), compute));
+    issued(py, cx, written)?;
+    let t = cx.wrap(t);
     if copy != Some(true) {
         return Ok(t);
     }
     // A copy on the device, on the compute stream.
-    copy_and_wait(py, shared, &t, dev, compute)
+    copy_and_wait(py, cx, t.copy())
 }
 
 #[cfg(test)]

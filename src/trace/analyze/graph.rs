@@ -84,6 +84,10 @@ pub struct Graph {
     pub edges: Vec<GraphEdge>,
     /// Whether chains are collapsed and releases folded.
     pub condensed: bool,
+    /// The views of the trace, one line each (`t7 = view of t3 f32[3,2]`), for the
+    /// drawing's legend: a view's accesses are its storage's, so its edges go to and from
+    /// its owner's other uses.
+    pub views: Vec<String>,
 }
 
 /// How much of a graph [`Graph::dot`] draws.
@@ -283,7 +287,13 @@ pub(super) fn build(deps: &Deps, condense: bool) -> Graph {
     for e in &mut edges {
         e.critical = crossed.binary_search(&(e.from, e.to)).is_ok();
     }
-    Graph { streams: deps.streams.clone(), nodes, edges, condensed: condense }
+    Graph {
+        streams: deps.streams.clone(),
+        nodes,
+        edges,
+        condensed: condense,
+        views: view_legend(&deps.views),
+    }
 }
 
 /// The most per-stream clock entries (streams × instructions) [`reduce`] keeps: 128 MiB.
@@ -410,16 +420,43 @@ fn key_name(deps: &Deps, key: u32) -> String {
 }
 
 fn label(deps: &Deps, k: Kind) -> String {
+    // A view is named with the storage it uses: `release t7 (view of t3)`.
+    let t = |t: u32| match deps.views.get(&t) {
+        Some((owner, _)) => format!("t{t} (view of t{owner})"),
+        None => format!("t{t}"),
+    };
     match k {
         Kind::Call(op) => deps.ops[op as usize].clone(),
         Kind::Record(e) => format!("record e{e}"),
         Kind::Wait(e) => format!("wait e{e}"),
         Kind::Barrier => "barrier".into(),
-        Kind::Release(t) => format!("release t{t}"),
-        Kind::Read(t) => format!("read t{t}"),
-        Kind::HostWait(t) => format!("host wait t{t}"),
-        Kind::Write(t) => format!("write t{t}"),
+        Kind::Release(x) => format!("release {}", t(x)),
+        Kind::Read(x) => format!("read {}", t(x)),
+        Kind::HostWait(x) => format!("host wait {}", t(x)),
+        Kind::Write(x) => format!("write {}", t(x)),
     }
+}
+
+/// Views listed in a drawing's legend; the rest are counted.
+const VIEWS_SHOWN: usize = 12;
+
+/// The legend's lines for `views` (number → owner and type): `t7 = view of t3 f32[3,2]`,
+/// by number, at most [`VIEWS_SHOWN`] of them.
+fn view_legend(views: &HashMap<u32, (u32, String)>) -> Vec<String> {
+    let mut ids: Vec<&u32> = views.keys().collect();
+    ids.sort_unstable();
+    let mut out: Vec<String> = ids
+        .iter()
+        .take(VIEWS_SHOWN)
+        .map(|&&v| {
+            let (owner, ty) = &views[&v];
+            format!("t{v} = view of t{owner} {ty}")
+        })
+        .collect();
+    if ids.len() > VIEWS_SHOWN {
+        out.push(format!("and {} more views", ids.len() - VIEWS_SHOWN));
+    }
+    out
 }
 
 /// Ops shown in a chain's label; the rest are counted.
@@ -501,6 +538,10 @@ impl Graph {
                 let _ = write!(attrs, ", label=\"{}\"", edge.count);
             }
             let _ = writeln!(s, "  n{} -> n{} [{attrs}];", edge.from, edge.to);
+        }
+        if !self.views.is_empty() {
+            let lines: Vec<String> = self.views.iter().map(|l| escape(l)).collect();
+            let _ = writeln!(s, "  views [shape=note, label=\"{}\\l\"];", lines.join("\\l"));
         }
         let cut_after_line = (k < self.nodes.len() || e < self.edges.len())
             .then(|| self.nodes[..k].iter().map(|n| n.lines.1).max().unwrap_or(0));

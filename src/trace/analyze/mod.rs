@@ -2,8 +2,9 @@
 //! picture of its graph that a person can read.
 //!
 //! The graph has one node per instruction and an edge wherever the VM would order two
-//! instructions: the scheduler's operand rules (a write follows the last write and every
-//! read since; a read follows the last write), the stream FIFO (each instruction follows
+//! instructions: the scheduler's operand rules, per storage (a write follows the last write
+//! and every read since; a read follows the last write; a use through a view is a use of
+//! its owner's storage, as the VM's one dependence object per storage has it), the stream FIFO (each instruction follows
 //! the previous one on its stream), `record` → `wait` of one event, and barriers (a
 //! barrier follows the last instruction of every stream before it, and the first
 //! instruction of every stream after it follows the barrier). With every instruction
@@ -22,7 +23,7 @@ mod graph;
 
 use std::collections::HashMap;
 
-use super::format::{AccessKind, Ref, Stmt, Trace};
+use super::format::{AccessKind, DTypeCount, Ref, Stmt, Trace};
 use super::validate::{validate, ValidateOptions};
 use super::TraceError;
 
@@ -41,6 +42,8 @@ pub struct Analysis {
     pub critical_path: u64,
     /// `instructions / critical_path` (0 for an empty trace).
     pub parallelism: f64,
+    /// The tensors and views the trace declares, per dtype ([`Trace::dtypes`]).
+    pub dtypes: Vec<DTypeCount>,
     deps: Deps,
 }
 
@@ -52,6 +55,7 @@ impl PartialEq for Analysis {
             && self.edges == other.edges
             && self.critical_path == other.critical_path
             && self.parallelism == other.parallelism
+            && self.dtypes == other.dtypes
     }
 }
 
@@ -134,6 +138,9 @@ pub(crate) struct Deps {
     pub edges: Vec<(u32, u32, EdgeKind)>,
     /// The instructions of one longest chain, in order.
     pub critical: Vec<u32>,
+    /// The views the trace declares, by number: the owner of the storage and the view's
+    /// type (`f32[3,2]`), for labels.
+    pub views: HashMap<u32, (u32, String)>,
 }
 
 #[derive(Default)]
@@ -163,6 +170,11 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TraceError> {
             deps.streams.push((id.id, format!("{device} {}", ty.name())));
             continue;
         }
+        if let Stmt::View { id, base, dtype, shape, .. } = &l.stmt {
+            let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            deps.views.insert(id.id, (base.id, format!("{dtype}[{}]", dims.join(","))));
+            continue;
+        }
         let Some(stream) = l.stmt.stream() else { continue };
         let n = deps.instrs.len() as u32;
         preds.clear();
@@ -174,15 +186,17 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TraceError> {
             Stmt::Access { tensor, .. } => (std::slice::from_ref(tensor), &[]),
             _ => (&[], &[]),
         };
+        // The dependence object is the storage's: a view's accesses are its owner's.
+        let storage = |r: &Ref| deps.views.get(&r.id).map_or(r.id, |v| v.0);
         for r in reads {
-            let d = tensors.entry(r.id).or_default();
+            let d = tensors.entry(storage(r)).or_default();
             if let Some(w) = d.last_write {
                 preds.push((w, EdgeKind::Data));
             }
             d.reads.push(n);
         }
         for w in writes {
-            let d = tensors.entry(w.id).or_default();
+            let d = tensors.entry(storage(w)).or_default();
             preds.extend(d.last_write.iter().map(|&p| (p, EdgeKind::Data)));
             preds.extend(d.reads.iter().filter(|&&p| p != n).map(|&p| (p, EdgeKind::Data)));
             d.reads.clear();
@@ -278,6 +292,7 @@ pub fn analyze(trace: &Trace) -> Result<Analysis, TraceError> {
         edges: deps.edges.len() as u64,
         critical_path,
         parallelism,
+        dtypes: trace.dtypes(),
         deps,
     })
 }

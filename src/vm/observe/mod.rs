@@ -6,7 +6,7 @@
 //! - [`SubmitObserver`]: sees every batch the engine receives, in exactly the order the
 //!   scheduler receives them (the engine holds the observer's lock across the splice into
 //!   its inbox), as a [`Submitted`] view: each instruction's kind, stream and operands
-//!   (tensor id, meta, read or written). The trace recorder (`trace::record`) is one.
+//!   (tensor id, meta, and for a view the id and meta of its storage's owner). The trace recorder (`trace::record`) is one.
 //! - [`Timeline`] ([`timeline`]): while a session is open, the scheduler, the workers and
 //!   the watchers record what they admitted, dispatched, ran and saw done, batch by batch,
 //!   into per-thread buffers handed to a lock-free sink. The profiler (`profile`) opens a
@@ -94,8 +94,11 @@ pub(crate) enum InstrKind<'a> {
 pub(crate) struct OperandView<'a> {
     /// The tensor's id.
     pub(crate) id: u64,
-    /// Its shape, dtype and device.
+    /// Its shape, dtype and device (for a view, its own layout in the storage).
     pub(crate) meta: &'a TensorMeta,
+    /// For a view, the owner of its storage: the owner's id and meta (a view of a view
+    /// names the owner, never the other view). `None` for a tensor that owns its storage.
+    pub(crate) owner: Option<(u64, &'a TensorMeta)>,
 }
 
 impl<'a> InstrView<'a> {
@@ -128,7 +131,12 @@ impl<'a> InstrView<'a> {
         self.ops.iter().map(|o| {
             // SAFETY: the instruction is being submitted, so its operands' tensors are alive.
             let t = unsafe { o.tensor() };
-            OperandView { id: t.id, meta: &t.meta }
+            // A view keeps its owner alive (`TensorInner`'s docs, "Ownership").
+            let owner = t.is_view().then(|| {
+                let o = t.owner();
+                (o.id, &o.meta)
+            });
+            OperandView { id: t.id, meta: &t.meta, owner }
         })
     }
 }

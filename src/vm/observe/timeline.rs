@@ -67,6 +67,9 @@ pub(crate) enum Rec {
         name: &'static str,
         link: Link,
         tensors: SmallVec<[u64; 4]>,
+        /// The owner of each operand's storage (a view's owner, an owner's own id), or
+        /// empty when no operand is a view (each is then its own storage).
+        storages: SmallVec<[u64; 4]>,
         queued: Nanos,
         dispatched: Option<Nanos>,
     },
@@ -231,14 +234,25 @@ impl Recorder {
             Body::StreamWaitEvent { id } => Link::Wait(*id),
             _ => Link::None,
         };
+        let (mut tensors, mut storages) = (SmallVec::new(), SmallVec::<[u64; 4]>::new());
+        for o in ops {
+            // SAFETY: the instruction is being admitted, so its operands' tensors are alive.
+            let t = unsafe { o.tensor() };
+            tensors.push(t.id);
+            storages.push(t.owner().id);
+        }
+        // Kept only where some operand is a view (the record's docs).
+        if tensors == storages {
+            storages.clear();
+        }
         self.recs.push(Rec::Admit {
             program,
             at,
             stream: stream.0,
             name: body.name(),
             link,
-            // SAFETY: the instruction is being admitted, so its operands' tensors are alive.
-            tensors: ops.iter().map(|o| unsafe { o.tensor() }.id).collect(),
+            tensors,
+            storages,
             queued,
             dispatched,
         });

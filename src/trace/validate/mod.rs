@@ -8,7 +8,7 @@
 //! not have, tensors that `vm.empty` would refuse as too large: the same size check,
 //! `framework::shape`, under [`ValidateOptions::max_tensor_bytes`]), event order (waited on before recorded, recorded twice, waited on from
 //! another device), access data of the wrong size, and cross-stream uses with no
-//! synchronisation.
+//! synchronisation. Views (version 3) are checked against their storages (`views`).
 //!
 //! # The synchronisation rule
 //!
@@ -16,6 +16,8 @@
 //! the uses the scheduler ordered on its own; `trace::sync` states it and holds the one
 //! implementation, which the recorder applies too. A trace meant for `replay --resync` may
 //! leave all of that out ([`ValidateOptions::resync`]).
+
+mod views;
 
 use std::collections::HashMap;
 
@@ -78,11 +80,24 @@ struct TensorState {
     shape: Vec<usize>,
     device: TraceDevice,
     released: Option<u32>,
-    /// Refused by the size check at its declaration: the VM would have no such tensor, so
-    /// calls that use it are not checked further (the declaration's diagnostic says why).
+    /// Refused by the size check at its declaration (or, for a view, refused there): the VM
+    /// would have no such tensor, so calls that use it are not checked further (the
+    /// declaration's diagnostic says why).
     too_large: bool,
-    /// Its last use and what synchronises it (`trace::sync`).
+    /// For a view: whose storage it is, and where in it.
+    view: Option<ViewOf>,
+    /// For an owner: its views declared and not released yet, with their declaration lines.
+    live_views: Vec<(u32, u32)>,
+    /// For an owner: its storage's last use and what synchronises it (`trace::sync`); a
+    /// view's uses are its storage's.
     sync: TensorSync,
+}
+
+/// Where a view lies: the owner of its storage, and its layout there.
+struct ViewOf {
+    base: u32,
+    strides: Vec<isize>,
+    offset: usize,
 }
 
 struct EventState {
@@ -202,20 +217,25 @@ impl Checker<'_> {
         if !self.streams.contains_key(&stream) {
             return;
         }
-        let Some(t) = self.tensors.get(&r.id) else { return };
+        let storage = self.storage(r.id);
+        let Some(t) = self.tensors.get(&storage) else { return };
         let streams = &self.streams;
         let unsynced = t.sync.unsynced(stream, |s| streams.get(&s).map(|s| s.0));
         if let Some(u) = unsynced.filter(|_| !self.opts.resync) {
             let (src, id) = (u.source, r.id);
+            let who = match storage == id {
+                true => format!("tensor t{id}"),
+                false => format!("the storage of tensor t{id} (a view of t{storage})"),
+            };
             let m = if u.same_device {
                 format!(
-                    "tensor t{id} was last used on s{src} and is used on s{stream} of the same device with no \
+                    "{who} was last used on s{src} and is used on s{stream} of the same device with no \
                      synchronisation (expected `record s{src} eN t{id}` then `wait s{stream} eN`, or \
                      `after s{stream} s{src} t{id}`, before this)"
                 )
             } else {
                 format!(
-                    "tensor t{id} was last used on s{src} ({}) and is used on s{stream} with no \
+                    "{who} was last used on s{src} ({}) and is used on s{stream} with no \
                      synchronisation (expected `record s{src} eN t{id}`, or `after s{stream} s{src} t{id}`, \
                      before this)",
                     u.device
@@ -223,7 +243,7 @@ impl Checker<'_> {
             };
             self.err(r.col, m);
         }
-        if let Some(t) = self.tensors.get_mut(&r.id) {
+        if let Some(t) = self.tensors.get_mut(&storage) {
             t.sync.used(stream);
         }
     }
@@ -244,12 +264,14 @@ impl Checker<'_> {
             if !self.tensor(r) || !known {
                 continue;
             }
-            let Some(t) = self.tensors.get_mut(&r.id) else { continue };
+            let who = self.named(r.id);
+            let storage = self.storage(r.id);
+            let Some(t) = self.tensors.get_mut(&storage) else { continue };
             let last = t.sync.last();
             if !t.sync.after(stream.id, source.id) {
                 let m = match last {
-                    Some(s) => format!("tensor t{} was last used on s{s}, not on s{}", r.id, source.id),
-                    None => format!("tensor t{} has not been used yet, so not on s{}", r.id, source.id),
+                    Some(s) => format!("{who} was last used on s{s}, not on s{}", source.id),
+                    None => format!("{who} has not been used yet, so not on s{}", source.id),
                 };
                 self.err(r.col, m);
             }
@@ -302,11 +324,25 @@ impl Checker<'_> {
                     device: *device,
                     released: None,
                     too_large: checked.is_err(),
+                    view: None,
+                    live_views: Vec::new(),
                     sync: TensorSync::default(),
                 };
                 if self.tensors.insert(id.id, state).is_some() {
                     self.err(id.col, format!("tensor t{} is declared twice", id.id));
                 }
+            }
+            Stmt::View { id, base, dtype, shape, strides, offset, type_col } => {
+                let (shape, strides, offset, type_col) = (&shape[..], &strides[..], *offset, *type_col);
+                self.view(views::ViewDecl {
+                    id: *id,
+                    base: *base,
+                    dtype: *dtype,
+                    shape,
+                    strides,
+                    offset,
+                    type_col,
+                });
             }
             Stmt::Call { stream, op, op_col, inputs, outputs, attrs } => {
                 self.call(*stream, op, *op_col, inputs, outputs, attrs);
@@ -327,9 +363,11 @@ impl Checker<'_> {
                 }
                 let mut covered = Vec::new();
                 for t in live {
-                    let ts = self.tensors.get_mut(&t.id).expect("`live` holds declared tensors only");
-                    if ts.sync.record(stream.id, u64::from(event.id)).0 {
-                        covered.push(t.id);
+                    // An event covers storages: a view's is its owner's.
+                    let s = self.storage(t.id);
+                    let ts = self.tensors.get_mut(&s).expect("`live` holds declared tensors only");
+                    if ts.sync.record(stream.id, u64::from(event.id)).0 && !covered.contains(&s) {
+                        covered.push(s);
                     }
                 }
                 self.events
@@ -372,6 +410,7 @@ impl Checker<'_> {
             }
             Stmt::Release { stream, tensor } => {
                 if self.stream(*stream).is_some() && self.tensor(*tensor) {
+                    self.releasing(*tensor);
                     self.use_on(*tensor, stream.id);
                     let line = self.line;
                     self.tensors.get_mut(&tensor.id).expect("checked above: declared").released = Some(line);
@@ -477,18 +516,11 @@ impl Checker<'_> {
             self.err(r.col, m);
             return;
         }
-        for (i, o) in outputs.iter().enumerate() {
-            if inputs.iter().chain(&outputs[..i]).any(|x| x.id == o.id) {
-                self.err(o.col, format!("tensor t{} is both an input and an output of `{op}`", o.id));
-                return;
-            }
+        if !self.outputs_allowed(op, kernel, inputs, outputs) || !self.layouts_allowed(op, kernel, &all) {
+            return;
         }
-        let meta = |r: &Ref| {
-            let t = &self.tensors[&r.id];
-            TensorMeta::new(&t.shape, t.dtype, t.device.device_id())
-        };
-        let in_metas: Vec<TensorMeta> = inputs.iter().map(meta).collect();
-        let out_metas: Vec<TensorMeta> = outputs.iter().map(meta).collect();
+        let in_metas: Vec<TensorMeta> = inputs.iter().map(|r| self.meta_of(r.id)).collect();
+        let out_metas: Vec<TensorMeta> = outputs.iter().map(|r| self.meta_of(r.id)).collect();
         let (ins, outs): (Vec<&TensorMeta>, Vec<&TensorMeta>) =
             (in_metas.iter().collect(), out_metas.iter().collect());
         let mut specs = OutSpecs::new();
@@ -548,6 +580,17 @@ impl Checker<'_> {
             self.err(tensor.col, m);
             return;
         }
+        if !matches!(kind, AccessKind::Wait) && !self.is_whole(tensor.id) {
+            let m = format!(
+                "{} is {}, not its whole storage: a host access reads or writes whole storages (copy the \
+                 view to a new tensor first, as the VM does to read one)",
+                self.named(tensor.id),
+                self.meta_of(tensor.id).describe()
+            );
+            self.err(tensor.col, m);
+            return;
+        }
+        let t = &self.tensors[&tensor.id];
         let want = t.shape.iter().fold(t.dtype.size(), |n, &d| n.saturating_mul(d));
         let tdtype = t.dtype;
         if let AccessKind::Write(data) = kind {

@@ -1,0 +1,202 @@
+//! Arithmetic and comparisons of `eagervm.Array`: the operators (`+ - * / @`, the
+//! comparisons, their reflected and in-place forms) and the methods of the same names, each
+//! one call of [`eager::Array`](crate::eager::Array)'s (PyTorch's promotion, broadcasting
+//! and in-place rules are there), and index assignment (`x[key] = value`).
+//!
+//! The other operand is an array or a number: a Python `bool`, `int` or `float`, or a NumPy
+//! scalar. An operator given anything else returns `NotImplemented`, so Python raises its
+//! `TypeError` (or, for `==` and `!=`, compares identities, as for any object); a method
+//! raises the `TypeError` itself.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::pyclass::CompareOp;
+
+use super::args::{indices, type_name};
+use super::array::PyArr;
+use super::interop::scalar_of;
+use super::issue::issued;
+use crate::eager::{Array, Rhs};
+use crate::framework::Scalar;
+use crate::Result;
+
+/// A binary elementwise op.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Bin {
+    /// The comparison `op` names.
+    pub(crate) fn of(op: CompareOp) -> Bin {
+        match op {
+            CompareOp::Eq => Bin::Eq,
+            CompareOp::Ne => Bin::Ne,
+            CompareOp::Lt => Bin::Lt,
+            CompareOp::Le => Bin::Le,
+            CompareOp::Gt => Bin::Gt,
+            CompareOp::Ge => Bin::Ge,
+        }
+    }
+
+    /// The method's name, for messages.
+    fn name(self) -> &'static str {
+        match self {
+            Bin::Add => "add",
+            Bin::Sub => "sub",
+            Bin::Mul => "mul",
+            Bin::Div => "div",
+            Bin::Eq => "eq",
+            Bin::Ne => "ne",
+            Bin::Lt => "lt",
+            Bin::Le => "le",
+            Bin::Gt => "gt",
+            Bin::Ge => "ge",
+        }
+    }
+
+    /// `a b rhs`.
+    fn apply(self, a: &Array, rhs: Rhs<'_>) -> Result<Array> {
+        match self {
+            Bin::Add => a.add(rhs),
+            Bin::Sub => a.sub(rhs),
+            Bin::Mul => a.mul(rhs),
+            Bin::Div => a.div(rhs),
+            Bin::Eq => a.eq(rhs),
+            Bin::Ne => a.ne(rhs),
+            Bin::Lt => a.lt(rhs),
+            Bin::Le => a.le(rhs),
+            Bin::Gt => a.gt(rhs),
+            Bin::Ge => a.ge(rhs),
+        }
+    }
+
+    /// `s b a` (Python's reflected operators: `2 - x`, `1 / x`, `2 < x`).
+    fn reflected(self, a: &Array, s: Scalar) -> Result<Array> {
+        match self {
+            Bin::Add => a.add(s),
+            Bin::Mul => a.mul(s),
+            Bin::Sub => a.rsub(s),
+            Bin::Div => a.rdiv(s),
+            Bin::Eq => a.eq(s),
+            Bin::Ne => a.ne(s),
+            Bin::Lt => a.gt(s),
+            Bin::Le => a.ge(s),
+            Bin::Gt => a.lt(s),
+            Bin::Ge => a.le(s),
+        }
+    }
+
+    /// `a b= rhs`, written into `a`'s storage.
+    fn apply_(self, a: &Array, rhs: Rhs<'_>) -> Result<()> {
+        // A handle of the same array: the in-place forms write its storage, and take
+        // `&mut` only to return it.
+        let mut a = a.clone();
+        match self {
+            Bin::Add => a.add_(rhs).map(|_| ()),
+            Bin::Sub => a.sub_(rhs).map(|_| ()),
+            Bin::Mul => a.mul_(rhs).map(|_| ()),
+            Bin::Div => a.div_(rhs).map(|_| ()),
+            _ => unreachable!("no in-place comparison is offered"),
+        }
+    }
+}
+
+/// `v` as the other operand of an elementwise op, if it is one (module docs).
+pub(crate) fn operand<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Option<Rhs<'a>>> {
+    if let Ok(a) = v.downcast::<PyArr>() {
+        return Ok(Some(Rhs::Array(&a.get().a)));
+    }
+    Ok(scalar_of(v)?.map(Rhs::Scalar))
+}
+
+/// `v` as an operand, or the `TypeError` of method `op`.
+fn operand_of<'a>(op: &str, v: &'a Bound<'_, PyAny>) -> PyResult<Rhs<'a>> {
+    operand(v)?.ok_or_else(|| {
+        PyTypeError::new_err(format!(
+            "{op}(): argument 'other' must be an eagervm array or a number, not {}",
+            type_name(v)
+        ))
+    })
+}
+
+/// A new array as a Python object.
+fn object(py: Python<'_>, a: Array) -> PyResult<PyObject> {
+    Ok(Py::new(py, PyArr { a })?.into_any())
+}
+
+/// The operator `me b other`, or `NotImplemented`.
+pub(crate) fn operator(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+    match operand(other)? {
+        Some(rhs) => object(py, issued(py, me.a.context(), b.apply(&me.a, rhs))?),
+        None => Ok(py.NotImplemented()),
+    }
+}
+
+/// The reflected operator `other b me` (`other` is not an array), or `NotImplemented`.
+pub(crate) fn reflected(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
+    match scalar_of(other)? {
+        Some(s) if !other.is_instance_of::<PyArr>() => {
+            object(py, issued(py, me.a.context(), b.reflected(&me.a, s))?)
+        }
+        _ => Ok(py.NotImplemented()),
+    }
+}
+
+/// The method `me.b(other)`.
+pub(crate) fn method(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<PyArr> {
+    let rhs = operand_of(b.name(), other)?;
+    Ok(PyArr { a: issued(py, me.a.context(), b.apply(&me.a, rhs))? })
+}
+
+/// The in-place operator or method `me.b_(other)`.
+pub(crate) fn in_place(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<()> {
+    let rhs = operand_of(&format!("{}_", b.name()), other)?;
+    issued(py, me.a.context(), b.apply_(&me.a, rhs))
+}
+
+/// `me[key] = value`: the view `me[key]` overwritten with `value` (an array broadcast to
+/// it and converted to its dtype, a number, or anything `eagervm.tensor` takes), in `me`'s
+/// storage.
+pub(crate) fn set_item(
+    py: Python<'_>,
+    me: &PyArr,
+    key: &Bound<'_, PyAny>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let cx = me.a.context();
+    let idx = indices(key, me.a.shape())?;
+    if let Ok(v) = value.downcast::<PyArr>() {
+        // `x[key] op= y` is `x[key] = x[key].__iop__(y)` to Python: the value is then the
+        // view itself, already written in place, and a copy onto itself would be a call
+        // that does nothing.
+        let view = issued(py, cx, me.a.index(&idx))?;
+        let v = &v.get().a;
+        if v.shares_storage(&view)
+            && v.shape() == view.shape()
+            && v.strides() == view.strides()
+            && v.storage_offset() == view.storage_offset()
+            && v.dtype() == view.dtype()
+        {
+            return Ok(());
+        }
+    }
+    let made;
+    let rhs = match operand(value)? {
+        Some(rhs) => rhs,
+        None => {
+            made = super::interop::tensor(py, cx, value, None, Some(me.a.device()))?;
+            Rhs::Array(&made)
+        }
+    };
+    issued(py, cx, me.a.index_put_(&idx, rhs))
+}
