@@ -142,3 +142,8 @@ pub mod prelude {
     #[doc(no_inline)]
     pub use crate::{Error, Result};
 }
+
+/// The README's Rust example, compiled and run as a doc test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;

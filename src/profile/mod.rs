@@ -74,7 +74,7 @@ pub struct InstrSpan {
 impl InstrSpan {
     /// Its operands by name, reads first: `t3` for a tensor that owns its storage, `t7 (view
     /// of t3)` for a view, which says whose storage it reads or writes (the numbers are the
-    /// VM's tensor ids, [`Tensor::id`](crate::framework::Tensor::id)).
+    /// VM's tensor ids, as `Tensor::id` gives them).
     pub fn operand_names(&self) -> Vec<String> {
         let storage = |k: usize| self.storages.get(k).copied().unwrap_or(self.tensors[k]);
         (0..self.tensors.len())

@@ -42,7 +42,8 @@ impl Ref {
         let mut out = Vec::with_capacity(self.numel());
         let mut idx = vec![0usize; self.shape.len()];
         for _ in 0..self.numel() {
-            let at = self.offset as isize + idx.iter().zip(&self.strides).map(|(&i, &s)| i as isize * s).sum::<isize>();
+            let at = self.offset as isize
+                + idx.iter().zip(&self.strides).map(|(&i, &s)| i as isize * s).sum::<isize>();
             out.push(at as usize);
             for d in (0..idx.len()).rev() {
                 idx[d] += 1;
@@ -317,7 +318,9 @@ fn broadcasting_arithmetic_promotes_as_pytorch() {
     // A bad broadcast names both shapes.
     let bad = cx.from_slice(&[1.0f32, 2.0], &[2], DeviceId::CPU).unwrap();
     match b.add(&bad) {
-        Err(Error::InvalidOperands { detail, .. }) => assert!(detail.contains("[3]") && detail.contains("[2]"), "{detail}"),
+        Err(Error::InvalidOperands { detail, .. }) => {
+            assert!(detail.contains("[3]") && detail.contains("[2]"), "{detail}")
+        }
         other => panic!("{other:?}"),
     }
 }

@@ -13,7 +13,6 @@
 use cudarc::driver::sys;
 
 use super::host::{gather, scatter};
-use super::infer;
 use super::launch::{contiguous_temp, copy_elements, device_operand, must_stage, stage, Dev};
 use super::on_stream;
 use crate::alloc::Storage;
@@ -113,23 +112,35 @@ impl OpKernel for CudaCopy {
     fn infer(
         &self,
         inputs: &[&TensorMeta],
-        _: &[&TensorMeta],
-        _: &Attrs,
+        given: &[&TensorMeta],
+        attrs: &Attrs,
         out: &mut OutSpecs,
     ) -> Result<(), String> {
-        infer::copy(inputs, out)
+        // The CPU's rule: the output given or the input's shape; an input that broadcasts
+        // to a given output is read through broadcast strides (`copy_` of a row into rows).
+        crate::kernels::copy::CopyKernel.infer(inputs, given, attrs, out)
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let src = ctx.inputs.first().ok_or("missing input 0")?;
         let dst = ctx.outputs.first().ok_or("missing output 0")?;
-        if src.meta.dtype != dst.meta.dtype || src.meta.shape != dst.meta.shape {
+        let expanded;
+        let src_meta = if src.meta.shape == dst.meta.shape {
+            src.meta
+        } else {
+            expanded = broadcast(src.meta, &dst.meta.shape).ok_or_else(|| {
+                format!("input 0 is {} but output 0 is {}", src.meta.describe(), dst.meta.describe())
+            })?;
+            &expanded
+        };
+        if src_meta.dtype != dst.meta.dtype {
             return Err(format!(
                 "input 0 is {} but output 0 is {}",
                 src.meta.describe(),
                 dst.meta.describe()
             ));
         }
+        let src = crate::vm::TensorView { meta: src_meta, data: src.data };
         on_stream("copy", |s| {
             match (src.data.device_buffer().is_some(), dst.data.device_buffer().is_some()) {
                 (true, true) => {
@@ -164,6 +175,23 @@ impl OpKernel for CudaCopy {
             }
         })
     }
+}
+
+/// `meta` read as `shape` with NumPy's broadcasting: stride 0 along each dimension it lacks
+/// or has of size 1; `None` where it does not broadcast to `shape`.
+fn broadcast(meta: &TensorMeta, shape: &[usize]) -> Option<TensorMeta> {
+    let lead = shape.len().checked_sub(meta.shape.len())?;
+    let mut out = meta.clone();
+    out.shape = shape.iter().copied().collect();
+    out.strides = shape.iter().map(|_| 0).collect();
+    for (d, (&n, &s)) in meta.shape.iter().zip(&meta.strides).enumerate() {
+        match n {
+            _ if n == shape[lead + d] => out.strides[lead + d] = s,
+            1 => {}
+            _ => return None,
+        }
+    }
+    Some(out)
 }
 
 /// Device to device on this device.

@@ -121,13 +121,6 @@ pub fn elementwise(
     Ok(())
 }
 
-/// `copy`: one input, an output like it.
-pub fn copy(inputs: &[&TensorMeta], out: &mut OutSpecs) -> Result<(), String> {
-    expect_inputs(inputs, 1)?;
-    out.push(spec(&inputs[0].shape, inputs[0].dtype));
-    Ok(())
-}
-
 /// `sum`: one input, a 0-d output.
 pub fn sum(inputs: &[&TensorMeta], out: &mut OutSpecs) -> Result<(), String> {
     expect_inputs(inputs, 1)?;

@@ -149,31 +149,9 @@ mod tests {
     use super::*;
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
-    /// Ops registered on the CPU that have no CUDA kernel yet: the casts, division, scalar
-    /// ops, comparisons and `masked_fill`. Every other op, the diagnostic `noop`, `fail` and
-    /// `panic` included, runs on CUDA too.
-    const CPU_ONLY: &[&str] = &[
-        "cast",
-        "div",
-        "add_scalar",
-        "rsub_scalar",
-        "mul_scalar",
-        "div_scalar",
-        "rdiv_scalar",
-        "eq",
-        "ne",
-        "lt",
-        "le",
-        "gt",
-        "ge",
-        "eq_scalar",
-        "ne_scalar",
-        "lt_scalar",
-        "le_scalar",
-        "gt_scalar",
-        "ge_scalar",
-        "masked_fill",
-    ];
+    /// Ops registered on the CPU that have no CUDA kernel: none. Every op, the diagnostic
+    /// `noop`, `fail` and `panic` included, runs on CUDA too.
+    const CPU_ONLY: &[&str] = &[];
 
     #[test]
     fn every_cpu_op_has_a_cuda_kernel_unless_allowed() {

@@ -478,6 +478,19 @@ fn copies_of_every_layout_between_host_and_device() {
             }
         }
     }
+    // A row broadcast into every row of the output (`copy_` of a row), from each device.
+    for (from_dev, to_dev, stream) in
+        [(DeviceId::CPU, GPU, h2d), (GPU, DeviceId::CPU, d2h), (GPU, GPU, compute)]
+    {
+        let row = values(DType::F32, 3, 5, true);
+        let src = row.tensor(&vm, &[3], from_dev);
+        let (dst, _) = make(&vm, DType::F32, &[2, 3], Lay::Contiguous, to_dev, 7, true);
+        vm.run(|b| b.call_into(copy, &[&src], &[&dst], Attrs::default(), stream))
+            .unwrap_or_else(|e| panic!("broadcast copy on {from_dev} to {to_dev}: {e}"));
+        let mut want = row.clone();
+        want.bytes.extend_from_slice(&row.bytes);
+        assert_eq!(Vals::read(&dst).unwrap().bytes, want.bytes, "broadcast copy on {from_dev} to {to_dev}");
+    }
     // Within one storage: interleaved views that share element 3, which the builder lets
     // through (PyTorch's rule); the input is read before anything is written.
     let storage = values(DType::I32, 8, 3, false);
