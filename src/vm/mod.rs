@@ -5,7 +5,9 @@
 //! (`framework`) starts an engine and submits batches of instructions to it; trace
 //! recording and profiling watch it through `observe`. See `scheduler.rs` for the lifecycle
 //! of an instruction and the edge rules, `thread_ctx.rs` for the workers' sleep/wake
-//! protocol, and `engine.rs` for start-up, submission, back-pressure and shutdown.
+//! protocol, and `engine/` for the engine's parts (the stream table, the inbox, the
+//! completion channel, the worker queues), each with its protocol, their assembly and
+//! shutdown.
 //! `stream_policy/` has how each stream's instructions run and complete, one file per
 //! stream policy (synchronous, event-recorded, on the scheduler thread), with the one
 //! registration of a stream's policy; `instruction_policy/` what each kind of instruction
