@@ -23,9 +23,9 @@
 //!    back (the caller buries it: nothing would run it). Otherwise, holding the observer's
 //!    lock if one is attached (so that it sees batches in the order the scheduler receives
 //!    them), show it the batch, add its length to the in-flight count
-//!    (`BackPressure::admit`), push it, unlock, and ring the bell (`Notifier::notify`).
-//!    Then issue a `SeqCst` fence and load `gone`: if the scheduler's end has left
-//!    meanwhile, take whatever is queued and bury it.
+//!    (`BackPressure::admit`), push it, unlock, and ring the bell (`Notifier::notify`,
+//!    which issues a `SeqCst` fence first). Then load `gone`: if the scheduler's end has
+//!    left meanwhile, take whatever is queued and bury it.
 //! 2. **Receive** (the scheduler's end): pop the oldest batch. If a claim is running
 //!    (`BackPressure::inline_running`), hold it, sleeping on the bell, until the claim
 //!    ends. Then number it: its first instruction gets the program number after the last
@@ -49,11 +49,12 @@
 //! # Why no batch is stranded
 //!
 //! A batch pushed after the scheduler's end left would never be received, and its waiter
-//! would wait forever. The submitter pushes, fences and loads `gone`; the leaving scheduler
-//! stores `gone`, fences and pops. In the total order of the two `SeqCst` fences one comes
-//! first: if the submitter's does, the scheduler's pops, after its own fence, find the
-//! batch; if the scheduler's does, the submitter's load sees `gone` and it pops the batch
-//! itself (the store-then-load pattern of Dekker's algorithm, as in the `Notifier`).
+//! would wait forever. The submitter pushes, fences (ringing the bell) and loads `gone`;
+//! the leaving scheduler stores `gone`, fences and pops. In the total order of the two
+//! `SeqCst` fences one comes first: if the submitter's does, the scheduler's pops, after
+//! its own fence, find the batch; if the scheduler's does, the submitter's load sees
+//! `gone` and it pops the batch itself (the store-then-load pattern of Dekker's algorithm,
+//! as in the `Notifier`, whose documented fence in `notify` this relies on).
 //!
 //! # Memory ordering
 //!
@@ -234,10 +235,11 @@ impl<B: Submission, O: Observer<B>> Inbox<B, O> {
         let now = self.bp.admit(batch.len());
         self.queue.push(batch);
         drop(seen);
+        // The bell's `notify` issues a `SeqCst` fence before anything else: the
+        // submitter's fence of "Why no batch is stranded" (module docs), so a submission
+        // pays for one fence, not two.
         self.bell.notify();
-        // A scheduler that left after the check above (module docs, "Why no batch is
-        // stranded").
-        fence(Ordering::SeqCst);
+        // A scheduler that left after the check above.
         if self.gone.load(Ordering::Relaxed) {
             self.bury_queued();
         }
