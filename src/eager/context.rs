@@ -180,7 +180,8 @@ struct Shared {
 /// let w = cx.full(&[2, 1], 0.5, DType::F32, DeviceId::CPU)?;
 /// let y = x.matmul(&w)?.relu()?; // [max(0.5 - 1, 0), max(1.5 - 2, 0)]
 /// assert_eq!(y.to_vec::<f32>()?, vec![0.0, 0.0]);
-/// assert!(x.add(&w).is_err()); // shapes differ: refused at the call
+/// assert_eq!(x.add(&w)?.to_vec::<f32>()?, vec![1.5, -1.5, 3.5, -3.5]); // w broadcasts
+/// assert!(x.add(&cx.zeros(&[3], DType::F32, DeviceId::CPU)?).is_err()); // refused at the call
 /// # Ok::<(), eagervm::Error>(())
 /// ```
 #[derive(Clone)]

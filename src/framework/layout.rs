@@ -43,7 +43,8 @@ pub(crate) fn is_dense(m: &TensorMeta) -> bool {
 /// Whether the layout names some element of its storage more than once, as far as PyTorch
 /// tells (a stride of 0 on a dimension of more than one element: an `expand`ed tensor).
 pub(crate) fn has_internal_overlap(m: &TensorMeta) -> bool {
-    m.shape.iter().zip(&m.strides).any(|(&d, &s)| d > 1 && s == 0)
+    // A layout of no elements names none twice, broadcast or not.
+    !m.shape.contains(&0) && m.shape.iter().zip(&m.strides).any(|(&d, &s)| d > 1 && s == 0)
 }
 
 /// How views `a` and `b` of one storage share its elements.

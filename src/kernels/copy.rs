@@ -124,7 +124,8 @@ impl OpKernel for CopyKernel {
 
 /// `cast`: one input; the output has its shape and the dtype `attrs.dtype()` (required; a
 /// given output must be of that dtype), each value converted by the conversion rule
-/// (`kernels::dtype`): float to float rounds to nearest even, once; float to integer
+/// (`kernels::dtype`): float to float rounds to nearest even (`f64` to `f16` or `bf16`
+/// through `f32`, as PyTorch); float to integer
 /// truncates toward zero and saturates, NaN giving 0; integer to integer wraps; anything
 /// to `bool` is `!= 0`; `bool` to a number is 0 or 1. A cast to the input's own dtype
 /// copies the bits. The output never shares the input's storage.

@@ -11,10 +11,13 @@
 //! | `f32`, `f64` | itself | itself |
 //!
 //! **The conversion rule** ([`Elem::narrow`] of [`Elem::widen`]): float to float rounds to
-//! nearest even, once (`f64` to `f16` or `bf16` directly, not through a rounded `f32`);
-//! float to integer truncates toward zero and saturates, NaN giving 0 (Rust's `as`); integer
-//! to integer wraps; integer to float rounds to nearest even; anything to `bool` is `!= 0`
-//! (NaN is `true`); `bool` to a number is 0 or 1.
+//! nearest even; to `f16` or `bf16` from `f64` or an integer it rounds to `f32` first and
+//! then to the 16-bit type, as PyTorch converts (`c10::Half` and `c10::BFloat16` are made
+//! from a `float`) and as the CUDA kernels do, so a value just off a midpoint of the 16-bit
+//! type may round the other way than a single rounding would; float to integer truncates
+//! toward zero and saturates, NaN giving 0 (Rust's `as`); integer to integer wraps; integer
+//! to `f32` or `f64` rounds to nearest even, once; anything to `bool` is `!= 0` (NaN is
+//! `true`); `bool` to a number is 0 or 1.
 
 use crate::vm::{bf16, f16, DType, Scalar};
 
@@ -170,6 +173,12 @@ pub(crate) unsafe trait Elem: Copy + Send + Sync + 'static {
         let _ = x;
         None
     }
+    /// [`as_compute`](Self::as_compute), writable.
+    #[inline(always)]
+    fn as_compute_mut(x: &mut [Self]) -> Option<&mut [Self::C]> {
+        let _ = x;
+        None
+    }
 }
 
 // SAFETY: `Bool8` is one byte, alignment 1, valid for every bit pattern.
@@ -237,6 +246,10 @@ macro_rules! int_elem {
             fn as_compute(x: &[Self]) -> Option<&[$t]> {
                 Some(x)
             }
+            #[inline(always)]
+            fn as_compute_mut(x: &mut [Self]) -> Option<&mut [$t]> {
+                Some(x)
+            }
         }
     )*};
 }
@@ -274,6 +287,10 @@ unsafe impl Elem for f32 {
     fn as_compute(x: &[Self]) -> Option<&[f32]> {
         Some(x)
     }
+    #[inline(always)]
+    fn as_compute_mut(x: &mut [Self]) -> Option<&mut [f32]> {
+        Some(x)
+    }
 }
 
 // SAFETY: `f64` is plain old data of alignment 8; every bit pattern is a valid `f64`.
@@ -308,6 +325,10 @@ unsafe impl Elem for f64 {
     fn as_compute(x: &[Self]) -> Option<&[f64]> {
         Some(x)
     }
+    #[inline(always)]
+    fn as_compute_mut(x: &mut [Self]) -> Option<&mut [f64]> {
+        Some(x)
+    }
 }
 
 macro_rules! half_elem {
@@ -330,15 +351,8 @@ macro_rules! half_elem {
             }
             #[inline(always)]
             fn narrow(w: Wide) -> Self {
-                // Through `f32` rounded to odd: exact where the value is an `f32`, and where
-                // it is not, its last bit keeps the rounding direction, so that the one
-                // rounding to nearest even below is the correct one (`half`'s own `from_f64`
-                // rounds twice).
-                $t::from_f32(match w {
-                    Wide::Bool(b) => f32::from(u8::from(b)),
-                    Wide::Int(i) => i64_to_f32_odd(i),
-                    Wide::Float(f) => f64_to_f32_odd(f),
-                })
+                // Through `f32`, rounded there first (the conversion rule).
+                $t::from_f32(f32::narrow(w))
             }
             #[inline(always)]
             fn compute_scalar(s: Scalar) -> f32 {
@@ -348,42 +362,6 @@ macro_rules! half_elem {
     )*};
 }
 half_elem!(f16 => F16, bf16 => BF16);
-
-/// `x` rounded to an `f32` toward zero, with the last bit set if that was inexact ("round
-/// to odd"). Rounding that to a format of at most 22 significant bits to nearest even gives
-/// the same as rounding `x` itself once.
-pub(crate) fn f64_to_f32_odd(x: f64) -> f32 {
-    let r = x as f32;
-    if x.is_nan() || f64::from(r) == x {
-        return r;
-    }
-    if r.to_bits() & 1 == 1 {
-        return r;
-    }
-    // `r` is even and inexact: its neighbour on the other side of `x` (one unit of the last
-    // place, toward `x` in magnitude) is odd. `r` rounded away from zero when it is larger in
-    // magnitude; an overflow to infinity steps back to the largest finite `f32`.
-    let away = f64::from(r).abs() > x.abs();
-    f32::from_bits(if away { r.to_bits() - 1 } else { r.to_bits() + 1 })
-}
-
-/// `x` rounded to an `f32` toward zero with the last bit set if inexact, as
-/// [`f64_to_f32_odd`].
-pub(crate) fn i64_to_f32_odd(x: i64) -> f32 {
-    let a = x.unsigned_abs();
-    if a < 1 << 24 {
-        return x as f32;
-    }
-    let shift = 64 - a.leading_zeros() - 24;
-    let sticky = u64::from(a & ((1u64 << shift) - 1) != 0);
-    // At most 24 significant bits: exact in `f32`, as is the power of two.
-    let m = ((a >> shift) | sticky) as f32 * f32::from_bits((127 + shift) << 23);
-    if x < 0 {
-        -m
-    } else {
-        m
-    }
-}
 
 /// The stored type of each dtype, by the `DType` variant's name.
 macro_rules! elem_of {
@@ -492,125 +470,52 @@ pub(crate) use dispatch;
 mod tests {
     use super::*;
 
-    /// Every finite non-negative value of a 16-bit format, ascending, with its bits.
-    fn table<T: Elem<C = f32>>(from_bits: impl Fn(u16) -> T, max_bits: u16) -> Vec<(f64, u16)> {
-        (0..=max_bits).map(|b| (f64::from(from_bits(b).load()), b)).collect()
-    }
-
-    /// The nearest value of the format of `values` to `x`, ties to even, found by search:
-    /// the reference the conversions are checked against.
-    fn nearest(values: &[(f64, u16)], x: f64) -> f64 {
-        if x.is_nan() {
-            return f64::NAN;
-        }
-        let max = values[values.len() - 1].0;
-        let below_max = values[values.len() - 2].0;
-        let a = x.abs();
-        // Past the largest value by at least half a unit: infinity (IEEE's overflow rule).
-        if a >= max + (max - below_max) / 2.0 {
-            return f64::INFINITY.copysign(x);
-        }
-        let i = values.partition_point(|v| v.0 <= a);
-        let (Some(&lo), Some(&hi)) = (values.get(i - 1), values.get(i)) else {
-            // Above the largest value by less than half a unit.
-            return max.copysign(x);
-        };
-        if lo.0 == a {
-            return a.copysign(x);
-        }
-        let mid = (lo.0 + hi.0) / 2.0; // exact: one more bit than the format
-        let pick = if a < mid || (a == mid && lo.1 % 2 == 0) { lo.0 } else { hi.0 };
-        pick.copysign(x)
-    }
-
-    struct Tables {
-        f16: Vec<(f64, u16)>,
-        bf16: Vec<(f64, u16)>,
-    }
-
-    impl Tables {
-        fn new() -> Self {
-            Tables { f16: table(f16::from_bits, 0x7BFF), bf16: table(bf16::from_bits, 0x7F7F) }
-        }
-
-        fn check_f16(&self, x: f64) {
-            let want = nearest(&self.f16, x);
-            let got = f16::narrow(Wide::Float(x)).to_f64();
-            assert!(got == want || got.is_nan() && want.is_nan(), "f16 of {x:e}: {got:e}, want {want:e}");
-        }
-
-        fn check_bf16(&self, x: f64) {
-            let want = nearest(&self.bf16, x);
-            let got = bf16::narrow(Wide::Float(x)).to_f64();
-            assert!(got == want || got.is_nan() && want.is_nan(), "bf16 of {x:e}: {got:e}, want {want:e}");
-        }
-    }
-
-    /// Values just off the midpoints between neighbours, where rounding twice (through a
-    /// rounded `f32`, or dropping low bits first) goes the wrong way.
+    /// `f64` and `i64` values go to `f16` and `bf16` through a rounded `f32`: just off a
+    /// midpoint of the 16-bit type, the `f32` step lands on the midpoint and the tie goes to
+    /// even, as PyTorch's conversions (and the CUDA kernels) give.
     #[test]
-    fn f64_to_16_bit_floats_round_once() {
-        // 1 + 2^-11 is the midpoint between 1 and the next f16; a hair above it rounds up.
+    fn f64_and_i64_to_16_bit_floats_round_through_f32() {
+        // 1 + 2^-11 is the midpoint between 1 and the next f16; a hair above it is that
+        // midpoint in f32, and the tie goes to 1.0 (a single rounding would give 0x3C01).
         let x = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
-        assert_eq!(f16::narrow(Wide::Float(x)), f16::from_bits(0x3C01));
-        // Rounded through f32 it would be the tie, and tie to even gives 1.0.
-        assert_eq!(f16::from_f32(x as f32), f16::ONE);
+        assert_eq!(f16::narrow(Wide::Float(x)), f16::ONE);
+        assert_eq!(f16::narrow(Wide::Float(-x)), -f16::ONE);
         let y = 1.0 + 2f64.powi(-8) + 2f64.powi(-45);
-        assert_eq!(bf16::narrow(Wide::Float(y)), bf16::from_bits(0x3F81));
-        let t = Tables::new();
-        for x in [y, -y, x, -x, 0.0, -0.0, 65504.0, 65519.99, 65520.0, 1e-8, 6e-8, 3e-8, 1e300, -1e-300] {
-            t.check_f16(x);
-            t.check_bf16(x);
-        }
+        assert_eq!(bf16::narrow(Wide::Float(y)), bf16::ONE);
+        // Where the f32 step is exact or not at a midpoint, the one rounding of f32 to the
+        // 16-bit type decides.
+        let z = 1.0 + 2f64.powi(-11) + 2f64.powi(-20);
+        assert_eq!(f16::narrow(Wide::Float(z)), f16::from_bits(0x3C01));
+        assert_eq!(f16::narrow(Wide::Float(65519.99)), f16::from_f32(65519.99));
+        assert_eq!(f16::narrow(Wide::Float(65520.0)), f16::INFINITY);
+        assert_eq!(bf16::narrow(Wide::Float(1e300)), bf16::INFINITY);
+        assert_eq!(f16::narrow(Wide::Float(1e-300)).to_bits(), 0);
         assert!(f16::narrow(Wide::Float(f64::NAN)).is_nan());
         assert!(bf16::narrow(Wide::Float(f64::NAN)).is_nan());
         assert_eq!(f16::narrow(Wide::Float(f64::NEG_INFINITY)), f16::NEG_INFINITY);
-        // Random full-mantissa values over the formats' ranges.
+        // 2^62 + 2^54 + 1 is 2^62 + 2^54 in f32, the midpoint between 2^62 and the next
+        // bf16: the tie goes to 2^62.
+        let i = (1i64 << 62) + (1 << 54) + 1;
+        assert_eq!(bf16::narrow(Wide::Int(i)).to_f64(), 2f64.powi(62));
+        assert_eq!(bf16::narrow(Wide::Int(-i)).to_f64(), -(2f64.powi(62)));
+        assert_eq!(bf16::narrow(Wide::Int(i64::MIN)).to_f64(), -(2f64.powi(63)));
+        assert_eq!(f16::narrow(Wide::Int(65519)).to_f64(), 65504.0);
+        assert_eq!(f16::narrow(Wide::Int(65520)), f16::INFINITY);
+        // Random full-mantissa values over the formats' ranges: the f32 step, then `half`'s
+        // rounding of an f32.
         let mut s = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..20_000 {
             s ^= s << 13;
             s ^= s >> 7;
             s ^= s << 17;
-            let e = (s >> 58) as i32 - 32; // exponents -32..31
+            let e = (s >> 58) as i32 - 32;
             let m = 1.0 + (s & ((1 << 52) - 1)) as f64 / (1u64 << 52) as f64;
             let x = if s & (1 << 57) != 0 { -m } else { m } * 2f64.powi(e);
-            t.check_f16(x);
-            t.check_bf16(x);
-            t.check_bf16(x * 2f64.powi(96));
-            t.check_bf16(x * 2f64.powi(-110));
+            assert_eq!(f16::narrow(Wide::Float(x)).to_bits(), f16::from_f32(x as f32).to_bits(), "{x:e}");
+            assert_eq!(bf16::narrow(Wide::Float(x)).to_bits(), bf16::from_f32(x as f32).to_bits(), "{x:e}");
+            let i = s as i64;
+            assert_eq!(bf16::narrow(Wide::Int(i)).to_bits(), bf16::from_f32(i as f32).to_bits(), "{i}");
         }
-    }
-
-    #[test]
-    fn i64_to_16_bit_floats_round_once() {
-        // Midpoint between 2^62 and the next bf16 (2^62 + 2^55), plus one: rounds up. An
-        // `f64` drops the one, and ties to even would give 2^62.
-        let x = (1i64 << 62) + (1 << 54) + 1;
-        assert_eq!(bf16::narrow(Wide::Int(x)).to_f64(), 2f64.powi(62) + 2f64.powi(55));
-        assert_eq!(bf16::narrow(Wide::Int(-x)).to_f64(), -(2f64.powi(62) + 2f64.powi(55)));
-        assert_eq!(bf16::narrow(Wide::Int(i64::MIN)).to_f64(), -(2f64.powi(63)));
-        assert_eq!(f16::narrow(Wide::Int(65519)).to_f64(), 65504.0);
-        assert_eq!(f16::narrow(Wide::Int(65520)), f16::INFINITY);
-        // Exact where the value has at most 24 significant bits, odd otherwise.
-        for v in [0i64, 1, -1, 257, 2049, 4097, 1 << 40, (1 << 24) + 1, -(1 << 24) - 3, i64::MAX, i64::MIN] {
-            let r = i64_to_f32_odd(v);
-            let exact = (v as f32) as i128 == i128::from(v);
-            assert_eq!(r as i128 == i128::from(v), exact, "{v}");
-            assert!(exact || r.to_bits() & 1 == 1, "{v}");
-        }
-    }
-
-    #[test]
-    fn round_to_odd_sets_the_last_bit_when_inexact() {
-        assert_eq!(f64_to_f32_odd(1.0), 1.0);
-        let x = 1.0 + 2f64.powi(-30);
-        let r = f64_to_f32_odd(x);
-        assert_eq!(r.to_bits(), 1.0f32.to_bits() | 1);
-        assert_eq!(f64_to_f32_odd(-x).to_bits(), (-1.0f32).to_bits() | 1);
-        assert_eq!(f64_to_f32_odd(1e300), f32::MAX);
-        assert_eq!(f64_to_f32_odd(f64::INFINITY), f32::INFINITY);
-        assert_eq!(f64_to_f32_odd(1e-300).to_bits(), 1);
-        assert_eq!(i64_to_f32_odd((1 << 24) + 1).to_bits(), 16_777_216f32.to_bits() | 1);
     }
 
     #[test]

@@ -314,9 +314,10 @@ unsafe fn through_f32<T: Elem>(
 }
 
 /// The plain loops: each output element adds its products one at a time in increasing `p`
-/// from zero, in the compute type, and is stored once. Row `i` accumulates in a buffer (so
-/// that `f16` and `bf16` accumulate in `f32`), walking row `p` of `b` for each `p`
-/// (contiguous where `b`'s rows are).
+/// from zero, in the compute type, and is stored once. Row `i` accumulates in the output
+/// where its row is contiguous and of the compute type, else in a buffer (so that `f16` and
+/// `bf16` accumulate in `f32`), walking row `p` of `b` for each `p` (contiguous where `b`'s
+/// rows are).
 ///
 /// # Safety
 /// As [`product`], with no dimension empty.
@@ -329,10 +330,28 @@ unsafe fn sequential<T: Elem>(
 where
     T::C: Ring,
 {
-    let mut row: Vec<T::C> = Vec::new();
-    row.try_reserve_exact(n).map_err(|e| format!("no memory for a {n}-element row: {e}"))?;
-    row.resize(n, <T::C as Ring>::ZERO);
+    let mut buf: Vec<T::C> = Vec::new();
     for i in 0..m {
+        // A contiguous output row of the compute type accumulates in place; any other in
+        // a buffer, stored once at the end.
+        let direct = if out.cs == 1 {
+            // SAFETY: row `i` of `out`: `n` contiguous elements, which overlap neither input;
+            // no other reference to them is alive while this one is.
+            T::as_compute_mut(unsafe { slice::from_raw_parts_mut(out.at(i, 0), n) })
+        } else {
+            None
+        };
+        let buffered = direct.is_none();
+        let row: &mut [T::C] = match direct {
+            Some(r) => r,
+            None => {
+                if buf.is_empty() {
+                    buf.try_reserve_exact(n).map_err(|e| format!("no memory for a {n}-element row: {e}"))?;
+                    buf.resize(n, <T::C as Ring>::ZERO);
+                }
+                &mut buf
+            }
+        };
         row.fill(<T::C as Ring>::ZERO);
         for p in 0..k {
             // SAFETY: elements of `a` and `b` (the contract).
@@ -352,9 +371,11 @@ where
                 }
             }
         }
-        for (j, &r) in row.iter().enumerate() {
-            // SAFETY: element `(i, j)` of `out`, which overlaps neither input.
-            unsafe { out.at(i, j).write(T::store(r)) };
+        if buffered {
+            for (j, &r) in buf.iter().enumerate() {
+                // SAFETY: element `(i, j)` of `out`, which overlaps neither input.
+                unsafe { out.at(i, j).write(T::store(r)) };
+            }
         }
     }
     Ok(())

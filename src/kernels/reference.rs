@@ -120,26 +120,6 @@ fn round_format(x: f64, p: i32, emin: i32, max: f64) -> f64 {
     }
 }
 
-/// An integer rounded as [`round_format`], exactly (an `i64` may have more bits than `f64`).
-fn round_int_format(x: i64, p: u32, max: f64) -> f64 {
-    let a = i128::from(x).unsigned_abs();
-    let bits = 128 - a.leading_zeros();
-    let y = if bits <= p {
-        a as f64
-    } else {
-        let q = bits - p;
-        let (r, rem, half) = (a >> q, a & ((1 << q) - 1), 1u128 << (q - 1));
-        let r = if rem > half || rem == half && r % 2 == 1 { r + 1 } else { r };
-        r as f64 * 2f64.powi(q as i32)
-    };
-    let y = if y > max { f64::INFINITY } else { y };
-    if x < 0 {
-        -y
-    } else {
-        y
-    }
-}
-
 const F16_MAX: f64 = 65504.0;
 const BF16_MAX: f64 = 3.3895313892515355e38;
 
@@ -155,11 +135,15 @@ pub(crate) fn convert(v: V, to: DType) -> V {
             },
             _ => wrap(v.i(), to),
         }),
+        // To `f16` and `bf16` through a rounded `f32`, as PyTorch converts.
+        DType::F16 | DType::BF16 => V::F(match v {
+            V::F(f) => round_float(f64::from(f as f32), to),
+            V::I(i) => round_float(f64::from(i as f32), to),
+            V::B(b) => f64::from(u8::from(b)),
+        }),
         _ => V::F(match v {
             V::F(f) => round_float(f, to),
             V::I(i) => match to {
-                DType::F16 => round_int_format(i, 11, F16_MAX),
-                DType::BF16 => round_int_format(i, 8, BF16_MAX),
                 DType::F32 => f64::from(i as f32),
                 _ => i as f64,
             },
@@ -384,8 +368,11 @@ mod tests {
             assert_eq!(round_float(f64::from(x), DType::F16), f16::from_f32(x).to_f64(), "{x:e}");
             assert_eq!(round_float(f64::from(x), DType::BF16), bf16::from_f32(x).to_f64(), "{x:e}");
         }
-        assert_eq!(round_int_format((1 << 62) + (1 << 54) + 1, 8, BF16_MAX), 2f64.powi(62) + 2f64.powi(55));
-        assert_eq!(round_int_format(65520, 11, F16_MAX), f64::INFINITY);
-        assert_eq!(round_int_format(-65519, 11, F16_MAX), -65504.0);
+        // Through f32: 2^62 + 2^54 + 1 is the bf16 midpoint 2^62 + 2^54 there, a tie to even.
+        let i = V::I((1 << 62) + (1 << 54) + 1);
+        assert_eq!(convert(i, DType::BF16), V::F(2f64.powi(62)));
+        assert_eq!(convert(V::I(65520), DType::F16), V::F(f64::INFINITY));
+        assert_eq!(convert(V::I(-65519), DType::F16), V::F(-65504.0));
+        assert_eq!(convert(V::F(1.0 + 2f64.powi(-11) + 2f64.powi(-40)), DType::F16), V::F(1.0));
     }
 }

@@ -376,9 +376,15 @@ pub fn read_element(dtype: DType, bytes: &[u8], i: usize) -> Option<Scalar> {
 }
 
 /// Append `v` converted to `dtype` as native-endian bytes, as a cast converts it: floats
-/// round to nearest (even), a float to an integer truncates toward zero and saturates (NaN
+/// round to nearest (even), to `f16` and `bf16` through a rounded `f32` (as PyTorch), an
+/// integer to `f32` directly; a float to an integer truncates toward zero and saturates (NaN
 /// is 0), an integer wraps to a narrower one, anything nonzero is `true`.
 pub fn write_element(dtype: DType, v: Scalar, out: &mut Vec<u8>) {
+    let as_f32 = |v: Scalar| match v {
+        Scalar::Float(f) => f as f32,
+        Scalar::Int(i) => i as f32,
+        Scalar::Bool(b) => f32::from(u8::from(b)),
+    };
     match dtype {
         DType::Bool => out.push(u8::from(v.as_bool())),
         DType::U8 => out.push(match v {
@@ -393,9 +399,9 @@ pub fn write_element(dtype: DType, v: Scalar, out: &mut Vec<u8>) {
             .to_ne_bytes(),
         ),
         DType::I64 => out.extend_from_slice(&v.as_i64().to_ne_bytes()),
-        DType::F16 => out.extend_from_slice(&f16::from_f64(v.as_f64()).to_ne_bytes()),
-        DType::BF16 => out.extend_from_slice(&bf16::from_f64(v.as_f64()).to_ne_bytes()),
-        DType::F32 => out.extend_from_slice(&(v.as_f64() as f32).to_ne_bytes()),
+        DType::F16 => out.extend_from_slice(&f16::from_f32(as_f32(v)).to_ne_bytes()),
+        DType::BF16 => out.extend_from_slice(&bf16::from_f32(as_f32(v)).to_ne_bytes()),
+        DType::F32 => out.extend_from_slice(&as_f32(v).to_ne_bytes()),
         DType::F64 => out.extend_from_slice(&v.as_f64().to_ne_bytes()),
     }
 }

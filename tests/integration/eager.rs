@@ -166,10 +166,14 @@ fn bad_calls_are_refused_at_the_call_with_typed_errors() {
     }
     let bad_bias = cx.zeros(&[2], DType::F32, DeviceId::CPU).unwrap();
     assert!(matches!(a.add_bias(&bad_bias), Err(Error::InvalidOperands { .. })));
+    // Mixed dtypes promote (PyTorch's rule); subtracting bools is refused, as in PyTorch.
     let ints = cx.zeros(&[2, 3], DType::I64, DeviceId::CPU).unwrap();
-    match a.sub(&ints) {
-        Err(Error::InvalidOperands { detail, .. }) => {
-            assert_eq!(detail, "input 1 is i64 but input 0 is f32: cast to one dtype first")
+    assert_eq!(a.sub(&ints).unwrap().dtype(), DType::F32);
+    let flags = cx.zeros(&[2, 3], DType::Bool, DeviceId::CPU).unwrap();
+    match flags.sub(&flags) {
+        Err(Error::InvalidOperands { op, detail }) => {
+            assert_eq!(op, "sub");
+            assert!(detail.contains("sub of bool tensors is not supported"), "{detail}")
         }
         other => panic!("expected a dtype error, got {other:?}"),
     }
@@ -185,8 +189,9 @@ fn bad_calls_are_refused_at_the_call_with_typed_errors() {
     assert!(matches!(cx.from_slice(&[1.0f32; 5], &[2, 3], DeviceId::CPU), Err(Error::Access { .. })));
     assert!(matches!(a.to_vec::<i64>(), Err(Error::DType { expected: DType::F32, found: DType::I64 })));
     assert!(matches!(a.item::<f32>(), Err(Error::Access { .. })));
-    // Refused calls queue nothing; the accepted ones (bias, ints, the copy) do.
-    assert_eq!(cx.stats().calls, before + 3);
+    // Refused calls queue nothing; the accepted ones do: three `zeros`, the mixed-dtype
+    // `sub` (a cast, then the op), the copy.
+    assert_eq!(cx.stats().calls, before + 6);
     // The context keeps working after refusals.
     assert_eq!(a.add(&a).unwrap().to_vec::<f32>().unwrap(), vec![0.0; 6]);
 }

@@ -244,9 +244,10 @@ fn views_follow_the_builders_rules_for_releases_accesses_and_calls() {
         )),
         []
     );
-    // A kernel over contiguous operands gets none of part of a storage.
-    refused(&format!("{v}tensor t2 f32[3] cpu:0\ncall s0 relu in=t1 out=t2\n"), 8, 17, "whole storage");
-    refused(&format!("{v}call s0 fill out=t1\n"), 7, 18, "whole storage");
+    // A kernel over contiguous operands (`noop`: every built-in kernel but the diagnostic
+    // ones is strided) gets none of part of a storage.
+    refused(&format!("{v}tensor t2 f32[3] cpu:0\ncall s0 noop in=t1 out=t2\n"), 8, 17, "whole storage");
+    refused(&format!("{v}call s0 noop out=t1\n"), 7, 18, "whole storage");
     // An output overlapping an input other than element for element, or sharing its
     // storage with a kernel that does not work in place.
     let w = format!("{v}view t2 t0 f32[3] strides=1 offset=0\n");
@@ -257,8 +258,13 @@ fn views_follow_the_builders_rules_for_releases_accesses_and_calls() {
         "in place, element for element"
     );
     let z = format!("{v}view t2 t0 f32[2] strides=1 offset=4\n");
-    refused(&format!("{v}call s0 add in=t0,t0 out=t0\n"), 7, 26, "both an input and an output");
-    refused(&format!("{z}call s0 add in=t2,t2 out=t1\n"), 8, 26, "shares its storage with input t2");
+    refused(&format!("{v}call s0 cast in=t0 out=t0 dtype=f32\n"), 7, 24, "both an input and an output");
+    refused(
+        &format!("{z}view t3 t0 f32[2] strides=1 offset=0\ncall s0 cast in=t2 out=t3 dtype=f32\n"),
+        9,
+        24,
+        "shares its storage with input t2",
+    );
     refused(&format!("{z}call s0 copy in=t1 out=t2,t0\n"), 8, 27, "shares its storage with output t2");
     refused(
         &format!("{v}view t2 t0 f32[3,2] strides=0,1 offset=0\ncall s0 copy in=t1 out=t2\n"),

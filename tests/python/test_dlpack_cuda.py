@@ -162,6 +162,37 @@ def test_torch_cuda_to_eagervm_to_torch_cuda(cuda, dtype):
     np.testing.assert_array_equal(x.numpy(), t.cpu().numpy())
 
 
+EVERY_DTYPE = ["bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+
+
+@pytest.mark.parametrize("dtype", EVERY_DTYPE)
+def test_views_broadcasting_and_comparisons_on_cuda_match_torch(cuda, dtype):
+    torch, vm = cuda
+    tdt = getattr(torch, dtype)
+    t = (torch.arange(24, device="cuda:0") % 7 - 3).to(tdt).reshape(2, 3, 4)
+    x = vm.from_dlpack(t)
+    assert x.device == "cuda:0" and x.dtype == getattr(eagervm, dtype)
+    # A strided view: x[0] with every other column, [3, 2], transposed to [2, 3].
+    xv, tv = x[0, :, ::2].transpose(0, 1), t[0, :, ::2].transpose(0, 1)
+    xr, tr = x[1, 0, :3], t[1, 0, :3]
+    cases = [
+        ("view", xv, tv),
+        ("broadcast add", xv + xr, tv + tr),
+        ("broadcast mul", xv * xr, tv * tr),
+        ("comparison", xv < xr, tv < tr),
+        ("cast", xv.to(eagervm.float32), tv.float()),
+        ("number", xv.to(eagervm.float64) * 2.5, tv.double() * 2.5),
+    ]
+    for what, got, want in cases:
+        back = torch.from_dlpack(got.contiguous())
+        assert back.dtype == want.dtype, f"{what}: {back.dtype} != {want.dtype}"
+        assert torch.equal(back, want.contiguous()), f"{what}: {back} != {want}"
+    # In place through a view, into the storage torch shares.
+    x[:, 1] = 0
+    t2 = torch.from_dlpack(x)
+    assert t2.data_ptr() == t.data_ptr() and not t[:, 1].to(torch.float32).any()
+
+
 def test_memory_is_shared_both_ways(cuda):
     torch, vm = cuda
     t = torch.zeros(8, device="cuda:0")

@@ -109,10 +109,6 @@ def test_setitem_broadcasts_and_converts(vm, device, name):
         np.testing.assert_array_equal(read(x), ref, err_msg=f"{shape} {key}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="eager::layout::select and narrow move the offset of a view of an empty storage past its end",
-)
 def test_an_integer_index_of_an_empty_array(vm):
     x = vm.zeros(2, 0)
     assert x[1].shape == (0,)

@@ -1,5 +1,6 @@
 //! `copy` on a CUDA stream: between host and device, within the device, or host to host;
-//! any dtype, any layout on either side (a broadcast input too), in place.
+//! any dtype, any layout on either side (a broadcast input too, and an input of a shape that
+//! broadcasts to a given output's), in place.
 //!
 //! | from → to | how |
 //! | --- | --- |

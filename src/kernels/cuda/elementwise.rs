@@ -46,7 +46,15 @@ fn as_dtype(d: DType, v: Scalar) -> Scalar {
 /// The scalar's bits for the arithmetic kernels of dtype `d` (see the module docs).
 fn arith_bits(d: DType, v: Scalar) -> u64 {
     match d {
-        DType::F16 | DType::BF16 | DType::F32 => u64::from((v.as_f64() as f32).to_bits()),
+        // As the CPU's scalar (`kernels::dtype`): an `Int` rounded to `f32` once, not
+        // through `f64`.
+        DType::F16 | DType::BF16 | DType::F32 => {
+            let f = match v {
+                Scalar::Int(i) => i as f32,
+                _ => v.as_f64() as f32,
+            };
+            u64::from(f.to_bits())
+        }
         DType::F64 => v.as_f64().to_bits(),
         _ => as_dtype(d, v).as_i64() as u64,
     }
@@ -171,6 +179,11 @@ mod tests {
         // Floats: the compute type's value; f16 is not rounded to f16 first.
         assert_eq!(arith_bits(DType::F16, Scalar::Float(0.1)), u64::from(0.1f32.to_bits()));
         assert_eq!(arith_bits(DType::F64, Scalar::Float(0.1)), 0.1f64.to_bits());
+        // An integer rounds to f32 once, as on the CPU: 2^60 + 2^36 + 1 is above the f32
+        // midpoint 2^60 + 2^36, which the f64 step would land on (and round to even, 2^60).
+        let i = (1i64 << 60) + (1 << 36) + 1;
+        assert_eq!(arith_bits(DType::F32, Scalar::Int(i)), u64::from((i as f32).to_bits()));
+        assert_ne!((i as f32).to_bits(), ((i as f64) as f32).to_bits());
         // Integers: converted to the dtype, sign-extended to 64 bits.
         assert_eq!(arith_bits(DType::I32, Scalar::Int(1 << 32 | 5)), 5);
         assert_eq!(arith_bits(DType::I32, Scalar::Int(-3)), -3i64 as u64);

@@ -9,7 +9,7 @@
 //! | ops | inputs | output |
 //! | --- | --- | --- |
 //! | `fill` | none | the given output (any dtype) |
-//! | `copy` | `x` | like `x` |
+//! | `copy` | `x` | like `x`, or a given output of `x`'s dtype that `x` broadcasts to (the CPU kernel's rule) |
 //! | `cast` | `x` | `x`'s shape, dtype `attrs.dtype()` |
 //! | `add`, `sub`, `mul`, `div` | `a`, `b` of one dtype | the broadcast shape, that dtype |
 //! | `add_bias` | `x: [n, k]`, `b: [k]` of one dtype | like `x` |

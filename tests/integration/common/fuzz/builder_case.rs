@@ -80,13 +80,36 @@ fn product_shape(op: &str, a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     }
 }
 
-/// The output of a product `op` of operands of these shapes and dtypes, if it is over the
-/// cap (`None` also where `infer` refuses the operands: then no output is asked for).
+/// NumPy's broadcast of shapes `a` and `b`, if they broadcast.
+fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let n = a.len().max(b.len());
+    let dim = |s: &[usize], i: usize| if i + s.len() < n { 1 } else { s[i + s.len() - n] };
+    (0..n)
+        .map(|i| match (dim(a, i), dim(b, i)) {
+            (x, y) if x == y || y == 1 => Some(x),
+            (1, y) => Some(y),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The output of a two-input call of `op` on operands of these shapes and dtypes, if it is
+/// over the cap (`None` also where `infer` refuses the operands: then no output is asked
+/// for): a product, or an elementwise op whose operands broadcast to a larger shape than
+/// either (`[n, 1] + [1, n]`). Mixed dtypes promote first (a cast of one operand, no larger
+/// than it), as the eager front end does.
 fn product_over(op: &str, a: (&[usize], DType), b: (&[usize], DType)) -> Option<Oversized> {
-    if a.1 != b.1 {
-        return None;
+    let dtype = eagervm::vm::promote_types(a.1, b.1);
+    match op {
+        "add" | "sub" | "mul" | "relu_grad" => oversized(&broadcast_shape(a.0, b.0)?, dtype),
+        "div" => {
+            let out = if dtype.is_floating() { dtype } else { DType::F32 };
+            oversized(&broadcast_shape(a.0, b.0)?, out)
+        }
+        "eq" | "ne" | "lt" | "le" | "gt" | "ge" => oversized(&broadcast_shape(a.0, b.0)?, DType::Bool),
+        _ if a.1 == b.1 => product_shape(op, a.0, b.0).and_then(|s| oversized(&s, a.1)),
+        _ => None,
     }
-    product_shape(op, a.0, b.0).and_then(|s| oversized(&s, a.1))
 }
 
 /// The output of `sum_rows` on an operand of shape `a`, if it is over the cap: `[n, k]`
@@ -436,12 +459,17 @@ impl<'a> State<'a> {
                     Binary::Matmul => "matmul",
                     Binary::MatmulTn => "matmul_tn",
                     Binary::MatmulNt => "matmul_nt",
-                    _ => "",
+                    Binary::Add => "add",
+                    Binary::Sub => "sub",
+                    Binary::Mul => "mul",
+                    Binary::ReluGrad => "relu_grad",
+                    Binary::AddBias => "",
                 };
                 // On the compute stream of `a`'s device (which the VM has).
                 // The eager transposed products call `matmul` with its transpose flags.
+                let called = if name.starts_with("matmul") { "matmul" } else { name };
                 let over = product_over(name, (a.shape(), a.dtype()), (b.shape(), b.dtype())).map(|o| Over {
-                    error: o.error(format!("output 0 of `matmul` on {}", a.device())),
+                    error: o.error(format!("output 0 of `{called}` on {}", a.device())),
                     sure: self.live(a.id()) && self.live(b.id()) && a.device() == b.device(),
                 });
                 let r = match op {
