@@ -9,8 +9,8 @@
 //! 1. **Push** (the producer): queue the item, then ring the consumer's [`Notifier`], which
 //!    makes a system call only if the consumer sleeps.
 //! 2. **Serve** ([`WorkerQueue::serve`], the consumer's loop): take the oldest item and
-//!    handle it; with none, return if the stop flag is set, else sleep on the notifier
-//!    until an item or the flag arrives.
+//!    handle it; with none, if the stop flag is set, handle what is left and return, else
+//!    sleep on the notifier until an item or the flag arrives.
 //! 3. **Stop** ([`WorkerQueue::stop`], the producer, once nothing more will be pushed): set
 //!    the flag, then ring. The consumer returns once it has handled every item pushed
 //!    before the flag.
@@ -22,9 +22,12 @@
 //! so its pop after that load finds them all. No stop is missed by a sleeper: the
 //! notifier's fences order the flag's store before the sleeper's re-check or its wake-up
 //! (`sync::notify`); `Release`/`Acquire` alone would not order that store before that load.
-//! The loop checks the flag only after a pop found the queue empty, so an item pushed after
-//! the flag would be left: the producers stop a queue only once nothing more is coming (the
-//! scheduler once nothing is in flight, a worker once every launch was reported).
+//! The loop checks the flag only after a pop found the queue empty, and once it sees the
+//! flag it pops until the queue is empty before it returns: an item pushed between that
+//! pop and the flag (the scheduler of a dead engine flushes, then stops its workers) is
+//! still handled. An item pushed after the flag would be left: the producers stop a queue
+//! only once nothing more is coming (the scheduler once its loop has ended, a worker once
+//! every launch was reported).
 //!
 //! This file takes nothing from the crate but the `sync` facade, so that the loom model of
 //! the engine compiles it as it is.
@@ -76,6 +79,11 @@ impl<T> WorkerQueue<T> {
                 continue;
             }
             if self.stop.load(Ordering::Acquire) {
+                // Pushed between the pop above and the flag: the pops after the `Acquire`
+                // load find every item pushed before the flag.
+                while let Some(item) = self.queue.pop() {
+                    f(item);
+                }
                 return;
             }
             self.bell.wait(backoff, || !self.queue.is_empty() || self.stop.load(Ordering::Acquire));
