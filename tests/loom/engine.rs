@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex as StdMutex};
 use loom::cell::UnsafeCell;
 use loom::thread;
 
-use crate::common::{check, failure_of};
+use crate::common::{check, check_bounded, failure_of};
 use crate::sync::notify::{Backoff, Notifier};
 use crate::vm::engine::completions::Completions;
 use crate::vm::engine::inbox::{Handed, Inbox, Observer, SchedulerEnd, Submission};
@@ -227,7 +227,9 @@ fn submit(engine: &Engine, batch: Batch) {
 /// The first model (module docs); `planted`: the release runs on its thread without
 /// claiming the inbox.
 fn assembled_model(planted: bool) {
-    check(move || {
+    // Five threads (this one, the scheduler, the worker, the waiter, the release): at a
+    // bound of 2 the model takes about ten minutes on two cores; 3 ran past twenty.
+    check_bounded(2, move || {
         let (engine, end) = assemble();
         let (t1, t2) = (Tensor::new(), Tensor::new());
         // In flight when the others start: it uses the tensor the release frees.
