@@ -549,7 +549,10 @@ impl VirtualMachine {
         self.engine().flight_record("snapshot")
     }
 
-    /// Instructions submitted and not yet retired.
+    /// Instructions submitted and not yet retired: a reading, for monitoring. The scheduler
+    /// counts retirements as it handles completions, so just after [`sync`](Self::sync)
+    /// returns the count may still include instructions that have finished; it drains to 0
+    /// when nothing else is submitted.
     pub fn in_flight(&self) -> usize {
         self.engine().in_flight()
     }
