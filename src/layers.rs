@@ -7,7 +7,11 @@
 //!
 //! Inside the folders of [`NO_CIRCLES`], the files are layered too: the code of one file
 //! (not its docs, not its tests) names its siblings (`super::x`, `crate::alloc::x`) without
-//! a circle, so that each file can be read knowing only the files it names.
+//! a circle, so that each file can be read knowing only the files it names. An item named
+//! through a module that re-exports it (`super::Engine`, which `vm/mod.rs` takes from
+//! `vm/engine/mod.rs`, which defines it) names the file it comes from. A folder's `mod.rs`
+//! declaring and dispatching to its own files is not an arrow: to the files outside it, a
+//! folder is one module.
 
 /// Top-level modules, lowest layer first; the modules of one entry are siblings that do
 /// not name each other.
@@ -25,7 +29,7 @@ pub(crate) const LAYERS: &[&[&str]] = &[
 ];
 
 /// Top-level modules whose files name each other without a circle (module docs).
-pub(crate) const NO_CIRCLES: &[&str] = &["alloc", "python"];
+pub(crate) const NO_CIRCLES: &[&str] = &["alloc", "python", "vm"];
 
 /// The layer of top-level module `name`, if it has one.
 fn layer_of(name: &str) -> Option<usize> {
@@ -58,12 +62,13 @@ fn named_modules(line: &str) -> Vec<String> {
     out
 }
 
-/// The module paths (`["dlpack", "ffi"]`, relative to the top-level module) that the code
-/// of `line`, in the module at `here` under top-level module `top`, names through `super::`
-/// or `crate::top::` paths: each path's leading lowercase segments, which the caller cuts
-/// to the longest that is a module.
+/// The paths (`["dlpack", "ffi"]`, relative to the top-level module) that the code of
+/// `line`, in the module at `here` under top-level module `top`, names through `super::` or
+/// `crate::top::` paths: each path's leading lowercase segments and the item after them, if
+/// any (`["host", "HostAllocator"]`), which the caller resolves to the file that defines it.
 fn named_siblings(line: &str, top: &str, here: &[String]) -> Vec<Vec<String>> {
     let mut out = Vec::new();
+    // The leading lowercase segments, then the first other identifier (an item), if any.
     let ident = |s: &str| -> Vec<String> {
         let mut segs = Vec::new();
         for seg in s.split("::") {
@@ -71,11 +76,16 @@ fn named_siblings(line: &str, top: &str, here: &[String]) -> Vec<Vec<String>> {
                 .chars()
                 .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
                 .collect();
-            let whole = name.len() == seg.len();
-            if !name.is_empty() {
-                segs.push(name);
+            if name.is_empty() {
+                let item: String = seg.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !item.is_empty() {
+                    segs.push(item);
+                }
+                break;
             }
-            if !whole || segs.is_empty() {
+            let whole = name.len() == seg.len();
+            segs.push(name);
+            if !whole {
                 break;
             }
         }
@@ -105,6 +115,17 @@ fn named_siblings(line: &str, top: &str, here: &[String]) -> Vec<Vec<String>> {
         };
         i = code.len() - after.len();
         let Some(base) = base else { continue };
+        // A group, at once (`super::{a, b}`) or after a path (`super::a::{B, C}`).
+        let path_len =
+            after.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).unwrap_or(after.len());
+        let (base, after) = match after[..path_len].strip_suffix("::") {
+            Some(prefix) if after[path_len..].starts_with('{') => {
+                let mut b = base;
+                b.extend(ident(prefix));
+                (b, &after[path_len..])
+            }
+            _ => (base, after),
+        };
         let items: Vec<&str> = match after.strip_prefix('{') {
             Some(group) => {
                 group[..group.find('}').unwrap_or(group.len())].split(',').map(str::trim).collect()
@@ -193,6 +214,81 @@ mod tests {
         path
     }
 
+    /// The items module `here` (whose code is `code`) re-exports, `use`s or declares, each
+    /// with the path it comes from, relative to the top-level module: `use x::{A, B};` and
+    /// `use x::A;` (also `pub`, `pub(crate)`), relative to `here`, `super::` or `crate::top::`.
+    fn imports(code: &str, top: &str, here: &[String]) -> BTreeMap<String, Vec<String>> {
+        let mut out = BTreeMap::new();
+        let flat: String =
+            code.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join(" ");
+        for stmt in flat.split(';') {
+            let Some(at) = stmt.find("use ") else { continue };
+            let before = stmt[..at].trim();
+            if !(before.is_empty()
+                || before.ends_with("pub")
+                || before.ends_with(')')
+                || before.ends_with('}'))
+            {
+                continue;
+            }
+            let body = stmt[at + 4..].trim();
+            let (prefix, items): (&str, Vec<&str>) = match body.find("::{") {
+                Some(i) => {
+                    let group = body[i + 3..].trim_end_matches('}');
+                    (&body[..i], group.split(',').map(str::trim).collect())
+                }
+                None => match body.rfind("::") {
+                    Some(i) => (&body[..i], vec![&body[i + 2..]]),
+                    None => continue,
+                },
+            };
+            let base: Option<Vec<String>> = if let Some(rest) = prefix.strip_prefix(&format!("crate::{top}"))
+            {
+                Some(
+                    rest.trim_start_matches("::")
+                        .split("::")
+                        .filter(|s| !s.is_empty())
+                        .map(String::from)
+                        .collect(),
+                )
+            } else if prefix.starts_with("super") {
+                let mut b = here.to_vec();
+                let mut segs = prefix.split("::").peekable();
+                let mut ok = true;
+                while segs.peek() == Some(&"super") {
+                    segs.next();
+                    ok &= b.pop().is_some();
+                }
+                b.extend(segs.map(String::from));
+                ok.then_some(b)
+            } else if prefix.starts_with(|c: char| c.is_ascii_lowercase())
+                && !prefix.starts_with("crate")
+                && !prefix.starts_with("std")
+                && !prefix.starts_with("self")
+            {
+                // A child module's item (`use engine::Parts` in `vm/mod.rs`); an outside
+                // crate's path never resolves to one of the folder's modules.
+                let mut b = here.to_vec();
+                b.extend(prefix.split("::").map(String::from));
+                Some(b)
+            } else {
+                None
+            };
+            let Some(base) = base else { continue };
+            for item in items {
+                let name = item.split(" as ").last().unwrap_or(item).trim();
+                let source = item.split(" as ").next().unwrap_or(item).trim();
+                if name.is_empty() || name == "self" || name == "*" {
+                    continue;
+                }
+                let mut path = base.clone();
+                path.push(source.to_string());
+                out.insert(name.to_string(), path);
+            }
+        }
+        out
+    }
+
     /// The arrows between the files of top-level module `top`: each file's module path and
     /// the files its code names.
     fn sibling_arrows(top: &str) -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
@@ -200,19 +296,48 @@ mod tests {
         let mut files = Vec::new();
         rust_files(&dir, &mut files);
         let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(&dir, f)).collect();
+        let code_of = |file: &PathBuf| -> String {
+            let text = std::fs::read_to_string(file).unwrap();
+            text.split("#[cfg(test)]\nmod tests").next().unwrap().to_string()
+        };
+        let reexports: BTreeMap<Vec<String>, BTreeMap<String, Vec<String>>> = files
+            .iter()
+            .map(|f| {
+                let here = module_path(&dir, f);
+                let map = imports(&code_of(f), top, &here);
+                (here, map)
+            })
+            .collect();
+        // The file that defines what `path` names: the longest module prefix of it, followed
+        // through that module's imports while the segment after it is one of them.
+        let resolve = |mut path: Vec<String>| -> Vec<String> {
+            for _ in 0..16 {
+                let mut m = path.clone();
+                while !m.is_empty() && !modules.contains(&m) {
+                    m.pop();
+                }
+                let next = path.get(m.len());
+                match next.and_then(|n| reexports.get(&m).and_then(|r| r.get(n))) {
+                    Some(to) if *to != path => {
+                        let mut p = to.clone();
+                        p.extend(path[m.len() + 1..].iter().cloned());
+                        path = p;
+                    }
+                    _ => return m,
+                }
+            }
+            path
+        };
         let mut arrows = BTreeMap::new();
         for file in &files {
             let here = module_path(&dir, file);
-            let text = std::fs::read_to_string(file).unwrap();
-            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let code = code_of(file);
             let mut named = BTreeSet::new();
             for line in code.lines().filter(|l| !l.trim_start().starts_with("//")) {
-                for mut path in named_siblings(line, top, &here) {
-                    while !path.is_empty() && !modules.contains(&path) {
-                        path.pop();
-                    }
-                    // The folder's own `mod.rs` (root re-exports) and the file itself are
-                    // not arrows between siblings.
+                for path in named_siblings(line, top, &here) {
+                    let path = resolve(path);
+                    // The folder's own `mod.rs` (items it defines itself) and the file itself
+                    // are not arrows between siblings.
                     if !path.is_empty() && path != here {
                         named.insert(path);
                     }
@@ -281,26 +406,57 @@ mod tests {
     fn sibling_paths_are_read_as_the_compiler_reads_them() {
         let here = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
         let p = |s: &str| if s.is_empty() { Vec::new() } else { here(s) };
-        assert_eq!(named_siblings("use super::host::HostAllocator;", "alloc", &here("storage")), [p("host")]);
+        assert_eq!(
+            named_siblings("use super::host::HostAllocator;", "alloc", &here("storage")),
+            [p("host/HostAllocator")]
+        );
         assert_eq!(
             named_siblings("use super::{lend, thread_cache};", "alloc", &here("storage")),
             [p("lend"), p("thread_cache")]
         );
         assert_eq!(
             named_siblings("use crate::python::shared::Shared;", "python", &here("dlpack/export")),
-            [p("shared")]
+            [p("shared/Shared")]
         );
         assert_eq!(
             named_siblings("use super::ffi::DL_CUDA;", "python", &here("dlpack/export")),
-            [p("dlpack/ffi")]
+            [p("dlpack/ffi/DL_CUDA")]
         );
         assert_eq!(
             named_siblings("super::super::wait::wait(py)", "python", &here("dlpack/export")),
             [p("wait/wait")]
         );
+        assert_eq!(
+            named_siblings(
+                "use super::super::engine::{Parts, VmStream};",
+                "vm",
+                &here("stream_policy/event")
+            ),
+            [p("engine/Parts"), p("engine/VmStream")]
+        );
+        // An item of the folder's root module: the root and the item.
+        assert_eq!(
+            named_siblings("use super::{Engine, StreamPolicy};", "vm", &here("scheduler")),
+            [p("Engine"), p("StreamPolicy")]
+        );
         // Above the top-level module, or in a comment: nothing.
         assert!(named_siblings("use super::super::scheduler::X;", "vm", &here("stream_policy")).is_empty());
         assert!(named_siblings("x(); // see super::host", "alloc", &here("storage")).is_empty());
+    }
+
+    #[test]
+    fn a_re_export_is_followed_to_where_it_comes_from() {
+        let here = |s: &str| s.split('/').map(String::from).collect::<Vec<_>>();
+        let code = "pub(crate) use engine::{Engine, EngineRef as Named};\npub use stream::StreamId;\n\
+                    use super::super::x::Y;\nuse crate::vm::flight::{self, Flight};\nuse std::sync::Arc;";
+        let m = imports(code, "vm", &[]);
+        assert_eq!(m.get("Engine"), Some(&here("engine/Engine")));
+        assert_eq!(m.get("Named"), Some(&here("engine/EngineRef")));
+        assert_eq!(m.get("StreamId"), Some(&here("stream/StreamId")));
+        assert_eq!(m.get("Flight"), Some(&here("flight/Flight")));
+        assert!(!m.contains_key("Y") && !m.contains_key("Arc") && !m.contains_key("self"), "{m:?}");
+        let m = imports("pub use super::dtype::{DType, Element};", "vm", &here("tensor"));
+        assert_eq!(m.get("DType"), Some(&here("dtype/DType")));
     }
 
     #[test]

@@ -4,30 +4,31 @@
 //! same names resolve to [loom]'s model-checked types.
 //!
 //! What goes through it: the sleep/wake protocol itself ([`notify`]: the scheduler's, the
-//! workers', the watchers' and the mock device threads' idle waits), the release rule
-//! (`framework::release`, and the builder's and the eager context's slots in it), the
-//! VM's in-flight count and back-pressure wait (`vm::back_pressure`), its shutdown flags
-//! (`vm::engine`), the workers' and watchers' stop flags (`vm::thread_ctx`), and the mock
-//! device's events and counters (`ep::mock`).
+//! workers', the watchers' and the mock device threads' idle waits), the engine's channels
+//! ([`queue`]: the inbox, the completion channel, the workers' and watchers' queues), the
+//! inbox's program counter ([`UnsafeCell`]), its closing and death flags and the inline
+//! claim (`vm::engine`), the host accesses' rendezvous (`vm::rendezvous`), the release rule
+//! (`framework::release`, and the builder's and the eager context's slots in it), the VM's
+//! in-flight count and back-pressure wait (`vm::back_pressure`), and the mock device's
+//! events and counters (`ep::mock`).
 //!
 //! What is model-checked: the crate is never built under loom. One test binary,
 //! `tests/loom`, compiles this module by path, and with it, by path, the modules it
-//! checks, which take nothing from the crate but this facade: `src/framework/release.rs`
-//! and `src/vm/back_pressure.rs`. loom explores their interleavings up to a preemption
-//! bound (`tests/loom/common.rs`): the [`notify`] protocol with its stop-flag shutdown,
-//! the release rule, and the back-pressure handshake (a submitter above high water is
-//! woken once retirements bring the count to low water, or once the VM dies). The other
-//! users above take their primitives from here but are not in any model yet (the VM's
-//! shutdown handshake among them).
+//! checks, which take nothing from the crate but this facade and each other:
+//! `src/framework/release.rs`, `src/vm/back_pressure.rs`, and the engine's parts
+//! (`src/vm/engine/{inbox,completions,worker_queue,scheduler_loop}.rs`,
+//! `src/vm/rendezvous.rs`). loom explores their interleavings up to a preemption bound
+//! (`tests/loom/common.rs`): the [`notify`] protocol with its stop-flag shutdown, the release
+//! rule, the back-pressure handshake, and the engine assembled from its parts (a scheduler,
+//! a worker, a waiter that may run its own batch, a release, shutdown and death).
 //!
-//! What does not go through it (`std`, `parking_lot` or crossbeam directly): the lock-free
-//! queues (crossbeam's `SegQueue`: the scheduler's inbox and completions, the workers' and
-//! watchers' queues, the mock streams' queues, the event pools, the profiler's sink), which
-//! loom does not model; `Arc` in most of `vm`, `ep` and `framework`; the tensors' atomics
-//! (reference count, last stream, released flag: `vm::tensor`); the host-access
-//! slot (`vm::instruction`) and the failure log (`vm::instruction_policy`); the profiler's session word
-//! (`vm::observe::timeline`); the allocators (`alloc::host` says why); the CUDA backend; the
-//! trace recorder's channel; and the spawning of every thread (`std::thread`).
+//! What does not go through it (`std`, `parking_lot` or crossbeam directly): the mock
+//! streams' queues, the event pools and the profiler's sink (crossbeam's `SegQueue`); `Arc`
+//! in most of `vm`, `ep` and `framework`; the tensors' atomics (reference count, last
+//! stream, released flag: `vm::tensor`); the failure log (`vm::instruction_policy`); the
+//! profiler's session word (`vm::observe::timeline`); the allocators (`alloc::host` says
+//! why); the CUDA backend; the trace recorder's channel; and the spawning of every thread
+//! (`std::thread`).
 //!
 //! The wrappers give one API for both worlds (`lock()` returns a guard, `Condvar::wait`
 //! takes `&mut guard`), which is `parking_lot`'s shape.
@@ -35,6 +36,7 @@
 //! [loom]: https://docs.rs/loom
 
 pub mod notify;
+pub mod queue;
 
 #[cfg(not(loom))]
 mod imp {
@@ -60,10 +62,36 @@ mod imp {
     pub fn yield_now() {
         std::thread::yield_now();
     }
+
+    /// A cell whose owner is handed from thread to thread by a protocol, not a lock: loom's
+    /// `UnsafeCell` API (`with`, `with_mut`), over the standard one. Under loom, an access
+    /// the protocol does not order after the previous one fails the model.
+    #[derive(Debug, Default)]
+    pub struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        /// A cell holding `t`.
+        pub const fn new(t: T) -> Self {
+            UnsafeCell(std::cell::UnsafeCell::new(t))
+        }
+
+        /// Read through the pointer `f` is given.
+        #[inline(always)]
+        pub fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        /// Write through the pointer `f` is given.
+        #[inline(always)]
+        pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
 }
 
 #[cfg(loom)]
 mod imp {
+    pub use loom::cell::UnsafeCell;
     pub use loom::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
     pub use loom::sync::Arc;
     pub use loom::thread;

@@ -561,7 +561,7 @@ impl Replayer<'_> {
                     // Cannot truncate: the validator allows at most `MAX_INPUTS` (255) inputs.
                     let ins = self.tensors_of(inputs);
                     let outs = self.tensors_of(outputs);
-                    b.emit_raw_call(kernel, &ins, &outs, attrs, s);
+                    b.raw().call(kernel, &ins, &outs, attrs, s);
                 } else {
                     let ins: SmallVec<[&Tensor; 4]> = inputs.iter().map(|r| self.tensor(*r)).collect();
                     let outs: SmallVec<[&Tensor; 2]> = outputs.iter().map(|r| self.tensor(*r)).collect();
@@ -572,20 +572,20 @@ impl Replayer<'_> {
                 if raw {
                     let id = self.vm.engine().next_event_id();
                     self.events.insert(event.id, id);
-                    b.emit_raw_record(id, self.stream(*stream), &self.tensors_of(tensors));
+                    b.raw().record_event(id, self.stream(*stream), &self.tensors_of(tensors));
                 }
             }
             Stmt::Wait { stream, event } => {
                 if raw {
                     let id = self.events[&event.id];
-                    b.emit_raw_wait(id, self.stream(*stream));
+                    b.raw().stream_wait(id, self.stream(*stream));
                 }
             }
             Stmt::Release { stream, tensor } => {
                 let t = self.tensors.remove(&tensor.id).expect("validated: declared and live");
                 if raw {
                     // Marked released, so that dropping the handle emits nothing more.
-                    b.emit_raw_release(&t, self.stream(*stream));
+                    b.raw().release(&t, self.stream(*stream));
                 }
                 drop(t);
             }
@@ -593,7 +593,7 @@ impl Replayer<'_> {
                 let bytes = self.data(l, data)?;
                 let t = self.tensor(*tensor);
                 if raw {
-                    b.emit_raw_write(t, bytes.into_boxed_slice(), self.stream(*stream));
+                    b.raw().write(t, bytes.into_boxed_slice(), self.stream(*stream));
                 } else {
                     use crate::framework::Element;
                     let oom = |e| {
@@ -641,7 +641,7 @@ impl Replayer<'_> {
                 } else {
                     let slot = AccessSlot::new();
                     let s = self.stream(*stream);
-                    self.vm.run(|b| b.emit_raw_read(&t, s, slot.clone(), wait));
+                    self.vm.run(|b| b.raw().read(&t, s, slot.clone(), wait));
                     self.vm.engine().wait_access(&slot)
                 };
                 if let Err(e) = &result {

@@ -543,6 +543,11 @@ mod tests {
     use crate::sync::notify::Backoff;
 
     #[test]
+    fn the_list_of_variables_names_the_stream_priorities() {
+        assert!(crate::vm::env::VARS.contains(&StreamPriorities::ENV));
+    }
+
+    #[test]
     fn stream_priorities_parse_and_are_checked() {
         let p = StreamPriorities::parse("collective=5, compute=-2").unwrap();
         assert_eq!(p, StreamPriorities([-2, 0, 0, 5]));

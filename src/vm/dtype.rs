@@ -23,7 +23,80 @@ use std::fmt;
 
 pub use half::{bf16, f16};
 
-use super::kernel::Scalar;
+/// A scalar argument of an op call: a float, an integer (exact over all of `i64`) or a
+/// boolean, as a Python number or `True` is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Scalar {
+    /// A floating-point value.
+    Float(f64),
+    /// An integer.
+    Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl Scalar {
+    /// The value as an `f64` (an integer rounded to nearest; `true` is 1).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Scalar::Float(v) => v,
+            Scalar::Int(v) => v as f64,
+            Scalar::Bool(b) => f64::from(u8::from(b)),
+        }
+    }
+
+    /// The value as an `i64` (a float truncated toward zero, saturating, NaN as 0, as Rust's
+    /// `as` casts; `true` is 1).
+    pub fn as_i64(self) -> i64 {
+        match self {
+            Scalar::Float(v) => v as i64,
+            Scalar::Int(v) => v,
+            Scalar::Bool(b) => i64::from(b),
+        }
+    }
+
+    /// The value as a boolean: nonzero is `true` (NaN too, as in C and PyTorch).
+    pub fn as_bool(self) -> bool {
+        match self {
+            Scalar::Float(v) => v != 0.0,
+            Scalar::Int(v) => v != 0,
+            Scalar::Bool(b) => b,
+        }
+    }
+
+    /// Whether the value is a float (PyTorch's category of a Python `float`).
+    pub fn is_float(self) -> bool {
+        matches!(self, Scalar::Float(_))
+    }
+}
+
+impl std::fmt::Display for Scalar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scalar::Float(v) => write!(f, "{v}"),
+            Scalar::Int(v) => write!(f, "{v}"),
+            Scalar::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+impl From<f64> for Scalar {
+    fn from(v: f64) -> Self {
+        Scalar::Float(v)
+    }
+}
+
+impl From<i64> for Scalar {
+    fn from(v: i64) -> Self {
+        Scalar::Int(v)
+    }
+}
+
+impl From<bool> for Scalar {
+    fn from(v: bool) -> Self {
+        Scalar::Bool(v)
+    }
+}
 
 /// Element type of a tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -27,7 +27,8 @@ pub const VARS: &[&str] = &[
     "EAGERVM_FLIGHT_ALL_STREAMS",
     "EAGERVM_WATCHDOG_TIMEOUT_MS",
     "EAGERVM_FLIGHT_DUMP",
-    crate::vm::StreamPriorities::ENV,
+    // `StreamPriorities::ENV`, spelt out: the configuration reads this file, not the reverse.
+    "EAGERVM_STREAM_PRIORITIES",
     crate::ep::mock::ENV_DELAY_US,
     crate::ep::mock::ENV_JITTER_US,
     crate::alloc::pin::ENV_LOCK_MIN_BYTES,

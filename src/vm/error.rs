@@ -154,7 +154,7 @@ pub enum Error {
     /// count or size overflows. Refused before anything runs, by the one size check
     /// (`framework::shape::check`) that `vm.empty`, `vm.from_slice`, the builder, the eager
     /// front end and the trace validator share.
-    #[error("{at}: {} is too large: {}", crate::vm::shape::describe(*dtype, shape), crate::vm::shape::why_too_large(*dtype, *bytes, *limit))]
+    #[error("{at}: {} is too large: {}", describe(*dtype, shape), why_too_large(*dtype, *bytes, *limit))]
     TooLarge {
         /// Where it was asked for: `` `empty` on cpu:0 ``, `` output 0 of `matmul` on cpu:0 ``,
         /// `tensor t3` (of a trace).
@@ -203,4 +203,24 @@ pub enum Error {
         /// The first failure.
         first: Box<Error>,
     },
+}
+
+/// `f32[2, 3]`: a shape as messages show it.
+fn describe(dtype: DType, shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+    format!("{dtype}[{}]", dims.join(", "))
+}
+
+/// The reason part of [`Error::TooLarge`]'s message.
+fn why_too_large(dtype: DType, bytes: Option<u64>, limit: u64) -> String {
+    let cap = "Config::max_tensor_bytes, EAGERVM_MAX_TENSOR_BYTES";
+    match bytes {
+        Some(b) => format!("{b} bytes, over the limit of {limit} bytes on one tensor ({cap})"),
+        None => format!(
+            "the product of its nonzero dimensions and its element size ({} bytes) overflows {} bits \
+             (the limit on one tensor is {limit} bytes: {cap})",
+            dtype.size(),
+            usize::BITS
+        ),
+    }
 }

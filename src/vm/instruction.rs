@@ -31,9 +31,11 @@ use smallvec::SmallVec;
 
 use super::tensor::{TensorInner, TensorOwner};
 use crate::ep::Event;
+use crate::sync::Mutex;
 use crate::vm::Error;
 use crate::vm::{Attrs, KernelRef};
-use parking_lot::{Condvar, Mutex};
+
+use super::rendezvous::Rendezvous;
 
 use super::stream::StreamId;
 
@@ -62,7 +64,7 @@ pub(super) enum AccessMode {
 /// So a `TensorPtr` is dereferenced only while its tensor is alive: by the scheduler when
 /// it admits the instruction, and by the instruction's execution. Dropping one does
 /// nothing. Instructions that can no longer run (a dead VM) are kept, not dropped, until
-/// every VM thread has exited (`Engine::bury`).
+/// every VM thread has exited (`Inbox::bury`, `vm::engine`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct TensorPtr(NonNull<TensorInner>);
 
@@ -193,11 +195,11 @@ pub(super) enum Body {
     /// `None` only in the inert instruction [`Instruction::take`] leaves behind.
     Release { owner: Option<TensorOwner> },
     /// Copy a host tensor's bytes out to the waiting caller (single operand).
-    Read(Arc<AccessSlot>),
+    Read(SlotSender),
     /// Overwrite a host tensor with these bytes (single operand).
     Write(Box<[u8]>),
     /// Report a host tensor's error state to the waiting caller (`Tensor::wait`).
-    Wait(Arc<AccessSlot>),
+    Wait(SlotSender),
 }
 
 impl std::fmt::Debug for Body {
@@ -608,6 +610,7 @@ impl Batch {
     ) {
         // SAFETY: the caller's contract is `TensorPtr::new`'s.
         let op = Operand::new(unsafe { TensorPtr::new(t) }, AccessMode::Read);
+        let slot = SlotSender::new(slot);
         let body = if wait_only { Body::Wait(slot) } else { Body::Read(slot) };
         self.push(Instruction::new(body, stream), &[op]);
     }
@@ -712,28 +715,32 @@ impl Batch {
     pub(crate) fn has_capacity(&self) -> bool {
         self.ins.capacity() > 0
     }
+
+    /// The batch will never run (a dead engine buries it): drop every instruction but the
+    /// `Release`s, which own tensors that instructions already handed to a worker may still
+    /// use, and so must outlive the engine's threads. Dropping a host access answers its
+    /// waiter ([`SlotSender`]), and so does dropping a barrier's callback.
+    pub(crate) fn abandon(&mut self) {
+        // A `Release` has one operand, kept in the instruction: the arena and the numbers
+        // are of no use once nothing runs.
+        self.ins.retain(|i| matches!(i.body, Body::Release { owner: Some(_) }));
+        self.ops.clear();
+        self.numbers.clear();
+    }
 }
 
-/// A one-shot rendezvous between a host access and the caller waiting for it.
+/// Where a host access hands its result to the caller waiting for it: a
+/// [`Rendezvous`] (its module docs have the protocol), and, for an access that lends the
+/// tensor's storage (`Tensor::lend_host`), the loan.
 ///
-/// The caller first re-checks a short while as an idle VM thread does (spinning, then
-/// yielding its core: the VM's [`Backoff`](crate::sync::notify::Backoff)), since a read of
-/// a small result usually arrives within a few microseconds, sooner than a sleep on the
-/// condition variable and the wake-up through the kernel would take; only the waiting
-/// thread re-checks, and only while its access is outstanding. Then it sleeps, re-checking
-/// every 50 ms whether the VM died (a scheduler that panicked can never fulfil the slot); a
-/// healthy VM wakes it at once through the condition variable.
-///
-/// `done` is only a hint for the re-checks: the result is handed over under the lock, and
-/// the waiter takes it under the lock, so the sleep is exactly as safe as without it.
+/// The caller keeps the slot and waits on it ([`wait`](Self::wait)); the instruction holds
+/// its sending side ([`SlotSender`]), which answers [`Error::ShutDown`] if the instruction
+/// is dropped without having run, so that no waiter waits for an engine that is gone.
 #[derive(Debug, Default)]
 pub(crate) struct AccessSlot {
-    result: Mutex<Option<Result<Vec<u8>, Error>>>,
-    cv: Condvar,
-    /// Set (`Release`) once `result` holds the result.
-    done: std::sync::atomic::AtomicBool,
-    /// Whether the access lends the tensor's storage (`Tensor::lend_host`): a `Wait` that
-    /// puts a loan of the bytes in `loan` before it fulfils the slot.
+    result: Rendezvous<Result<Vec<u8>, Error>>,
+    /// Whether the access lends the tensor's storage: a `Wait` that puts a loan of the bytes
+    /// in `loan` before it fulfils the slot.
     lend: bool,
     loan: Mutex<Option<crate::alloc::HostLoan>>,
 }
@@ -765,43 +772,42 @@ impl AccessSlot {
 
     /// Hand the result to the waiter.
     pub(crate) fn fulfil(&self, r: Result<Vec<u8>, Error>) {
-        let mut g = self.result.lock();
-        *g = Some(r);
-        self.done.store(true, std::sync::atomic::Ordering::Release);
-        self.cv.notify_all();
+        self.result.fulfil(r);
     }
 
-    /// Block until fulfilled, or until `abandoned()` says it never will be; re-checks as
-    /// `backoff` says before sleeping (the type's docs).
-    pub(crate) fn wait(
-        &self,
-        backoff: crate::sync::notify::Backoff,
-        abandoned: impl Fn() -> bool,
-    ) -> Result<Vec<u8>, Error> {
-        let done = || self.done.load(std::sync::atomic::Ordering::Acquire);
-        'poll: {
-            for _ in 0..backoff.spins {
-                if done() {
-                    break 'poll;
-                }
-                std::hint::spin_loop();
-            }
-            for _ in 0..backoff.yields {
-                if done() {
-                    break 'poll;
-                }
-                std::thread::yield_now();
-            }
-        }
-        let mut g = self.result.lock();
-        loop {
-            if let Some(r) = g.take() {
-                return r;
-            }
-            if abandoned() {
-                return Err(Error::ShutDown);
-            }
-            self.cv.wait_for(&mut g, std::time::Duration::from_millis(50));
+    /// Block until answered, re-checking as `backoff` says before sleeping: the result, or
+    /// [`Error::ShutDown`] if the instruction was dropped without having run.
+    pub(crate) fn wait(&self, backoff: crate::sync::notify::Backoff) -> Result<Vec<u8>, Error> {
+        self.result.wait(backoff).unwrap_or(Err(Error::ShutDown))
+    }
+}
+
+/// The sending side of an [`AccessSlot`], as an instruction (or a barrier's callback)
+/// holds it: dropped before the slot was fulfilled, it tells the waiter that no result will
+/// come.
+#[derive(Debug)]
+pub(crate) struct SlotSender(Arc<AccessSlot>);
+
+impl SlotSender {
+    /// The sending side of `slot`.
+    pub(crate) fn new(slot: Arc<AccessSlot>) -> Self {
+        SlotSender(slot)
+    }
+}
+
+impl std::ops::Deref for SlotSender {
+    type Target = AccessSlot;
+    #[inline(always)]
+    fn deref(&self) -> &AccessSlot {
+        &self.0
+    }
+}
+
+impl Drop for SlotSender {
+    fn drop(&mut self) {
+        // The common case, an access that ran, skips the lock.
+        if !self.0.result.is_done() {
+            self.0.result.abandon();
         }
     }
 }
@@ -910,15 +916,38 @@ mod tests {
         b.clear();
         assert!(b.is_empty(), "a batch of calls is emptied without visiting them");
         b.push_call(kernel, Attrs::default(), StreamId(0), 0, 0, std::iter::empty());
-        b.push(Instruction::new(Body::Read(slot.clone()), StreamId(0)), &[]);
-        b.push_numbered(Instruction::new(Body::Wait(slot.clone()), StreamId(0)), &[], 9);
+        b.push(Instruction::new(Body::Read(SlotSender::new(slot.clone())), StreamId(0)), &[]);
+        b.push_numbered(Instruction::new(Body::Wait(SlotSender::new(slot.clone())), StreamId(0)), &[], 9);
         assert_eq!(Arc::strong_count(&slot), 3);
         b.clear();
         assert_eq!(Arc::strong_count(&slot), 1, "the accesses' slots are dropped");
         // The batch forgets that it held them: calls alone are emptied the quick way again.
-        b.push(Instruction::new(Body::Read(slot.clone()), StreamId(0)), &[]);
+        b.push(Instruction::new(Body::Read(SlotSender::new(slot.clone())), StreamId(0)), &[]);
         b.clear();
         assert_eq!(Arc::strong_count(&slot), 1);
+    }
+
+    #[test]
+    fn an_access_dropped_unrun_answers_its_waiter_and_an_abandoned_batch_keeps_its_releases() {
+        use crate::ep::DeviceId;
+        use crate::vm::tensor::{TensorInner, TensorOwner};
+        use crate::vm::{DType, TensorMeta};
+        let (read, ran) = (AccessSlot::new(), AccessSlot::new());
+        let t = TensorInner::for_test(7, TensorMeta::new(&[2], DType::F32, DeviceId::CPU));
+        let t = TensorOwner::counted(&t);
+        let mut b = Batch::with_capacity(4);
+        b.push(Instruction::new(Body::Read(SlotSender::new(read.clone())), StreamId(0)), &[]);
+        b.push_release(t, StreamId(0));
+        let sender = SlotSender::new(ran.clone());
+        sender.fulfil(Ok(vec![1]));
+        b.push(Instruction::new(Body::Wait(sender), StreamId(0)), &[]);
+        b.abandon();
+        assert_eq!(b.len(), 1, "only the release is kept");
+        assert!(matches!(b.ins[0].body, Body::Release { owner: Some(_) }));
+        let backoff = crate::sync::notify::Backoff::NONE;
+        assert_eq!(read.wait(backoff), Err(Error::ShutDown), "the dropped read answers");
+        assert_eq!(ran.wait(backoff), Ok(vec![1]), "an answer given stands");
+        b.clear();
     }
 
     #[test]

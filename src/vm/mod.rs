@@ -5,7 +5,9 @@
 //! (`framework`) starts an engine and submits batches of instructions to it; trace
 //! recording and profiling watch it through `observe`. See `scheduler.rs` for the lifecycle
 //! of an instruction and the edge rules, `thread_ctx.rs` for the workers' sleep/wake
-//! protocol, and `engine.rs` for start-up, submission, back-pressure and shutdown.
+//! protocol, and `engine/` for the engine's parts (the stream table, the inbox, the
+//! completion channel, the worker queues), each with its protocol, their assembly and
+//! shutdown.
 //! `stream_policy/` has how each stream's instructions run and complete, one file per
 //! stream policy (synchronous, event-recorded, on the scheduler thread), with the one
 //! registration of a stream's policy; `instruction_policy/` what each kind of instruction
@@ -27,6 +29,8 @@ pub mod kernel;
 pub(crate) mod observe;
 pub(crate) mod panic_hook;
 mod refcount;
+mod rendezvous;
+mod report;
 pub(crate) mod scheduler;
 pub mod shape;
 mod stream;
@@ -42,12 +46,11 @@ pub use config::{
     DEFAULT_WATCHDOG_TIMEOUT,
 };
 pub use dtype::{bf16, f16, promote_types, read_element, write_element, Category};
+pub(crate) use engine::VmStream;
 pub(crate) use engine::{Engine, EngineRef, Handoff};
 pub use env::EnvError;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
 pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorView, TensorViewMut};
 pub use stream::StreamId;
-pub(crate) use stream::VmStream;
-pub(crate) use stream_policy::StreamPolicy;
 pub use tensor::{contiguous_strides, DType, Element, Shape, Strides, TensorMeta};

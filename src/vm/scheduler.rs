@@ -1,5 +1,10 @@
 //! The scheduler thread: the single owner of all dependence state.
 //!
+//! The thread's loop (what it takes from the completion channel and the inbox, in which
+//! order, and when it sleeps and stops) is the engine's (`vm/engine/scheduler_loop.rs`);
+//! this file is what the loop does with each report and each batch ([`Scheduler`], through
+//! `Dispatch`). The inbox numbers each batch as the scheduler receives it.
+//!
 //! # Lifecycle of one instruction
 //!
 //! ```text
@@ -77,37 +82,17 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::ep::Event;
-use crate::sync::Ordering;
 use crate::vm::observe::ThreadRole;
-use crate::vm::observe::{Rec, Recorder};
+use crate::vm::observe::{Nanos, Rec, Recorder};
 
 use super::dependence::{EdgeSink, InstrRef};
+use super::engine::{Dispatch, Parts};
 use super::flight::Stamp;
 use super::instruction::{AccessMode, Batch, Body, Instruction, Operand};
+use super::report::{Completion, Report};
 use super::stream::StreamId;
+use super::stream_policy::kind::StreamPolicy;
 use super::stream_policy::Barriers;
-use super::{Engine, StreamPolicy};
-
-/// What a completion report says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Report {
-    /// The `RecordEvent` at this position has recorded event `id` (asynchronous streams).
-    Launched { id: u64 },
-    /// Every instruction of the stream up to this position has finished.
-    Done,
-}
-
-/// A completion report from a worker or watcher.
-#[derive(Debug)]
-pub(crate) struct Completion {
-    pub(crate) stream: u32,
-    /// Position on the stream.
-    pub(crate) seq: u64,
-    pub(crate) report: Report,
-    /// The pooled event recorded after the instruction, if any: for `Launched`, the event
-    /// waiters wait on; for `Done`, an event to give back to its pool.
-    pub(crate) event: Option<Arc<dyn Event>>,
-}
 
 /// An undispatched instruction of a stream (its operands wait in the stream's
 /// `parked_ops`, in the same order).
@@ -169,8 +154,11 @@ enum Admit {
     Exhausted,
 }
 
-pub(crate) struct Scheduler {
-    vm: Arc<Engine>,
+/// The scheduler's dependence state, and what it needs of the engine's parts. Its loop is
+/// the engine's (`engine::scheduler_loop`), which hands it reports and batches through
+/// [`Dispatch`].
+pub(crate) struct Scheduler<'e> {
+    parts: &'e Parts,
     streams: Vec<StreamState>,
     /// `covers[dst * n + src]` (see [`Cover`]).
     covers: Vec<Cover>,
@@ -188,6 +176,8 @@ pub(crate) struct Scheduler {
     retired_this_loop: usize,
     /// This loop's profile recorder, if a session is open.
     prof: Option<Recorder>,
+    /// When this loop's completion reports, then its intake, began (profiling).
+    t0: Nanos,
     /// The flight recorder's clock, read once per loop while it keeps slots (`vm::flight`).
     now: Stamp,
     /// Per stream: its type's priority (`Config::stream_priorities`).
@@ -197,19 +187,20 @@ pub(crate) struct Scheduler {
     prioritized: bool,
 }
 
-impl Scheduler {
-    pub(crate) fn new(vm: Arc<Engine>) -> Self {
-        let n = vm.streams.len();
-        let ctxs = vm.ctxs.len();
-        let prio: Vec<i32> = vm.streams.iter().map(|s| vm.config.stream_priorities.get(s.ty)).collect();
-        let prioritized = vm.streams.iter().enumerate().any(|(i, a)| {
-            vm.streams[..i].iter().enumerate().any(|(j, b)| b.ctx == a.ctx && prio[j] != prio[i])
-        });
+impl<'e> Scheduler<'e> {
+    /// A scheduler over `parts`, with nothing received yet.
+    pub(crate) fn new(parts: &'e Parts) -> Self {
+        let table = &parts.streams;
+        let n = table.len();
+        let prio: Vec<i32> = table.iter().map(|s| parts.config.stream_priorities.get(s.ty)).collect();
+        let prioritized = table
+            .iter()
+            .enumerate()
+            .any(|(i, a)| table[..i].iter().enumerate().any(|(j, b)| b.ctx == a.ctx && prio[j] != prio[i]));
         Scheduler {
             prio,
             prioritized,
-            streams: vm
-                .streams
+            streams: table
                 .iter()
                 .map(|s| StreamState { ctx: s.ctx as u32, ..StreamState::default() })
                 .collect(),
@@ -219,96 +210,77 @@ impl Scheduler {
             program: 0,
             pending: 0,
             wake: Vec::new(),
-            outgoing: (0..ctxs).map(|_| Batch::default()).collect(),
+            outgoing: (0..parts.workers.len()).map(|_| Batch::default()).collect(),
             retired_this_loop: 0,
             prof: None,
+            t0: 0,
             now: 0,
-            vm,
+            parts,
+        }
+    }
+}
+
+impl Dispatch<Batch, Completion> for Scheduler<'_> {
+    #[inline]
+    fn begin(&mut self) {
+        self.prof = self.parts.timeline.begin(ThreadRole::Scheduler);
+        if self.parts.flight.on() {
+            self.now = self.parts.flight.now();
+        }
+        self.t0 = self.prof.as_ref().map_or(0, Recorder::now);
+    }
+
+    #[inline]
+    fn complete(&mut self, c: Completion) {
+        self.on_report(c);
+    }
+
+    fn completed(&mut self, n: usize) {
+        self.dispatch_woken();
+        self.run_barriers();
+        if let Some(r) = &mut self.prof {
+            r.slice("completions", self.t0, n);
+        }
+        self.t0 = self.prof.as_ref().map_or(0, Recorder::now);
+    }
+
+    #[inline]
+    fn receive(&mut self, batch: Batch, first: u64) {
+        let _span = tracing::trace_span!("receive", n = batch.len()).entered();
+        self.receive_batch(batch, first);
+    }
+
+    fn received(&mut self, n: usize) {
+        if let Some(r) = &mut self.prof {
+            r.slice("intake", self.t0, n);
         }
     }
 
-    /// The scheduler loop. Returns when shutdown was asked for and nothing is in flight.
-    pub(crate) fn run(mut self) {
-        let vm = self.vm.clone();
-        loop {
-            self.prof = vm.timeline.begin(ThreadRole::Scheduler);
-            if vm.flight.on() {
-                self.now = vm.flight.now();
-            }
-            let t0 = self.prof.as_ref().map_or(0, Recorder::now);
-            let mut n = 0;
-            while let Some(mut batch) = vm.completions.pop() {
-                n += batch.len();
-                for c in batch.drain(..) {
-                    self.complete(c);
-                }
-                vm.completion_pool.push(batch);
-            }
-            if n > 0 {
-                self.dispatch_woken();
-                self.run_barriers();
-            }
-            let mut busy = n > 0;
-            if let (true, Some(r)) = (busy, &mut self.prof) {
-                r.slice("completions", t0, n);
-            }
-            let t1 = self.prof.as_ref().map_or(0, Recorder::now);
-            n = 0;
-            // Bounded per loop so that completions (which free memory) interleave with intake.
-            for _ in 0..4 {
-                let Some(batch) = vm.inbox.pop() else { break };
-                vm.hold_while_inline();
-                let _span = tracing::trace_span!("receive", n = batch.len()).entered();
-                n += batch.len();
-                self.receive_batch(batch);
-                busy = true;
-            }
-            if let (true, Some(r)) = (n > 0, &mut self.prof) {
-                r.slice("intake", t1, n);
-            }
-            self.flush();
-            if let Some(mut r) = self.prof.take() {
-                if busy {
-                    r.sample(&vm.timeline, vm.in_flight(), false);
-                }
-                r.finish(&vm.timeline);
-            }
-            if busy {
-                continue;
-            }
-            // `BackPressure`'s module docs say why a relaxed reading of the count suffices here.
-            if vm.shutdown.load(Ordering::Acquire) && vm.in_flight() == 0 {
-                return;
-            }
-            if vm.is_dead() {
-                // A thread the VM needs is missing: what is in flight can never finish.
-                return;
-            }
-            // Shutdown with work in flight is not a reason to wake: the completions of that
-            // work are (the drain sleeps as any wait does).
-            vm.sched_notify.wait(vm.config.backoff(), || {
-                !vm.completions.is_empty()
-                    || !vm.inbox.is_empty()
-                    || (vm.shutdown.load(Ordering::Acquire) && vm.in_flight() == 0)
-                    || vm.is_dead()
-            });
-        }
-    }
-
-    /// Hand this loop's outgoing batches to the workers and settle the in-flight count.
-    fn flush(&mut self) {
+    /// Hand this loop's outgoing batches to the workers; what retired in the loop leaves
+    /// flight.
+    #[inline]
+    fn flush(&mut self) -> usize {
         for (i, out) in self.outgoing.iter_mut().enumerate() {
             if !out.is_empty() {
-                let batch = std::mem::replace(out, self.vm.take_batch());
-                self.vm.ctxs[i].push(batch);
+                let batch = std::mem::replace(out, self.parts.take_batch());
+                self.parts.workers[i].push(batch);
             }
         }
-        if self.retired_this_loop > 0 {
-            self.vm.retired(self.retired_this_loop);
-            self.retired_this_loop = 0;
-        }
+        std::mem::take(&mut self.retired_this_loop)
     }
 
+    #[inline]
+    fn end(&mut self, busy: bool) {
+        if let Some(mut r) = self.prof.take() {
+            if busy {
+                r.sample(&self.parts.timeline, self.parts.inbox.in_flight(), false);
+            }
+            r.finish(&self.parts.timeline);
+        }
+    }
+}
+
+impl Scheduler<'_> {
     /// Receive one batch from the inbox, in program order.
     ///
     /// Admission (numbering, dependence rules, the dispatch decision) works on the
@@ -320,11 +292,10 @@ impl Scheduler {
     /// Admitting an instruction never releases another one: edges are released by
     /// completion reports only. So the order in which this function hands instructions over
     /// is program order per stream.
-    fn receive_batch(&mut self, mut batch: Batch) {
-        // A waiter may have numbered instructions it ran itself since the last batch
-        // (`Engine::submit_for_wait`); `hold_while_inline` ordered its numbers before this.
-        self.program = self.vm.program.load(Ordering::Relaxed);
-        let first = self.program + 1;
+    fn receive_batch(&mut self, mut batch: Batch, first: u64) {
+        // The inbox numbered the batch as it received it (`engine/inbox.rs`): a waiter may
+        // have numbered instructions it ran itself since the last one.
+        self.program = first - 1;
         let mut single: Option<u32> = None;
         let mut whole = true;
         let mut i = 0;
@@ -354,16 +325,15 @@ impl Scheduler {
             }
             i += 1;
         }
-        self.vm.program.store(self.program, Ordering::Relaxed);
         if let (true, Some(ctx)) = (whole, single) {
             // Keep order with what this loop already dispatched to the same worker.
             let ctx = ctx as usize;
             if !self.outgoing[ctx].is_empty() {
-                let earlier = std::mem::replace(&mut self.outgoing[ctx], self.vm.take_batch());
-                self.vm.ctxs[ctx].push(earlier);
+                let earlier = std::mem::replace(&mut self.outgoing[ctx], self.parts.take_batch());
+                self.parts.workers[ctx].push(earlier);
             }
             batch.number_from(first);
-            self.vm.ctxs[ctx].push(batch);
+            self.parts.workers[ctx].push(batch);
         } else {
             // What admission left in the batch: the ready instructions, the inert husks of
             // those it parked (moved out), and the consumed barriers.
@@ -376,7 +346,7 @@ impl Scheduler {
                     self.outgoing[ctx].push_numbered(ins, ops, program);
                 }
             });
-            self.vm.recycle(batch);
+            self.parts.recycle(batch);
         }
     }
 
@@ -402,7 +372,7 @@ impl Scheduler {
         // records each instruction as it is admitted: `admit` does that, one at a time.
         if !matches!(ins.body, Body::OpCall { .. })
             || st.dispatched != st.last
-            || self.vm.flight.keeps(s as usize)
+            || self.parts.flight.keeps(s as usize)
         {
             return (0, 0, false);
         }
@@ -459,7 +429,7 @@ impl Scheduler {
         let st = &mut self.streams[s as usize];
         st.last = seq;
         st.dispatched = if parked.is_some() { seq - 1 } else { seq };
-        self.vm.flight.marks(s as usize, seq, st.dispatched);
+        self.parts.flight.marks(s as usize, seq, st.dispatched);
         self.program += (i - from) as u64;
         if let Some(pending) = parked {
             self.park(batch, i - 1, pending, self.program);
@@ -501,7 +471,7 @@ impl Scheduler {
         let pending = self.pending;
         let st = &mut self.streams[stream as usize];
         let ready = pending == 0 && st.dispatched + 1 == seq;
-        let flight = &self.vm.flight;
+        let flight = &self.parts.flight;
         if flight.on() {
             flight.admitted(stream as usize, seq, program, body, n_inputs, ops, self.now, ready);
         }
@@ -557,14 +527,12 @@ impl Scheduler {
     #[cold]
     fn exhausted(&mut self, batch: &mut Batch, i: usize) {
         let ins = batch.ins[i].take();
-        let name = &self.vm.streams[ins.stream.index()].name;
-        self.vm.fail_startup(format!(
-            "stream {name} has run {} instructions, the most a stream can",
-            InstrRef::MAX_SEQ
-        ));
-        let mut dead = self.vm.take_batch();
+        let name = &self.parts.streams[ins.stream.index()].name;
+        self.parts
+            .fail(format!("stream {name} has run {} instructions, the most a stream can", InstrRef::MAX_SEQ));
+        let mut dead = self.parts.take_batch();
         dead.push(ins, &[]);
-        self.vm.bury(dead);
+        self.parts.inbox.bury(dead);
     }
 
     /// The event side of admitting `ins` (`me`): a `RecordEvent` is filed under its id; a
@@ -585,7 +553,7 @@ impl Scheduler {
                     }
                     // Only a stream that really waits on the device covers the source
                     // stream (a synchronous stream has nothing to wait with).
-                    let target = &self.vm.streams[stream as usize];
+                    let target = &self.parts.streams[stream as usize];
                     if target.policy.is_asynchronous() && target.device_waits {
                         let n = self.streams.len();
                         let c = &mut self.covers[stream as usize * n + rec.stream() as usize];
@@ -641,7 +609,7 @@ impl Scheduler {
                 }
                 let Parked { program, n_ops, mut ins, .. } = st.parked.pop_front().expect("front checked");
                 st.dispatched += 1;
-                let flight = &self.vm.flight;
+                let flight = &self.parts.flight;
                 if flight.on() {
                     flight.dispatched(s as usize, st.dispatched, self.now);
                 }
@@ -660,7 +628,9 @@ impl Scheduler {
         }
     }
 
-    fn complete(&mut self, c: Completion) {
+    /// Take in one completion report: retire what it reports done, release the edges it
+    /// releases.
+    fn on_report(&mut self, c: Completion) {
         let s = c.stream as usize;
         match c.report {
             Report::Launched { id } => {
@@ -682,14 +652,14 @@ impl Scheduler {
             }
             Report::Done => {
                 if let Some(ev) = c.event {
-                    self.vm.streams[s].events.give(ev);
+                    self.parts.streams[s].events.give(ev);
                 }
                 let st = &mut self.streams[s];
                 if c.seq <= st.done {
                     return;
                 }
                 self.retired_this_loop += (c.seq - st.done) as usize;
-                self.vm.flight.done(s, st.done, c.seq, self.now);
+                self.parts.flight.done(s, st.done, c.seq, self.now);
                 st.done = c.seq;
                 st.launched = st.launched.max(c.seq);
                 while let Some(&(q, id)) = st.records.front() {
@@ -720,38 +690,44 @@ impl Scheduler {
     /// in order.
     fn run_barriers(&mut self) {
         while let Some(b) = self.barriers.pop_ready(self.streams.iter().map(|s| s.done)) {
+            // What retired so far leaves flight first: whoever the barrier wakes (a sync)
+            // finds nothing in flight that finished before the barrier.
+            let retired = std::mem::take(&mut self.retired_this_loop);
+            if retired > 0 {
+                self.parts.inbox.retire(retired);
+            }
             // Hand the loop's records in first: whoever waits on the barrier (a sync, the
             // end of a profiling session) finds them there. The rest of the loop records
             // afresh if a session is open (one may just have been started).
             if let Some(r) = self.prof.take() {
-                r.finish(&self.vm.timeline);
+                r.finish(&self.parts.timeline);
             }
-            self.prof = self.vm.timeline.begin(ThreadRole::Scheduler);
+            self.prof = self.parts.timeline.begin(ThreadRole::Scheduler);
             b.run();
         }
     }
 }
 
-impl Drop for Scheduler {
+impl Drop for Scheduler<'_> {
     /// A scheduler that stops with instructions still parked or undispatched (the VM died,
     /// or it panicked) hands them to the VM to keep until every thread has exited: a
     /// worker may still be running an instruction on a tensor one of them owns.
     fn drop(&mut self) {
         // Buried instructions never run: their operands are not kept.
-        let mut left = self.vm.take_batch();
+        let mut left = self.parts.take_batch();
         for st in &mut self.streams {
             for p in st.parked.drain(..) {
                 left.push(p.ins, &[]);
             }
         }
-        self.vm.bury(left);
+        self.parts.inbox.bury(left);
         for out in &mut self.outgoing {
-            self.vm.bury(std::mem::take(out));
+            self.parts.inbox.bury(std::mem::take(out));
         }
     }
 }
 
-impl EdgeSink for Scheduler {
+impl EdgeSink for Scheduler<'_> {
     #[inline]
     fn connect(&mut self, src: InstrRef, dst: InstrRef) {
         let (ss, ds) = (src.stream() as usize, dst.stream() as usize);

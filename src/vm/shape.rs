@@ -63,26 +63,6 @@ fn too_large(at: String, shape: &[usize], dtype: DType, bytes: Option<u64>, limi
     Error::TooLarge { at, shape: shape.to_vec(), dtype, bytes, limit }
 }
 
-/// `f32[2, 3]`: a shape as messages show it.
-pub(crate) fn describe(dtype: DType, shape: &[usize]) -> String {
-    let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    format!("{dtype}[{}]", dims.join(", "))
-}
-
-/// The reason part of [`Error::TooLarge`]'s message.
-pub(crate) fn why_too_large(dtype: DType, bytes: Option<u64>, limit: u64) -> String {
-    let cap = "Config::max_tensor_bytes, EAGERVM_MAX_TENSOR_BYTES";
-    match bytes {
-        Some(b) => format!("{b} bytes, over the limit of {limit} bytes on one tensor ({cap})"),
-        None => format!(
-            "the product of its nonzero dimensions and its element size ({} bytes) overflows {} bits \
-             (the limit on one tensor is {limit} bytes: {cap})",
-            dtype.size(),
-            usize::BITS
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

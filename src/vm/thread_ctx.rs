@@ -1,15 +1,13 @@
 //! `ThreadCtx`: the worker loops that run dispatched instructions, each stream's under its
 //! stream policy.
 //!
-//! # Sleep/wake protocol
+//! # Its queue
 //!
-//! A worker owns a queue of instruction batches and a [`Notifier`]. The scheduler pushes a
-//! batch and calls `notify`, which costs a fence and a load unless the worker sleeps. The
-//! worker drains batches; when it finds none it re-checks briefly (spinning, then yielding
-//! its core: [`Backoff`](crate::sync::notify::Backoff)), then sleeps under the
-//! notifier's protocol (`crate::sync::notify`), re-checking the queue and its stop flag
-//! after announcing that it sleeps, so no batch and no stop request is missed.
-//!
+//! A worker serves one [`WorkerQueue`] of instruction batches (`engine/worker_queue.rs`,
+//! which has the sleep/wake and stop protocol and its memory ordering): the scheduler
+//! pushes each loop's batch for it and rings it; the worker takes batches in order, and
+//! sleeps when there are none, so no batch and no stop request is missed.
+
 //! # Stream policies
 //!
 //! A worker keeps a lane for each stream it serves, and each lane follows its stream's
@@ -39,74 +37,33 @@
 //!
 //! # Shutdown
 //!
-//! 1. The scheduler, once asked to stop and with nothing in flight, sets each ctx's stop
-//!    flag and notifies it.
-//! 2. A worker exits when its queue is empty and the flag is set; before exiting it stops
-//!    the threads its lanes started (the watchers) the same way and joins them.
+//! 1. The scheduler, once asked to stop and with nothing in flight, stops each worker's
+//!    queue (`WorkerQueue::stop`).
+//! 2. A worker returns from its queue's loop once the queue is empty and stopped; before
+//!    exiting it stops the threads its lanes started (the watchers) the same way and joins
+//!    them. A batch pushed after the stop would be left; none is: the scheduler stops the
+//!    workers only once nothing is in flight, and a worker stops its watchers only after
+//!    that, when every watch has been reported (a dead VM leaves work unrun anyway).
 //! 3. The VM joins the scheduler, which joined the workers.
-//!
-//! # Memory ordering
-//!
-//! Each `stop` flag is set once: a ctx's by the scheduler (`ThreadCtx::stop`), a watcher's
-//! by its worker on exit. The store is `Release` and pairs with the `Acquire` loads in the
-//! loop and in the closure given to `Notifier::wait`: a thread that sees the flag sees what
-//! its stopper did before, so a pop after that load finds every batch or watch pushed
-//! before the stop. No stop request is missed by a sleeper: `notify`, after the store,
-//! fences (`SeqCst`) before it loads `sleeping`, and `wait` re-checks the flag after setting
-//! `sleeping` and fencing, so either the stopper wakes the sleeper or the re-check sees the
-//! flag (`crate::sync::notify`); `Release`/`Acquire` alone would not order that store before
-//! that load. The loops check the flag after a pop found the queue empty, so a batch pushed
-//! between that pop and the store would be left; none is: the scheduler stops the workers
-//! only once nothing is in flight, and a worker stops its watchers only after that, when
-//! every watch has been reported (a dead VM leaves work unrun anyway).
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam_queue::SegQueue;
-
-use crate::sync::notify::Notifier;
-use crate::sync::{AtomicBool, Ordering};
 use crate::vm::observe::Recorder;
 use crate::vm::observe::ThreadRole;
 
+use super::engine::Parts;
 use super::flight::Stamp;
 use super::instruction::Batch;
 use super::instruction_policy::{execute_at, ExecEnv};
-use super::scheduler::Completion;
+use super::report::Completion;
 use super::stream_policy::LanePolicy;
-use super::Engine;
 
-/// The shared half of a worker: its queue, its parking spot, its stop flag.
-#[derive(Debug, Default)]
-pub(crate) struct ThreadCtx {
-    queue: SegQueue<Batch>,
-    notify: Notifier,
-    stop: AtomicBool,
-}
-
-impl ThreadCtx {
-    /// Hand a batch to the worker (scheduler thread).
-    pub(crate) fn push(&self, batch: Batch) {
-        self.queue.push(batch);
-        self.notify.notify();
-    }
-
-    /// Ask the worker to exit once its queue is empty.
-    pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.notify.notify();
-    }
-}
-
-/// Start the worker thread of ctx `index`, which serves `streams`.
-pub(crate) fn spawn_worker(
-    vm: Arc<Engine>,
-    index: usize,
-    streams: Vec<usize>,
-) -> std::io::Result<JoinHandle<()>> {
+/// Start the worker thread of ctx `index`, which serves the streams the stream table gives
+/// it.
+pub(crate) fn spawn_worker(parts: Arc<Parts>, index: usize) -> std::io::Result<JoinHandle<()>> {
     let name = format!("eagervm-worker-{index}");
-    std::thread::Builder::new().name(name).spawn(move || worker_main(vm, index, streams))
+    std::thread::Builder::new().name(name).spawn(move || worker_main(&parts, index))
 }
 
 /// What a worker keeps for one stream it serves.
@@ -142,7 +99,7 @@ impl Lanes {
     /// after each panic), not once per instruction. With `prof`, each instruction is timed.
     fn run_batch(
         &mut self,
-        vm: &Engine,
+        vm: &Parts,
         batch: &mut Batch,
         done: &mut Vec<Completion>,
         mut prof: Option<&mut Recorder>,
@@ -171,7 +128,7 @@ impl Lanes {
     /// instructions on one synchronous stream, the common case, take a comparison each
     /// besides their execution: their lane is looked up once per run.
     #[inline]
-    fn run_from(&mut self, vm: &Engine, batch: &mut Batch, i: &mut usize, done: &mut Vec<Completion>) {
+    fn run_from(&mut self, vm: &Parts, batch: &mut Batch, i: &mut usize, done: &mut Vec<Completion>) {
         let n = batch.len();
         while *i < n {
             let s = batch.ins[*i].stream.index();
@@ -207,7 +164,7 @@ impl Lanes {
     #[inline]
     fn run(
         &mut self,
-        vm: &Engine,
+        vm: &Parts,
         batch: &mut Batch,
         i: usize,
         done: &mut Vec<Completion>,
@@ -232,7 +189,7 @@ impl Lanes {
     /// panicked, and it fails; on an asynchronous stream the device panicked while taking
     /// the launch, which is a device failure, and its position is still reported, in turn.
     #[cold]
-    fn unwound(&mut self, vm: &Engine, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
+    fn unwound(&mut self, vm: &Parts, batch: &Batch, i: usize, payload: Box<dyn std::any::Any + Send>) {
         let s = batch.ins[i].stream.index();
         let lane = &mut self.lanes[s];
         // In a run of one stream (`run_from`) the lane's position is set at the run's end:
@@ -251,7 +208,7 @@ impl Lanes {
 /// with `KEEPS`, each is recorded in the flight recorder as launched at `now`.
 #[inline(always)]
 fn run_stream<const KEEPS: bool>(
-    vm: &Engine,
+    vm: &Parts,
     batch: &mut Batch,
     i: &mut usize,
     s: usize,
@@ -297,11 +254,11 @@ fn prefetch_ahead(batch: &Batch, i: usize) {
     let _ = (batch, i);
 }
 
-fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
+fn worker_main(vm: &Arc<Parts>, index: usize) {
     // The worker allocates and frees most tensors' storage: small blocks stay in a cache of
     // its own (`alloc::thread_cache`).
     crate::alloc::thread_cache::enable();
-    let ctx = &vm.ctxs[index];
+    let streams = vm.streams.served_by(index);
     let n = vm.streams.len();
     let mut lanes = Lanes {
         lanes: (0..n).map(|_| Lane::default()).collect(),
@@ -310,59 +267,52 @@ fn worker_main(vm: Arc<Engine>, index: usize, streams: Vec<usize>) {
         run_base: None,
     };
     let mut joins = Vec::new();
-    for &s in &streams {
+    for &s in streams {
         let lane = &mut lanes.lanes[s];
-        lane.env = Some(Arc::new(vm.exec_env(s)));
-        lane.policy = LanePolicy::start(&vm, s, &mut joins);
+        lane.env = Some(vm.streams.env(s).clone());
+        lane.policy = LanePolicy::start(vm, s, &mut joins);
     }
     tracing::debug!(
         worker = index,
         streams = %streams.iter().map(|&s| vm.streams[s].name.as_str()).collect::<Vec<_>>().join(", "),
         "worker started"
     );
-    let mut done = vm.take_completions();
-    loop {
-        if let Some(mut batch) = ctx.queue.pop() {
-            // Per batch, not per instruction (module docs, "Tracing").
-            let _span = tracing::trace_span!(
-                "batch",
-                worker = index,
-                stream = batch.ins.first().map_or("", |i| vm.streams[i.stream.index()].name.as_str()),
-                n = batch.len(),
-            )
-            .entered();
-            if vm.flight.on() {
-                lanes.now = vm.flight.now();
-            }
-            match vm.timeline.begin(ThreadRole::Worker(index as u32)) {
-                None => lanes.run_batch(&vm, &mut batch, &mut done, None),
-                Some(mut r) => {
-                    let start = r.now();
-                    lanes.run_batch(&vm, &mut batch, &mut done, Some(&mut r));
-                    r.slice("execute", start, batch.len());
-                    // Before the reports: see the module docs of `observe::timeline`.
-                    r.finish(&vm.timeline);
-                }
-            }
-            batch.clear();
-            vm.recycle(batch);
-            // A synchronous stream runs in order: one report covers the batch. An
-            // asynchronous stream's launches since its last event get one event behind them.
-            for s in lanes.touched.drain(..) {
-                let lane = &mut lanes.lanes[s];
-                lane.touched = false;
-                lane.policy.end_batch(&vm, s, lane.seq, &mut done);
-            }
-            if !done.is_empty() {
-                vm.report(std::mem::replace(&mut done, vm.take_completions()));
-            }
-            continue;
+    let mut done = vm.completions.take();
+    vm.workers[index].serve(vm.config.backoff(), |mut batch| {
+        // Per batch, not per instruction (module docs, "Tracing").
+        let _span = tracing::trace_span!(
+            "batch",
+            worker = index,
+            stream = batch.ins.first().map_or("", |i| vm.streams[i.stream.index()].name.as_str()),
+            n = batch.len(),
+        )
+        .entered();
+        if vm.flight.on() {
+            lanes.now = vm.flight.now();
         }
-        if ctx.stop.load(Ordering::Acquire) {
-            break;
+        match vm.timeline.begin(ThreadRole::Worker(index as u32)) {
+            None => lanes.run_batch(vm, &mut batch, &mut done, None),
+            Some(mut r) => {
+                let start = r.now();
+                lanes.run_batch(vm, &mut batch, &mut done, Some(&mut r));
+                r.slice("execute", start, batch.len());
+                // Before the reports: see the module docs of `observe::timeline`.
+                r.finish(&vm.timeline);
+            }
         }
-        ctx.notify.wait(vm.config.backoff(), || !ctx.queue.is_empty() || ctx.stop.load(Ordering::Acquire));
-    }
+        batch.clear();
+        vm.recycle(batch);
+        // A synchronous stream runs in order: one report covers the batch. An
+        // asynchronous stream's launches since its last event get one event behind them.
+        for s in lanes.touched.drain(..) {
+            let lane = &mut lanes.lanes[s];
+            lane.touched = false;
+            lane.policy.end_batch(vm, s, lane.seq, &mut done);
+        }
+        if !done.is_empty() {
+            vm.completions.report(std::mem::replace(&mut done, vm.completions.take()));
+        }
+    });
     for lane in &lanes.lanes {
         lane.policy.stop();
     }

@@ -22,8 +22,8 @@
 //!
 //! # Shutdown
 //!
-//! The thread holds a weak reference to the engine, upgraded only for the length of one
-//! check, so it never keeps the engine alive. The engine handle's drop, after joining the
+//! The thread holds a weak reference to the engine's parts, upgraded only for the length of
+//! one check, so it never keeps them alive. The engine handle's drop, after joining the
 //! scheduler (while the scheduler drains, the watchdog can still abort a hung collective
 //! that would keep it from finishing), drops the channel's sender, which wakes the thread
 //! at once, and joins it.
@@ -34,8 +34,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::engine::Parts;
 use super::flight::CommunicatorRecord;
-use super::Engine;
 
 /// The running watchdog of an engine.
 #[derive(Debug)]
@@ -46,7 +46,7 @@ pub(crate) struct Watchdog {
 
 impl Watchdog {
     /// Start the watchdog of `engine` with `timeout`.
-    pub(crate) fn start(engine: &Arc<Engine>, timeout: Duration) -> std::io::Result<Watchdog> {
+    pub(crate) fn start(engine: &Arc<Parts>, timeout: Duration) -> std::io::Result<Watchdog> {
         let (tx, rx) = mpsc::channel::<()>();
         let weak = Arc::downgrade(engine);
         let thread = std::thread::Builder::new().name("eagervm-watchdog".into()).spawn(move || {
@@ -89,7 +89,7 @@ struct State {
 }
 
 impl State {
-    fn check(&mut self, vm: &Engine, timeout: Duration) {
+    fn check(&mut self, vm: &Parts, timeout: Duration) {
         let flight = &vm.flight;
         let n = vm.streams.len();
         self.since.resize(n, None);
@@ -120,7 +120,7 @@ impl State {
 }
 
 /// The dump file: `Config::flight_dump`, or `<temp dir>/eagervm-flight-<pid>.txt`.
-pub(crate) fn dump_path(vm: &Engine) -> PathBuf {
+pub(crate) fn dump_path(vm: &Parts) -> PathBuf {
     vm.config
         .flight_dump
         .clone()
@@ -128,7 +128,7 @@ pub(crate) fn dump_path(vm: &Engine) -> PathBuf {
 }
 
 /// The communicators of `vm`, as a flight record shows them.
-pub(crate) fn communicator_records(vm: &Engine) -> Vec<CommunicatorRecord> {
+pub(crate) fn communicator_records(vm: &Parts) -> Vec<CommunicatorRecord> {
     vm.communicators()
         .into_iter()
         .map(|c| CommunicatorRecord {
@@ -144,7 +144,7 @@ pub(crate) fn communicator_records(vm: &Engine) -> Vec<CommunicatorRecord> {
 
 /// Streams `stuck` (index, how long) have made no progress for `timeout`: log, dump, abort.
 #[cold]
-fn fire(vm: &Engine, timeout: Duration, stuck: &[(usize, Duration)]) {
+fn fire(vm: &Parts, timeout: Duration, stuck: &[(usize, Duration)]) {
     let path = dump_path(vm);
     let flight = &vm.flight;
     let comms = vm.communicators();

@@ -3,9 +3,15 @@
 /// Explore `f` with a preemption bound that keeps each model to seconds: 3 by default, or
 /// `LOOM_MAX_PREEMPTIONS` where it is set (5 takes about ten seconds per file).
 pub fn check(f: impl Fn() + Sync + Send + 'static) {
+    check_bounded(3, f);
+}
+
+/// [`check`] with another default bound, for a model of more threads, whose exploration
+/// grows with the bound much faster (`LOOM_MAX_PREEMPTIONS` still sets it where set).
+pub fn check_bounded(default: usize, f: impl Fn() + Sync + Send + 'static) {
     let bound = match std::env::var("LOOM_MAX_PREEMPTIONS") {
         Ok(v) => v.parse().expect("LOOM_MAX_PREEMPTIONS must be a whole number"),
-        Err(_) => 3,
+        Err(_) => default,
     };
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(bound);

@@ -13,9 +13,12 @@
 //! `src/framework/release.rs` ([`release`]) and the back-pressure handshake of
 //! `src/vm/back_pressure.rs` ([`back_pressure`]), the flight recorder's slot,
 //! `src/vm/flight/seqlock.rs` ([`seqlock`]), and the tensor object's reference count,
-//! `src/vm/refcount.rs` ([`refcount`]). loom explores every interleaving of their
-//! atomics, fences, locks and condition variables up to a preemption bound ([`common`]).
-//! Each has models with a planted bug, which check that loom finds it.
+//! `src/vm/refcount.rs` ([`refcount`]); and the engine assembled from its parts
+//! (`src/vm/engine/`: the inbox with its claim, the completion channel, the worker queue,
+//! the scheduler's loop; and `src/vm/rendezvous.rs`), with a scheduler, a worker, a waiter
+//! that may run its own batch and a release ([`engine`]). loom explores every interleaving
+//! of their atomics, fences, locks and condition variables up to a preemption bound
+//! ([`common`]). Each has models with a planted bug, which check that loom finds it.
 //!
 //! Without `--cfg loom` this binary is empty.
 #![cfg(loom)]
@@ -24,8 +27,12 @@
 #[allow(dead_code, unreachable_pub, unused_imports)]
 mod sync;
 
+#[allow(dead_code, unreachable_pub)]
+mod vm;
+
 mod back_pressure;
 mod common;
+mod engine;
 mod notify;
 mod refcount;
 mod release;

@@ -40,7 +40,7 @@
 //!    `src/trace/parse.rs`, `docs/trace-format.md`).
 //!
 //! A kind the scheduler runs itself, rather than a worker, also takes the scheduler-thread
-//! stream policy: `StreamPolicy::on_scheduler` in `src/vm/stream_policy/mod.rs`.
+//! stream policy: `StreamPolicy::on_scheduler` in `src/vm/stream_policy/kind.rs`.
 
 mod access;
 mod barrier;

@@ -36,27 +36,22 @@
 //! # Shutdown
 //!
 //! The worker that serves the stream starts the watcher with the lane
-//! ([`EventLane::start`]); before exiting it sets the watcher's stop flag, notifies it
-//! ([`EventLane::stop`]) and joins it. The watcher exits once its queue is empty and the flag
-//! is set.
+//! ([`EventLane::start`]); before exiting it stops the watcher's queue ([`EventLane::stop`],
+//! `WorkerQueue::stop`) and joins it. The watcher exits once its queue is empty and
+//! stopped.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crossbeam_queue::SegQueue;
-
 use crate::ep::Event;
-use crate::sync::notify::Notifier;
-use crate::sync::{AtomicBool, Ordering};
 use crate::vm::observe::ThreadRole;
 use crate::vm::observe::{Nanos, Rec, Recorder};
 use crate::vm::Error;
 
+use super::super::engine::{Parts, VmStream, WorkerQueue};
 use super::super::instruction::{Batch, Body, Instruction, Operand, Operands};
 use super::super::instruction_policy::{execute_catching, ExecEnv};
-use super::super::scheduler::{Completion, Report};
-use super::super::stream::VmStream;
-use super::super::Engine;
+use super::super::report::{Completion, Report};
 
 /// One event the watcher waits for, and the stream position it reports done.
 struct Watch {
@@ -68,13 +63,9 @@ struct Watch {
     prof: Option<(u64, Nanos)>,
 }
 
-/// A watcher: one per asynchronous stream.
-#[derive(Default)]
-struct Watcher {
-    queue: SegQueue<Watch>,
-    notify: Notifier,
-    stop: AtomicBool,
-}
+/// A watcher's queue: one per asynchronous stream, fed by the worker that serves the
+/// stream (`engine/worker_queue.rs` has its protocol).
+type Watcher = WorkerQueue<Watch>;
 
 /// What a worker keeps for an event-recorded stream.
 pub(crate) struct EventLane {
@@ -91,11 +82,11 @@ pub(crate) struct EventLane {
 impl EventLane {
     /// Start the watcher of stream `s` (pushed to `threads`). If it cannot be started, the
     /// VM is dead: nothing on the stream would ever complete.
-    pub(super) fn start(vm: &Arc<Engine>, s: usize, threads: &mut Vec<JoinHandle<()>>) -> EventLane {
-        let w = Arc::new(Watcher::default());
+    pub(super) fn start(vm: &Arc<Parts>, s: usize, threads: &mut Vec<JoinHandle<()>>) -> EventLane {
+        let w = Arc::new(Watcher::new());
         let (vm2, w2) = (vm.clone(), w.clone());
         let name = format!("eagervm-watch-{}", vm.streams[s].name);
-        let spawned = if vm.fault.refuse_watcher_threads {
+        let spawned = if vm.config.fault.refuse_watcher_threads {
             Err(std::io::Error::other("refused by fault injection"))
         } else {
             std::thread::Builder::new().name(name).spawn(move || watcher_main(vm2, w2, s as u32))
@@ -104,7 +95,7 @@ impl EventLane {
             Ok(j) => threads.push(j),
             Err(e) => {
                 // Without its watcher nothing on this stream would ever complete.
-                vm.fail_startup(format!("cannot start the watcher of {}: {e}", vm.streams[s].name));
+                vm.fail(format!("cannot start the watcher of {}: {e}", vm.streams[s].name));
             }
         }
         EventLane { watcher: w, watched: 0 }
@@ -117,7 +108,7 @@ impl EventLane {
     #[inline(always)]
     pub(super) fn launch(
         &mut self,
-        vm: &Engine,
+        vm: &Parts,
         s: usize,
         seq: u64,
         batch: &mut Batch,
@@ -139,7 +130,7 @@ impl EventLane {
 
     /// The device panicked while taking the launch at position `seq` of stream `s`: a device
     /// failure. Its position is still reported, in turn.
-    pub(super) fn unwound(&mut self, vm: &Engine, s: usize, seq: u64, env: &ExecEnv) {
+    pub(super) fn unwound(&mut self, vm: &Parts, s: usize, seq: u64, env: &ExecEnv) {
         vm.record_failure(Error::Device(crate::ep::EpError::Device {
             device: vm.streams[s].device,
             what: format!("launching on {} panicked", env.stream_name),
@@ -148,22 +139,20 @@ impl EventLane {
             // The launches before this one get an event behind them first.
             watch_through(vm, s, seq - 1, self.watched, &self.watcher);
             self.watched = seq;
-            self.watcher.queue.push(Watch { seq, event: None, prof: None });
-            self.watcher.notify.notify();
+            self.watcher.push(Watch { seq, event: None, prof: None });
         }
     }
 
     /// The batch launched stream `s` through position `seq`: the launches since the last
     /// event get one event behind them.
     #[inline(always)]
-    pub(super) fn end_batch(&mut self, vm: &Engine, s: usize, seq: u64) {
+    pub(super) fn end_batch(&mut self, vm: &Parts, s: usize, seq: u64) {
         self.watched = watch_through(vm, s, seq, self.watched, &self.watcher);
     }
 
     /// Ask the watcher to exit once it has reported everything handed to it.
     pub(super) fn stop(&self) {
-        self.watcher.stop.store(true, Ordering::Release);
-        self.watcher.notify.notify();
+        self.watcher.stop();
     }
 }
 
@@ -173,7 +162,7 @@ impl EventLane {
 /// stream position now covered by watches (`watched` or `seq`).
 #[allow(clippy::too_many_arguments)]
 fn launch_async(
-    vm: &Engine,
+    vm: &Parts,
     s: usize,
     seq: u64,
     watched: u64,
@@ -194,7 +183,7 @@ fn launch_async(
             Ok(())
         }
         Body::WaitEvent { event } => match event {
-            Some(ev) if !vm.fault.skip_stream_wait() => stream.ep.wait_event(ev.as_ref()),
+            Some(ev) if !vm.config.fault.skip_stream_wait() => stream.ep.wait_event(ev.as_ref()),
             _ => Ok(()),
         },
         _ => {
@@ -209,8 +198,7 @@ fn launch_async(
         // reports this one done in turn after them, so that nothing waits for it forever.
         vm.record_failure(e.into());
         watch_through(vm, s, seq - 1, watched, watcher);
-        watcher.queue.push(Watch { seq, event: None, prof });
-        watcher.notify.notify();
+        watcher.push(Watch { seq, event: None, prof });
         return seq;
     }
     if !record {
@@ -230,8 +218,7 @@ fn launch_async(
             None
         }
     };
-    watcher.queue.push(Watch { seq, event, prof });
-    watcher.notify.notify();
+    watcher.push(Watch { seq, event, prof });
     seq
 }
 
@@ -244,13 +231,12 @@ fn record_event(stream: &VmStream) -> Result<Arc<dyn Event>, Error> {
 
 /// Cover stream `s`'s launches after `watched` through `seq` with one event, handed to its
 /// watcher; returns the new covered position (`seq`, or `watched` if nothing was left).
-fn watch_through(vm: &Engine, s: usize, seq: u64, watched: u64, watcher: &Watcher) -> u64 {
+fn watch_through(vm: &Parts, s: usize, seq: u64, watched: u64, watcher: &Watcher) -> u64 {
     if watched >= seq {
         return watched;
     }
     let event = record_event(&vm.streams[s]).map_err(|e| vm.record_failure(e)).ok();
-    watcher.queue.push(Watch { seq, event, prof: None });
-    watcher.notify.notify();
+    watcher.push(Watch { seq, event, prof: None });
     seq
 }
 
@@ -258,61 +244,51 @@ fn watch_through(vm: &Engine, s: usize, seq: u64, watched: u64, watcher: &Watche
 type WatchRecords = Option<(Recorder, Nanos, usize)>;
 
 /// Hand a watcher's records in (before its report).
-fn finish_watch(vm: &Engine, rec: &mut WatchRecords) {
+fn finish_watch(vm: &Parts, rec: &mut WatchRecords) {
     if let Some((mut r, start, n)) = rec.take() {
         r.slice("watch", start, n);
         r.finish(&vm.timeline);
     }
 }
 
-fn watcher_main(vm: Arc<Engine>, w: Arc<Watcher>, stream: u32) {
-    let mut done = vm.take_completions();
+fn watcher_main(vm: Arc<Parts>, w: Arc<Watcher>, stream: u32) {
+    let mut done = vm.completions.take();
     let mut rec: WatchRecords = None;
-    loop {
-        match w.queue.pop() {
-            Some(watch) => {
-                if let Some(event) = &watch.event {
-                    // Report what is already complete without blocking; block only on the
-                    // oldest incomplete event, after handing over what we have.
-                    if !event.query() && !done.is_empty() {
-                        finish_watch(&vm, &mut rec);
-                        vm.report(std::mem::replace(&mut done, vm.take_completions()));
-                    }
-                    let start = watch.prof.map(|_| vm.timeline.now());
-                    if let Err(e) = event.wait() {
-                        vm.record_failure(e.into());
-                    }
-                    if let (Some((program, launched)), Some(start)) = (watch.prof, start) {
-                        if rec.is_none() {
-                            rec = vm.timeline.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
-                        }
-                        if let Some((r, _, n)) = &mut rec {
-                            r.push(Rec::Async { program, launched, done: r.now() });
-                            *n += 1;
-                        }
-                    }
-                }
-                done.push(Completion { stream, seq: watch.seq, report: Report::Done, event: watch.event });
-                if w.queue.is_empty() {
-                    finish_watch(&vm, &mut rec);
-                    vm.report(std::mem::replace(&mut done, vm.take_completions()));
-                }
+    w.serve(vm.config.backoff(), |watch| {
+        if let Some(event) = &watch.event {
+            // Report what is already complete without blocking; block only on the oldest
+            // incomplete event, after handing over what we have.
+            if !event.query() && !done.is_empty() {
+                finish_watch(&vm, &mut rec);
+                vm.completions.report(std::mem::replace(&mut done, vm.completions.take()));
             }
-            None => {
-                if w.stop.load(Ordering::Acquire) {
-                    break;
+            let start = watch.prof.map(|_| vm.timeline.now());
+            if let Err(e) = event.wait() {
+                vm.record_failure(e.into());
+            }
+            if let (Some((program, launched)), Some(start)) = (watch.prof, start) {
+                if rec.is_none() {
+                    rec = vm.timeline.begin(ThreadRole::Watcher(stream)).map(|r| (r, start, 0));
                 }
-                w.notify.wait(vm.config.backoff(), || !w.queue.is_empty() || w.stop.load(Ordering::Acquire));
+                if let Some((r, _, n)) = &mut rec {
+                    r.push(Rec::Async { program, launched, done: r.now() });
+                    *n += 1;
+                }
             }
         }
-    }
+        done.push(Completion { stream, seq: watch.seq, report: Report::Done, event: watch.event });
+        if w.is_empty() {
+            finish_watch(&vm, &mut rec);
+            vm.completions.report(std::mem::replace(&mut done, vm.completions.take()));
+        }
+    });
 }
 
 /// Synchronous mode: launch `ins` (at stream `s`) on its device stream and wait until the
 /// stream has run it; a refused launch or a failed wait is recorded in the failure log.
-pub(super) fn run_inline(vm: &Engine, s: usize, mut ins: Instruction, ops: &[Operand], program: u64) {
+pub(super) fn run_inline(vm: &Parts, s: usize, mut ins: Instruction, ops: &[Operand], program: u64) {
     let st = &vm.streams[s];
-    let env = Arc::new(vm.exec_env(s));
+    let env = vm.streams.env(s).clone();
     let ops = Operands::from_slice(ops);
     let r = st
         .ep

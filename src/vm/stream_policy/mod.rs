@@ -41,84 +41,33 @@
 //!    its streams, and the functions that start a lane (and any thread it needs), run or
 //!    launch one instruction, handle a panic while doing so, end a batch (its reports),
 //!    stop the lane, and run one instruction in synchronous mode.
-//! 3. This file: the [`StreamPolicy`] variant and its answer in
-//!    [`is_asynchronous`](StreamPolicy::is_asynchronous), the [`LanePolicy`] variant, and
-//!    one arm in each `match` of [`LanePolicy`] and [`run_inline`].
-//! 4. The one registration: [`StreamPolicy::for_device`] picks the policy for the streams
-//!    that take it (given the stream type as well, when the policy goes by stream type).
+//! 3. `kind.rs`: the [`StreamPolicy`] variant and its answer in
+//!    [`is_asynchronous`](StreamPolicy::is_asynchronous). This file: the [`LanePolicy`]
+//!    variant, and one arm in each `match` of [`LanePolicy`] and [`run_inline`].
+//! 4. The one registration, in `kind.rs`: [`StreamPolicy::for_device`] picks the policy for
+//!    the streams that take it (given the stream type as well, when the policy goes by
+//!    stream type).
 //!
 //! Nothing else changes: the workers (`vm::thread_ctx`), the engine (`vm::engine`) and the
-//! scheduler (`vm::scheduler`) reach the policies only through this file.
+//! scheduler (`vm::scheduler`) reach the policies only through this file and `kind.rs`.
 
 mod event;
+pub(crate) mod kind;
 mod scheduler;
 mod synchronous;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::ep::Device;
 use crate::vm::observe::Recorder;
 
+use super::engine::Parts;
 use super::instruction::{Batch, Body, Instruction, Operand};
 use super::instruction_policy::ExecEnv;
-use super::scheduler::Completion;
-use super::Engine;
+use super::report::Completion;
+use kind::StreamPolicy;
 
 pub(crate) use scheduler::Barriers;
-
-/// How a stream's instructions run and complete (the module docs' table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum StreamPolicy {
-    /// Run on the worker; launched means done (CPU).
-    Synchronous,
-    /// Launched on the device stream, with pooled events recorded behind the launches; the
-    /// stream's watcher reports completion when an event is reached (mock, CUDA).
-    EventRecorded,
-    /// Run by the scheduler on its own thread, never by a worker (`Barrier`). No stream has
-    /// it: instructions take it by kind ([`on_scheduler`](Self::on_scheduler)).
-    OnScheduler,
-}
-
-impl StreamPolicy {
-    /// The registration: the policy of the streams of `device`.
-    pub(crate) fn for_device(device: &dyn Device) -> StreamPolicy {
-        if device.is_async() {
-            StreamPolicy::EventRecorded
-        } else {
-            StreamPolicy::Synchronous
-        }
-    }
-
-    /// Whether instructions of this kind take the scheduler-thread policy, whatever their
-    /// stream.
-    #[inline(always)]
-    pub(super) fn on_scheduler(body: &Body) -> bool {
-        matches!(body, Body::Barrier { .. })
-    }
-
-    /// The policy `body` runs under on a stream of policy `stream`.
-    #[inline(always)]
-    pub(super) fn of(body: &Body, stream: StreamPolicy) -> StreamPolicy {
-        if Self::on_scheduler(body) {
-            StreamPolicy::OnScheduler
-        } else {
-            stream
-        }
-    }
-
-    /// Whether a stream of this policy finishes its work after the worker has moved on: a
-    /// stream that uses its results is ordered behind an event recorded on it (the builder's
-    /// soft sync), and, when the device lets it, waits for one on the device (the
-    /// scheduler's covering rule). Each such stream has a watcher thread
-    /// (`eagervm-watch-<stream>`) that reports its completions.
-    pub(crate) fn is_asynchronous(self) -> bool {
-        match self {
-            StreamPolicy::EventRecorded => true,
-            StreamPolicy::Synchronous | StreamPolicy::OnScheduler => false,
-        }
-    }
-}
 
 /// What a worker keeps for one stream under the stream's policy.
 #[derive(Default)]
@@ -133,7 +82,7 @@ pub(crate) enum LanePolicy {
 impl LanePolicy {
     /// Set up the lane of stream `s` on its worker; the threads its policy starts are pushed
     /// to `threads`, for the worker to join after [`stop`](Self::stop).
-    pub(crate) fn start(vm: &Arc<Engine>, s: usize, threads: &mut Vec<JoinHandle<()>>) -> LanePolicy {
+    pub(crate) fn start(vm: &Arc<Parts>, s: usize, threads: &mut Vec<JoinHandle<()>>) -> LanePolicy {
         match vm.streams[s].policy {
             StreamPolicy::Synchronous => LanePolicy::Synchronous,
             StreamPolicy::EventRecorded => LanePolicy::EventRecorded(event::EventLane::start(vm, s, threads)),
@@ -154,7 +103,7 @@ impl LanePolicy {
     #[inline(always)]
     pub(crate) fn run(
         &mut self,
-        vm: &Engine,
+        vm: &Parts,
         s: usize,
         seq: u64,
         batch: &mut Batch,
@@ -176,7 +125,7 @@ impl LanePolicy {
     #[inline(always)]
     pub(crate) fn unwound(
         &mut self,
-        vm: &Engine,
+        vm: &Parts,
         s: usize,
         seq: u64,
         batch: &Batch,
@@ -193,7 +142,7 @@ impl LanePolicy {
     /// The batch ran or launched stream `s`'s instructions through position `seq`: report
     /// (or arrange to report) them.
     #[inline(always)]
-    pub(crate) fn end_batch(&mut self, vm: &Engine, s: usize, seq: u64, done: &mut Vec<Completion>) {
+    pub(crate) fn end_batch(&mut self, vm: &Parts, s: usize, seq: u64, done: &mut Vec<Completion>) {
         match self {
             LanePolicy::Synchronous => synchronous::end_batch(s, seq, done),
             LanePolicy::EventRecorded(lane) => lane.end_batch(vm, s, seq),
@@ -209,10 +158,12 @@ impl LanePolicy {
     }
 }
 
-/// Synchronous mode: run `ins` (program number `program`, operands `ops`) on the caller's
-/// thread under its policy, and return once it is done. `env` is its stream's environment.
-pub(crate) fn run_inline(vm: &Engine, mut ins: Instruction, ops: &[Operand], program: u64, env: &ExecEnv) {
+/// Synchronous mode, or a waiter running its own batch on an idle engine: run `ins`
+/// (program number `program`, operands `ops`) on the caller's thread under its policy, and
+/// return once it is done.
+pub(crate) fn run_inline(vm: &Parts, mut ins: Instruction, ops: &[Operand], program: u64) {
     let s = ins.stream.index();
+    let env = vm.streams.env(s);
     match (&ins.body, StreamPolicy::of(&ins.body, vm.streams[s].policy)) {
         // Everything submitted before has finished: no event is left to record or wait for.
         (Body::RecordEvent { .. } | Body::StreamWaitEvent { .. }, _) => {}

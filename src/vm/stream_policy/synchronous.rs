@@ -16,7 +16,7 @@ use crate::vm::observe::{Rec, Recorder};
 
 use super::super::instruction::{Batch, Instruction, Operand};
 use super::super::instruction_policy::{execute, execute_catching, panicked, ExecEnv};
-use super::super::scheduler::{Completion, Report};
+use super::super::report::{Completion, Report};
 
 /// Run instruction `i` of `batch` (program number `program`) on this thread; with `prof`,
 /// time it.
