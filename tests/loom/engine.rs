@@ -228,8 +228,10 @@ fn submit(engine: &Engine, batch: Batch) {
 /// claiming the inbox.
 fn assembled_model(planted: bool) {
     // Five threads (this one, the scheduler, the worker, the waiter, the release): at a
-    // bound of 2 the model takes about ten minutes on two cores; 3 ran past twenty.
-    check_bounded(2, move || {
+    // bound of 1 the model takes seconds and catches both planted bugs; at 2 it takes about
+    // ten minutes on two cores (`LOOM_MAX_PREEMPTIONS=2`, docs/testing.md); 3 ran past
+    // twenty.
+    check_bounded(1, move || {
         let (engine, end) = assemble();
         let (t1, t2) = (Tensor::new(), Tensor::new());
         // In flight when the others start: it uses the tensor the release frees.
