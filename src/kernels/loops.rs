@@ -13,7 +13,8 @@ use std::slice;
 
 use super::dtype::Elem;
 use super::iter::{broadcasts_to, same_shape, share, Operand, Order, Plan, Share, Staged};
-use crate::vm::{KernelCtx, TensorView, TensorViewMut};
+use crate::alloc::Storage;
+use crate::vm::{DType, KernelCtx, TensorMeta, TensorView, TensorViewMut};
 
 /// Input `i` of a call.
 #[inline]
@@ -76,6 +77,15 @@ pub(crate) fn fill<O: Elem>(ctx: &KernelCtx<'_, '_>, v: O) -> Result<(), String>
 pub(crate) fn map<O: Elem, A: Elem>(ctx: &KernelCtx<'_, '_>, f: impl Fn(A) -> O) -> Result<(), String> {
     expect_count(ctx, 1)?;
     let (x, out) = (input(ctx, 0)?, output(ctx, 0)?);
+    if let Some(n) = dense(out.meta, out.data, O::DTYPE) {
+        if same_dense(x.meta, x.data, A::DTYPE, (out.meta, out.data), n) {
+            // SAFETY: both operands are contiguous from element 0 of storages that hold
+            // their `n` elements (`dense`, `same_dense`); the input is exactly the output's
+            // elements, of its type, or disjoint from them (`same_dense`).
+            unsafe { unary_run(out.data.as_mut_ptr().cast::<O>(), 1, x.data.as_ptr().cast::<A>(), 1, n, &f) };
+            return Ok(());
+        }
+    }
     let o = Operand::output(out.meta, out.data, 0, O::DTYPE)?;
     let a = Operand::input(x.meta, x.data, 0, A::DTYPE)?;
     let same = same_shape(a.shape, o.shape);
@@ -110,6 +120,23 @@ pub(crate) fn zip<O: Elem, A: Elem, B: Elem>(
 ) -> Result<(), String> {
     expect_count(ctx, 2)?;
     let (x, y, out) = (input(ctx, 0)?, input(ctx, 1)?, output(ctx, 0)?);
+    if let Some(n) = dense(out.meta, out.data, O::DTYPE) {
+        if same_dense(x.meta, x.data, A::DTYPE, (out.meta, out.data), n)
+            && same_dense(y.meta, y.data, B::DTYPE, (out.meta, out.data), n)
+        {
+            // SAFETY: as in `map`'s dense case, for both inputs.
+            unsafe {
+                binary_run(
+                    (out.data.as_mut_ptr().cast::<O>(), 1),
+                    (x.data.as_ptr().cast::<A>(), 1),
+                    (y.data.as_ptr().cast::<B>(), 1),
+                    n,
+                    &f,
+                )
+            };
+            return Ok(());
+        }
+    }
     let o = Operand::output(out.meta, out.data, 0, O::DTYPE)?;
     let a = Operand::input(x.meta, x.data, 0, A::DTYPE)?;
     let b = Operand::input(y.meta, y.data, 1, B::DTYPE)?;
@@ -146,6 +173,50 @@ pub(crate) fn zip<O: Elem, A: Elem, B: Elem>(
         unsafe { binary_run((p[0].cast(), s[0]), (p[1].cast(), s[1]), (p[2].cast(), s[2]), n, &f) }
     });
     Ok(())
+}
+
+/// The element count of `meta` if it is the common case of an eager loop, checked cheaply:
+/// a non-empty tensor of `dtype` whose elements lie in row-major order from element 0 of
+/// `data`, which holds them all. `None` sends the kernel down its general path (which
+/// checks everything again, and reports what is wrong).
+#[inline(always)]
+fn dense(meta: &TensorMeta, data: &Storage, dtype: DType) -> Option<usize> {
+    if meta.dtype != dtype || meta.offset != 0 || meta.strides.len() != meta.shape.len() {
+        return None;
+    }
+    let mut expected = 1usize;
+    for (&d, &st) in meta.shape.iter().zip(&meta.strides).rev() {
+        if d != 1 && st != expected as isize {
+            return None;
+        }
+        expected = expected.checked_mul(d)?;
+    }
+    (expected != 0 && expected.checked_mul(dtype.size())? <= data.len()).then_some(expected)
+}
+
+/// Whether input `meta` over `data` is dense (as [`dense`]) with the shape of output `out`
+/// over `out_data`, `n` elements (so element `i` of each is at index `i`), and either exactly
+/// the output's elements (the same address and dtype) or disjoint from them.
+#[inline(always)]
+fn same_dense(
+    meta: &TensorMeta,
+    data: &Storage,
+    dtype: DType,
+    (out, out_data): (&TensorMeta, &Storage),
+    n: usize,
+) -> bool {
+    let (p, o) = (data.as_ptr() as usize, out_data.as_ptr() as usize);
+    // `n` elements of the output's dtype fit in its storage (`dense`), so no overflow.
+    let (bytes, out_bytes) = (n * dtype.size(), n * out.dtype.size());
+    meta.dtype == dtype
+        && meta.offset == 0
+        && meta.shape.len() == out.shape.len()
+        // Element by element: a slice comparison calls `memcmp`, which costs more than the
+        // whole of a one-element kernel.
+        && meta.shape.iter().zip(&out.shape).all(|(a, b)| a == b)
+        && dense(meta, data, dtype).is_some()
+        && bytes <= data.len()
+        && if p == o { dtype == out.dtype } else { p + bytes <= o || o + out_bytes <= p }
 }
 
 /// Whether an input's address is the output's.
