@@ -90,6 +90,23 @@ impl Bin {
         }
     }
 
+    /// The in-place form's name (`add_`), for errors: a constant, so that an accepted
+    /// in-place call allocates no string.
+    fn name_in_place(self) -> &'static str {
+        match self {
+            Bin::Add => "add_",
+            Bin::Sub => "sub_",
+            Bin::Mul => "mul_",
+            Bin::Div => "div_",
+            Bin::Eq => "eq_",
+            Bin::Ne => "ne_",
+            Bin::Lt => "lt_",
+            Bin::Le => "le_",
+            Bin::Gt => "gt_",
+            Bin::Ge => "ge_",
+        }
+    }
+
     fn compares(self) -> bool {
         matches!(self, Bin::Eq | Bin::Ne | Bin::Lt | Bin::Le | Bin::Gt | Bin::Ge)
     }
@@ -212,19 +229,19 @@ impl Array {
 
     /// `self b= rhs`: the result written into this array (module docs).
     fn binary_(&mut self, b: Bin, rhs: Rhs<'_>) -> Result<&mut Self> {
-        let name = format!("{}_", b.name());
+        let name = b.name_in_place();
         let dt = self.compute_dtype(b, rhs);
         if !can_cast(dt, self.dtype()) {
             return Err(Error::InvalidOperands {
-                op: name,
+                op: name.into(),
                 detail: format!("the result type {dt} cannot be cast to the array's dtype {}", self.dtype()),
             });
         }
         if let Rhs::Array(o) = rhs {
-            let shape = super::layout::broadcast_shapes(&name, self.shape(), o.shape())?;
+            let shape = super::layout::broadcast_shapes(name, self.shape(), o.shape())?;
             if shape.as_slice() != self.shape() {
                 return Err(Error::InvalidOperands {
-                    op: name,
+                    op: name.into(),
                     detail: format!(
                         "the array's shape {:?} does not match the broadcast shape {:?}",
                         self.shape(),

@@ -102,6 +102,24 @@ pub fn contiguous_strides(shape: &[usize]) -> Strides {
 impl TensorMeta {
     /// A contiguous meta: row-major strides, offset 0.
     pub fn new(shape: &[usize], dtype: DType, device: DeviceId) -> Self {
+        let n = shape.len();
+        if n <= 4 {
+            // Every call's output is made here: the inline buffers are filled in one loop,
+            // without `SmallVec`'s per-element capacity checks of `collect`.
+            let (mut dims, mut strides, mut step) = ([0usize; 4], [0isize; 4], 1usize);
+            for i in (0..n).rev() {
+                dims[i] = shape[i];
+                strides[i] = step as isize;
+                step = step.wrapping_mul(shape[i].max(1));
+            }
+            return TensorMeta {
+                shape: SmallVec::from_buf_and_len(dims, n),
+                strides: SmallVec::from_buf_and_len(strides, n),
+                offset: 0,
+                dtype,
+                device,
+            };
+        }
         TensorMeta {
             shape: shape.iter().copied().collect(),
             strides: contiguous_strides(shape),
