@@ -227,10 +227,9 @@ fn submit(engine: &Engine, batch: Batch) {
 /// The first model (module docs); `planted`: the release runs on its thread without
 /// claiming the inbox.
 fn assembled_model(planted: bool) {
-    // Five threads (this one, the scheduler, the worker, the waiter, the release): at a
-    // bound of 1 the model takes seconds and catches both planted bugs; at 2 it takes about
-    // ten minutes on two cores (`LOOM_MAX_PREEMPTIONS=2`, docs/testing.md); 3 ran past
-    // twenty.
+    // Five threads (this one, the scheduler, the worker, the waiter, the release): the
+    // exploration grows so fast with the bound that CI runs it at 1, which catches both
+    // planted bugs; docs/testing.md says when to run it deeper (`LOOM_MAX_PREEMPTIONS=2`).
     check_bounded(1, move || {
         let (engine, end) = assemble();
         let (t1, t2) = (Tensor::new(), Tensor::new());
