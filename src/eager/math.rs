@@ -173,21 +173,27 @@ impl Array {
             Rhs::Scalar(s) if b.compares() => {
                 // A scalar comparison is made in the array's own dtype by the kernel (a float
                 // scalar against integers in double precision): no conversion of the array.
-                let x = if self.dtype() == DType::Bool && !matches!(s, Scalar::Bool(_)) {
-                    self.to_dtype(dt)?
+                if self.dtype() == DType::Bool && !matches!(s, Scalar::Bool(_)) {
+                    let x = self.to_dtype(dt)?;
+                    x.call(self.scalar_op(b), &[&x], Attrs::of(s))
                 } else {
-                    self.clone()
-                };
-                x.call(self.scalar_op(b), &[&x], Attrs::of(s))
+                    self.call(self.scalar_op(b), &[self], Attrs::of(s))
+                }
             }
             Rhs::Scalar(s) => {
-                let x = self.to_dtype(dt)?;
                 let s = scalar_in(s, dt);
                 let (op, s) = match b {
                     Bin::Sub => (self.cx.ops().add_scalar, negate(s, dt)?),
                     _ => (self.scalar_op(b), s),
                 };
-                x.call(op, &[&x], Attrs::of(s))
+                // The array itself where it is of the computing dtype (the common call):
+                // a converted handle of the same array would cost two counted references.
+                if dt == self.dtype() {
+                    self.call(op, &[self], Attrs::of(s))
+                } else {
+                    let x = self.to_dtype(dt)?;
+                    x.call(op, &[&x], Attrs::of(s))
+                }
             }
         }
     }

@@ -29,6 +29,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use super::dependence::DepObject;
 use super::tensor::{TensorInner, TensorOwner};
 use crate::ep::Event;
 use crate::sync::Mutex;
@@ -109,7 +110,15 @@ impl AsObject for TensorInner {
 }
 
 /// One operand: a tensor and how it is used, in one word. Tensor objects are 64-byte
-/// aligned, so the pointer's lowest bit is free to say "written".
+/// aligned, so the pointer's lowest bits are free: the lowest says "written", the next
+/// "a view whose dependence object is its owner's".
+///
+/// The view bit is there for the scheduler, which reaches the dependence object of every
+/// operand of every instruction: told by the operand (and the instruction, `views`), it goes
+/// to a tensor's own dependence object with nothing to load or test first. Asking the
+/// tensor object (its `base`) put a load in front of every operand's dependence object;
+/// the scheduler of a random DAG over 256 tensors (`eagervm bench`'s W4) then took three
+/// times as long per instruction (`docs/performance.md`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Operand(NonNull<TensorInner>);
 
@@ -119,8 +128,9 @@ unsafe impl Send for Operand {}
 unsafe impl Sync for Operand {}
 
 const WRITE_BIT: usize = 1;
+const VIEW_BIT: usize = 2;
 
-const _: () = assert!(std::mem::align_of::<TensorInner>() > WRITE_BIT);
+const _: () = assert!(std::mem::align_of::<TensorInner>() > (WRITE_BIT | VIEW_BIT));
 
 impl Operand {
     /// `tensor`, used as `mode` says.
@@ -130,7 +140,29 @@ impl Operand {
             AccessMode::Read => 0,
             AccessMode::Write => WRITE_BIT,
         };
-        Operand(tensor.0.map_addr(|a| a | bit))
+        // SAFETY: a TensorPtr is made from a live tensor, and an operand is made while its
+        // instruction is built, before any `Release` of it can run (TensorPtr's rule).
+        let view = if unsafe { tensor.0.as_ref() }.shares_dependence() { VIEW_BIT } else { 0 };
+        Operand(tensor.0.map_addr(|a| a | bit | view))
+    }
+
+    /// The dependence object of the operand's storage.
+    ///
+    /// # Safety
+    /// As for [`tensor`](Self::tensor) and `TensorInner::own_dep_mut`: only the scheduler
+    /// thread calls this, holding no other reference to the same storage's dependence
+    /// object.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn dep(&self) -> &mut DepObject {
+        // SAFETY: the contract.
+        let t = unsafe { self.tensor() };
+        // Inline, both ways: a call here, even a cold one, made the scheduler's loop keep
+        // its state on the stack rather than in registers.
+        let of = if self.0.addr().get() & VIEW_BIT == 0 { t } else { t.owner() };
+        // SAFETY: the contract; `of`'s dependence object is its own (an owner's, or the
+        // operand's own when the bit is clear).
+        unsafe { of.own_dep_mut() }
     }
 
     /// The tensor.
@@ -149,8 +181,31 @@ impl Operand {
     /// The tensor as a pointer.
     #[inline]
     pub(super) fn ptr(&self) -> TensorPtr {
-        // SAFETY: clearing the flag bit gives back the non-null, aligned tensor address.
-        TensorPtr(unsafe { NonNull::new_unchecked(self.0.as_ptr().map_addr(|a| a & !WRITE_BIT)) })
+        // SAFETY: clearing the flag bits gives back the non-null, aligned tensor address.
+        TensorPtr(unsafe {
+            NonNull::new_unchecked(self.0.as_ptr().map_addr(|a| a & !(WRITE_BIT | VIEW_BIT)))
+        })
+    }
+
+    /// Whether the tensor is a view whose dependence object is its owner's.
+    #[inline]
+    pub(super) fn is_shared_view(&self) -> bool {
+        self.0.addr().get() & VIEW_BIT != 0
+    }
+
+    /// The tensor's own dependence object, for an operand that is not a shared view (an
+    /// instruction whose `views` is false): [`dep`](Self::dep) without its branch, which
+    /// in the scheduler's loop over operands cost more than the rest of the loop
+    /// (`Scheduler::admit_run`).
+    ///
+    /// # Safety
+    /// As for [`dep`](Self::dep), and `!self.is_shared_view()`.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub(super) unsafe fn own_dep(&self) -> &mut DepObject {
+        debug_assert!(!self.is_shared_view());
+        // SAFETY: the contract.
+        unsafe { self.tensor().own_dep_mut() }
     }
 
     /// How the instruction uses the tensor.
@@ -319,12 +374,16 @@ pub(super) struct Instruction {
     pub(super) stream: StreamId,
     /// How many of the operands are inputs (an `OpCall`'s reads); 0 for other kinds.
     pub(super) n_inputs: u8,
+    /// Whether an operand is a view whose dependence object is its owner's
+    /// ([`Operand::dep`]): the scheduler's run of instructions whose operands are all their
+    /// own (`Scheduler::admit_run`) stops before such an instruction.
+    pub(super) views: bool,
 }
 
 impl Instruction {
     /// An instruction with no operands yet (a batch's `push` places them).
     pub(super) fn new(body: Body, stream: StreamId) -> Self {
-        Instruction { body, ops: OpList::EMPTY, stream, n_inputs: 0 }
+        Instruction { body, ops: OpList::EMPTY, stream, n_inputs: 0, views: false }
     }
 
     /// Move the instruction out, leaving an inert one (no operands, never run) in its place.
@@ -395,8 +454,15 @@ impl Batch {
     /// beside the body.
     #[inline]
     pub(super) fn parts(&mut self, i: usize) -> (&mut Body, StreamId, u8, &[Operand]) {
-        let Instruction { body, ops, stream, n_inputs } = &mut self.ins[i];
+        let Instruction { body, ops, stream, n_inputs, .. } = &mut self.ins[i];
         (body, *stream, *n_inputs, ops.slice(&self.ops))
+    }
+
+    /// Whether instruction `i` has an operand that is a view of another's storage (its
+    /// `views`).
+    #[inline(always)]
+    pub(super) fn has_views(&self, i: usize) -> bool {
+        self.ins[i].views
     }
 
     /// [`parts`](Self::parts) for running instruction `i`: its body, input count and
@@ -420,6 +486,7 @@ impl Batch {
     /// Append `ins` with the operands `ops` (it takes them; whatever it held is replaced).
     #[inline]
     pub(super) fn push(&mut self, mut ins: Instruction, ops: &[Operand]) {
+        ins.views = ops.iter().any(Operand::is_shared_view);
         ins.ops = self.place(ops.len(), ops.iter().copied());
         self.drops |= !matches!(ins.body, Body::OpCall { .. });
         self.ins.push(ins);
@@ -472,14 +539,20 @@ impl Batch {
             let l = std::ptr::addr_of_mut!((*p).ops);
             std::ptr::addr_of_mut!((*l).at).write(at);
             let mut written = len;
-            if let Some(ops) = inline {
+            let views = if let Some(ops) = inline {
                 let slots = std::ptr::addr_of_mut!((*l).inline).cast::<MaybeUninit<Operand>>();
                 written = 0;
+                let mut bits = 0;
                 for op in ops.take(INLINE_OPS) {
+                    bits |= op.0.addr().get();
                     slots.add(written as usize).write(MaybeUninit::new(op));
                     written += 1;
                 }
-            }
+                bits & VIEW_BIT != 0
+            } else {
+                self.ops[at as usize..(at + len) as usize].iter().any(Operand::is_shared_view)
+            };
+            std::ptr::addr_of_mut!((*p).views).write(views);
             std::ptr::addr_of_mut!((*l).len).write(written);
             std::ptr::addr_of_mut!((*p).stream).write(stream);
             std::ptr::addr_of_mut!((*p).n_inputs).write(n_inputs.min(written.min(u32::from(u8::MAX)) as u8));
@@ -880,6 +953,59 @@ mod tests {
         moved.push_numbered(inert(), &[], 7);
         moved.push_numbered(inert(), &[], 3);
         assert_eq!((moved.program(0), moved.program(1)), (7, 3));
+    }
+
+    #[test]
+    fn an_instruction_with_a_view_says_so_and_its_operand_reaches_the_owners_dependence() {
+        use crate::ep::DeviceId;
+        use crate::vm::tensor::{MetaId, TensorInner};
+        use crate::vm::{DType, TensorMeta};
+        let meta = TensorMeta::new(&[2, 3], DType::F32, DeviceId::CPU);
+        let owner = TensorInner::for_test(1, meta.clone());
+        let at = NonNull::from(owner.as_ref());
+        let row = meta.with_layout(&[3], &[1], 3);
+        // SAFETY: `owner` is an owner and outlives both views (dropped last); nothing counts
+        // them, since no instruction here runs and no handle is made.
+        let (view, split) = unsafe {
+            (
+                Box::new(TensorInner::new_view(2, row.clone(), MetaId::NONE, at, false)),
+                Box::new(TensorInner::new_view(3, row, MetaId::NONE, at, true)),
+            )
+        };
+        // SAFETY: the three objects outlive every operand made here.
+        let op = |t: &TensorInner, mode| Operand::new(unsafe { TensorPtr::new(t) }, mode);
+        let (o, v, x) =
+            (op(&owner, AccessMode::Write), op(&view, AccessMode::Read), op(&split, AccessMode::Read));
+        assert!(!o.is_shared_view() && v.is_shared_view());
+        assert!(!x.is_shared_view(), "the planted fault keeps a dependence object of its own");
+        assert_eq!((v.mode(), o.mode()), (AccessMode::Read, AccessMode::Write));
+        // SAFETY: the objects are alive; each reference is dropped before the next is made.
+        let dep = |o: &Operand| unsafe { o.dep() } as *mut DepObject;
+        assert_eq!(dep(&v), dep(&o), "a view's dependence object is its owner's");
+        assert_ne!(dep(&x), dep(&o));
+        // SAFETY: as above.
+        assert!(std::ptr::eq(unsafe { v.tensor() }, view.as_ref()));
+
+        // Every way into a batch records it: an inline call, a call in the arena, a push.
+        let mut b = Batch::with_capacity(8);
+        static NOOP: &dyn crate::vm::OpKernel = &Noop;
+        let kernel = crate::vm::KernelRef::new(&NOOP);
+        let call = |b: &mut Batch, ts: &[&TensorInner]| {
+            // SAFETY: the tensors outlive the batch, whose instructions never run.
+            unsafe { b.push_call_of(kernel, crate::vm::Attrs::default(), StreamId(0), &ts[1..], &ts[..1]) }
+        };
+        call(&mut b, &[&owner, &owner]);
+        call(&mut b, &[&owner, &view]);
+        call(&mut b, &[&owner, &split]);
+        call(&mut b, &[&owner, &owner, &owner, &owner, &owner, &view]);
+        call(&mut b, &[&owner, &owner, &owner, &owner, &owner, &owner]);
+        b.push(Instruction::new(Body::RecordEvent { id: 1 }, StreamId(0)), &[o, v]);
+        b.push(Instruction::new(Body::RecordEvent { id: 2 }, StreamId(0)), &[o, x]);
+        assert!(b.ins[3].ops.in_arena() && b.ins[4].ops.in_arena());
+        let views: Vec<bool> = (0..b.len()).map(|i| b.has_views(i)).collect();
+        assert_eq!(views, [false, true, false, true, false, true, false]);
+        drop(b);
+        drop((view, split));
     }
 
     /// A kernel that does nothing.

@@ -371,6 +371,7 @@ impl Scheduler<'_> {
         // A stream that keeps flight slots (the collective streams by default, `vm::flight`)
         // records each instruction as it is admitted: `admit` does that, one at a time.
         if !matches!(ins.body, Body::OpCall { .. })
+            || ins.views
             || st.dispatched != st.last
             || self.parts.flight.keeps(s as usize)
         {
@@ -389,8 +390,11 @@ impl Scheduler<'_> {
             // it, with that operand and the ones after it still to be ruled on.
             let mut rest = None;
             while i < end {
+                // An instruction with an operand that views another's storage leaves the run:
+                // the loop reaches each operand's own dependence object, untested.
+                let views = batch.has_views(i);
                 let (body, stream, _, ops) = batch.parts(i);
-                if stream.0 != s || !matches!(body, Body::OpCall { .. }) {
+                if stream.0 != s || !matches!(body, Body::OpCall { .. }) || views {
                     break;
                 }
                 seq += 1;
@@ -401,8 +405,8 @@ impl Scheduler<'_> {
                 // went to the stack and back on every instruction.
                 let mut it = ops.iter();
                 for op in it.by_ref() {
-                    // SAFETY: as in `apply_rules`.
-                    let dep = unsafe { op.tensor().dep_mut() };
+                    // SAFETY: as in `apply_rules`; no operand is a shared view (above).
+                    let dep = unsafe { op.own_dep() };
                     let local = match op.mode() {
                         AccessMode::Read => dep.read_local(me),
                         AccessMode::Write => dep.write_local(me),
@@ -500,7 +504,7 @@ impl Scheduler<'_> {
             // SAFETY: the instruction is being admitted, so its operands' tensors are alive
             // (`Operand::tensor`); only the scheduler thread (this one) touches dependence
             // objects, and no other reference to this one is held across this call.
-            let dep = unsafe { op.tensor().dep_mut() };
+            let dep = unsafe { op.dep() };
             match op.mode() {
                 AccessMode::Read => dep.read(me, self),
                 AccessMode::Write => dep.write(me, self),

@@ -275,7 +275,7 @@ struct Line<T>(T);
 /// own lines are the storage's. A *view* (`framework::Tensor::view`) is a tensor object
 /// with a layout of its own (`meta`: shape, strides, offset) over another tensor's storage:
 /// its `base` names the owner, and its value and dependence object are the owner's
-/// ([`value`](Self::value), [`dep_mut`](Self::dep_mut) go there). So every read and write
+/// ([`value`](Self::value), the scheduler's `vm::instruction::Operand::dep` go there). So every read and write
 /// through any view of a storage is ordered by the one dependence object of that storage
 /// (the read/write rule applies to storages), and the storage's error and bytes are shared.
 /// A view of a view names the owner, never another view.
@@ -363,7 +363,7 @@ const SPLIT: usize = 1;
 pub(crate) const NO_STREAM: u32 = u32::MAX;
 
 // SAFETY: `meta` and `id` are immutable and the atomics are Sync. The two cells are never
-// touched concurrently: `dep` only by the scheduler thread (`dep_mut`'s contract), and
+// touched concurrently: `dep` only by the scheduler thread (`own_dep_mut`'s contract), and
 // `value` only by the instruction that the scheduler's dependence rules currently let
 // access it, with happens-before edges between successive accessors established by the
 // queues and completion reports they pass through (`value`/`value_mut`'s contract).
@@ -440,6 +440,13 @@ impl TensorInner {
         self.base.is_some()
     }
 
+    /// Whether this tensor's dependence object is another's (its owner's): a view, unless
+    /// it carries the planted fault `split_view_dependences`.
+    #[inline(always)]
+    pub(crate) fn shares_dependence(&self) -> bool {
+        matches!(self.base, Some(b) if b.addr().get() & SPLIT == 0)
+    }
+
     /// The owner this view's reference is to, if this is a view.
     #[inline]
     pub(crate) fn base_ptr(&self) -> Option<NonNull<TensorInner>> {
@@ -488,20 +495,21 @@ impl TensorInner {
         self.vm == vm
     }
 
-    /// The dependence object of the tensor's storage.
+    /// This tensor object's own dependence object: its storage's, unless it is a view that
+    /// shares its owner's ([`shares_dependence`](Self::shares_dependence)), whose own
+    /// object is unused. The scheduler knows which from the operand
+    /// (`vm::instruction::Operand::dep`), without a look at `base`.
     ///
     /// # Safety
     /// Only the scheduler thread may call this, and it must not hold two references to the
-    /// same storage's dependence object at once (two views of one storage share it).
+    /// same storage's dependence object at once (two views of one storage share it);
+    /// `self.shares_dependence()` is false.
     #[allow(clippy::mut_from_ref)]
     #[inline(always)]
-    pub(crate) unsafe fn dep_mut(&self) -> &mut DepObject {
-        let of = match self.base {
-            Some(b) if b.addr().get() & SPLIT != 0 => self,
-            _ => self.owner(),
-        };
+    pub(crate) unsafe fn own_dep_mut(&self) -> &mut DepObject {
+        debug_assert!(!self.shares_dependence());
         // SAFETY: single-threaded access by the scheduler, by the caller's contract.
-        unsafe { &mut *of.dep.0.get() }
+        unsafe { &mut *self.dep.0.get() }
     }
 }
 
