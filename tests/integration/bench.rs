@@ -17,6 +17,14 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Standard output of `bench --json`, each line one JSON object.
+fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line one JSON object"))
+        .collect()
+}
+
 #[test]
 fn zero_instructions_and_zero_repetitions_are_usage_errors() {
     for (args, flag) in [
@@ -79,10 +87,7 @@ fn cuda_json_is_one_object_per_report_even_when_skipped() {
 fn json_has_one_object_per_workload_with_its_figures() {
     let o = eagervm(&["bench", "-n", "2000", "-r", "2", "-w", "1,5,9,mlp", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line one JSON object"))
-        .collect();
+    let lines = json_lines(&o);
     assert_eq!(lines.len(), 4);
     let w1 = &lines[0];
     assert_eq!(w1["workload"], "W1");
@@ -151,10 +156,7 @@ fn the_mlp_figures_are_per_step_and_training_stays_finite() {
 fn busy_loops_are_counted_in_every_json_line_with_the_load_average() {
     let o = eagervm(&["bench", "-w", "6,9", "-n", "2000", "-r", "1", "--busy", "1", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line one JSON object"))
-        .collect();
+    let lines = json_lines(&o);
     assert_eq!(lines.len(), 2);
     let readable = std::path::Path::new("/proc/loadavg").exists();
     for l in &lines {
