@@ -5,8 +5,9 @@
 #   benches/peers/run.sh                 # the CPU: 3 rounds at -n 10^6
 #   benches/peers/run.sh --rounds 5 -n 200000
 #   benches/peers/run.sh --cuda          # on a GPU machine: the run-mlp step on cuda:0
+#   benches/peers/run.sh --busy 0,1,2    # against ATen beside 0, 1 and 2 busy loops, with slowdowns
 #
-# Any other argument goes to compare.py (--reps, --cuda-steps, --json-out FILE).
+# Any other argument goes to compare.py (--reps, --cuda-steps, --json-out FILE, --busy LIST).
 #   PEERS_VENV   venv with torch (default /work/peers/venv)
 #   TORCH_PYTHON a python with torch, if not the venv's (e.g. a GPU machine's system python)
 #   MXNET_VENV   venv with mxnet==1.9.1 (default /work/peers/mxnet-venv); skipped if missing

@@ -22,9 +22,11 @@
 //!
 //! [`ops`] holds W5–W9, the paths W1–W4 skip (a DAG across streams, the allocating `call`,
 //! the eager front end, a round trip), and [`mlp`] the training step of `eagervm run mlp` at
-//! its own and at larger shapes.
+//! its own and at larger shapes. [`busy`] starts the competitors of `--busy K` and reads the
+//! load average every report states.
 
 pub mod baseline;
+pub mod busy;
 pub mod cpu;
 pub mod cuda;
 mod floor;

@@ -1,16 +1,18 @@
 //! `eagervm bench`'s selection of workloads and its report: three tables (W1–W4, W5–W9,
 //! the MLP step) or one JSON object per workload, then a warning for each workload whose
-//! repetitions disagree by more than twice.
+//! repetitions disagree by more than twice. Every report says how many busy loops ran beside
+//! the measurement (`--busy`) and the load average it was taken under.
 
 use std::io::Write;
 
+use super::busy::{self, Competitors, Conditions};
 use super::mlp::{self, MlpShape};
 use super::ops::{self, OpsWorkload};
 use super::progress::Progress;
 use super::spread::DISAGREEMENT;
 use super::{Workload, FLOOR_TARGET};
 use crate::ep::DeviceId;
-use crate::vm::{Config, Result};
+use crate::vm::{Config, Error, Result};
 use crate::VirtualMachine;
 
 /// One item of a selection.
@@ -94,18 +96,70 @@ macro_rules! line {
     }};
 }
 
-/// Run `selection` at size `n`, `reps` repetitions each, and print the report (tables or
-/// JSON lines) to `out`. Returns whether every checked workload (W5–W9, the MLP) matched its
-/// sequential reference.
+/// How [`run`] measures and reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Instructions per workload (`-n`).
+    pub n: usize,
+    /// Repetitions of each workload (`-r`); the median is reported.
+    pub reps: u32,
+    /// One JSON object per workload instead of the tables (`--json`).
+    pub json: bool,
+    /// Busy loops run beside the whole measurement, warm-ups included (`--busy`,
+    /// [`busy::Competitors`]).
+    pub busy: usize,
+}
+
+/// One line of `--json`: a workload's figures, then the conditions they were taken under.
+fn json_line<T: serde::Serialize>(result: &T, conditions: Conditions) -> String {
+    #[derive(serde::Serialize)]
+    struct Line<'a, T: serde::Serialize> {
+        #[serde(flatten)]
+        result: &'a T,
+        #[serde(flatten)]
+        conditions: Conditions,
+    }
+    serde_json::to_string(&Line { result, conditions }).unwrap_or_default()
+}
+
+/// The competitors' command as a shell would take it: `sh -c 'while :; do :; done'`.
+fn busy_loop_text() -> String {
+    let [sh, c, script] = busy::BUSY_LOOP;
+    format!("{sh} {c} '{script}'")
+}
+
+/// A load average as the text report shows it.
+fn load_text(load: Option<f64>) -> String {
+    load.map_or_else(|| "unknown (no /proc/loadavg)".into(), |l| format!("{l:.2}"))
+}
+
+/// Run `selection` as `opts` say, with `opts.busy` busy loops beside it, and print the report
+/// (tables or JSON lines) to `out`. Returns whether every checked workload (W5–W9, the MLP)
+/// matched its sequential reference. The busy loops are stopped before it returns, whether
+/// it succeeds or not.
 pub fn run(
     selection: &Selection,
-    n: usize,
-    reps: u32,
-    json: bool,
+    opts: &Options,
     config: &Config,
     progress: &Progress,
     out: &mut dyn Write,
 ) -> Result<bool> {
+    let Options { n, reps, json, busy } = *opts;
+    // Read before the competitors start: an average over the last minute, it then says what
+    // else the machine was doing.
+    let load_start = busy::load_average();
+    // Held to the end of this function: its drop stops the competitors on every way out.
+    let competitors = Competitors::start(busy).map_err(|e| {
+        Error::Config(format!("cannot start {busy} busy loop(s) (`{}`): {e}", busy_loop_text()))
+    })?;
+    // Each JSON line carries the load average at its own workload's start and end.
+    let mut load_before = load_start;
+    let mut conditions = || {
+        let load_after = busy::load_average();
+        let c = Conditions { busy, load_1m_start: load_before, load_1m_end: load_after };
+        load_before = load_after;
+        c
+    };
     let mut warnings = Vec::new();
     let mut checked = true;
     let mut header = None;
@@ -167,6 +221,7 @@ pub fn run(
         match *item {
             Item::Pipeline(w) => {
                 let r = super::measure_with(w, n, reps, config, progress)?;
+                let c = conditions();
                 progress.clear();
                 heading(out, 0);
                 if r.noisy {
@@ -184,7 +239,7 @@ pub fn run(
                     ));
                 }
                 if json {
-                    line!(out, "{}", serde_json::to_string(&r).unwrap_or_default());
+                    line!(out, "{}", json_line(&r, c));
                     continue;
                 }
                 let cpu = r.cpu_ns_per_instr.map_or(String::new(), |c| {
@@ -212,6 +267,7 @@ pub fn run(
             }
             Item::Ops(w) => {
                 let r = ops::measure(w, n, reps, config, progress)?;
+                let c = conditions();
                 progress.clear();
                 heading(out, 1);
                 checked &= r.checked;
@@ -226,7 +282,7 @@ pub fn run(
                         .push(format!("{}: the result differs from the sequential reference", r.workload));
                 }
                 if json {
-                    line!(out, "{}", serde_json::to_string(&r).unwrap_or_default());
+                    line!(out, "{}", json_line(&r, c));
                     continue;
                 }
                 line!(
@@ -245,6 +301,7 @@ pub fn run(
             Item::Mlp(shape) => {
                 let vm = VirtualMachine::new(config.clone())?;
                 let r = mlp::measure(&vm, DeviceId::CPU, shape, shape.steps(n), reps, progress)?;
+                let c = conditions();
                 progress.clear();
                 heading(out, 2);
                 checked &= r.last_loss.is_finite();
@@ -257,7 +314,7 @@ pub fn run(
                     ));
                 }
                 if json {
-                    line!(out, "{}", serde_json::to_string(&r).unwrap_or_default());
+                    line!(out, "{}", json_line(&r, c));
                     continue;
                 }
                 line!(
@@ -273,6 +330,9 @@ pub fn run(
             }
         }
     }
+    let load_end = load_before;
+    let ran = competitors.len();
+    drop(competitors);
     if !json {
         if header.is_some() && selection.0.iter().any(|i| matches!(i, Item::Pipeline(_))) {
             line!(
@@ -283,6 +343,16 @@ pub fn run(
                  ns/instr (docs/performance.md)"
             );
         }
+        let beside = match ran {
+            0 => "no busy loop ran beside the measurement (--busy 0)".to_string(),
+            k => format!("{k} busy loop(s) (`{}`) ran beside the measurement", busy_loop_text()),
+        };
+        line!(
+            out,
+            "\ncompetition: {beside}; 1-minute load average {} at the start, {} at the end",
+            load_text(load_start),
+            load_text(load_end)
+        );
         for w in &warnings {
             line!(out, "warning: {w}");
         }

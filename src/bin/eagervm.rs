@@ -225,6 +225,17 @@ enum Command {
         /// With --cuda: MLP steps (0 skips them; default 200).
         #[arg(long)]
         steps: Option<usize>,
+        /// Run K busy loops (processes that never sleep) beside the whole measurement, and
+        /// stop them at its end; the report says how many ran and the 1-minute load average
+        /// at the start and end (0 to 1024; not with --cuda).
+        #[arg(
+            long,
+            value_name = "K",
+            default_value_t = 0,
+            value_parser = clap::value_parser!(u16).range(0..=1024),
+            conflicts_with = "cuda"
+        )]
+        busy: u16,
     },
 }
 
@@ -339,7 +350,9 @@ fn dispatch(command: Command) -> Result<(), CliError> {
                 )
                 .exit()
         }
-        Command::Bench { n, reps, workloads, json, .. } => run_bench(n, reps, &workloads, json),
+        Command::Bench { n, reps, workloads, json, busy, .. } => {
+            run_bench(&workloads, &bench::report::Options { n, reps, json, busy: busy.into() })
+        }
         Command::Run { target, replay, dp } if target == "mlp-dp" => run_dp(&replay, &dp),
         Command::Run { dp, .. } if dp.given() => {
             Err(CliError::Usage("--ranks, --backend, --steps and --compare apply to `mlp-dp`".into()))
@@ -666,11 +679,11 @@ fn run_cuda_bench(opts: &bench::cuda::CudaBenchOptions, reps: u32, json: bool) -
     Ok(())
 }
 
-fn run_bench(n: usize, reps: u32, workloads: &[String], json: bool) -> Result<(), CliError> {
+fn run_bench(workloads: &[String], opts: &bench::report::Options) -> Result<(), CliError> {
     let selection = bench::report::Selection::parse(workloads).map_err(CliError::Usage)?;
     let progress = bench::Progress::stderr();
     let mut out = std::io::stdout();
-    let checked = bench::report::run(&selection, n, reps, json, &Config::from_env(), &progress, &mut out)
+    let checked = bench::report::run(&selection, opts, &Config::from_env(), &progress, &mut out)
         .map_err(|error| CliError::Program { program: "bench".into(), error })?;
     match checked {
         true => Ok(()),

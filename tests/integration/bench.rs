@@ -17,6 +17,14 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Standard output of `bench --json`, each line one JSON object.
+fn json_lines(o: &Output) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line one JSON object"))
+        .collect()
+}
+
 #[test]
 fn zero_instructions_and_zero_repetitions_are_usage_errors() {
     for (args, flag) in [
@@ -79,10 +87,7 @@ fn cuda_json_is_one_object_per_report_even_when_skipped() {
 fn json_has_one_object_per_workload_with_its_figures() {
     let o = eagervm(&["bench", "-n", "2000", "-r", "2", "-w", "1,5,9,mlp", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each line one JSON object"))
-        .collect();
+    let lines = json_lines(&o);
     assert_eq!(lines.len(), 4);
     let w1 = &lines[0];
     assert_eq!(w1["workload"], "W1");
@@ -145,4 +150,70 @@ fn the_mlp_figures_are_per_step_and_training_stays_finite() {
     assert_eq!(MlpShape::SMALL.steps(1_000_000), 2000);
     assert_eq!(MlpShape::LARGE.steps(1_000_000), 10);
     assert_eq!(MlpShape::LARGE.steps(1), 2);
+}
+
+#[test]
+fn busy_loops_are_counted_in_every_json_line_with_the_load_average() {
+    let o = eagervm(&["bench", "-w", "6,9", "-n", "2000", "-r", "1", "--busy", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let lines = json_lines(&o);
+    assert_eq!(lines.len(), 2);
+    let readable = std::path::Path::new("/proc/loadavg").exists();
+    for l in &lines {
+        assert_eq!(l["busy"], 1, "{l}");
+        for field in ["load_1m_start", "load_1m_end"] {
+            match readable {
+                true => assert!(l[field].as_f64().is_some_and(|x| x >= 0.0), "{field}: {l}"),
+                false => assert!(l.get(field).is_none(), "{field} without /proc/loadavg: {l}"),
+            }
+        }
+    }
+    // One workload's end is the next one's start: together they cover the run.
+    assert_eq!(lines[0]["load_1m_end"], lines[1]["load_1m_start"]);
+    // Without --busy: none, and said so.
+    let o = eagervm(&["bench", "-w", "6", "-n", "2000", "-r", "1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON object");
+    assert_eq!(v["busy"], 0, "{v}");
+}
+
+#[test]
+fn the_table_says_how_many_busy_loops_ran_and_the_load() {
+    let o = eagervm(&["bench", "-w", "7", "-n", "2000", "-r", "1", "--busy", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text.lines().find(|l| l.starts_with("competition:")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("2 busy loop(s)") && line.contains("1-minute load average"), "{line}");
+    let o = eagervm(&["bench", "-w", "7", "-n", "2000", "-r", "1"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.lines().any(|l| l.starts_with("competition: no busy loop")), "{text}");
+}
+
+#[test]
+fn busy_takes_a_count_and_not_with_cuda() {
+    for args in [&["bench", "--busy", "x"][..], &["bench", "--busy", "-1"], &["bench", "--busy", "1025"]] {
+        let o = eagervm(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        // clap takes `-1` for an unknown flag and names it, not --busy.
+        assert!(stderr(&o).contains("--busy") || args[2] == "-1", "{args:?}: {}", stderr(&o));
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    let o = eagervm(&["bench", "--cuda", "--busy", "1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--busy") && stderr(&o).contains("--cuda"), "{}", stderr(&o));
+}
+
+/// `benches/peers/compare.py --busy` against stand-ins for eagervm and the ATen harness
+/// (`benches/peers/test_compare.py`; no PyTorch needed). Skipped, saying so, without python3.
+#[test]
+fn the_peer_harness_runs_each_side_beside_the_same_busy_loops() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/peers/test_compare.py");
+    let o = match Command::new("python3").arg(script).output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: no python3 ({e})");
+            return;
+        }
+    };
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
 }
