@@ -143,6 +143,11 @@ impl Array {
     /// The dtype `b` computes `self` and `rhs` in: PyTorch's result type, made floating for
     /// a true division.
     fn compute_dtype(&self, b: Bin, rhs: Rhs<'_>) -> DType {
+        // A number never promotes a floating array (PyTorch's categories): the common
+        // call (`x * 0.5`) needs no table.
+        if matches!(rhs, Rhs::Scalar(_)) && self.dtype().is_floating() {
+            return self.dtype();
+        }
         let other = match rhs {
             Rhs::Array(a) => Operand::Tensor { dtype: a.dtype(), rank: a.ndim() },
             Rhs::Scalar(s) => Operand::Scalar(s),

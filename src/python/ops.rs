@@ -11,6 +11,7 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
+use pyo3::types::PyFloat;
 
 use super::args::{indices, type_name};
 use super::array::PyArr;
@@ -113,6 +114,11 @@ impl Bin {
 
 /// `v` as the other operand of an elementwise op, if it is one (module docs).
 pub(crate) fn operand<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Option<Rhs<'a>>> {
+    // The common operands first, each by an exact type test (a compare of one word): a
+    // `float` (`x * 0.5`), then an array of this very class.
+    if v.is_exact_instance_of::<PyFloat>() {
+        return Ok(Some(Rhs::Scalar(Scalar::Float(v.downcast_exact::<PyFloat>()?.value()))));
+    }
     if let Ok(a) = v.downcast::<PyArr>() {
         return Ok(Some(Rhs::Array(&a.get().a)));
     }
