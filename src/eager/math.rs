@@ -59,9 +59,9 @@ impl From<Scalar> for Rhs<'_> {
     }
 }
 
-/// A binary elementwise op.
+/// A binary elementwise op (the front ends' operators and methods name theirs with it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Bin {
+pub(crate) enum Bin {
     Add,
     Sub,
     Mul,
@@ -75,7 +75,8 @@ enum Bin {
 }
 
 impl Bin {
-    fn name(self) -> &'static str {
+    /// The method's name (`add`), for messages.
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Bin::Add => "add",
             Bin::Sub => "sub",
@@ -92,7 +93,7 @@ impl Bin {
 
     /// The in-place form's name (`add_`), for errors: a constant, so that an accepted
     /// in-place call allocates no string.
-    fn name_in_place(self) -> &'static str {
+    pub(crate) fn name_in_place(self) -> &'static str {
         match self {
             Bin::Add => "add_",
             Bin::Sub => "sub_",
@@ -162,7 +163,7 @@ impl Array {
     }
 
     /// `self b rhs`, a new array.
-    fn binary(&self, b: Bin, rhs: Rhs<'_>) -> Result<Array> {
+    pub(crate) fn binary(&self, b: Bin, rhs: Rhs<'_>) -> Result<Array> {
         // The common call, two arrays of one dtype that `b` computes in: no conversion.
         if let Rhs::Array(o) = rhs {
             if o.dtype() == self.dtype() && (b != Bin::Div || self.dtype().is_floating()) {
@@ -220,7 +221,7 @@ impl Array {
     }
 
     /// `scalar b self`, a new array (Python's reflected operators: `2 - x`, `1 / x`).
-    fn binary_reflected(&self, b: Bin, s: Scalar) -> Result<Array> {
+    pub(crate) fn binary_reflected(&self, b: Bin, s: Scalar) -> Result<Array> {
         if b.compares() {
             return self.binary(b.swapped(), Rhs::Scalar(s));
         }
@@ -239,7 +240,7 @@ impl Array {
     }
 
     /// `self b= rhs`: the result written into this array (module docs).
-    fn binary_(&mut self, b: Bin, rhs: Rhs<'_>) -> Result<&mut Self> {
+    pub(crate) fn binary_(&mut self, b: Bin, rhs: Rhs<'_>) -> Result<&mut Self> {
         let name = b.name_in_place();
         let dt = self.compute_dtype(b, rhs);
         if !can_cast(dt, self.dtype()) {

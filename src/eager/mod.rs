@@ -43,5 +43,7 @@ mod views;
 pub use array::Array;
 pub use context::{Context, ContextOptions, ContextStats};
 pub use index::TensorIndex;
+#[cfg(feature = "python")]
+pub(crate) use math::Bin;
 pub use math::Rhs;
 pub use promote::DEFAULT_FLOAT;

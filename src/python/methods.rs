@@ -19,7 +19,8 @@ use super::dtype::{dtype_object, opt_dtype, PyDType, PyDevice};
 use super::errors::IntoPy;
 use super::interop::{item, to_ndarray};
 use super::issue::{access, issued};
-use super::ops::{self, Bin};
+use super::ops;
+use crate::eager::Bin;
 use super::views;
 use crate::ep::{DeviceId, DeviceType};
 use crate::framework::virtual_machine::HostAccess;
@@ -503,7 +504,7 @@ impl PyArr {
         ops::in_place(py, self, Bin::Div, other)
     }
     fn __richcmp__(&self, py: Python<'_>, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<PyObject> {
-        ops::operator(py, self, Bin::of(op), other)
+        ops::operator(py, self, ops::compare(op), other)
     }
     fn __neg__(&self, py: Python<'_>) -> PyResult<PyArr> {
         Ok(PyArr { a: issued(py, self.a.context(), self.a.neg())? })

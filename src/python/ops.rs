@@ -17,99 +17,27 @@ use super::args::{indices, type_name};
 use super::array::PyArr;
 use super::interop::scalar_of;
 use super::issue::issued;
-use crate::eager::{Array, Rhs};
+use crate::eager::{Array, Bin, Rhs};
 use crate::framework::Scalar;
 use crate::Result;
 
-/// A binary elementwise op.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
+/// The elementwise op of a Python comparison.
+pub(crate) fn compare(op: CompareOp) -> Bin {
+    match op {
+        CompareOp::Eq => Bin::Eq,
+        CompareOp::Ne => Bin::Ne,
+        CompareOp::Lt => Bin::Lt,
+        CompareOp::Le => Bin::Le,
+        CompareOp::Gt => Bin::Gt,
+        CompareOp::Ge => Bin::Ge,
+    }
 }
 
-impl Bin {
-    /// The comparison `op` names.
-    pub(crate) fn of(op: CompareOp) -> Bin {
-        match op {
-            CompareOp::Eq => Bin::Eq,
-            CompareOp::Ne => Bin::Ne,
-            CompareOp::Lt => Bin::Lt,
-            CompareOp::Le => Bin::Le,
-            CompareOp::Gt => Bin::Gt,
-            CompareOp::Ge => Bin::Ge,
-        }
-    }
-
-    /// The method's name, for messages.
-    fn name(self) -> &'static str {
-        match self {
-            Bin::Add => "add",
-            Bin::Sub => "sub",
-            Bin::Mul => "mul",
-            Bin::Div => "div",
-            Bin::Eq => "eq",
-            Bin::Ne => "ne",
-            Bin::Lt => "lt",
-            Bin::Le => "le",
-            Bin::Gt => "gt",
-            Bin::Ge => "ge",
-        }
-    }
-
-    /// `a b rhs`.
-    fn apply(self, a: &Array, rhs: Rhs<'_>) -> Result<Array> {
-        match self {
-            Bin::Add => a.add(rhs),
-            Bin::Sub => a.sub(rhs),
-            Bin::Mul => a.mul(rhs),
-            Bin::Div => a.div(rhs),
-            Bin::Eq => a.eq(rhs),
-            Bin::Ne => a.ne(rhs),
-            Bin::Lt => a.lt(rhs),
-            Bin::Le => a.le(rhs),
-            Bin::Gt => a.gt(rhs),
-            Bin::Ge => a.ge(rhs),
-        }
-    }
-
-    /// `s b a` (Python's reflected operators: `2 - x`, `1 / x`, `2 < x`).
-    fn reflected(self, a: &Array, s: Scalar) -> Result<Array> {
-        match self {
-            Bin::Add => a.add(s),
-            Bin::Mul => a.mul(s),
-            Bin::Sub => a.rsub(s),
-            Bin::Div => a.rdiv(s),
-            Bin::Eq => a.eq(s),
-            Bin::Ne => a.ne(s),
-            Bin::Lt => a.gt(s),
-            Bin::Le => a.ge(s),
-            Bin::Gt => a.lt(s),
-            Bin::Ge => a.le(s),
-        }
-    }
-
-    /// `a b= rhs`, written into `a`'s storage.
-    fn apply_(self, a: &Array, rhs: Rhs<'_>) -> Result<()> {
-        // A handle of the same array: the in-place forms write its storage, and take
-        // `&mut` only to return it.
-        let mut a = a.clone();
-        match self {
-            Bin::Add => a.add_(rhs).map(|_| ()),
-            Bin::Sub => a.sub_(rhs).map(|_| ()),
-            Bin::Mul => a.mul_(rhs).map(|_| ()),
-            Bin::Div => a.div_(rhs).map(|_| ()),
-            _ => unreachable!("no in-place comparison is offered"),
-        }
-    }
+/// `a b= rhs`, written into `a`'s storage.
+fn apply_in_place(a: &Array, b: Bin, rhs: Rhs<'_>) -> Result<()> {
+    // A handle of the same array: the in-place forms write its storage, and take `&mut`
+    // only to return it.
+    a.clone().binary_(b, rhs).map(|_| ())
 }
 
 /// `v` as the other operand of an elementwise op, if it is one (module docs).
@@ -143,7 +71,7 @@ fn object(py: Python<'_>, a: Array) -> PyResult<PyObject> {
 /// The operator `me b other`, or `NotImplemented`.
 pub(crate) fn operator(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
     match operand(other)? {
-        Some(rhs) => object(py, issued(py, me.a.context(), b.apply(&me.a, rhs))?),
+        Some(rhs) => object(py, issued(py, me.a.context(), me.a.binary(b, rhs))?),
         None => Ok(py.NotImplemented()),
     }
 }
@@ -152,7 +80,7 @@ pub(crate) fn operator(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyA
 pub(crate) fn reflected(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<PyObject> {
     match scalar_of(other)? {
         Some(s) if !other.is_instance_of::<PyArr>() => {
-            object(py, issued(py, me.a.context(), b.reflected(&me.a, s))?)
+            object(py, issued(py, me.a.context(), me.a.binary_reflected(b, s))?)
         }
         _ => Ok(py.NotImplemented()),
     }
@@ -161,13 +89,13 @@ pub(crate) fn reflected(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, Py
 /// The method `me.b(other)`.
 pub(crate) fn method(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<PyArr> {
     let rhs = operand_of(b.name(), other)?;
-    Ok(PyArr { a: issued(py, me.a.context(), b.apply(&me.a, rhs))? })
+    Ok(PyArr { a: issued(py, me.a.context(), me.a.binary(b, rhs))? })
 }
 
 /// The in-place operator or method `me.b_(other)`.
 pub(crate) fn in_place(py: Python<'_>, me: &PyArr, b: Bin, other: &Bound<'_, PyAny>) -> PyResult<()> {
-    let rhs = operand_of(&format!("{}_", b.name()), other)?;
-    issued(py, me.a.context(), b.apply_(&me.a, rhs))
+    let rhs = operand_of(b.name_in_place(), other)?;
+    issued(py, me.a.context(), apply_in_place(&me.a, b, rhs))
 }
 
 /// `me[key] = value`: the view `me[key]` overwritten with `value` (an array broadcast to

@@ -700,10 +700,33 @@ impl Batch {
 
     /// Append the `Release` of the tensor `owner` holds, on `stream`. Safe: the instruction
     /// owns the count that keeps the tensor alive.
+    ///
+    /// Written field by field where it lies in the batch, as [`push_call`](Self::push_call)
+    /// writes a call and for its reason: every dropped handle of an eager front end emits
+    /// one, so a release is as frequent as a call.
+    #[inline]
     pub(crate) fn push_release(&mut self, owner: TensorOwner, stream: StreamId) {
         // SAFETY: the instruction owns `owner`, so the pointer lives as long as it.
         let op = Operand::new(unsafe { TensorPtr::new(&owner) }, AccessMode::Write);
-        self.push(Instruction::new(Body::Release { owner: Some(owner) }, stream), &[op]);
+        self.ins.reserve(1);
+        let len_now = self.ins.len();
+        // SAFETY: `reserve(1)` left room for an element at index `len_now`; every field is
+        // written before `set_len` makes it part of the vector (the operand list's one
+        // inline slot, as its length says; the others stay uninitialised, which `OpList`
+        // allows).
+        unsafe {
+            let p = self.ins.as_mut_ptr().add(len_now);
+            std::ptr::addr_of_mut!((*p).body).write(Body::Release { owner: Some(owner) });
+            let l = std::ptr::addr_of_mut!((*p).ops);
+            std::ptr::addr_of_mut!((*l).at).write(0);
+            std::ptr::addr_of_mut!((*l).inline).cast::<MaybeUninit<Operand>>().write(MaybeUninit::new(op));
+            std::ptr::addr_of_mut!((*l).len).write(1);
+            std::ptr::addr_of_mut!((*p).stream).write(stream);
+            std::ptr::addr_of_mut!((*p).n_inputs).write(0);
+            std::ptr::addr_of_mut!((*p).views).write(op.is_shared_view());
+            self.ins.set_len(len_now + 1);
+        }
+        self.drops = true;
     }
 
     /// Number the instructions consecutively from `first`.

@@ -101,6 +101,7 @@ pub fn contiguous_strides(shape: &[usize]) -> Strides {
 
 impl TensorMeta {
     /// A contiguous meta: row-major strides, offset 0.
+    #[inline]
     pub fn new(shape: &[usize], dtype: DType, device: DeviceId) -> Self {
         let n = shape.len();
         if n <= 4 {
