@@ -685,7 +685,7 @@ impl Batch {
         let op = Operand::new(unsafe { TensorPtr::new(t) }, AccessMode::Read);
         let slot = SlotSender::new(slot);
         let body = if wait_only { Body::Wait(slot) } else { Body::Read(slot) };
-        self.push(Instruction::new(body, stream), &[op]);
+        self.push_one(body, stream, op);
     }
 
     /// Append a host access on `stream` that overwrites `t` with `bytes`.
@@ -695,19 +695,24 @@ impl Batch {
     pub(crate) unsafe fn push_write(&mut self, t: &TensorInner, stream: StreamId, bytes: Box<[u8]>) {
         // SAFETY: the caller's contract is `TensorPtr::new`'s.
         let op = Operand::new(unsafe { TensorPtr::new(t) }, AccessMode::Write);
-        self.push(Instruction::new(Body::Write(bytes), stream), &[op]);
+        self.push_one(Body::Write(bytes), stream, op);
     }
 
     /// Append the `Release` of the tensor `owner` holds, on `stream`. Safe: the instruction
     /// owns the count that keeps the tensor alive.
-    ///
-    /// Written field by field where it lies in the batch, as [`push_call`](Self::push_call)
-    /// writes a call and for its reason: every dropped handle of an eager front end emits
-    /// one, so a release is as frequent as a call.
     #[inline]
     pub(crate) fn push_release(&mut self, owner: TensorOwner, stream: StreamId) {
         // SAFETY: the instruction owns `owner`, so the pointer lives as long as it.
         let op = Operand::new(unsafe { TensorPtr::new(&owner) }, AccessMode::Write);
+        self.push_one(Body::Release { owner: Some(owner) }, stream, op);
+    }
+
+    /// Append an instruction of one operand, other than a call: written field by field
+    /// where it lies in the batch, as [`push_call`](Self::push_call) writes a call and for
+    /// its reason. Every dropped handle of an eager front end emits a `Release` and every
+    /// read of a result a host access, so these are as frequent as calls.
+    #[inline(always)]
+    fn push_one(&mut self, body: Body, stream: StreamId, op: Operand) {
         self.ins.reserve(1);
         let len_now = self.ins.len();
         // SAFETY: `reserve(1)` left room for an element at index `len_now`; every field is
@@ -716,7 +721,7 @@ impl Batch {
         // allows).
         unsafe {
             let p = self.ins.as_mut_ptr().add(len_now);
-            std::ptr::addr_of_mut!((*p).body).write(Body::Release { owner: Some(owner) });
+            std::ptr::addr_of_mut!((*p).body).write(body);
             let l = std::ptr::addr_of_mut!((*p).ops);
             std::ptr::addr_of_mut!((*l).at).write(0);
             std::ptr::addr_of_mut!((*l).inline).cast::<MaybeUninit<Operand>>().write(MaybeUninit::new(op));
@@ -1024,9 +1029,22 @@ mod tests {
         call(&mut b, &[&owner, &owner, &owner, &owner, &owner, &owner]);
         b.push(Instruction::new(Body::RecordEvent { id: 1 }, StreamId(0)), &[o, v]);
         b.push(Instruction::new(Body::RecordEvent { id: 2 }, StreamId(0)), &[o, x]);
+        let slot = AccessSlot::new();
+        // SAFETY: as for the calls above.
+        unsafe {
+            b.push_read(&view, StreamId(0), slot.clone(), false);
+            b.push_read(&owner, StreamId(0), slot.clone(), true);
+            b.push_write(&view, StreamId(0), Box::new([0; 12]));
+        }
         assert!(b.ins[3].ops.in_arena() && b.ins[4].ops.in_arena());
         let views: Vec<bool> = (0..b.len()).map(|i| b.has_views(i)).collect();
-        assert_eq!(views, [false, true, false, true, false, true, false]);
+        assert_eq!(views, [false, true, false, true, false, true, false, true, false, true]);
+        // The one-operand instructions are written in place: one operand, no inputs.
+        assert_eq!(*b.operands(&b.ins[7]), [v]);
+        assert_eq!(b.ins[7].n_inputs, 0);
+        assert_eq!(*b.operands(&b.ins[8]), [op(&owner, AccessMode::Read)]);
+        assert_eq!(*b.operands(&b.ins[9]), [op(&view, AccessMode::Write)]);
+        assert!(matches!(b.ins[9].body, Body::Write(_)));
         drop(b);
         drop((view, split));
     }
