@@ -216,10 +216,14 @@ impl Array {
                 detail: format!("has {} elements; item reads a one-element array", self.numel()),
             });
         }
-        let values = self.to_vec::<T>()?;
-        values.first().copied().ok_or_else(|| Error::Access {
+        if T::DTYPE != self.dtype() {
+            return Err(Error::DType { expected: self.dtype(), found: T::DTYPE });
+        }
+        // The one element from the bytes read, without a vector of values.
+        let bytes = self.cx.host_access(&self.t, false)?;
+        T::first_of(&bytes).ok_or_else(|| Error::Access {
             tensor: self.id(),
-            detail: format!("read {} elements; item reads a one-element array", values.len()),
+            detail: format!("read {} bytes; item reads a one-element array", bytes.len()),
         })
     }
 

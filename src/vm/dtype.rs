@@ -290,6 +290,11 @@ pub trait Element: Copy + Send + Sync + 'static + fmt::Debug + PartialEq {
     fn try_from_bytes(bytes: &[u8]) -> Result<Vec<Self>, TryReserveError>;
     /// [`Element::to_bytes`], or the error of a refused allocation.
     fn try_to_bytes(values: &[Self]) -> Result<Vec<u8>, TryReserveError>;
+    /// The first element of native-endian `bytes`, `None` if they hold less than one: what a
+    /// read of one element (`item`) decodes, without a vector.
+    fn first_of(bytes: &[u8]) -> Option<Self> {
+        Self::from_bytes(bytes).first().copied()
+    }
 }
 
 /// A vector with room for exactly `n` elements, or the error of a refused allocation.
@@ -326,6 +331,9 @@ macro_rules! element {
                 v.extend(values.iter().flat_map(|x| x.to_ne_bytes()));
                 Ok(v)
             }
+            fn first_of(bytes: &[u8]) -> Option<Self> {
+                Some(<$t>::from_ne_bytes(bytes.get(..$n)?.try_into().expect("a whole element")))
+            }
         }
     };
 }
@@ -355,6 +363,9 @@ impl Element for bool {
         let mut v = with_room(values.len())?;
         v.extend(values.iter().map(|&b| u8::from(b)));
         Ok(v)
+    }
+    fn first_of(bytes: &[u8]) -> Option<Self> {
+        bytes.first().map(|&b| b != 0)
     }
 }
 
@@ -409,6 +420,27 @@ pub fn write_element(dtype: DType, v: Scalar, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `first_of` decodes what `from_bytes` decodes first, for every element type, and
+    /// refuses fewer bytes than one element.
+    #[test]
+    fn the_first_element_of_bytes_is_the_first_decoded() {
+        fn check<T: Element>(values: &[T]) {
+            let bytes = T::to_bytes(values);
+            assert_eq!(T::first_of(&bytes), Some(values[0]));
+            assert_eq!(T::first_of(&bytes), T::from_bytes(&bytes).first().copied());
+            assert_eq!(T::first_of(&bytes[..T::DTYPE.size() - 1]), None, "{}", T::DTYPE);
+        }
+        check(&[-1.5f32, 2.0]);
+        check(&[f64::MIN_POSITIVE, 3.0]);
+        check(&[f16::from_f32(0.333), f16::ONE]);
+        check(&[bf16::from_f32(-7.25), bf16::ONE]);
+        check(&[i32::MIN, 1]);
+        check(&[i64::MAX, -1]);
+        check(&[255u8, 0]);
+        check(&[true, false]);
+        assert_eq!(bool::first_of(&[2]), Some(true), "any byte other than 0 reads as true");
+    }
 
     #[test]
     fn sizes_and_names_round_trip() {
