@@ -226,7 +226,6 @@ impl Array {
             return self.binary(b.swapped(), Rhs::Scalar(s));
         }
         let dt = self.compute_dtype(b, Rhs::Scalar(s));
-        let x = self.to_dtype(dt)?;
         let s = scalar_in(s, dt);
         let o = self.cx.ops();
         let op = match b {
@@ -236,7 +235,13 @@ impl Array {
             Bin::Div => o.rdiv_scalar,
             _ => unreachable!("comparisons are swapped above"),
         };
-        x.call(op, &[&x], Attrs::of(s))
+        // As in `binary`: the array itself where no conversion is needed.
+        if dt == self.dtype() {
+            self.call(op, &[self], Attrs::of(s))
+        } else {
+            let x = self.to_dtype(dt)?;
+            x.call(op, &[&x], Attrs::of(s))
+        }
     }
 
     /// `self b= rhs`: the result written into this array (module docs).
