@@ -268,8 +268,12 @@ impl<'a> State<'a> {
         let operands = || ins.iter().chain(outs);
         let aliased =
             outs.iter().enumerate().any(|(i, o)| ins.iter().chain(&outs[..i]).any(|t| t.id() == o.id()));
+        // The builder does not promote (the eager front end does): inputs of two dtypes are
+        // refused by `infer` ("cast to one dtype first") before the size check.
+        let one_dtype = ins.windows(2).all(|w| w[0].dtype() == w[1].dtype());
         let sure = dev.is_some_and(|d| operands().all(|t| t.device() == d))
             && operands().all(|t| self.live(t.id()))
+            && one_dtype
             && !aliased;
         let on = dev.map_or_else(|| "a stream of another VM".to_string(), |d| d.to_string());
         Some(Over { error: o.error(format!("output 0 of `{op}` on {on}")), sure })
@@ -501,10 +505,14 @@ impl<'a> State<'a> {
                     ("sum_rows", [a]) => vec![sum_rows_over(a.shape(), a.dtype())],
                     _ => Vec::new(),
                 };
-                // The size check refuses the first output over the cap.
+                // The size check refuses the first output over the cap. A call by name does
+                // not promote: inputs of two dtypes may be refused by `infer` first.
+                let one_dtype = inputs.windows(2).all(|w| w[0].dtype() == w[1].dtype());
                 let over = outs.into_iter().enumerate().find_map(|(i, o)| Some((i, o?))).map(|(i, o)| Over {
                     error: o.error(format!("output {i} of `{op}` on {id}")),
-                    sure: dev.present() && inputs.iter().all(|a| self.live(a.id()) && a.device() == id),
+                    sure: dev.present()
+                        && one_dtype
+                        && inputs.iter().all(|a| self.live(a.id()) && a.device() == id),
                 });
                 let given: Vec<OutSpec> = given
                     .iter()
