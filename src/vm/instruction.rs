@@ -157,8 +157,8 @@ impl Operand {
     pub(super) unsafe fn dep(&self) -> &mut DepObject {
         // SAFETY: the contract.
         let t = unsafe { self.tensor() };
-        // Inline, both ways: a call here, even a cold one, made the scheduler's loop keep
-        // its state on the stack rather than in registers.
+        // Used where an instruction leaves the scheduler's run (`Scheduler::apply_rules`):
+        // the test of the bit is paid there, not in the run's loop (`own_dep`).
         let of = if self.0.addr().get() & VIEW_BIT == 0 { t } else { t.owner() };
         // SAFETY: the contract; `of`'s dependence object is its own (an owner's, or the
         // operand's own when the bit is clear).
