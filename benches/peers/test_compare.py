@@ -3,7 +3,7 @@
 no build): each level runs both sides beside that many busy loops, the table shows each
 side's slowdown, and no busy loop outlives compare.py.
 
-    python3 benches/peers/test_compare.py      # also run by `cargo test` (tests/integration/bench.rs)
+    python3 benches/peers/test_compare.py      # also run by .ci/run
 """
 
 import json

@@ -116,9 +116,9 @@ impl AsObject for TensorInner {
 /// The view bit is there for the scheduler, which reaches the dependence object of every
 /// operand of every instruction: told by the operand (and the instruction, `views`), it goes
 /// to a tensor's own dependence object with nothing to load or test first. Asking the
-/// tensor object (its `base`) put a load in front of every operand's dependence object;
-/// the scheduler of a random DAG over 256 tensors (`eagervm bench`'s W4) then took three
-/// times as long per instruction (`docs/performance.md`).
+/// tensor object (its `base`) put a load in front of every operand's dependence object,
+/// which slowed the scheduler of every program over many tensors (`docs/performance.md`,
+/// "Tensors with views and dtypes, against the engine before them", has the measurement).
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct Operand(NonNull<TensorInner>);
 
@@ -195,8 +195,8 @@ impl Operand {
 
     /// The tensor's own dependence object, for an operand that is not a shared view (an
     /// instruction whose `views` is false): [`dep`](Self::dep) without its branch, which
-    /// in the scheduler's loop over operands cost more than the rest of the loop
-    /// (`Scheduler::admit_run`).
+    /// slowed the scheduler's loop over operands (`Scheduler::admit_run`) as much as the
+    /// load it replaces (`docs/performance.md`).
     ///
     /// # Safety
     /// As for [`dep`](Self::dep), and `!self.is_shared_view()`.

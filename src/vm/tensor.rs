@@ -276,9 +276,10 @@ struct Line<T>(T);
 /// own lines are the storage's. A *view* (`framework::Tensor::view`) is a tensor object
 /// with a layout of its own (`meta`: shape, strides, offset) over another tensor's storage:
 /// its `base` names the owner, and its value and dependence object are the owner's
-/// ([`value`](Self::value), the scheduler's `vm::instruction::Operand::dep` go there). So every read and write
-/// through any view of a storage is ordered by the one dependence object of that storage
-/// (the read/write rule applies to storages), and the storage's error and bytes are shared.
+/// ([`value`](Self::value) and the scheduler's `vm::instruction::Operand::dep` go there). So
+/// every read and write through any view of a storage is ordered by the one dependence object
+/// of that storage (the read/write rule applies to storages), and the storage's error and
+/// bytes are shared.
 /// A view of a view names the owner, never another view.
 ///
 /// # Ownership

@@ -202,18 +202,3 @@ fn busy_takes_a_count_and_not_with_cuda() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--busy") && stderr(&o).contains("--cuda"), "{}", stderr(&o));
 }
-
-/// `benches/peers/compare.py --busy` against stand-ins for eagervm and the ATen harness
-/// (`benches/peers/test_compare.py`; no PyTorch needed). Skipped, saying so, without python3.
-#[test]
-fn the_peer_harness_runs_each_side_beside_the_same_busy_loops() {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/peers/test_compare.py");
-    let o = match Command::new("python3").arg(script).output() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("skipped: no python3 ({e})");
-            return;
-        }
-    };
-    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
-}
