@@ -71,6 +71,8 @@ from ._eagervm import (
     __version__,
 )
 
+from . import nn
+
 # PyTorch's aliases.
 float = float32
 double = float64
@@ -193,6 +195,7 @@ __all__ = [
     "half",
     "int",
     "long",
+    "nn",
     "Error",
     "UnknownOpError",
     "InvalidOperandsError",

@@ -45,21 +45,22 @@ pub(crate) const KEY_OPS: usize = 4;
 /// The most operands a signature packed into a [`WideKey`] has.
 pub(crate) const WIDE_OPS: usize = 16;
 
-/// A signature of at most `N` operands packed into `W = 3 + N / 2` words: the kernel, the
+/// A signature of at most `N` operands packed into `W = 4 + N / 2` words: the kernel, the
 /// scalar attribute's bits, the stream with the input and operand counts and the other
-/// attributes' bits ([`Attrs::flag_bits`]), then the operands' meta ids two to a word
-/// (unused places zero). Equal keys are equal signatures. The all-zero key belongs to no
+/// attributes' bits ([`Attrs::flag_bits`]), the parameter list's number
+/// ([`Attrs::params_id`]), then the operands' meta ids two to a word (unused places
+/// zero). Equal keys are equal signatures. The all-zero key belongs to no
 /// signature (no kernel lies at address zero). Two sizes are used: [`Key`] and
 /// [`WideKey`].
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Packed<const W: usize, const N: usize>([u64; W]);
 
-/// A signature of at most [`KEY_OPS`] operands: five words, which the table hashes.
-pub(crate) type Key = Packed<5, KEY_OPS>;
+/// A signature of at most [`KEY_OPS`] operands: six words, which the table hashes.
+pub(crate) type Key = Packed<6, KEY_OPS>;
 
-/// A signature of at most [`WIDE_OPS`] operands: eleven words. A fan-in of eight inputs is
+/// A signature of at most [`WIDE_OPS`] operands: twelve words. A fan-in of eight inputs is
 /// found by comparing them, with no walk over an entry's id list.
-pub(crate) type WideKey = Packed<{ 3 + WIDE_OPS / 2 }, WIDE_OPS>;
+pub(crate) type WideKey = Packed<{ 4 + WIDE_OPS / 2 }, WIDE_OPS>;
 
 impl<const W: usize, const N: usize> Default for Packed<W, N> {
     fn default() -> Self {
@@ -79,8 +80,8 @@ impl<const W: usize, const N: usize> PartialEq for Packed<W, N> {
 impl<const W: usize, const N: usize> Eq for Packed<W, N> {}
 
 impl<const W: usize, const N: usize> Packed<W, N> {
-    /// The two sizes agree: three words, then two meta ids to a word.
-    const SIZES: () = assert!(W == 3 + N / 2 && N % 2 == 0);
+    /// The two sizes agree: four words, then two meta ids to a word.
+    const SIZES: () = assert!(W == 4 + N / 2 && N % 2 == 0);
 
     /// The key of a signature whose `n` operands (`n_inputs` of them inputs) have the meta
     /// ids `ids[..n]` (`n <= N`; the rest of `ids` must be zero).
@@ -99,7 +100,8 @@ impl<const W: usize, const N: usize> Packed<W, N> {
         w[0] = kernel.addr() as u64;
         w[1] = attrs.scalar_bits();
         w[2] = stream as u64 | (n_inputs as u64) << 32 | (n as u64) << 40 | (attrs.flag_bits() as u64) << 48;
-        for (word, p) in w[3..].iter_mut().zip(ids.chunks_exact(2)) {
+        w[3] = attrs.params_id() as u64;
+        for (word, p) in w[4..].iter_mut().zip(ids.chunks_exact(2)) {
             *word = pair(p[0], p[1]);
         }
         Packed(w)
@@ -146,8 +148,8 @@ fn pair(a: MetaId, b: MetaId) -> u64 {
 struct Entry {
     kernel: usize,
     stream: u32,
-    /// The attributes' bits: `scalar`'s and [`Attrs::flag_bits`].
-    attrs: (u64, u16),
+    /// The attributes' bits: `scalar`'s, [`Attrs::flag_bits`] and [`Attrs::params_id`].
+    attrs: (u64, u16, u32),
     n_inputs: u8,
     /// Inputs' meta ids, then the given outputs' meta ids.
     ids: SmallVec<[MetaId; 4]>,
@@ -161,7 +163,7 @@ impl Entry {
         &self,
         kernel: usize,
         stream: u32,
-        attrs: (u64, u16),
+        attrs: (u64, u16, u32),
         n_inputs: usize,
         ids: impl Iterator<Item = MetaId>,
     ) -> bool {
@@ -253,7 +255,7 @@ impl InferCache {
         if let Some(key) = WideKey::of(kernel, stream, attrs, n_inputs, ids.clone()) {
             return self.wide_keys.iter().position(|k| *k == key).map(|j| SETS * WAYS + j);
         }
-        let (k, bits) = (kernel.addr(), (attrs.scalar_bits(), attrs.flag_bits()));
+        let (k, bits) = (kernel.addr(), (attrs.scalar_bits(), attrs.flag_bits(), attrs.params_id()));
         let wide = self.entries.get(SETS * WAYS..)?;
         let j = wide
             .iter()
@@ -295,7 +297,7 @@ impl InferCache {
         let e = Entry {
             kernel: kernel.addr(),
             stream,
-            attrs: (attrs.scalar_bits(), attrs.flag_bits()),
+            attrs: (attrs.scalar_bits(), attrs.flag_bits(), attrs.params_id()),
             n_inputs,
             ids,
             specs,
@@ -506,7 +508,7 @@ mod tests {
                 if c.find(k).is_none() {
                     misses += 1;
                     let ids: SmallVec<[MetaId; 4]> =
-                        SmallVec::from_slice(&[MetaId((k.0[3]) as u32), MetaId((k.0[3] >> 32) as u32)]);
+                        SmallVec::from_slice(&[MetaId((k.0[4]) as u32), MetaId((k.0[4] >> 32) as u32)]);
                     let kernel = ops.iter().copied().find(|o| o.addr() as u64 == k.0[0]).unwrap();
                     let at = Attrs::scalar(f64::from_bits(k.0[1]));
                     c.insert(kernel, 0, &at, 2, ids, OutSpecs::new(), SmallVec::new()).unwrap();

@@ -6,8 +6,9 @@ pub(crate) mod tensor;
 pub(crate) mod virtual_machine;
 
 pub use crate::vm::kernel::{
-    Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorView, TensorViewMut,
+    Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Params, ParamsFull, Scalar, TensorView, TensorViewMut,
 };
+pub use crate::vm::params::MAX_PARAMS;
 pub use crate::vm::{
     bf16, contiguous_strides, f16, promote_types, shape, Category, DType, Element, Shape, Strides, TensorMeta,
 };

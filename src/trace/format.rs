@@ -14,8 +14,12 @@ use crate::framework::{Attrs, DType, Scalar};
 /// The version this build writes (the number after `eagervm-trace`). It reads every version
 /// from 1 to this one: version 2 added `after`, which a version-1 trace may not use; version
 /// 3 added `view` declarations, the dtypes other than `f32` and `i64`, and the `int=`,
-/// `bool=` and `dtype=` attributes, which a trace of an earlier version may not use.
-pub const VERSION: u32 = 3;
+/// `bool=` and `dtype=` attributes, which a trace of an earlier version may not use; version
+/// 4 added the parameter lists `ints=` and `scalars=`.
+pub const VERSION: u32 = 4;
+
+/// The first version with the `ints=` and `scalars=` attributes (a call's parameter list).
+pub(crate) const PARAMS_VERSION: u32 = 4;
 
 /// The first version with the `after` statement.
 pub(crate) const AFTER_VERSION: u32 = 2;
@@ -669,5 +673,9 @@ pub(crate) fn write_attrs(out: &mut String, attrs: &Attrs) {
     }
     if transpose_b {
         out.push_str(" transpose_b=true");
+    }
+    let params = attrs.params();
+    if !params.is_empty() {
+        let _ = write!(out, " {params}");
     }
 }

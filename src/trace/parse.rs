@@ -7,7 +7,7 @@
 
 use super::format::{
     dtype_in_version, parse_device, parse_dtype, parse_stream_type, parse_type, AccessKind, Data,
-    FailureKind, Line, Pos, Ref, Stmt, Trace, AFTER_VERSION, MAGIC, VERSION, VIEW_VERSION,
+    FailureKind, Line, Pos, Ref, Stmt, Trace, AFTER_VERSION, MAGIC, PARAMS_VERSION, VERSION, VIEW_VERSION,
 };
 use super::progress::{Phase, Progress, STRIDE};
 use super::{Diagnostic, TraceError};
@@ -399,6 +399,7 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
     }
     let (mut inputs, mut outputs, mut scalar) = (None, None, None);
     let (mut transpose_a, mut transpose_b, mut dtype) = (None, None, None);
+    let (mut ints, mut scalars): (Option<Vec<i64>>, Option<Vec<Scalar>>) = (None, None);
     let flag = |t: &Tok, v: &str| match v {
         "true" => Ok(true),
         "false" => Ok(false),
@@ -428,10 +429,27 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
                 ))
             }
             "bool" if scalar.is_none() => scalar = Some(Scalar::Bool(flag(t, v)?)),
+            "ints" | "scalars" if c.version < PARAMS_VERSION => {
+                c.since(PARAMS_VERSION, t.col, &format!("the attribute `{k}=`"))?
+            }
+            "ints" if ints.is_none() => {
+                let list = v.split(',').filter(|s| !s.is_empty()).map(|s| s.parse::<i64>().ok());
+                ints = Some(
+                    list.collect::<Option<_>>()
+                        .ok_or_else(|| (t.col, format!("`{v}` is not a list of 64-bit integers")))?,
+                )
+            }
+            "scalars" if scalars.is_none() => {
+                let list = v.split(',').filter(|s| !s.is_empty()).map(crate::vm::params::parse_scalar);
+                scalars = Some(
+                    list.collect::<Option<_>>()
+                        .ok_or_else(|| (t.col, format!("`{v}` is not a list of numbers and booleans")))?,
+                )
+            }
             "dtype" if dtype.is_none() => dtype = Some(parse_dtype(v).map_err(|m| (t.col, m))?),
             "transpose_a" if transpose_a.is_none() => transpose_a = Some(flag(t, v)?),
             "transpose_b" if transpose_b.is_none() => transpose_b = Some(flag(t, v)?),
-            "in" | "out" | "transpose_a" | "transpose_b" | "dtype" => return Err(dup()),
+            "in" | "out" | "transpose_a" | "transpose_b" | "dtype" | "ints" | "scalars" => return Err(dup()),
             "scalar" | "int" | "bool" => {
                 return Err((t.col, format!("`{k}`: a call takes one scalar (scalar=, int= or bool=)")))
             }
@@ -439,7 +457,7 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
                 return Err((
                     t.col,
                     format!(
-                        "unknown attribute `{k}` (expected in, out, scalar, int, bool, dtype, transpose_a or transpose_b)"
+                        "unknown attribute `{k}` (expected in, out, scalar, int, bool, dtype, transpose_a, transpose_b, ints or scalars)"
                     ),
                 ))
             }
@@ -455,7 +473,9 @@ fn call(c: &mut Cur<'_>) -> Result<Stmt, Problem> {
             .map_or(Attrs::default(), |d| Attrs::default().with_dtype(d))
             .with_value(scalar.unwrap_or(Scalar::Float(0.0)))
             .with_transpose_a(transpose_a.unwrap_or(false))
-            .with_transpose_b(transpose_b.unwrap_or(false)),
+            .with_transpose_b(transpose_b.unwrap_or(false))
+            .with_params(&ints.unwrap_or_default(), &scalars.unwrap_or_default())
+            .map_err(|e| (op.col, e.to_string()))?,
     })
 }
 
@@ -605,7 +625,7 @@ mod tests {
 
     #[test]
     fn every_statement_round_trips() {
-        let text = "eagervm-trace 3\n\
+        let text = "eagervm-trace 4\n\
             device cpu:0\n\
             device mock:0\n\
             stream s0 cpu:0 compute\n\
@@ -622,6 +642,8 @@ mod tests {
             call s1 fill out=t1\n\
             call s0 matmul in=t0,t0 out=t1 transpose_a=true\n\
             call s0 matmul in=t0,t0 out=t1 scalar=2.0 transpose_b=true\n\
+            call s0 sum in=t0 out=t1 ints=0,-1,1\n\
+            call s0 clamp in=t0 out=t0 scalar=1.5 ints= scalars=-1,0.5,NaN,true\n\
             record s1 e3 t0 t1\n\
             wait s1 e3\n\
             after s0 s1 t1 t0\n\
@@ -633,8 +655,9 @@ mod tests {
             expect error kernel op=fail message=\"fail \\\"op\\\": 7\\n\"\n";
         let (trace, diags) = parse_str("x", text);
         assert!(diags.is_empty(), "{diags:?}");
-        assert_eq!(trace.lines.len(), 25);
-        assert_eq!(trace.to_text(), text);
+        assert_eq!(trace.lines.len(), 27);
+        // An empty list is the default and is not written back.
+        assert_eq!(trace.to_text(), text.replace(" ints= ", " "));
         let (again, d2) = parse_str("x", &trace.to_text());
         assert!(d2.is_empty());
         assert_eq!(again, trace);
@@ -652,7 +675,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Written back with only what differs from the defaults.
-        assert_eq!(t.to_text(), "eagervm-trace 3\ncall s0 matmul in=t0,t1 out=t2 transpose_a=true\n");
+        assert_eq!(t.to_text(), "eagervm-trace 4\ncall s0 matmul in=t0,t1 out=t2 transpose_a=true\n");
         let (_, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_a=yes\n");
         assert_eq!((d[0].line, d[0].col), (2, 32), "{d:?}");
         assert!(d[0].message.contains("`yes` is not `true` or `false`"), "{d:?}");
@@ -660,6 +683,24 @@ mod tests {
         assert!(d[0].message.contains("given twice"), "{d:?}");
         let (_, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul axis=1\n");
         assert!(d[0].message.contains("unknown attribute `axis`"), "{d:?}");
+        // Parameter lists: version 4, typed, once each.
+        let (t, d) = parse_str("f", "eagervm-trace 4\ncall s0 sum in=t0 out=t1 ints=1,2 scalars=1,2.0\n");
+        assert!(d.is_empty(), "{d:?}");
+        match &t.lines[0].stmt {
+            Stmt::Call { attrs, .. } => {
+                assert_eq!(attrs.params().ints(), &[1, 2]);
+                assert_eq!(attrs.params().scalars(), &[Scalar::Int(1), Scalar::Float(2.0)]);
+            }
+            other => panic!("{other:?}"),
+        }
+        let (_, d) = parse_str("f", "eagervm-trace 3\ncall s0 sum in=t0 out=t1 ints=1\n");
+        assert!(d[0].message.contains("needs version 4"), "{d:?}");
+        let (_, d) = parse_str("f", "eagervm-trace 4\ncall s0 sum in=t0 out=t1 ints=1,x\n");
+        assert!(d[0].message.contains("not a list of 64-bit integers"), "{d:?}");
+        let (_, d) = parse_str("f", "eagervm-trace 4\ncall s0 sum in=t0 out=t1 scalars=1,yes\n");
+        assert!(d[0].message.contains("not a list of numbers"), "{d:?}");
+        let (_, d) = parse_str("f", "eagervm-trace 4\ncall s0 sum ints=1 ints=2\n");
+        assert!(d[0].message.contains("given twice"), "{d:?}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ use crate::alloc::Storage;
 use super::tensor::{DType, Shape, TensorMeta};
 
 pub use super::dtype::Scalar;
+pub use super::params::{Params, ParamsFull};
 
 /// Scalar kinds as [`Attrs`] packs them.
 const FLOAT: u8 = 0;
@@ -28,11 +29,13 @@ const BOOL: u8 = 2;
 /// The attributes of an op call, by name: what an op takes besides its operands.
 ///
 /// Each op reads the fields it needs and ignores the others: `fill`'s value and `scale`'s
-/// factor are the [`scalar`](Self::value); `matmul` reads the transpose flags. Every
-/// field's default is the op's plain form (0.0, not transposed). `Attrs` is `Copy` and 16
-/// bytes (the scalar packed as its bits and a kind), so that an instruction carries it
-/// inline (its body stays three words) and a call allocates nothing for it; the inference
-/// cache compares its bits ([`Attrs::scalar_bits`], [`Attrs::flag_bits`]).
+/// factor are the [`scalar`](Self::value); `matmul` reads the transpose flags; `sum`'s
+/// dims and `conv2d`'s stride are in the [parameter list](Self::params). Every field's
+/// default is the op's plain form (0.0, not transposed, no parameters). `Attrs` is `Copy`
+/// and 16 bytes (the scalar packed as its bits and a kind, the parameter list as the number
+/// `vm::params` interns it under), so that an instruction carries it inline (its body stays
+/// three words) and a call allocates nothing for it; the inference cache compares its bits
+/// ([`Attrs::scalar_bits`], [`Attrs::flag_bits`], [`Attrs::params_id`]).
 ///
 /// ```
 /// use eagervm::prelude::*;
@@ -57,6 +60,8 @@ pub struct Attrs {
     pub transpose_b: bool,
     /// A dtype argument (`cast`'s target), as `DType as u8 + 1`; 0 for none.
     dtype: u8,
+    /// The number of the call's parameter list (`vm::params`); 0 for none.
+    params: u32,
 }
 
 impl Attrs {
@@ -104,6 +109,31 @@ impl Attrs {
     #[inline]
     pub fn dtype(&self) -> Option<DType> {
         self.dtype.checked_sub(1).and_then(|i| DType::ALL.get(i as usize).copied())
+    }
+
+    /// These attributes with the parameter list `ints`, `scalars` (dims, sizes, bounds: what
+    /// each op reads is in `docs/ops.md`). Lists are interned: equal lists make equal
+    /// attributes. Refused only when the process already holds
+    /// [`MAX_PARAMS`](super::params::MAX_PARAMS) distinct lists.
+    pub fn with_params(self, ints: &[i64], scalars: &[Scalar]) -> Result<Self, ParamsFull> {
+        self.with_param_list(&Params::new(ints, scalars))
+    }
+
+    /// These attributes with the parameter list `p` (as [`with_params`](Self::with_params)).
+    pub fn with_param_list(self, p: &Params) -> Result<Self, ParamsFull> {
+        Ok(Attrs { params: p.intern()?, ..self })
+    }
+
+    /// The parameter list (empty unless one was given).
+    #[inline]
+    pub fn params(&self) -> &'static Params {
+        Params::get(self.params)
+    }
+
+    /// The parameter list's number, for caches: equal numbers are equal lists.
+    #[inline(always)]
+    pub fn params_id(&self) -> u32 {
+        self.params
     }
 
     /// These attributes with `transpose_a` set to `t`.

@@ -28,6 +28,7 @@ mod intern;
 pub mod kernel;
 pub(crate) mod observe;
 pub(crate) mod panic_hook;
+pub mod params;
 mod refcount;
 mod rendezvous;
 mod report;
@@ -51,6 +52,8 @@ pub(crate) use engine::{Engine, EngineRef, Handoff};
 pub use env::EnvError;
 pub use error::{Error, Result};
 pub(crate) use kernel::KernelRef;
-pub use kernel::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorView, TensorViewMut};
+pub use kernel::{
+    Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Params, ParamsFull, Scalar, TensorView, TensorViewMut,
+};
 pub use stream::StreamId;
 pub use tensor::{contiguous_strides, DType, Element, Shape, Strides, TensorMeta};

@@ -138,7 +138,7 @@ fn record_every_dtype(dev: DeviceId, name: &str) -> String {
     let summary = rec.finish(&vm, &outs.iter().collect::<Vec<_>>(), None).unwrap();
     assert_eq!(summary.expects, outs.len());
     let text = replays_bit_for_bit(&path, outs.len(), &reads);
-    assert!(text.starts_with("eagervm-trace 3\n"), "{text}");
+    assert!(text.starts_with("eagervm-trace 4\n"), "{text}");
     for d in DType::ALL {
         assert!(text.contains(&format!(" {d}[4,6] {}\n", trace::TraceDevice::of(dev))), "{d}\n{text}");
         assert!(text.contains(&format!(" {d}[3,2] strides=1,6 offset=7\n")), "{d}\n{text}");
