@@ -354,8 +354,7 @@ impl Array {
                 detail: "negation of a bool tensor is not supported; use logical_not".into(),
             });
         }
-        let minus_one = if self.dtype().is_floating() { Scalar::Float(-1.0) } else { Scalar::Int(-1) };
-        self.call(self.cx.ops().mul_scalar, &[self], Attrs::of(minus_one))
+        self.call(self.cx.ops().neg, &[self], Attrs::default())
     }
 
     /// `self == other` elementwise, as a `bool` array.

@@ -37,6 +37,7 @@ mod context;
 mod index;
 pub(crate) mod layout;
 mod math;
+mod pointwise;
 pub(crate) mod promote;
 mod views;
 
@@ -46,4 +47,5 @@ pub use index::TensorIndex;
 #[cfg(feature = "python")]
 pub(crate) use math::Bin;
 pub use math::Rhs;
+pub use pointwise::{where_of, RoundingMode};
 pub use promote::DEFAULT_FLOAT;

@@ -25,9 +25,11 @@
 //! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`,
 //! feature `cuda`).
 
+mod binary_math;
 pub mod collective;
 mod compare;
 mod copy;
+mod creation;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod diag;
@@ -39,14 +41,22 @@ mod loops;
 mod masked;
 mod matmul;
 mod matmul_t;
+mod pointwise;
 mod reduce;
 mod scalar;
+mod ternary;
+mod unary_math;
 
+pub use binary_math::{
+    Atan2Kernel, DivFloorKernel, DivTruncKernel, FmodKernel, LogicalAndKernel, LogicalOrKernel,
+    LogicalXorKernel, MaximumKernel, MinimumKernel, PowKernel, PowScalarKernel, RemainderKernel,
+};
 pub use compare::{
     EqKernel, EqScalarKernel, GeKernel, GeScalarKernel, GtKernel, GtScalarKernel, LeKernel, LeScalarKernel,
     LtKernel, LtScalarKernel, NeKernel, NeScalarKernel,
 };
 pub use copy::{CastKernel, CopyKernel, FillKernel};
+pub use creation::{OneHotKernel, TrilKernel, TriuKernel};
 pub use diag::{FailKernel, NoopKernel, PanicKernel};
 pub use elementwise::{
     AddBiasKernel, AddKernel, DivKernel, MulKernel, ReluGradKernel, ReluKernel, ScaleKernel, SubKernel,
@@ -59,6 +69,15 @@ pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
 pub use reduce::{sum_f32, SumKernel, SumRowsKernel, SEQUENTIAL_SUM_MAX};
 pub use scalar::{AddScalarKernel, DivScalarKernel, MulScalarKernel, RdivScalarKernel, RsubScalarKernel};
+pub use ternary::{
+    AddcdivKernel, AddcmulKernel, ClampKernel, ClampScalarKernel, LerpKernel, LerpScalarKernel, WhereKernel,
+};
+pub use unary_math::{
+    AbsKernel, CeilKernel, CosKernel, ErfKernel, Exp2Kernel, ExpKernel, Expm1Kernel, FloorKernel, GeluKernel,
+    IsfiniteKernel, IsinfKernel, IsnanKernel, Log1pKernel, Log2Kernel, LogKernel, LogicalNotKernel,
+    NegKernel, ReciprocalKernel, RoundKernel, RsqrtKernel, SigmoidKernel, SignKernel, SiluKernel, SinKernel,
+    SqrtKernel, TanhKernel,
+};
 
 use crate::vm::{DType, OpKernel, OutSpec, Shape, TensorMeta};
 
@@ -102,6 +121,55 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &GtScalarKernel,
     &GeScalarKernel,
     &MaskedFillKernel,
+    // Pointwise math (`docs/ops.md`, "Pointwise math").
+    &ExpKernel,
+    &Exp2Kernel,
+    &LogKernel,
+    &Log2Kernel,
+    &Log1pKernel,
+    &Expm1Kernel,
+    &SqrtKernel,
+    &RsqrtKernel,
+    &ReciprocalKernel,
+    &SinKernel,
+    &CosKernel,
+    &TanhKernel,
+    &SigmoidKernel,
+    &SiluKernel,
+    &GeluKernel,
+    &ErfKernel,
+    &NegKernel,
+    &AbsKernel,
+    &SignKernel,
+    &FloorKernel,
+    &CeilKernel,
+    &RoundKernel,
+    &IsnanKernel,
+    &IsinfKernel,
+    &IsfiniteKernel,
+    &LogicalNotKernel,
+    &PowKernel,
+    &PowScalarKernel,
+    &MaximumKernel,
+    &MinimumKernel,
+    &Atan2Kernel,
+    &DivFloorKernel,
+    &DivTruncKernel,
+    &RemainderKernel,
+    &FmodKernel,
+    &LogicalAndKernel,
+    &LogicalOrKernel,
+    &LogicalXorKernel,
+    &WhereKernel,
+    &ClampKernel,
+    &ClampScalarKernel,
+    &LerpKernel,
+    &LerpScalarKernel,
+    &AddcmulKernel,
+    &AddcdivKernel,
+    &TrilKernel,
+    &TriuKernel,
+    &OneHotKernel,
 ];
 
 /// The dtypes an op computes on.
@@ -255,6 +323,46 @@ mod tests {
             "le_scalar",
             "gt_scalar",
             "ge_scalar",
+            // Pointwise math.
+            "exp",
+            "exp2",
+            "log",
+            "log2",
+            "log1p",
+            "expm1",
+            "sqrt",
+            "rsqrt",
+            "reciprocal",
+            "sin",
+            "cos",
+            "tanh",
+            "sigmoid",
+            "silu",
+            "gelu",
+            "erf",
+            "neg",
+            "abs",
+            "sign",
+            "floor",
+            "ceil",
+            "round",
+            "pow",
+            "pow_scalar",
+            "maximum",
+            "minimum",
+            "atan2",
+            "div_floor",
+            "div_trunc",
+            "remainder",
+            "fmod",
+            "clamp",
+            "clamp_scalar",
+            "lerp",
+            "lerp_scalar",
+            "addcmul",
+            "addcdiv",
+            "tril",
+            "triu",
         ];
         for k in BUILTINS {
             assert_eq!(k.cross_device(), k.name() == "copy", "{}", k.name());
