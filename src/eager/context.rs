@@ -152,7 +152,6 @@ ops! {
     silu: "silu",
     gelu: "gelu",
     erf: "erf",
-    neg: "neg",
     abs: "abs",
     sign: "sign",
     floor: "floor",

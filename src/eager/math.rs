@@ -354,7 +354,8 @@ impl Array {
                 detail: "negation of a bool tensor is not supported; use logical_not".into(),
             });
         }
-        self.call(self.cx.ops().neg, &[self], Attrs::default())
+        let minus_one = if self.dtype().is_floating() { Scalar::Float(-1.0) } else { Scalar::Int(-1) };
+        self.call(self.cx.ops().mul_scalar, &[self], Attrs::of(minus_one))
     }
 
     /// `self == other` elementwise, as a `bool` array.

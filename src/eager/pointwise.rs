@@ -254,9 +254,17 @@ predicate! {
 }
 
 impl Array {
-    /// [`neg`](Self::neg) in place (refused for `bool`).
+    /// [`neg`](Self::neg) in place (refused for `bool`): `mul_scalar` by -1, as `neg`
+    /// computes it (exact for floats, wrapping for integers), so that it runs on CUDA too.
     pub fn neg_(&mut self) -> Result<&mut Self> {
-        self.call_into(self.pw_ops().neg, &[self], self, Attrs::default())?;
+        if self.dtype() == DType::Bool {
+            return Err(refused(
+                "neg_",
+                "negation of a bool tensor is not supported; use logical_not".into(),
+            ));
+        }
+        let minus_one = if self.dtype().is_floating() { Scalar::Float(-1.0) } else { Scalar::Int(-1) };
+        self.call_into(self.pw_ops().mul_scalar, &[self], self, Attrs::of(minus_one))?;
         Ok(self)
     }
 
@@ -617,7 +625,12 @@ impl Array {
     }
 
     fn lerp_call(&self, end: &Array, w: Rhs<'_>) -> Result<(DType, Op, Attrs, Vec<Array>)> {
-        let dt = self.result_with(&[Rhs::Array(end), w]);
+        // A number weight does not take part in the dtype: PyTorch refuses an integer
+        // `lerp` whatever the weight.
+        let dt = match w {
+            Rhs::Array(_) => self.result_with(&[Rhs::Array(end), w]),
+            Rhs::Scalar(_) => self.result_with(&[Rhs::Array(end)]),
+        };
         if !dt.is_floating() {
             return Err(refused(
                 "lerp",
@@ -831,5 +844,115 @@ impl Context {
             a.diagonal(0, 0, 1)?.fill_(Scalar::Int(1))?;
         }
         Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ep::mock::MockConfig;
+    use crate::prelude::*;
+
+    fn vm() -> VirtualMachine {
+        VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::default())).unwrap()
+    }
+
+    const DEVICES: [DeviceId; 2] = [DeviceId::CPU, DeviceId::mock(0)];
+
+    #[test]
+    fn floating_ops_promote_integers_to_f32() {
+        let vm = vm();
+        let cx = Context::new(&vm);
+        for d in DEVICES {
+            let x = cx.from_slice(&[0i64, 1, 2], &[3], d).unwrap();
+            let e = x.exp().unwrap();
+            assert_eq!(e.dtype(), DType::F32);
+            assert_eq!(e.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap(), [1.0, 1f32.exp(), 2f32.exp()]);
+            let mut y = x.clone();
+            let err = y.exp_().unwrap_err();
+            assert!(err.to_string().contains("cannot be cast"), "{err}");
+            let g = x.gelu("tanh").unwrap();
+            assert_eq!(g.dtype(), DType::F32);
+            assert!(x.gelu("fast").is_err());
+            // A float array keeps its dtype, in place through a view too.
+            let mut f = cx.from_slice(&[1.0f64, 4.0, 9.0], &[3], d).unwrap();
+            f.sqrt_().unwrap();
+            assert_eq!(f.to(DeviceId::CPU).unwrap().to_vec::<f64>().unwrap(), [1.0, 2.0, 3.0]);
+        }
+    }
+
+    #[test]
+    fn binary_ops_promote_and_wrap_numbers() {
+        let vm = vm();
+        let cx = Context::new(&vm);
+        let x = cx.from_slice(&[-7i64, -1, 5, 7], &[4], DeviceId::CPU).unwrap();
+        assert_eq!(x.remainder(3).unwrap().to_vec::<i64>().unwrap(), [2, 2, 2, 1]);
+        assert_eq!(x.fmod(3).unwrap().to_vec::<i64>().unwrap(), [-1, -1, 2, 1]);
+        assert_eq!(x.floor_divide(2).unwrap().to_vec::<i64>().unwrap(), [-4, -1, 2, 3]);
+        assert_eq!(x.div_rounded(2, RoundingMode::Trunc).unwrap().to_vec::<i64>().unwrap(), [-3, 0, 2, 3]);
+        let f = x.remainder(2.5).unwrap();
+        assert_eq!(f.dtype(), DType::F32);
+        assert_eq!(f.to_vec::<f32>().unwrap(), [0.5, 1.5, 0.0, 2.0]);
+        assert_eq!(x.pow(2).unwrap().to_vec::<i64>().unwrap(), [49, 1, 25, 49]);
+        assert!(x.pow(-1).unwrap_err().to_string().contains("negative integer powers"));
+        assert_eq!(x.rpow(2).unwrap().to_vec::<i64>().unwrap(), [0, 0, 32, 128]);
+        assert_eq!(x.add_alpha(&x, 2).unwrap().to_vec::<i64>().unwrap(), [-21, -3, 15, 21]);
+        assert!(x.add_alpha(&x, 0.5).is_err());
+        // Integer division by zero: the result carries the kernel's error.
+        let z = cx.from_slice(&[1i64, 0, 1, 1], &[4], DeviceId::CPU).unwrap();
+        let err = x.floor_divide(&z).unwrap().to_vec::<i64>().unwrap_err();
+        assert!(err.to_string().contains("integer division by zero"), "{err}");
+        let b = cx.from_slice(&[true, false, true, false], &[4], DeviceId::CPU).unwrap();
+        assert_eq!(x.logical_and(&b).unwrap().to_vec::<bool>().unwrap(), [true, false, true, false]);
+    }
+
+    #[test]
+    fn ternary_ops_and_clamps() {
+        let vm = vm();
+        let cx = Context::new(&vm);
+        for d in DEVICES {
+            let x = cx.from_slice(&[-2.0f32, 0.5, 3.0, f32::NAN], &[4], d).unwrap();
+            let c = x.clamp(Some(Rhs::from(0.0)), Some(Rhs::from(1.0))).unwrap();
+            let v = c.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap();
+            assert_eq!(&v[..3], &[0.0, 0.5, 1.0]);
+            assert!(v[3].is_nan());
+            let lo = cx.from_slice(&[0.0f32, 1.0, 0.0, 0.0], &[4], d).unwrap();
+            let v = x.clamp_min(&lo).unwrap().to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap();
+            assert_eq!(&v[..3], &[0.0, 1.0, 3.0]);
+            let cond = x.gt(0.0).unwrap();
+            let w = where_of(&cond, Rhs::Array(&x), Rhs::from(-1.0)).unwrap();
+            assert_eq!(w.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap()[..3], [-1.0, 0.5, 3.0]);
+            let mut y = x.copy().unwrap();
+            y.addcmul_(&lo, &lo, 2.0).unwrap();
+            assert_eq!(y.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap()[..3], [-2.0, 2.5, 3.0]);
+            let l = lo.lerp(&x, 0.5).unwrap();
+            assert_eq!(l.to(DeviceId::CPU).unwrap().to_vec::<f32>().unwrap()[..3], [-1.0, 0.75, 1.5]);
+        }
+        let i = cx.from_slice(&[1i64, 5, 9], &[3], DeviceId::CPU).unwrap();
+        assert_eq!(
+            i.clamp(Some(Rhs::from(2)), Some(Rhs::from(6))).unwrap().to_vec::<i64>().unwrap(),
+            [2, 5, 6]
+        );
+        assert_eq!(i.clamp_min(2.5).unwrap().dtype(), DType::F32);
+        assert!(i.clamp(None, None).is_err());
+        assert!(i.addcdiv(&i, &i, 1).is_err());
+    }
+
+    #[test]
+    fn structured_arrays() {
+        let vm = vm();
+        let cx = Context::new(&vm);
+        let e = cx.eye(2, 3, DType::I64, DeviceId::mock(0)).unwrap();
+        assert_eq!(e.to(DeviceId::CPU).unwrap().to_vec::<i64>().unwrap(), [1, 0, 0, 0, 1, 0]);
+        let l = cx.linspace(-1.0, 1.0, 5, DType::F32, DeviceId::CPU).unwrap();
+        assert_eq!(l.to_vec::<f32>().unwrap(), [-1.0, -0.5, 0.0, 0.5, 1.0]);
+        let m = cx.from_slice(&[1.0f32, 2.0, 3.0, 4.0], &[2, 2], DeviceId::CPU).unwrap();
+        assert_eq!(m.tril(0).unwrap().to_vec::<f32>().unwrap(), [1.0, 0.0, 3.0, 4.0]);
+        assert_eq!(m.triu(1).unwrap().to_vec::<f32>().unwrap(), [0.0, 2.0, 0.0, 0.0]);
+        let idx = cx.from_slice(&[2i64, 0], &[2], DeviceId::CPU).unwrap();
+        let oh = idx.one_hot(-1).unwrap();
+        assert_eq!(oh.shape(), &[2, 3]);
+        assert_eq!(oh.to_vec::<i64>().unwrap(), [0, 0, 1, 1, 0, 0]);
+        assert!(m.one_hot(2).is_err());
     }
 }

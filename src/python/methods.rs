@@ -522,21 +522,44 @@ impl PyArr {
         }
     }
 
-    /// Elementwise `self + other` (an array, broadcast, or a number).
-    fn add(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyArr> {
-        ops::method(py, self, Bin::Add, other)
+    /// Elementwise `self + alpha * other` (an array, broadcast, or a number).
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        alpha: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArr> {
+        match alpha {
+            None => ops::method(py, self, Bin::Add, other),
+            Some(alpha) => super::pointwise::with_alpha(py, self, other, alpha, false),
+        }
     }
-    /// Elementwise `self - other`.
-    fn sub(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyArr> {
-        ops::method(py, self, Bin::Sub, other)
+    /// Elementwise `self - alpha * other`.
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn sub(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        alpha: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyArr> {
+        match alpha {
+            None => ops::method(py, self, Bin::Sub, other),
+            Some(alpha) => super::pointwise::with_alpha(py, self, other, alpha, true),
+        }
     }
     /// Elementwise `self * other`.
     fn mul(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyArr> {
         ops::method(py, self, Bin::Mul, other)
     }
-    /// Elementwise true division (integers divide as floats).
-    fn div(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyArr> {
-        ops::method(py, self, Bin::Div, other)
+    /// Elementwise true division (integers divide as floats), or with `rounding_mode`
+    /// `"floor"` or `"trunc"` the rounded quotient in the operands' result type.
+    #[pyo3(signature = (other, *, rounding_mode=None))]
+    fn div(&self, py: Python<'_>, other: &Bound<'_, PyAny>, rounding_mode: Option<&str>) -> PyResult<PyArr> {
+        match rounding_mode {
+            None => ops::method(py, self, Bin::Div, other),
+            Some(mode) => super::pointwise::div_rounded(py, self, other, mode),
+        }
     }
     /// `-self`.
     fn neg(&self, py: Python<'_>) -> PyResult<PyArr> {
@@ -568,13 +591,29 @@ impl PyArr {
     }
 
     /// `add` in place (through views into the storage they share); returns this array.
-    fn add_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        ops::in_place(slf.py(), slf.get(), Bin::Add, other)?;
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn add_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        alpha: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Self>> {
+        match alpha {
+            None => ops::in_place(slf.py(), slf.get(), Bin::Add, other)?,
+            Some(alpha) => super::pointwise::with_alpha_(slf.py(), slf.get(), other, alpha, false)?,
+        }
         Ok(slf.clone())
     }
     /// `sub` in place.
-    fn sub_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        ops::in_place(slf.py(), slf.get(), Bin::Sub, other)?;
+    #[pyo3(signature = (other, *, alpha=None))]
+    fn sub_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        alpha: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, Self>> {
+        match alpha {
+            None => ops::in_place(slf.py(), slf.get(), Bin::Sub, other)?,
+            Some(alpha) => super::pointwise::with_alpha_(slf.py(), slf.get(), other, alpha, true)?,
+        }
         Ok(slf.clone())
     }
     /// `mul` in place.
@@ -582,9 +621,18 @@ impl PyArr {
         ops::in_place(slf.py(), slf.get(), Bin::Mul, other)?;
         Ok(slf.clone())
     }
-    /// `div` in place (refused for an integer array: the result is floating).
-    fn div_<'py>(slf: &Bound<'py, Self>, other: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Self>> {
-        ops::in_place(slf.py(), slf.get(), Bin::Div, other)?;
+    /// `div` in place (refused for an integer array without `rounding_mode`: the result
+    /// is floating).
+    #[pyo3(signature = (other, *, rounding_mode=None))]
+    fn div_<'py>(
+        slf: &Bound<'py, Self>,
+        other: &Bound<'py, PyAny>,
+        rounding_mode: Option<&str>,
+    ) -> PyResult<Bound<'py, Self>> {
+        match rounding_mode {
+            None => ops::in_place(slf.py(), slf.get(), Bin::Div, other)?,
+            Some(mode) => super::pointwise::div_rounded_(slf.py(), slf.get(), other, mode)?,
+        }
         Ok(slf.clone())
     }
 
