@@ -326,7 +326,8 @@ mod tests {
     #[test]
     fn float_ops_match_f64_references() {
         let xs = [-3.5f32, -1.0, -0.0, 0.0, 0.25, 1.0, 2.5, 20.0, f32::INFINITY, f32::NEG_INFINITY, f32::NAN];
-        let cases: [(&dyn OpKernel, fn(f64) -> f64); 15] = [
+        type Case<'a> = (&'a dyn OpKernel, fn(f64) -> f64);
+        let cases: [Case<'_>; 15] = [
             (&ExpKernel, f64::exp),
             (&Exp2Kernel, f64::exp2),
             (&LogKernel, f64::ln),
