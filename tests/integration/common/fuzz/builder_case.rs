@@ -5,8 +5,9 @@
 //! step's `Err` is fine as long as it is a refusal or a run-time error the call can have;
 //! these are defects, and fail the case:
 //! - `ShutDown` from a VM the case still holds (a VM thread died);
-//! - `Panic` from an op other than `panic`, or `Kernel` from one other than `fail`: a
-//!   kernel that panics or refuses at run time on a call the builder accepted;
+//! - `Panic` from an op other than `panic`, or `Kernel` from one other than `fail` (and
+//!   than the integer divisions by zero and `one_hot`'s indices out of range, errors of
+//!   values): a kernel that panics or refuses at run time on a call the builder accepted;
 //! - a read that returns another number of elements than the tensor has;
 //! - a call that asks for a tensor over the cap on one tensor's bytes
 //!   ([`TENSOR_CAP`], or a size that overflows: [`oversized`]) and is accepted, or is
@@ -54,6 +55,15 @@ pub fn defect(e: &Error) -> Option<String> {
         Error::ShutDown => Some("the VM reports `ShutDown` while the case still holds it".into()),
         Error::Panic { op, .. } if op != "panic" => {
             Some(format!("a `{op}` kernel panicked on a call the builder accepted: {e}"))
+        }
+        // The errors of values, not of the call: an integer division by zero and a class
+        // index outside `one_hot`'s range fail those kernels at run time (`docs/ops.md`).
+        Error::Kernel { op, message, .. }
+            if (matches!(op.as_str(), "div_floor" | "div_trunc" | "remainder" | "fmod")
+                && message.contains("integer division by zero"))
+                || (op == "one_hot" && message.contains("is outside 0..")) =>
+        {
+            None
         }
         Error::Kernel { op, .. } if op != "fail" => {
             Some(format!("a `{op}` kernel refused at run time a call the builder accepted: {e}"))
@@ -107,9 +117,36 @@ fn product_over(op: &str, a: (&[usize], DType), b: (&[usize], DType)) -> Option<
             oversized(&broadcast_shape(a.0, b.0)?, out)
         }
         "eq" | "ne" | "lt" | "le" | "gt" | "ge" => oversized(&broadcast_shape(a.0, b.0)?, DType::Bool),
+        // The pointwise math ops of two inputs: one dtype (calls by name do not promote).
+        "pow" | "maximum" | "minimum" | "div_floor" | "div_trunc" | "remainder" | "fmod" if a.1 == b.1 => {
+            oversized(&broadcast_shape(a.0, b.0)?, a.1)
+        }
+        "atan2" | "lerp_scalar" if a.1 == b.1 && a.1.is_floating() => {
+            oversized(&broadcast_shape(a.0, b.0)?, a.1)
+        }
+        "logical_and" | "logical_or" | "logical_xor" if a.1 == b.1 => {
+            oversized(&broadcast_shape(a.0, b.0)?, DType::Bool)
+        }
         _ if a.1 == b.1 => product_shape(op, a.0, b.0).and_then(|s| oversized(&s, a.1)),
         _ => None,
     }
+}
+
+/// The output of a three-input call of `op` (the pointwise ops that broadcast all three
+/// inputs) on operands of these shapes and dtypes, if it is over the cap and `infer`
+/// accepts the operands.
+fn ternary_over(op: &str, ins: [(&[usize], DType); 3]) -> Option<Oversized> {
+    let dtype = ins[0].1;
+    let accepts = match op {
+        "clamp" | "addcmul" => true,
+        "lerp" | "addcdiv" => dtype.is_floating(),
+        _ => false,
+    };
+    if !accepts || ins.iter().any(|i| i.1 != dtype) {
+        return None;
+    }
+    let shape = broadcast_shape(&broadcast_shape(ins[0].0, ins[1].0)?, ins[2].0)?;
+    oversized(&shape, dtype)
 }
 
 /// The output of `sum_rows` on an operand of shape `a`, if it is over the cap: `[n, k]`
@@ -257,6 +294,9 @@ impl<'a> State<'a> {
         // product, and `sum_rows` of an `[0, k]` matrix.
         let o = match ins {
             [a, b] => product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))?,
+            [a, b, c] => {
+                ternary_over(op, [(a.shape(), a.dtype()), (b.shape(), b.dtype()), (c.shape(), c.dtype())])?
+            }
             [a] if op == "sum_rows" => sum_rows_over(a.shape(), a.dtype())?,
             _ => return None,
         };
@@ -502,6 +542,10 @@ impl<'a> State<'a> {
                     ("fill", []) if given.len() == 1 => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
                     ("noop" | "fail" | "panic", _) => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
                     (_, [a, b]) => vec![product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))],
+                    (_, [a, b, c]) => vec![ternary_over(
+                        op,
+                        [(a.shape(), a.dtype()), (b.shape(), b.dtype()), (c.shape(), c.dtype())],
+                    )],
                     ("sum_rows", [a]) => vec![sum_rows_over(a.shape(), a.dtype())],
                     _ => Vec::new(),
                 };
