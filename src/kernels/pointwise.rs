@@ -396,9 +396,16 @@ pub(crate) fn zip3<O: Elem, A: Elem, B: Elem, C: Elem>(
     let c = tc.as_ref().map_or(c, Staged::operand);
     let (po, pa, pb, pc) =
         (o.first.cast::<O>(), a.first.cast::<A>(), b.first.cast::<B>(), c.first.cast::<C>());
-    let shape = o.shape;
-    let strides =
-        [strides_over(&o, shape), strides_over(&a, shape), strides_over(&b, shape), strides_over(&c, shape)];
+    // Operands that are all contiguous and of the output's shape are walked as one run.
+    let flat = [o.numel];
+    let one = || SmallVec::from_slice(&[1isize]);
+    let (shape, strides) =
+        if o.contiguous && [&a, &b, &c].iter().all(|x| x.contiguous && same_shape(x.shape, o.shape)) {
+            (&flat[..], [one(), one(), one(), one()])
+        } else {
+            let s = o.shape;
+            (s, [strides_over(&o, s), strides_over(&a, s), strides_over(&b, s), strides_over(&c, s)])
+        };
     walk(shape, &strides, |_, at, st, n| {
         for i in 0..n as isize {
             // SAFETY: every offset is that of an element of its operand's layout, which

@@ -555,3 +555,188 @@ proptest! {
 fn layout_0d() -> Layout {
     Layout { perm: vec![], steps: vec![], starts: vec![], flip: vec![], expand: vec![], pad: 1, tail: 1 }
 }
+
+// ---- The pointwise math ops: their loops over random layouts, against plain references
+// of the ops that are exact (the floating math is checked against NumPy in Python).
+
+/// The row-major position in `from` (broadcast to `idx`'s shape) of index `idx`.
+fn flat_of(from: &[usize], idx: &[usize]) -> usize {
+    let skip = idx.len() - from.len();
+    from.iter().zip(&idx[skip..]).fold(0, |flat, (&d, &i)| flat * d + if d == 1 { 0 } else { i })
+}
+
+/// NaN-propagating maximum (`max`) or minimum of two values of one dtype.
+fn extreme(a: V, b: V, max: bool) -> V {
+    match (a, b) {
+        (V::F(x), _) if x.is_nan() => a,
+        (_, V::F(y)) if y.is_nan() => b,
+        // Equal values (`-0.0` and `0.0` too) give the first.
+        (V::F(x), V::F(y)) => {
+            if (max && x >= y) || (!max && x <= y) {
+                a
+            } else {
+                b
+            }
+        }
+        (V::B(x), V::B(y)) => V::B(if max { x | y } else { x & y }),
+        _ => {
+            if (max && a.i() >= b.i()) || (!max && a.i() <= b.i()) {
+                a
+            } else {
+                b
+            }
+        }
+    }
+}
+
+/// An exact integer op of the pointwise family, in `i128`, wrapped to `dtype`; `None` for
+/// a division by zero.
+fn int_op(op: &str, dtype: DType, a: i64, b: i64) -> Option<i64> {
+    let (x, y) = (i128::from(a), i128::from(b));
+    let q = |x: i128, y: i128| {
+        let (q, r) = (x / y, x % y);
+        if r != 0 && ((r < 0) != (y < 0)) {
+            q - 1
+        } else {
+            q
+        }
+    };
+    let v = match op {
+        "pow" if b < 0 => match a {
+            1 => 1,
+            -1 => 1 - 2 * (b & 1) as i128,
+            _ => 0,
+        },
+        "pow" => {
+            let (mut base, mut e, mut acc) = (a, b as u64, 1i64);
+            while e > 0 {
+                if e & 1 == 1 {
+                    acc = acc.wrapping_mul(base);
+                }
+                base = base.wrapping_mul(base);
+                e >>= 1;
+            }
+            i128::from(acc)
+        }
+        _ if b == 0 => return None,
+        "div_floor" => q(x, y),
+        "div_trunc" => x / y,
+        "remainder" => x - y * q(x, y),
+        "fmod" => x % y,
+        other => unreachable!("{other}"),
+    };
+    Some(r::wrap(v as i64, dtype))
+}
+
+const POINTWISE_BINARY: &[&str] = &[
+    "maximum",
+    "minimum",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "pow",
+    "div_floor",
+    "div_trunc",
+    "remainder",
+    "fmod",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 800, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pointwise_binary_ops_match_the_reference(
+        c in case(),
+        op in prop::sample::select(POINTWISE_BINARY.to_vec()),
+        dtype in dtype(),
+    ) {
+        let logical = op.starts_with("logical");
+        let arith = !logical && !op.ends_with("imum");
+        // The floating forms of `pow` and the divisions are NumPy's to check (Python).
+        prop_assume!(!(arith && dtype.is_floating()));
+        let out_dtype = if logical { DType::Bool } else { dtype };
+        let a = Operand::new(&c.a, dtype, &c.la, c.seed);
+        let b = Operand::new(&c.b, dtype, &c.lb, c.seed.rotate_left(17));
+        let out = Operand::new(&c.out, out_dtype, &c.lo, c.seed.rotate_left(33));
+        let admitted = !(arith && dtype == DType::Bool);
+        let n: usize = c.out.iter().product();
+        if admitted && op != "pow" && arith && n > 0 && b.values().vals.iter().any(|v| v.i() == 0) {
+            let views = [(&a.meta, &a.data), (&b.meta, &b.data)];
+            let err = compute_raw(kernel(op), Attrs::default(), &views, (&out.meta, &out.data));
+            prop_assert!(err.unwrap_err().contains("integer division by zero"), "{}", op);
+            return Ok(());
+        }
+        check_case(kernel(op), Attrs::default(), &[&a, &b], &out, admitted, |v| {
+            r::zip(&c.out, out_dtype, &v[0], &v[1], |x, y| match op {
+                "maximum" => extreme(x, y, true),
+                "minimum" => extreme(x, y, false),
+                "logical_and" => V::B(x.b() && y.b()),
+                "logical_or" => V::B(x.b() || y.b()),
+                "logical_xor" => V::B(x.b() != y.b()),
+                _ => V::I(int_op(op, dtype, x.i(), y.i()).expect("no zero divisor")),
+            })
+        })?;
+    }
+
+    #[test]
+    fn where_and_clamp_match_the_reference(
+        c in case(),
+        clamp in any::<bool>(),
+        dtype in dtype(),
+    ) {
+        // Three inputs: shapes a, b and a again (each its own storage and values).
+        let first = if clamp { dtype } else { DType::Bool };
+        let x = Operand::new(&c.a, first, &c.la, c.seed);
+        let y = Operand::new(&c.b, dtype, &c.lb, c.seed.rotate_left(7));
+        let z = Operand::new(&c.a, dtype, &c.la, c.seed.rotate_left(21));
+        let out = Operand::new(&c.out, dtype, &c.lo, c.seed.rotate_left(40));
+        let (k, admitted): (&dyn OpKernel, bool) =
+            if clamp { (&ClampKernel, dtype != DType::Bool) } else { (&WhereKernel, true) };
+        check_case(k, Attrs::default(), &[&x, &y, &z], &out, admitted, |v| {
+            let n: usize = c.out.iter().product();
+            let vals = (0..n)
+                .map(|i| {
+                    let idx = r::unravel(&c.out, i);
+                    let at = |t: &Ref| t.vals[flat_of(&t.shape, &idx)];
+                    let (p, q, s) = (at(&v[0]), at(&v[1]), at(&v[2]));
+                    if clamp {
+                        extreme(extreme(p, q, true), s, false)
+                    } else if p.b() {
+                        q
+                    } else {
+                        s
+                    }
+                })
+                .collect();
+            Ref { dtype, shape: c.out.clone(), vals }
+        })?;
+    }
+
+    #[test]
+    fn tril_and_triu_match_the_reference(
+        c in case(),
+        upper in any::<bool>(),
+        k in -3i64..4,
+        dtype in dtype(),
+    ) {
+        prop_assume!(c.out.len() >= 2);
+        let x = Operand::new(&c.out, dtype, &c.lo, c.seed);
+        let out = Operand::new(&c.out, dtype, &c.lo, c.seed.rotate_left(13));
+        let attrs = Attrs::default().with_params(&[k], &[]).unwrap();
+        let kern: &dyn OpKernel = if upper { &TriuKernel } else { &TrilKernel };
+        let rank = c.out.len();
+        check_case(kern, attrs, &[&x], &out, true, |v| {
+            let vals = v[0]
+                .vals
+                .iter()
+                .enumerate()
+                .map(|(i, &e)| {
+                    let idx = r::unravel(&c.out, i);
+                    let d = idx[rank - 1] as i64 - idx[rank - 2] as i64;
+                    if (upper && d >= k) || (!upper && d <= k) { e } else { r::zero(dtype) }
+                })
+                .collect();
+            Ref { dtype, shape: c.out.clone(), vals }
+        })?;
+    }
+}
