@@ -106,7 +106,7 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
 
 /// The dtypes an op computes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dtypes {
+pub(crate) enum Dtypes {
     /// All eight.
     All,
     /// All but `bool`.
@@ -116,6 +116,16 @@ enum Dtypes {
 }
 
 impl Dtypes {
+    /// The dtypes of the group, in `DType::ALL`'s order.
+    pub(crate) const fn list(self) -> &'static [DType] {
+        use DType::*;
+        match self {
+            Dtypes::All => &DType::ALL,
+            Dtypes::Numeric => &[U8, I32, I64, F16, BF16, F32, F64],
+            Dtypes::Floating => &[F16, BF16, F32, F64],
+        }
+    }
+
     fn admits(self, d: DType) -> bool {
         match self {
             Dtypes::All => true,
@@ -213,6 +223,8 @@ fn broadcast_shapes(a: &TensorMeta, b: &TensorMeta) -> Result<Shape, String> {
 mod proptests;
 #[cfg(test)]
 mod reference;
+#[cfg(all(test, feature = "cuda"))]
+mod table;
 #[cfg(test)]
 mod testing;
 
