@@ -17,6 +17,8 @@ pub use tensor::Tensor;
 pub(crate) mod builder;
 mod deferred;
 pub(crate) mod infer_cache;
+#[cfg(all(test, feature = "cuda"))]
+mod ops_table;
 pub(crate) mod layout;
 #[cfg(test)]
 mod lend_tests;

@@ -223,8 +223,6 @@ fn broadcast_shapes(a: &TensorMeta, b: &TensorMeta) -> Result<Shape, String> {
 mod proptests;
 #[cfg(test)]
 mod reference;
-#[cfg(all(test, feature = "cuda"))]
-mod table;
 #[cfg(test)]
 mod testing;
 
