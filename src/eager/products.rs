@@ -2,9 +2,11 @@
 //! matrices, batches that broadcast), `mm`, `bmm`, `addmm`, `baddbmm`, `dot`, `outer` and
 //! `linear`.
 //!
-//! A product of two matrices is the `matmul` op; every other case is the `bmm` op over views
-//! (a vector becomes a one-row or one-column matrix, a batch dimension that broadcasts is
-//! read with stride 0, nothing is copied), its result viewed back to PyTorch's shape.
+//! A product of two matrices is the `matmul` op, and so is a batch times one matrix where the
+//! batch's rows view as one matrix (as PyTorch folds it); every other case is the `bmm` op
+//! over views (a vector becomes a one-row or one-column matrix, a batch dimension that
+//! broadcasts is read with stride 0, nothing is copied), its result viewed back to
+//! PyTorch's shape.
 //! `addmm`, `baddbmm` and `linear` add to the product with the elementwise ops, `outer` is
 //! a broadcast `mul`, as PyTorch composes them (`docs/ops.md`, "Products").
 
@@ -67,8 +69,23 @@ impl Array {
                 ),
             ));
         }
-        let mut r =
-            if a.ndim() == 2 && b.ndim() == 2 { a.matmul_t(&b, false, false)? } else { a.batched(&b)? };
+        let mut r = if a.ndim() == 2 && b.ndim() == 2 {
+            a.matmul_t(&b, false, false)?
+        } else if b.ndim() == 2 {
+            // A batch times one matrix is one product of all the batch's rows where they
+            // can be viewed as one matrix (as PyTorch folds it), else a batched one.
+            let k = a.shape()[a.ndim() - 1];
+            match a.view(&[-1, k as isize]) {
+                Ok(rows) => {
+                    let mut shape: Vec<isize> = a.shape().iter().map(|&d| d as isize).collect();
+                    *shape.last_mut().expect("dimensions") = b.shape()[1] as isize;
+                    rows.matmul_t(&b, false, false)?.view(&shape)?
+                }
+                Err(_) => a.batched(&b)?,
+            }
+        } else {
+            a.batched(&b)?
+        };
         if rb == 1 {
             r = r.squeeze_dims(&[-1])?;
         }
@@ -227,4 +244,102 @@ fn is_one(s: Scalar) -> bool {
 
 fn is_zero(s: Scalar) -> bool {
     s.as_f64() == 0.0
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::eager::{Context, Conv2dOptions, Padding, PoolOptions};
+    use crate::prelude::*;
+
+    /// Row-major `[.., m, k] @ [.., k, n]` of one batch, naive.
+    fn naive(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matmul_takes_pytorch_s_ranks() -> crate::Result<()> {
+        let vm = VirtualMachine::new(Config::default())?;
+        let cx = Context::new(&vm);
+        let arr = |v: &[f32], s: &[usize]| cx.from_slice(v, s, DeviceId::CPU);
+        let vals = |n: usize| (0..n).map(|i| (i % 5) as f32 - 2.0).collect::<Vec<_>>();
+        let (u, w) = (arr(&vals(3), &[3])?, arr(&[1.0, 2.0, 3.0], &[3])?);
+        let d = u.matmul(&w)?;
+        assert_eq!((d.shape(), d.item::<f32>()?), (&[][..], -2.0 - 2.0 + 0.0));
+        let m = arr(&vals(6), &[2, 3])?;
+        assert_eq!(m.matmul(&w)?.shape(), &[2]);
+        assert_eq!(m.matmul(&w)?.to_vec::<f32>()?, naive(&vals(6), &[1.0, 2.0, 3.0], 2, 3, 1));
+        assert_eq!(w.matmul(&m.t()?)?.to_vec::<f32>()?, m.matmul(&w)?.to_vec::<f32>()?);
+        // [2, 1, 2, 3] @ [4, 3, 5] -> [2, 4, 2, 5]; each matrix is a[i] @ b[j].
+        let (av, bv) = (vals(12), vals(60));
+        let y = arr(&av, &[2, 1, 2, 3])?.matmul(&arr(&bv, &[4, 3, 5])?)?;
+        assert_eq!(y.shape(), &[2, 4, 2, 5]);
+        let got = y.to_vec::<f32>()?;
+        for i in 0..2 {
+            for j in 0..4 {
+                let want = naive(&av[i * 6..][..6], &bv[j * 15..][..15], 2, 3, 5);
+                assert_eq!(&got[(i * 4 + j) * 10..][..10], &want[..]);
+            }
+        }
+        // A vector on either side of a batch.
+        assert_eq!(w.matmul(&arr(&bv, &[4, 3, 5])?)?.shape(), &[4, 5]);
+        assert_eq!(arr(&bv, &[4, 5, 3])?.matmul(&w)?.shape(), &[4, 5]);
+        assert!(cx.scalar(1.0, DType::F32, DeviceId::CPU)?.matmul(&w).is_err());
+        assert!(m.bmm(&m).is_err() && m.mm(&u).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn compositions_match_their_definitions() -> crate::Result<()> {
+        let vm = VirtualMachine::new(Config::default())?;
+        let cx = Context::new(&vm);
+        let arr = |v: &[f32], s: &[usize]| cx.from_slice(v, s, DeviceId::CPU);
+        let x = arr(&[1.0, 2.0, 3.0, 4.0], &[2, 2])?;
+        let i = arr(&[10.0, 20.0], &[2])?;
+        let y = i.addmm(&x, &x, 0.5, 2.0)?; // 0.5 i + 2 x x, x x = [[7, 10], [15, 22]]
+        assert_eq!(y.to_vec::<f32>()?, vec![19.0, 30.0, 35.0, 54.0]);
+        let l = x.linear(&x, Some(&i))?; // x xᵀ + i
+        assert_eq!(l.to_vec::<f32>()?, vec![15.0, 31.0, 21.0, 45.0]);
+        let x3 = arr(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], &[2, 2, 2])?;
+        assert_eq!(x3.linear(&x, None)?.shape(), &[2, 2, 2]);
+        assert_eq!(
+            x3.linear(&x, None)?.to_vec::<f32>()?,
+            vec![5.0, 11.0, 11.0, 25.0, 17.0, 39.0, 23.0, 53.0]
+        );
+        assert_eq!(i.outer(&i)?.to_vec::<f32>()?, vec![100.0, 200.0, 200.0, 400.0]);
+        Ok(())
+    }
+
+    #[test]
+    fn convolution_and_pools_view_unbatched_inputs() -> crate::Result<()> {
+        let vm = VirtualMachine::new(Config::default())?;
+        let cx = Context::new(&vm);
+        let x = cx.ones(&[2, 5, 4], DType::F32, DeviceId::CPU)?;
+        let w = cx.ones(&[3, 2, 2, 2], DType::F32, DeviceId::CPU)?;
+        let same = Conv2dOptions { padding: Padding::Same, ..Conv2dOptions::default() };
+        let y = x.conv2d(&w, None, same)?;
+        assert_eq!(y.shape(), &[3, 5, 4]);
+        // Padding (0 top, 1 bottom, 0 left, 1 right): the last row and column see 2 taps.
+        let v = y.to_vec::<f32>()?;
+        assert_eq!((v[0], v[3], v[19]), (8.0, 4.0, 2.0));
+        let (m, i) = x.max_pool2d_with_indices((2, 2), PoolOptions::default())?;
+        assert_eq!((m.shape(), i.shape(), i.dtype()), (&[2, 2, 2][..], &[2, 2, 2][..], DType::I64));
+        assert_eq!(
+            x.avg_pool2d((2, 2), PoolOptions { ceil_mode: true, ..PoolOptions::default() })?.shape(),
+            &[2, 3, 2]
+        );
+        assert_eq!(x.adaptive_avg_pool2d((1, 3))?.to_vec::<f32>()?, vec![1.0; 6]);
+        let q = cx.ones(&[2, 3, 4], DType::F32, DeviceId::CPU)?;
+        assert!(q.scaled_dot_product_attention(&q, &q, None, 0.1, false, None).is_err());
+        assert_eq!(
+            q.scaled_dot_product_attention(&q, &q, None, 0.0, true, None)?.to_vec::<f32>()?,
+            vec![1.0; 24]
+        );
+        Ok(())
+    }
 }

@@ -305,7 +305,6 @@ where
                 unsafe { o.first.cast::<T>().offset(off).write(T::store(a)) };
             }
         }
-        let _ = ev;
         // The next batch index, row-major.
         let strides = |d: usize| {
             [q.batch[d], k.batch[d], v.batch[d], dst.batch[d], mask.as_ref().map_or(0, |(m, _)| m.batch[d])]

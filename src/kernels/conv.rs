@@ -434,7 +434,9 @@ mod tests {
 
     #[test]
     fn conv2d_matches_the_naive_loop() {
-        let cases: &[([usize; 4], [usize; 4], [i64; 9], bool)] = &[
+        // Input shape, weight shape, parameters, whether a bias is given.
+        type Case = ([usize; 4], [usize; 4], [i64; 9], bool);
+        let cases: &[Case] = &[
             ([1, 1, 4, 4], [1, 1, 3, 3], [1, 1, 0, 0, 0, 0, 1, 1, 1], false),
             ([2, 3, 7, 6], [4, 3, 3, 2], [2, 1, 1, 1, 0, 2, 1, 1, 1], true),
             ([2, 4, 9, 9], [6, 2, 3, 3], [1, 2, 2, 2, 1, 1, 2, 1, 2], true),

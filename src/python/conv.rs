@@ -235,7 +235,8 @@ fn conv2d(
     if groups < 1 {
         return Err(PyValueError::new_err(format!("conv2d(): groups must be positive, got {groups}")));
     }
-    let groups = usize::try_from(groups).map_err(|_| PyValueError::new_err("conv2d(): groups is out of range"))?;
+    let groups =
+        usize::try_from(groups).map_err(|_| PyValueError::new_err("conv2d(): groups is out of range"))?;
     let options = Conv2dOptions { stride, padding, dilation, groups };
     wrap(py, &input.a, input.a.conv2d(&weight.a, bias.as_ref().map(|b| &b.a), options))
 }
@@ -300,8 +301,13 @@ fn avg_pool2d(
     const OP: &str = "avg_pool2d";
     let divisor_override = match divisor_override {
         None => None,
-        Some(d) if d > 0 => Some(usize::try_from(d).map_err(|_| PyValueError::new_err("avg_pool2d(): divisor_override is out of range"))?),
-        Some(d) => return Err(PyValueError::new_err(format!("avg_pool2d(): divisor must be not zero, got {d}"))),
+        Some(d) if d > 0 => Some(
+            usize::try_from(d)
+                .map_err(|_| PyValueError::new_err("avg_pool2d(): divisor_override is out of range"))?,
+        ),
+        Some(d) => {
+            return Err(PyValueError::new_err(format!("avg_pool2d(): divisor must be not zero, got {d}")))
+        }
     };
     let options = PoolOptions {
         stride: stride_of(OP, stride)?,
@@ -318,7 +324,11 @@ fn avg_pool2d(
 /// `torch.nn.functional.adaptive_avg_pool2d(input, output_size)`: `output_size` an int, or a
 /// pair whose `None` keeps the input's size.
 #[pyfunction]
-fn adaptive_avg_pool2d(py: Python<'_>, input: PyRef<'_, PyArr>, output_size: &Bound<'_, PyAny>) -> PyResult<PyArr> {
+fn adaptive_avg_pool2d(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    output_size: &Bound<'_, PyAny>,
+) -> PyResult<PyArr> {
     const OP: &str = "adaptive_avg_pool2d";
     let shape = input.a.shape();
     let (h, w) = if shape.len() >= 2 { (shape[shape.len() - 2], shape[shape.len() - 1]) } else { (0, 0) };
@@ -337,8 +347,11 @@ fn adaptive_avg_pool2d(py: Python<'_>, input: PyRef<'_, PyArr>, output_size: &Bo
                 return Ok(keep);
             }
             let n = int_of(OP, "output_size", v)?;
-            usize::try_from(n)
-                .map_err(|_| PyValueError::new_err(format!("adaptive_avg_pool2d(): output_size must be non-negative, got {n}")))
+            usize::try_from(n).map_err(|_| {
+                PyValueError::new_err(format!(
+                    "adaptive_avg_pool2d(): output_size must be non-negative, got {n}"
+                ))
+            })
         };
         (one(&items[0], h)?, one(&items[1], w)?)
     };
