@@ -311,7 +311,10 @@ where
             *v = unsafe { b.first.cast::<T>().wrapping_offset(oo as isize * b.strides[0]).read() }.load();
         }
     }
-    let mut cols = buffer::<T::C>(kc * pos, "conv2d's im2col matrix")?;
+    // The weight and the output fit in memory, so `oc · kc` and `og · pos` do; the im2col
+    // matrix, their product's size, may not.
+    let cols_len = kc.checked_mul(pos).ok_or("conv2d's im2col matrix is larger than memory")?;
+    let mut cols = buffer::<T::C>(cols_len, "conv2d's im2col matrix")?;
     let mut obuf = buffer::<T::C>(og * pos, "conv2d's product")?;
     let (top, left) = (p.pad.0 as isize, p.pad.2 as isize);
     for ni in 0..n {
