@@ -248,17 +248,35 @@ where
     let scale = T::C::of_f64(scale);
     let mut scores = buffer::<T::C>(s, "the attention scores")?;
     let mut acc = buffer::<T::C>(ev, "an attention row")?;
+    // Each batch element's `k`, `v` and each query row, in the compute type and row-major,
+    // so that the loops below read memory in order (the sums' order is unchanged). `k` and
+    // `v` hold `s · e` and `s · ev` elements (no batch is empty here: the output is not).
+    let mut kbuf = buffer::<T::C>(s * e, "a copy of k")?;
+    let mut vbuf = buffer::<T::C>(s * ev, "a copy of v")?;
+    let mut qrow = buffer::<T::C>(e, "a query row")?;
     let zero = <T::C as Ring>::ZERO;
     let mut index: SmallVec<[usize; 6]> = SmallVec::from_elem(0, batch.len());
     // Each operand's offset for the batch index; the mask's last.
     let mut at = [0isize; 5];
     loop {
+        for j in 0..s {
+            for c in 0..e {
+                // SAFETY: indices within `k`'s shape (`attention_shape`).
+                kbuf[j * e + c] = unsafe { k.get::<T>(at[1], j, c) }.load();
+            }
+            for d in 0..ev {
+                // SAFETY: indices within `v`'s shape.
+                vbuf[j * ev + d] = unsafe { v.get::<T>(at[2], j, d) }.load();
+            }
+        }
         for i in 0..l {
+            for (c, x) in qrow.iter_mut().enumerate() {
+                // SAFETY: indices within `q`'s shape.
+                *x = unsafe { q.get::<T>(at[0], i, c) }.load();
+            }
             for (j, sc) in scores.iter_mut().enumerate() {
                 let mut dot = zero;
-                for c in 0..e {
-                    // SAFETY: indices within the operands' shapes (`attention_shape`).
-                    let (a, b) = unsafe { (q.get::<T>(at[0], i, c).load(), k.get::<T>(at[1], j, c).load()) };
+                for (&a, &b) in qrow.iter().zip(&kbuf[j * e..(j + 1) * e]) {
                     dot = dot + a * b;
                 }
                 let mut x = dot * scale;
@@ -267,7 +285,7 @@ where
                 }
                 if let Some((m, boolean)) = &mask {
                     if *boolean {
-                        // SAFETY: as above, the mask broadcast to the scores' shape.
+                        // SAFETY: indices within the mask broadcast to the scores' shape.
                         if unsafe { m.get::<Bool8>(at[4], i, j) }.0 == 0 {
                             x = T::C::NEG_INF;
                         }
@@ -293,9 +311,8 @@ where
             acc.fill(zero);
             for (j, &x) in scores.iter().enumerate() {
                 let p = x / sum;
-                for (d, a) in acc.iter_mut().enumerate() {
-                    // SAFETY: indices within `v`'s shape.
-                    *a = *a + p * unsafe { v.get::<T>(at[2], j, d) }.load();
+                for (a, &y) in acc.iter_mut().zip(&vbuf[j * ev..(j + 1) * ev]) {
+                    *a = *a + p * y;
                 }
             }
             for (d, &a) in acc.iter().enumerate() {
