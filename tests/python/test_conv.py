@@ -453,3 +453,23 @@ def test_against_pytorch_where_installed(vm):
     tv, ti = torch.nn.functional.max_pool2d(torch.tensor(x), 3, 2, 1, ceil_mode=True, return_indices=True)
     np.testing.assert_array_equal(v.numpy(), tv.numpy())
     np.testing.assert_array_equal(i.numpy(), ti.numpy())
+
+
+def test_calls_record_and_replay_with_their_parameters(vm, tmp_path):
+    path = tmp_path / "conv.trace"
+    rec = vm.record(path)
+    rng = np.random.default_rng(60)
+    x = vm.array(rng.standard_normal((2, 3, 8, 8)).astype(np.float32), "mock:0")
+    w = vm.array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "mock:0")
+    y = F.conv2d(x, w, stride=(2, 1), padding=(1, 2), dilation=(1, 2))
+    v, i = F.max_pool2d(y, 2, return_indices=True, ceil_mode=True)
+    a = F.avg_pool2d(y, 3, 1, 1, count_include_pad=False)
+    g = F.adaptive_avg_pool2d(y, (3, 2))
+    q = y.reshape(2, 4, -1)
+    att = F.scaled_dot_product_attention(q, q, q, is_causal=True, scale=0.25)
+    b = q @ q.transpose(-1, -2)
+    outs = [t.to("cpu:0") for t in (v, i, a, g, att, b)]
+    summary = rec.finish(outs)
+    assert summary["expects"] == len(outs) and summary["failure"] is None
+    r = eagervm.replay(path)
+    assert r["checked"] == len(outs) and r["failures"] == []
