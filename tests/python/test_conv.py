@@ -473,3 +473,35 @@ def test_calls_record_and_replay_with_their_parameters(vm, tmp_path):
     assert summary["expects"] == len(outs) and summary["failure"] is None
     r = eagervm.replay(path)
     assert r["checked"] == len(outs) and r["failures"] == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_shapes(vm, device, seed):
+    """Random ranks, sizes (0 among them), broadcast batch dimensions, layouts and
+    convolution parameters, in float64 (the order of the sums is the only difference)."""
+    rng = np.random.default_rng(100 + seed)
+    for _ in range(8):
+        m, k, n = rng.integers(0, 6, 3)
+        batch = list(rng.integers(1, 4, rng.integers(0, 3)))
+        ba = [d if rng.random() < 0.6 else 1 for d in batch][rng.integers(0, len(batch) + 1) :]
+        bb = [d if rng.random() < 0.6 else 1 for d in batch][rng.integers(0, len(batch) + 1) :]
+        # A vector operand has no batch dimensions.
+        a_shape = tuple(ba) + (m, k) if rng.random() < 0.8 else (k,)
+        b_shape = tuple(bb) + (k, n) if rng.random() < 0.8 else (k,)
+        a, av = array(vm, rng.uniform(-1, 1, a_shape), "float64", device, rng.random() < 0.5)
+        b, bv = array(vm, rng.uniform(-1, 1, b_shape), "float64", device, rng.random() < 0.5)
+        check(a @ b, np.matmul(av, bv), "float64")
+    for _ in range(4):
+        groups = int(rng.integers(1, 3))
+        cg, og = rng.integers(1, 3, 2)
+        kh, kw = rng.integers(1, 4, 2)
+        stride, dilation = tuple(rng.integers(1, 3, 2)), tuple(rng.integers(1, 3, 2))
+        padding = tuple(rng.integers(0, 3, 2))
+        h = int(dilation[0] * (kh - 1) + 1 + rng.integers(0, 5))
+        w = int(dilation[1] * (kw - 1) + 1 + rng.integers(0, 5))
+        xs, ws = (int(rng.integers(0, 3)), int(cg * groups), h, w), (int(og * groups), int(cg), int(kh), int(kw))
+        x, xv = array(vm, rng.uniform(-1, 1, xs), "float64", device, rng.random() < 0.5)
+        wt, wv = array(vm, rng.uniform(-1, 1, ws), "float64", device, rng.random() < 0.5)
+        got = F.conv2d(x, wt, None, stride, padding, dilation, groups)
+        pad = (padding[0], padding[0], padding[1], padding[1])
+        check(got, conv_ref(xv, wv, None, stride, pad, dilation, groups), "float64")
