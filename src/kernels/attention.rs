@@ -421,6 +421,33 @@ mod tests {
         check(as_f32(&run_with(&AttentionKernel, attrs(false, scale), with_mask, &[]).unwrap()[0]), &bias);
     }
 
+    /// Keys and values without batch dimensions serve every query batch (stride 0), and a
+    /// transposed query is read as it lies.
+    #[test]
+    fn broadcast_and_strided_operands() {
+        let (b, l, s, e, ev) = (2, 3, 4, 2, 3);
+        let (qv, kv, vv) = (vals(b * l * e, 0.0), vals(s * e, 1.0), vals(s * ev, 2.0));
+        // q stored as [b, e, l], viewed as [b, l, e].
+        let mut stored = vec![0.0; b * l * e];
+        for bi in 0..b {
+            for i in 0..l {
+                for c in 0..e {
+                    stored[(bi * e + c) * l + i] = qv[(bi * l + i) * e + c];
+                }
+            }
+        }
+        let mut q = t_f32(&[b, e, l], &stored);
+        q.0.shape = [b, l, e].into_iter().collect();
+        q.0.strides = [(l * e) as isize, 1, l as isize].into_iter().collect();
+        let ins = vec![q, t_f32(&[s, e], &kv), t_f32(&[s, ev], &vv)];
+        let out = run_with(&AttentionKernel, attrs(false, 0.5), ins, &[]).unwrap();
+        assert_eq!(out[0].0.shape.as_slice(), &[b, l, ev]);
+        let (k2, v2) = ([kv.clone(), kv].concat(), [vv.clone(), vv].concat());
+        for (g, w) in as_f32(&out[0]).iter().zip(naive(&qv, &k2, &v2, (b, l, s, e, ev), &[0.0; 12], 0.5)) {
+            assert!((f64::from(*g) - w).abs() < 1e-5, "{g} against {w}");
+        }
+    }
+
     #[test]
     fn a_fully_masked_row_is_nan() {
         let ins = vec![

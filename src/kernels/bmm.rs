@@ -234,6 +234,61 @@ mod tests {
         assert_eq!(as_i64(&out.unwrap()[0]), vec![12, 34]);
     }
 
+    /// A view of `t`'s storage with another layout.
+    fn relaid(
+        mut t: crate::kernels::testing::Owned,
+        shape: &[usize],
+        strides: &[isize],
+    ) -> crate::kernels::testing::Owned {
+        t.0.shape = shape.iter().copied().collect();
+        t.0.strides = strides.iter().copied().collect();
+        t
+    }
+
+    /// Transposed matrices and a batch expanded by stride 0 are read as they lie.
+    #[test]
+    fn strided_and_expanded_operands() {
+        let (av, bv) = (vals(6, 0.0), vals(12, 4.0));
+        // a: one [2, 3] matrix stored transposed ([3, 2] row-major), expanded to a batch of 2.
+        let a = relaid(t_f32(&[3, 2], &av), &[2, 2, 3], &[0, 1, 2]);
+        // b: [2, 3, 2] stored as [2, 2, 3] (each matrix transposed).
+        let b = relaid(t_f32(&[2, 2, 3], &bv), &[1, 2, 3, 2], &[0, 6, 1, 3]);
+        let out = run(&BmmKernel, 0.0, vec![a, b], &[]).unwrap();
+        assert_eq!(out[0].0.shape.as_slice(), &[1, 2, 2, 2]);
+        let got = as_f32(&out[0]);
+        let at = |i: usize, p: usize| av[p * 2 + i];
+        for q in 0..2 {
+            let bq = q;
+            for i in 0..2 {
+                for j in 0..2 {
+                    let want: f32 = (0..3).map(|p| at(i, p) * bv[bq * 6 + j * 3 + p]).sum();
+                    assert!((got[(q * 2 + i) * 2 + j] - want).abs() < 1e-6);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn half_products_round_once_and_nan_propagates() {
+        use half::bf16;
+        let a: Vec<bf16> = [1.0f32, 2.0, f32::NAN, 1.0].iter().map(|&v| bf16::from_f32(v)).collect();
+        let b: Vec<bf16> = [1.0f32 / 3.0, 1.0].iter().map(|&v| bf16::from_f32(v)).collect();
+        let out = run(
+            &BmmKernel,
+            0.0,
+            vec![
+                crate::kernels::testing::tensor(&[2, 1, 2], &a),
+                crate::kernels::testing::tensor(&[2, 1], &b),
+            ],
+            &[],
+        )
+        .unwrap();
+        let got: Vec<bf16> = crate::kernels::testing::values(&out[0]);
+        let want = b[0].to_f32() + 2.0 * b[1].to_f32();
+        assert_eq!(got[0], bf16::from_f32(want));
+        assert!(got[1].is_nan());
+    }
+
     #[test]
     fn an_empty_batch_writes_nothing() {
         let out =

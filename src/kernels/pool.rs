@@ -511,6 +511,39 @@ mod tests {
         assert_eq!(out[0].0.shape.as_slice(), &[1, 1, 3, 3]);
     }
 
+    /// A transposed input (`H` and `W` swapped in memory) pools as its contiguous copy.
+    #[test]
+    fn strided_input_pools_as_its_copy() {
+        let v: Vec<f32> = (0..30).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let contiguous = || t_f32(&[1, 2, 3, 5], &v);
+        // The same values stored as [1, 2, 5, 3], viewed back as [1, 2, 3, 5].
+        let mut stored = vec![0.0; 30];
+        for c in 0..2 {
+            for h in 0..3 {
+                for w in 0..5 {
+                    stored[c * 15 + w * 3 + h] = v[c * 15 + h * 5 + w];
+                }
+            }
+        }
+        let transposed = || {
+            let mut t = t_f32(&[1, 2, 5, 3], &stored);
+            t.0.shape = [1, 2, 3, 5].into_iter().collect();
+            t.0.strides = [30, 15, 1, 3].into_iter().collect();
+            t
+        };
+        let max = |x| {
+            run_with(&MAX_POOL2D_WITH_INDICES, attrs(&[2, 2, 1, 2, 1, 1, 1, 1, 1]), vec![x], &[]).unwrap()
+        };
+        let (a, b) = (max(contiguous()), max(transposed()));
+        assert_eq!((as_f32(&a[0]), as_i64(&a[1])), (as_f32(&b[0]), as_i64(&b[1])));
+        let avg = |x| {
+            as_f32(&run_with(&AvgPool2dKernel, attrs(&[3, 2, 1, 1, 1, 0, 1, 0, 0]), vec![x], &[]).unwrap()[0])
+        };
+        assert_eq!(avg(contiguous()), avg(transposed()));
+        let ada = |x| as_f32(&run_with(&AdaptiveAvgPool2dKernel, attrs(&[2, 3]), vec![x], &[]).unwrap()[0]);
+        assert_eq!(ada(contiguous()), ada(transposed()));
+    }
+
     #[test]
     fn avg_pool_divisors_follow_pytorch() {
         let x: Vec<f32> = (1..=9).map(|i| i as f32).collect();
