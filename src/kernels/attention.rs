@@ -127,6 +127,10 @@ impl OpKernel for AttentionKernel {
         "scaled_dot_product_attention"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -446,6 +450,24 @@ mod tests {
         for (g, w) in as_f32(&out[0]).iter().zip(naive(&qv, &k2, &v2, (b, l, s, e, ev), &[0.0; 12], 0.5)) {
             assert!((f64::from(*g) - w).abs() < 1e-5, "{g} against {w}");
         }
+    }
+
+    /// `infer` accepts exactly the declared dtypes (the registry's probe cannot call it
+    /// without its parameters); the mask may be `bool` besides.
+    #[test]
+    fn infer_accepts_the_declared_dtypes() {
+        use crate::ep::DeviceId;
+        let takes = |d: DType, mask: Option<DType>| {
+            let t = TensorMeta::new(&[2, 2], d, DeviceId::CPU);
+            let m = mask.map(|m| TensorMeta::new(&[2, 2], m, DeviceId::CPU));
+            let mut ins = vec![&t, &t, &t];
+            ins.extend(m.as_ref());
+            AttentionKernel.infer(&ins, &[], &attrs(false, 1.0), &mut OutSpecs::new()).is_ok()
+        };
+        let accepted: Vec<DType> = DType::ALL.into_iter().filter(|&d| takes(d, None)).collect();
+        assert_eq!(accepted, AttentionKernel.dtypes());
+        assert!(takes(DType::F16, Some(DType::Bool)) && takes(DType::F16, Some(DType::F16)));
+        assert!(!takes(DType::F16, Some(DType::F32)) && !takes(DType::F32, Some(DType::I64)));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::gemm::{self, Mat};
 use super::iter::{share, Operand, Share, Staged};
 use super::loops::{expect_count, input, output};
 use super::{check_dtype, common_dtype, expect_inputs, refusal, Dtypes};
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Shape, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, Shape, TensorMeta};
 
 /// `bmm`: inputs `a: [*A, m, k]` and `b: [*B, k, n]` of one dtype (each of at least two
 /// dimensions), output `[*batch, m, n]` where `batch` is the shape `A` and `B` broadcast to
@@ -27,6 +27,10 @@ pub struct BmmKernel;
 impl OpKernel for BmmKernel {
     fn name(&self) -> &'static str {
         "bmm"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Numeric.list()
     }
 
     fn infer(

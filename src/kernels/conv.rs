@@ -11,7 +11,7 @@ use super::gemm::{self, Mat};
 use super::iter::{share, Operand, Share, Staged};
 use super::loops::{input, output};
 use super::{check_dtype, common_dtype, count_error, refusal, Dtypes};
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Shape, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, Shape, TensorMeta};
 
 /// The compute types of the floating dtypes, `f32` (for `f16`, `bf16` and `f32`) and `f64`,
 /// with what the spatial kernels need of them.
@@ -152,6 +152,10 @@ impl OpKernel for Conv2dKernel {
         "conv2d"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -177,7 +181,7 @@ impl OpKernel for Conv2dKernel {
 }
 
 /// The output shape and dtype of a `conv2d` call, or why it is refused.
-fn conv_shape(inputs: &[&TensorMeta], attrs: &Attrs) -> Result<(Shape, crate::vm::DType), String> {
+fn conv_shape(inputs: &[&TensorMeta], attrs: &Attrs) -> Result<(Shape, DType), String> {
     if !(2..=3).contains(&inputs.len()) {
         return Err(format!("{} (input, weight and an optional bias)", count_error(2, inputs.len())));
     }
@@ -483,6 +487,25 @@ mod tests {
         for (g, w) in got.iter().zip(want) {
             assert_eq!(*g, f16::from_f32(w as f32));
         }
+    }
+
+    /// `infer` accepts exactly the declared dtypes (the registry's probe cannot call
+    /// `conv2d` without its parameters).
+    #[test]
+    fn infer_accepts_the_declared_dtypes() {
+        use crate::ep::DeviceId;
+        let accepted: Vec<DType> = DType::ALL
+            .into_iter()
+            .filter(|&d| {
+                let (x, w) = (
+                    TensorMeta::new(&[1, 2, 3, 3], d, DeviceId::CPU),
+                    TensorMeta::new(&[1, 2, 2, 2], d, DeviceId::CPU),
+                );
+                let mut specs = OutSpecs::new();
+                Conv2dKernel.infer(&[&x, &w], &[], &attrs(&[1, 1, 0, 0, 0, 0, 1, 1, 1]), &mut specs).is_ok()
+            })
+            .collect();
+        assert_eq!(accepted, Conv2dKernel.dtypes());
     }
 
     #[test]

@@ -137,6 +137,10 @@ impl OpKernel for MaxPool2dKernel {
         self.op()
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Numeric.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -283,6 +287,10 @@ impl OpKernel for AvgPool2dKernel {
         "avg_pool2d"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -409,6 +417,10 @@ impl OpKernel for AdaptiveAvgPool2dKernel {
         "adaptive_avg_pool2d"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -485,6 +497,29 @@ mod tests {
 
     fn attrs(ints: &[i64]) -> Attrs {
         Attrs::default().with_params(ints, &[]).unwrap()
+    }
+
+    /// `infer` accepts exactly the declared dtypes (the registry's probe cannot call the
+    /// pools without their parameters).
+    #[test]
+    fn infer_accepts_the_declared_dtypes() {
+        use crate::ep::DeviceId;
+        let cases: [(&dyn OpKernel, &[i64]); 4] = [
+            (&MAX_POOL2D, &[2, 2, 1, 1, 0, 0, 1, 1, 0]),
+            (&MAX_POOL2D_WITH_INDICES, &[2, 2, 1, 1, 0, 0, 1, 1, 0]),
+            (&AvgPool2dKernel, &[2, 2, 1, 1, 0, 0, 0, 1, 0]),
+            (&AdaptiveAvgPool2dKernel, &[1, 1]),
+        ];
+        for (k, ints) in cases {
+            let accepted: Vec<DType> = DType::ALL
+                .into_iter()
+                .filter(|&d| {
+                    let x = TensorMeta::new(&[1, 1, 3, 3], d, DeviceId::CPU);
+                    k.infer(&[&x], &[], &attrs(ints), &mut OutSpecs::new()).is_ok()
+                })
+                .collect();
+            assert_eq!(accepted, k.dtypes(), "{}", k.name());
+        }
     }
 
     #[test]
