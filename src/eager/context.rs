@@ -135,6 +135,13 @@ ops! {
     add_bias: "add_bias",
     sum: "sum",
     sum_rows: "sum_rows",
+    bmm: "bmm",
+    conv2d: "conv2d",
+    max_pool2d: "max_pool2d",
+    max_pool2d_with_indices: "max_pool2d_with_indices",
+    avg_pool2d: "avg_pool2d",
+    adaptive_avg_pool2d: "adaptive_avg_pool2d",
+    attention: "scaled_dot_product_attention",
 }
 
 /// The open builder and the counters.

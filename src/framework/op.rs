@@ -238,10 +238,14 @@ mod tests {
     fn builtins_are_registered_on_cpu_and_mock() {
         let r = OpRegistry::with_builtins();
         let names = [
+            "adaptive_avg_pool2d",
             "add",
             "add_bias",
             "add_scalar",
+            "avg_pool2d",
+            "bmm",
             "cast",
+            "conv2d",
             "copy",
             "div",
             "div_scalar",
@@ -261,6 +265,8 @@ mod tests {
             "matmul",
             "matmul_nt",
             "matmul_tn",
+            "max_pool2d",
+            "max_pool2d_with_indices",
             "mul",
             "mul_scalar",
             "ne",
@@ -272,6 +278,7 @@ mod tests {
             "relu_grad",
             "rsub_scalar",
             "scale",
+            "scaled_dot_product_attention",
             "sub",
             "sum",
             "sum_rows",

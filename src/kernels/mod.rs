@@ -25,8 +25,11 @@
 //! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`,
 //! feature `cuda`).
 
+mod attention;
+mod bmm;
 pub mod collective;
 mod compare;
+mod conv;
 mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -39,13 +42,17 @@ mod loops;
 mod masked;
 mod matmul;
 mod matmul_t;
+mod pool;
 mod reduce;
 mod scalar;
 
+pub use attention::AttentionKernel;
+pub use bmm::BmmKernel;
 pub use compare::{
     EqKernel, EqScalarKernel, GeKernel, GeScalarKernel, GtKernel, GtScalarKernel, LeKernel, LeScalarKernel,
     LtKernel, LtScalarKernel, NeKernel, NeScalarKernel,
 };
+pub use conv::Conv2dKernel;
 pub use copy::{CastKernel, CopyKernel, FillKernel};
 pub use diag::{FailKernel, NoopKernel, PanicKernel};
 pub use elementwise::{
@@ -57,6 +64,9 @@ pub use gemm::{
 pub use masked::MaskedFillKernel;
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
+pub use pool::{
+    AdaptiveAvgPool2dKernel, AvgPool2dKernel, MaxPool2dKernel, MAX_POOL2D, MAX_POOL2D_WITH_INDICES,
+};
 pub use reduce::{sum_f32, SumKernel, SumRowsKernel, SEQUENTIAL_SUM_MAX};
 pub use scalar::{AddScalarKernel, DivScalarKernel, MulScalarKernel, RdivScalarKernel, RsubScalarKernel};
 
@@ -102,6 +112,13 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &GtScalarKernel,
     &GeScalarKernel,
     &MaskedFillKernel,
+    &BmmKernel,
+    &Conv2dKernel,
+    &MAX_POOL2D,
+    &MAX_POOL2D_WITH_INDICES,
+    &AvgPool2dKernel,
+    &AdaptiveAvgPool2dKernel,
+    &AttentionKernel,
 ];
 
 /// The dtypes an op computes on.
