@@ -183,6 +183,13 @@ ops! {
     tril: "tril",
     triu: "triu",
     one_hot: "one_hot",
+    bmm: "bmm",
+    conv2d: "conv2d",
+    max_pool2d: "max_pool2d",
+    max_pool2d_with_indices: "max_pool2d_with_indices",
+    avg_pool2d: "avg_pool2d",
+    adaptive_avg_pool2d: "adaptive_avg_pool2d",
+    attention: "scaled_dot_product_attention",
 }
 
 /// The open builder and the counters.

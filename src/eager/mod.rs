@@ -37,7 +37,9 @@ mod context;
 mod index;
 pub(crate) mod layout;
 mod math;
+mod nn;
 mod pointwise;
+mod products;
 pub(crate) mod promote;
 mod views;
 
@@ -47,5 +49,6 @@ pub use index::TensorIndex;
 #[cfg(feature = "python")]
 pub(crate) use math::Bin;
 pub use math::Rhs;
+pub use nn::{Conv2dOptions, Padding, PoolOptions};
 pub use pointwise::{where_of, RoundingMode};
 pub use promote::DEFAULT_FLOAT;

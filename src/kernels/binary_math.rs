@@ -30,6 +30,10 @@ macro_rules! binary_math {
                 $op
             }
 
+            fn dtypes(&self) -> &'static [DType] {
+                $crate::kernels::dtype::group!($group).list()
+            }
+
             fn infer(
                 &self,
                 inputs: &[&TensorMeta],
@@ -88,6 +92,10 @@ macro_rules! dividing {
         impl OpKernel for $kernel {
             fn name(&self) -> &'static str {
                 $op
+            }
+
+            fn dtypes(&self) -> &'static [DType] {
+                Dtypes::Numeric.list()
             }
 
             fn infer(
@@ -166,6 +174,10 @@ macro_rules! logical {
         impl OpKernel for $kernel {
             fn name(&self) -> &'static str {
                 $op
+            }
+
+            fn dtypes(&self) -> &'static [DType] {
+                &DType::ALL
             }
 
             fn infer(

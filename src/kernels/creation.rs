@@ -70,6 +70,10 @@ macro_rules! triangle_kernel {
                 $op
             }
 
+            fn dtypes(&self) -> &'static [DType] {
+                &DType::ALL
+            }
+
             fn infer(
                 &self,
                 inputs: &[&TensorMeta],
@@ -123,6 +127,10 @@ fn classes(attrs: &Attrs) -> Result<usize, String> {
 impl OpKernel for OneHotKernel {
     fn name(&self) -> &'static str {
         "one_hot"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &[DType::I64]
     }
 
     fn infer(
@@ -223,6 +231,18 @@ mod tests {
         // mt = [[1, 3], [2, 4]] -> [[1, 3], [0, 4]]; m = [[1, 0], [3, 4]].
         assert_eq!(as_i64(&m), [1, 0, 3, 4]);
         assert!(infer_err(&TrilKernel, &[&t_f32(&[3], &[0.0; 3]).0], &[]).contains("at least 2 dimensions"));
+    }
+
+    /// `one_hot` takes no parameterless probe (`framework::ops_table`): its declared dtypes
+    /// are checked here.
+    #[test]
+    fn one_hot_accepts_the_dtypes_it_declares() {
+        for d in DType::ALL {
+            let x = TensorMeta::new(&[2], d, crate::ep::DeviceId::CPU);
+            let mut specs = OutSpecs::new();
+            let ok = OneHotKernel.infer(&[&x], &[], &diag(3), &mut specs).is_ok();
+            assert_eq!(ok, OneHotKernel.dtypes().contains(&d), "{d}");
+        }
     }
 
     #[test]

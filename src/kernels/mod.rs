@@ -25,9 +25,12 @@
 //! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`,
 //! feature `cuda`).
 
+mod attention;
 mod binary_math;
+mod bmm;
 pub mod collective;
 mod compare;
+mod conv;
 mod copy;
 mod creation;
 #[cfg(feature = "cuda")]
@@ -42,19 +45,23 @@ mod masked;
 mod matmul;
 mod matmul_t;
 mod pointwise;
+mod pool;
 mod reduce;
 mod scalar;
 mod ternary;
 mod unary_math;
 
+pub use attention::AttentionKernel;
 pub use binary_math::{
     Atan2Kernel, DivFloorKernel, DivTruncKernel, FmodKernel, LogicalAndKernel, LogicalOrKernel,
     LogicalXorKernel, MaximumKernel, MinimumKernel, PowKernel, PowScalarKernel, RemainderKernel,
 };
+pub use bmm::BmmKernel;
 pub use compare::{
     EqKernel, EqScalarKernel, GeKernel, GeScalarKernel, GtKernel, GtScalarKernel, LeKernel, LeScalarKernel,
     LtKernel, LtScalarKernel, NeKernel, NeScalarKernel,
 };
+pub use conv::Conv2dKernel;
 pub use copy::{CastKernel, CopyKernel, FillKernel};
 pub use creation::{OneHotKernel, TrilKernel, TriuKernel};
 pub use diag::{FailKernel, NoopKernel, PanicKernel};
@@ -67,6 +74,9 @@ pub use gemm::{
 pub use masked::MaskedFillKernel;
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
+pub use pool::{
+    AdaptiveAvgPool2dKernel, AvgPool2dKernel, MaxPool2dKernel, MAX_POOL2D, MAX_POOL2D_WITH_INDICES,
+};
 pub use reduce::{sum_f32, SumKernel, SumRowsKernel, SEQUENTIAL_SUM_MAX};
 pub use scalar::{AddScalarKernel, DivScalarKernel, MulScalarKernel, RdivScalarKernel, RsubScalarKernel};
 pub use ternary::{
@@ -121,6 +131,13 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &GtScalarKernel,
     &GeScalarKernel,
     &MaskedFillKernel,
+    &BmmKernel,
+    &Conv2dKernel,
+    &MAX_POOL2D,
+    &MAX_POOL2D_WITH_INDICES,
+    &AvgPool2dKernel,
+    &AdaptiveAvgPool2dKernel,
+    &AttentionKernel,
     // Pointwise math (`docs/ops.md`, "Pointwise math").
     &ExpKernel,
     &Exp2Kernel,
@@ -174,7 +191,7 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
 
 /// The dtypes an op computes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dtypes {
+pub(crate) enum Dtypes {
     /// All eight.
     All,
     /// All but `bool`.
@@ -184,6 +201,16 @@ enum Dtypes {
 }
 
 impl Dtypes {
+    /// The dtypes of the group, in `DType::ALL`'s order.
+    pub(crate) const fn list(self) -> &'static [DType] {
+        use DType::*;
+        match self {
+            Dtypes::All => &DType::ALL,
+            Dtypes::Numeric => &[U8, I32, I64, F16, BF16, F32, F64],
+            Dtypes::Floating => &[F16, BF16, F32, F64],
+        }
+    }
+
     fn admits(self, d: DType) -> bool {
         match self {
             Dtypes::All => true,

@@ -38,6 +38,10 @@ impl OpKernel for SumKernel {
         "sum"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -288,6 +292,10 @@ pub struct SumRowsKernel;
 impl OpKernel for SumRowsKernel {
     fn name(&self) -> &'static str {
         "sum_rows"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(

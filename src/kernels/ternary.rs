@@ -69,6 +69,10 @@ impl OpKernel for WhereKernel {
         "where"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -116,6 +120,10 @@ macro_rules! ternary {
         impl OpKernel for $kernel {
             fn name(&self) -> &'static str {
                 $op
+            }
+
+            fn dtypes(&self) -> &'static [DType] {
+                group!($group).list()
             }
 
             fn infer(
@@ -196,6 +204,10 @@ impl OpKernel for LerpScalarKernel {
         "lerp_scalar"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -248,6 +260,10 @@ fn bounds(attrs: &Attrs) -> Result<(Option<Scalar>, Option<Scalar>), String> {
 impl OpKernel for ClampScalarKernel {
     fn name(&self) -> &'static str {
         "clamp_scalar"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Numeric.list()
     }
 
     fn infer(
@@ -333,6 +349,19 @@ mod tests {
         let mut specs = OutSpecs::new();
         let none = ClampScalarKernel.infer(&[&t_i64(&[1], &[0]).0], &[], &Attrs::default(), &mut specs);
         assert!(none.unwrap_err().contains("at least one"));
+    }
+
+    /// `clamp_scalar` takes no parameterless probe (`framework::ops_table`): its declared
+    /// dtypes are checked here.
+    #[test]
+    fn clamp_scalar_accepts_the_dtypes_it_declares() {
+        let attrs = Attrs::default().with_params(&[1, 0], &[Scalar::Int(0)]).unwrap();
+        for d in DType::ALL {
+            let x = TensorMeta::new(&[2], d, crate::ep::DeviceId::CPU);
+            let mut specs = OutSpecs::new();
+            let ok = ClampScalarKernel.infer(&[&x], &[], &attrs, &mut specs).is_ok();
+            assert_eq!(ok, ClampScalarKernel.dtypes().contains(&d), "{d}");
+        }
     }
 
     #[test]

@@ -193,6 +193,10 @@ impl OpKernel for RoundKernel {
         "round"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Numeric.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -252,6 +256,10 @@ macro_rules! predicate {
         impl OpKernel for $kernel {
             fn name(&self) -> &'static str {
                 $op
+            }
+
+            fn dtypes(&self) -> &'static [DType] {
+                &DType::ALL
             }
 
             fn infer(

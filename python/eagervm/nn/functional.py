@@ -3,8 +3,30 @@ semantics, each issuing the op's instructions into the array's VM (``docs/ops.md
 the ops and what each takes)."""
 
 from .._eagervm import gelu as _gelu, one_hot as _one_hot
+from .._eagervm import (
+    linear,
+    conv2d,
+    max_pool2d,
+    avg_pool2d,
+    adaptive_avg_pool2d,
+    scaled_dot_product_attention,
+)
 
-__all__ = ["relu", "gelu", "silu", "sigmoid", "tanh", "softplus", "one_hot"]
+__all__ = [
+    "relu",
+    "linear",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "scaled_dot_product_attention",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "softplus",
+    "one_hot",
+]
 
 
 def relu(input, inplace=False):

@@ -149,10 +149,17 @@ mod tests {
     use super::*;
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
-    /// Ops registered on the CPU that have no CUDA kernel yet: the pointwise math ops
-    /// (`docs/ops.md`, "Pointwise math"). Every other op, the diagnostic `noop`, `fail`
-    /// and `panic` included, runs on CUDA too.
+    /// Ops registered on the CPU that have no CUDA kernel yet: the batched product,
+    /// convolution, pooling and attention, and the pointwise math ops (`docs/ops.md`).
+    /// Every other op, the diagnostic `noop`, `fail` and `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
+        "bmm",
+        "conv2d",
+        "max_pool2d",
+        "max_pool2d_with_indices",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
+        "scaled_dot_product_attention",
         // Pointwise math.
         "exp",
         "exp2",

@@ -57,6 +57,10 @@ impl OpKernel for CudaSum {
         "sum"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -134,6 +138,10 @@ pub struct CudaSumRows;
 impl OpKernel for CudaSumRows {
     fn name(&self) -> &'static str {
         "sum_rows"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(
