@@ -34,6 +34,7 @@ mod diag;
 mod dtype;
 mod elementwise;
 mod gemm;
+mod index;
 mod iter;
 mod loops;
 mod masked;
@@ -54,6 +55,7 @@ pub use elementwise::{
 pub use gemm::{
     kernel_threads, set_kernel_threads, KERNEL_THREADS_ENV, PARALLEL_MIN_MACS, SEQUENTIAL_MAX_MACS,
 };
+pub use index::{CatKernel, GatherKernel, IndexAddKernel, IndexSelectKernel, ScatterKernel};
 pub use masked::MaskedFillKernel;
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
@@ -102,6 +104,11 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &GtScalarKernel,
     &GeScalarKernel,
     &MaskedFillKernel,
+    &CatKernel,
+    &IndexSelectKernel,
+    &GatherKernel,
+    &ScatterKernel,
+    &IndexAddKernel,
 ];
 
 /// The dtypes an op computes on.
@@ -255,6 +262,8 @@ mod tests {
             "le_scalar",
             "gt_scalar",
             "ge_scalar",
+            "scatter",
+            "index_add",
         ];
         for k in BUILTINS {
             assert_eq!(k.cross_device(), k.name() == "copy", "{}", k.name());
