@@ -135,6 +135,11 @@ ops! {
     add_bias: "add_bias",
     sum: "sum",
     sum_rows: "sum_rows",
+    cat: "cat",
+    index_select: "index_select",
+    gather: "gather",
+    scatter: "scatter",
+    index_add: "index_add",
 }
 
 /// The open builder and the counters.
