@@ -36,6 +36,18 @@ from ._eagervm import (
     ones_like,
     empty_like,
     full_like,
+    cat,
+    stack,
+    index_select,
+    gather,
+    scatter,
+    scatter_add,
+    index_add,
+    nonzero,
+    masked_select,
+    flip,
+    roll,
+    tile,
     bool,
     uint8,
     int32,
@@ -79,6 +91,10 @@ double = float64
 half = float16
 int = int32
 long = int64
+
+# PyTorch's other names of ``cat``.
+concat = cat
+concatenate = cat
 
 #: PyTorch's name of the array class, for ``isinstance`` checks and annotations.
 Tensor = Array
@@ -182,6 +198,20 @@ __all__ = [
     "ones_like",
     "empty_like",
     "full_like",
+    "cat",
+    "concat",
+    "concatenate",
+    "stack",
+    "index_select",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "index_add",
+    "nonzero",
+    "masked_select",
+    "flip",
+    "roll",
+    "tile",
     "bool",
     "uint8",
     "int32",

@@ -140,6 +140,9 @@ ops! {
     gather: "gather",
     scatter: "scatter",
     index_add: "index_add",
+    index: "index",
+    index_put: "index_put",
+    nonzero: "nonzero",
 }
 
 /// The open builder and the counters.

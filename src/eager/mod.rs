@@ -32,20 +32,24 @@
 //! # Ok::<(), eagervm::Error>(())
 //! ```
 
+mod advanced;
 mod array;
 mod context;
 mod index;
 pub(crate) mod layout;
 mod math;
+mod pad;
 pub(crate) mod promote;
 mod select;
 mod views;
 
+pub use advanced::Indexer;
 pub use array::Array;
 pub use context::{Context, ContextOptions, ContextStats};
 pub use index::TensorIndex;
 #[cfg(feature = "python")]
 pub(crate) use math::Bin;
 pub use math::Rhs;
+pub use pad::PadMode;
 pub use promote::DEFAULT_FLOAT;
 pub use select::{cat, embedding, stack, ScatterReduce};

@@ -168,6 +168,7 @@ macro_rules! by_size {
         }
     };
 }
+pub(crate) use by_size;
 
 /// Copy input `x` into output `o` (nothing to do if it is exactly `o`): the first step of
 /// the ops that update a copy of their input.

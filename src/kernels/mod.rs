@@ -25,6 +25,7 @@
 //! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`,
 //! feature `cuda`).
 
+mod advanced;
 pub mod collective;
 mod compare;
 mod copy;
@@ -43,6 +44,7 @@ mod matmul_t;
 mod reduce;
 mod scalar;
 
+pub use advanced::{IndexKernel, IndexPutKernel, NonzeroKernel};
 pub use compare::{
     EqKernel, EqScalarKernel, GeKernel, GeScalarKernel, GtKernel, GtScalarKernel, LeKernel, LeScalarKernel,
     LtKernel, LtScalarKernel, NeKernel, NeScalarKernel,
@@ -109,6 +111,9 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &GatherKernel,
     &ScatterKernel,
     &IndexAddKernel,
+    &IndexKernel,
+    &IndexPutKernel,
+    &NonzeroKernel,
 ];
 
 /// The dtypes an op computes on.
@@ -264,6 +269,7 @@ mod tests {
             "ge_scalar",
             "scatter",
             "index_add",
+            "index_put",
         ];
         for k in BUILTINS {
             assert_eq!(k.cross_device(), k.name() == "copy", "{}", k.name());

@@ -171,7 +171,7 @@ fn slice_end(v: &Bound<'_, PyAny>) -> PyResult<Option<isize>> {
 }
 
 /// One index of `x[...]`.
-fn one_index(v: &Bound<'_, PyAny>) -> PyResult<TensorIndex> {
+pub(crate) fn one_index(v: &Bound<'_, PyAny>) -> PyResult<TensorIndex> {
     if v.is_none() {
         return Ok(TensorIndex::NewAxis);
     }

@@ -2,7 +2,9 @@
 semantics, each issuing the op's instructions into the array's VM (``docs/ops.md`` lists
 the ops and what each takes)."""
 
-__all__ = ["relu"]
+from .._eagervm import embedding, pad
+
+__all__ = ["relu", "embedding", "pad"]
 
 
 def relu(input, inplace=False):
