@@ -297,7 +297,7 @@ def test_integer_array_indexing_matches_numpy(vm, device, name):
         ((idx_arr(vm, i[:, :1], device), slice(1, 4), idx_arr(vm, k, device)), (i[:, :1], slice(1, 4), k)),  # not adjacent
         ((None, slice(None), idx_arr(vm, j, device)), (None, slice(None), j)),
         (([],), (np.array([], dtype=np.int64),)),
-        ((idx_arr(vm, j, device, eagervm.int32), slice(None, 2)), (j % 4, slice(None, 2))),
+        ((idx_arr(vm, j % 4, device, eagervm.int32), slice(None, 2)), (j % 4, slice(None, 2))),
     ]
     for key, npkey in cases:
         want = ref[npkey]
@@ -386,3 +386,61 @@ def test_empty_and_errors(vm, device):
         y[vm.tensor([0.0], device=device)]
     with pytest.raises(eagervm.InvalidOperandsError):
         y[idx_arr(vm, [0], device), idx_arr(vm, [0], device)]
+
+
+# ---- pad, flip, roll, repeat, tile ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_flip_roll_repeat_tile_match_numpy(vm, device, name):
+    rng = rng_of(11)
+    for trial in range(6):
+        rank = int(rng.integers(1, 4))
+        shape = rand_shape(rng, rank, lo=0 if trial == 5 else 1)
+        ref = values(rng, shape, name)
+        x = arr(vm, ref, name, device, transposed=bool(trial % 2))
+        dims = tuple(int(d) for d in rng.choice(rank, int(rng.integers(1, rank + 1)), replace=False))
+        neg = tuple(d - rank if k % 2 else d for k, d in enumerate(dims))
+        assert_same(read(x.flip(*neg)), np.flip(ref, dims))
+        assert_same(read(eagervm.flip(x, neg)), np.flip(ref, dims))
+        shifts = tuple(int(s) for s in rng.integers(-7, 8, len(dims)))
+        assert_same(read(x.roll(shifts, neg)), np.roll(ref, shifts, dims))
+        assert_same(read(eagervm.roll(x, 3)), np.roll(ref, 3))
+        reps = tuple(int(r) for r in rng.integers(0, 3, rank + int(rng.integers(0, 2))))
+        assert_same(read(x.repeat(*reps)), np.tile(ref, reps))
+        t = reps[-rank:][:-1] if rank > 1 else reps[:1]
+        assert_same(read(x.tile(t)), np.tile(ref, t))
+        assert_same(read(eagervm.tile(x, t)), np.tile(ref, t))
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_pad_matches_numpy(vm, device, name):
+    rng = rng_of(12)
+    F = eagervm.nn.functional
+    for trial in range(8):
+        rank = int(rng.integers(1, 4))
+        shape = rand_shape(rng, rank, lo=2, hi=4)
+        ref = values(rng, shape, name)
+        x = arr(vm, ref, name, device, transposed=bool(trial % 2))
+        k = int(rng.integers(1, rank + 1))
+        pairs = [(int(rng.integers(0, 3)), int(rng.integers(0, 3))) for _ in range(k)]
+        flat = [p for pair in pairs for p in pair]
+        widths = [(0, 0)] * (rank - k) + pairs[::-1]
+        assert_same(read(F.pad(x, flat, value=1)), np.pad(ref, widths, constant_values=1))
+        assert_same(read(F.pad(x, flat, mode="replicate")), np.pad(ref, widths, mode="edge"))
+        assert_same(read(F.pad(x, flat, mode="circular")), np.pad(ref, widths, mode="wrap"))
+        rw = [(min(a, s - 1), min(b, s - 1)) for (a, b), s in zip(widths, ref.shape)]
+        rflat = [p for pair in rw[::-1][:k] for p in pair]
+        assert_same(read(F.pad(x, rflat, mode="reflect")), np.pad(ref, rw, mode="reflect"))
+    # Negative pads crop.
+    ref = np.arange(12).reshape(3, 4).astype(np.float32)
+    x = vm.tensor(ref, device=device)
+    assert_same(F.pad(x, (-1, 2, 1, -2)).numpy(), np.pad(ref[:1, 1:], ((1, 0), (0, 2))))
+    with pytest.raises(eagervm.InvalidOperandsError):
+        F.pad(x, (1,))
+    with pytest.raises(eagervm.InvalidOperandsError):
+        F.pad(x, (4, 0), mode="reflect")
+    with pytest.raises(ValueError):
+        F.pad(x, (1, 1), mode="reflect", value=2)
+    with pytest.raises(ValueError):
+        F.pad(x, (1, 1), mode="symmetric")
