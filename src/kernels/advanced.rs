@@ -141,8 +141,8 @@ fn walk(
     let bstrides = crate::vm::contiguous_strides(&shape[d0..d0 + nb]);
     for_each_index(shape, |i| {
         let mut off = 0isize;
-        for d in 0..d0 {
-            off += i[d] as isize * x.strides[d];
+        for (&c, &st) in i[..d0].iter().zip(x.strides) {
+            off += c as isize * st;
         }
         let bflat: isize = i[d0..d0 + nb].iter().zip(bstrides.iter()).map(|(&a, &s)| a as isize * s).sum();
         off += offs[bflat as usize];

@@ -325,6 +325,8 @@ fn index_add_fn(
 
 /// `torch.nn.functional.embedding(input, weight, padding_idx=None)`: the rows of `weight`
 /// at the indices of `input`, of shape `[*input.shape, embedding_dim]`.
+// PyTorch's signature, every argument of it.
+#[allow(clippy::too_many_arguments)]
 #[pyfunction]
 #[pyo3(signature = (input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=false, sparse=false))]
 fn embedding(
