@@ -127,8 +127,29 @@ fn index_offsets(
     Ok(offs)
 }
 
-/// Call `f(x element offset, indexed position)` for every position of the indexed shape,
-/// row-major: the offset (in elements, from `x.first`) of the element of `x` it names.
+/// One row of the indexed shape (its last dimension): where each of its elements lies in
+/// `x`, as an offset in elements from `x.first`.
+#[derive(Clone, Copy)]
+enum Row<'o> {
+    /// The last dimension is one of `x`'s own: `base + j * step`.
+    Strided { base: isize, step: isize },
+    /// The last dimension is the index tensors' last: `base + offs[j]`.
+    Gathered { base: isize, offs: &'o [isize] },
+}
+
+impl Row<'_> {
+    #[inline(always)]
+    fn at(self, j: usize) -> isize {
+        match self {
+            Row::Strided { base, step } => base + j as isize * step,
+            Row::Gathered { base, offs } => base + offs[j],
+        }
+    }
+}
+
+/// Call `f(row, n, where)` for every row of the indexed shape `shape` in row-major order:
+/// `row` is the position of its first element (last coordinate 0), `n` its length, and
+/// `where` says where its elements lie in `x` (a 0-d shape is one row of one element).
 fn walk(
     x: &Operand<'_>,
     shape: &[usize],
@@ -136,20 +157,35 @@ fn walk(
     k: usize,
     nb: usize,
     offs: &[isize],
-    mut f: impl FnMut(isize, &[usize]),
+    mut f: impl FnMut(&[usize], usize, Row<'_>),
 ) -> Result<(), String> {
+    if shape.is_empty() {
+        f(&[], 1, Row::Gathered { base: 0, offs });
+        return Ok(());
+    }
+    let last = shape.len() - 1;
     let bstrides = crate::vm::contiguous_strides(&shape[d0..d0 + nb]);
-    for_each_index(shape, |i| {
-        let mut off = 0isize;
+    let mut row: Idx = smallvec![0; shape.len()];
+    for_each_index(&shape[..last], |p| {
+        row[..last].copy_from_slice(p);
+        let i = &row[..];
+        let mut base = 0isize;
         for (&c, &st) in i[..d0].iter().zip(x.strides) {
-            off += c as isize * st;
+            base += c as isize * st;
         }
         let bflat: isize = i[d0..d0 + nb].iter().zip(bstrides.iter()).map(|(&a, &s)| a as isize * s).sum();
-        off += offs[bflat as usize];
-        for (q, &c) in i[d0 + nb..].iter().enumerate() {
-            off += c as isize * x.strides[d0 + k + q];
-        }
-        f(off, i);
+        let n = shape[last];
+        let r = if d0 + nb <= last {
+            // The last dimension is `x`'s last: the suffix.
+            base += offs[bflat as usize];
+            for (q, &c) in i[d0 + nb..].iter().enumerate() {
+                base += c as isize * x.strides[d0 + k + q];
+            }
+            Row::Strided { base, step: x.strides[x.shape.len() - 1] }
+        } else {
+            Row::Gathered { base, offs: &offs[bflat as usize..bflat as usize + n] }
+        };
+        f(i, n, r);
         Ok(())
     })
 }
@@ -211,10 +247,18 @@ impl OpKernel for IndexKernel {
         let nb = shape.len() + k - x.shape.len();
         let offs = index_offsets("index", &x, &idx, d0, &shape[d0..d0 + nb])?;
         let size = dtype.size() as isize;
-        super::index::by_size!(dtype.size(), W => walk(&x, &shape, d0, k, nb, &offs, |off, i| {
-            // SAFETY: `off` names an element of `x` (each coordinate inside its dimension:
-            // the indices were checked), `i` one of the output; they do not overlap.
-            unsafe { at(&o, i).cast::<W>().write(x.first.wrapping_offset(off * size).cast::<W>().read()) }
+        if o.numel == 0 {
+            return Ok(());
+        }
+        let so = o.strides.last().copied().unwrap_or(0);
+        super::index::by_size!(dtype.size(), W => walk(&x, &shape, d0, k, nb, &offs, |i, n, row| {
+            let po = at(&o, i).cast::<W>();
+            for j in 0..n {
+                // SAFETY: `row.at(j)` names an element of `x` (each coordinate inside its
+                // dimension: the indices were checked), `po + j * so` one of the output's
+                // row; they do not overlap (a shared input was copied aside).
+                unsafe { po.offset(j as isize * so).write(x.first.wrapping_offset(row.at(j) * size).cast::<W>().read()) }
+            }
         }))
     }
 }
@@ -320,16 +364,26 @@ impl OpKernel for IndexPutKernel {
             Share::Overlap => copy_elements(&o, &Staged::new(&x)?.operand()),
         }
         let size = dtype.size() as isize;
+        if vals.numel == 0 {
+            return Ok(());
+        }
+        let sv = vals.strides.last().copied().unwrap_or(0);
         if !acc {
-            return super::index::by_size!(dtype.size(), W => walk(&o, &shape, d0, k, nb, &offs, |off, i| {
-                // SAFETY: `off` names an element of the output (indices checked), `i` one
-                // of the values, which do not overlap it.
-                unsafe { o.first.wrapping_offset(off * size).cast::<W>().write(at(&vals, i).cast::<W>().read()) }
+            return super::index::by_size!(dtype.size(), W => walk(&o, &shape, d0, k, nb, &offs, |i, n, row| {
+                let pv = at(&vals, i).cast::<W>().cast_const();
+                for j in 0..n {
+                    // SAFETY: `row.at(j)` names an element of the output (indices checked),
+                    // `pv + j * sv` one of the values' row, which do not overlap it.
+                    unsafe { o.first.wrapping_offset(row.at(j) * size).cast::<W>().write(pv.offset(j as isize * sv).read()) }
+                }
             }));
         }
-        dispatch!(dtype, all, T => walk(&o, &shape, d0, k, nb, &offs, |off, i| {
-            // SAFETY: as above, elements of `T`.
-            unsafe { add_into::<T>(o.first.wrapping_offset(off * size), at(&vals, i)) }
+        dispatch!(dtype, all, T => walk(&o, &shape, d0, k, nb, &offs, |i, n, row| {
+            let pv = at(&vals, i).cast_const();
+            for j in 0..n {
+                // SAFETY: as above, elements of `T`.
+                unsafe { add_into::<T>(o.first.wrapping_offset(row.at(j) * size), pv.wrapping_offset(j as isize * sv * size)) }
+            }
         }), Err(format!("index_put: no kernel for {dtype}")))
     }
 }

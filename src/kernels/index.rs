@@ -110,6 +110,33 @@ pub(crate) fn for_each_index(
     }
 }
 
+/// Call `f(row, n)` for every row of `shape` (a run along its last dimension) in row-major
+/// order: `row` is the position of the row's first element (last coordinate 0), `n` its
+/// length. A 0-d shape is one row of one element; an empty shape has none.
+pub(crate) fn for_each_row(
+    shape: &[usize],
+    mut f: impl FnMut(&[usize], usize) -> Result<(), String>,
+) -> Result<(), String> {
+    let Some(last) = shape.len().checked_sub(1) else {
+        return f(&[], 1);
+    };
+    let n = shape[last];
+    if n == 0 {
+        return Ok(());
+    }
+    let mut row: Idx = smallvec![0; shape.len()];
+    for_each_index(&shape[..last], |p| {
+        row[..last].copy_from_slice(p);
+        f(&row, n)
+    })
+}
+
+/// The stride of `op`'s last dimension, in bytes (0 for a 0-d operand).
+#[inline]
+fn last_step(op: &Operand<'_>) -> isize {
+    op.strides.last().copied().unwrap_or(0) * op.dtype.size() as isize
+}
+
 /// `i` checked against `size` (no wrapping), or the message naming `op`, the dimension and
 /// the index.
 #[inline(always)]
@@ -381,6 +408,34 @@ impl OpKernel for IndexSelectKernel {
             copy_elements(&o, &x);
             return Ok(());
         }
+        if o.numel == 0 {
+            return Ok(());
+        }
+        let last = o.shape.len() - 1;
+        if d != last {
+            // A run along the last dimension at a time (the rows of an embedding table).
+            let (n, so, sx) = (o.shape[last], o.strides[last], x.strides[last]);
+            let (mut src, mut dst): (Idx, Idx) = (smallvec![0; last + 1], smallvec![0; last + 1]);
+            return by_size!(x.dtype.size(), W => for_each_index(&o.shape[..last], |i| {
+                dst[..last].copy_from_slice(i);
+                src[..last].copy_from_slice(i);
+                src[d] = picks[i[d]];
+                let (po, px) = (at(&o, &dst).cast::<W>(), at(&x, &src).cast::<W>().cast_const());
+                // SAFETY: `dst` and `src` start runs of `n` elements inside the output's and
+                // `x`'s shapes (the index was checked), in their checked storages, which do
+                // not overlap (a shared input was copied aside); the output is not empty.
+                unsafe {
+                    if so == 1 && sx == 1 {
+                        std::ptr::copy_nonoverlapping(px, po, n);
+                    } else {
+                        for j in 0..n as isize {
+                            po.offset(j * so).write(px.offset(j * sx).read());
+                        }
+                    }
+                }
+                Ok(())
+            }));
+        }
         by_size!(x.dtype.size(), W => {
             let mut src: Idx = smallvec![0; x.shape.len()];
             for_each_index(o.shape, |i| {
@@ -484,18 +539,31 @@ impl OpKernel for GatherKernel {
             // SAFETY: `i` is inside the checked index operand's shape.
             checked("gather", unsafe { read_index(at(&ix, i), ix.dtype) }, d, size).map(|_| ())
         })?;
+        // A row of the index at a time: along it, the index and the output step by their
+        // last strides, and `x` by its stride along `dim` times the index (plus its last
+        // stride, where `dim` is not the last dimension).
+        let (si, so) = (last_step(&ix), last_step(&o));
+        let sd = x.strides.get(d).copied().unwrap_or(0) * x.dtype.size() as isize;
+        let along = if d + 1 == x.shape.len() { 0 } else { last_step(&x) };
         by_size!(x.dtype.size(), W => {
             let mut src: Idx = smallvec![0; x.shape.len()];
-            for_each_index(ix.shape, |i| {
+            for_each_row(ix.shape, |i, n| {
                 src.copy_from_slice(i);
-                // SAFETY: `i` is inside the index's (and the output's) shape.
-                let v = unsafe { read_index(at(&ix, i), ix.dtype) } as usize;
                 if let Some(c) = src.get_mut(d) {
-                    *c = v;
+                    *c = 0;
                 }
-                // SAFETY: `src` is inside `x`'s shape (the index fits it and was checked),
-                // `i` inside the output's; the storages do not overlap.
-                unsafe { at(&o, i).cast::<W>().write(at(&x, &src).cast::<W>().read()) };
+                let (px, pi, po) = (at(&x, &src), at(&ix, i), at(&o, i));
+                for j in 0..n as isize {
+                    // SAFETY: element `j` of a row of the index (and of the output) lies in
+                    // its checked storage; the index was checked against `x`'s size along
+                    // `dim` and fits `x` in the other dimensions, so the element of `x` it
+                    // names lies in `x`'s storage; `x` does not overlap the output.
+                    unsafe {
+                        let v = read_index(pi.wrapping_offset(j * si), ix.dtype) as isize;
+                        let from = px.wrapping_offset(v * sd + j * along).cast::<W>();
+                        po.wrapping_offset(j * so).cast::<W>().write(from.read());
+                    }
+                }
                 Ok(())
             })
         })
@@ -599,16 +667,23 @@ impl OpKernel for ScatterKernel {
             checked("scatter", unsafe { read_index(at(&ix, i), ix.dtype) }, d, size).map(|_| ())
         })?;
         copy_input_into(&x, xv.data, &o, ov.data)?;
+        // A row of the index at a time, as `gather` walks it, with the output in `x`'s part.
+        let (si, ss) = (last_step(&ix), last_step(&src));
+        let sd = o.strides.get(d).copied().unwrap_or(0) * dtype.size() as isize;
+        let along = if d + 1 == o.shape.len() { 0 } else { last_step(&o) };
         let walk = |apply: &mut dyn FnMut(*mut u8, *const u8)| {
             let mut dst: Idx = smallvec![0; o.shape.len()];
-            for_each_index(ix.shape, |i| {
+            for_each_row(ix.shape, |i, n| {
                 dst.copy_from_slice(i);
-                // SAFETY: `i` is inside the index's shape.
-                let v = unsafe { read_index(at(&ix, i), ix.dtype) } as usize;
                 if let Some(c) = dst.get_mut(d) {
-                    *c = v;
+                    *c = 0;
                 }
-                apply(at(&o, &dst), at(&src, i));
+                let (po, pi, ps) = (at(&o, &dst), at(&ix, i), at(&src, i));
+                for j in 0..n as isize {
+                    // SAFETY: element `j` of a row of the index lies in its checked storage.
+                    let v = unsafe { read_index(pi.wrapping_offset(j * si), ix.dtype) } as isize;
+                    apply(po.wrapping_offset(v * sd + j * along), ps.wrapping_offset(j * ss));
+                }
                 Ok(())
             })
         };
@@ -756,24 +831,29 @@ impl OpKernel for IndexAddKernel {
                 Ok(())
             }, Err(format!("index_add: no kernel for {dtype}")));
         }
-        // The source's slices in increasing order along `dim`, so that additions into one
-        // slice are made in increasing source index.
-        let mut order: Idx = (0..src.shape.len()).collect();
-        order.retain(|k| *k != d);
-        order.insert(0, d);
-        let walk_shape: Shape = order.iter().map(|&k| src.shape[k]).collect();
+        // The source in row-major order: the additions into one element (from source
+        // positions that differ only along `dim`) are made in increasing source index.
+        let (ss, so) = (last_step(&src), last_step(&o));
+        let sd = o.strides[d] * dtype.size() as isize;
+        let last = o.shape.len() - 1;
         dispatch!(dtype, all, T => {
             let a = T::compute_scalar(alpha);
-            let (mut si, mut di): (Idx, Idx) = (smallvec![0; o.shape.len()], smallvec![0; o.shape.len()]);
-            for_each_index(&walk_shape, |w| {
-                for (p, &k) in order.iter().enumerate() {
-                    si[k] = w[p];
-                    di[k] = w[p];
+            let mut dst: Idx = smallvec![0; o.shape.len()];
+            for_each_row(src.shape, |i, n| {
+                dst.copy_from_slice(i);
+                dst[d] = 0;
+                let (base, ps) = (at(&o, &dst), at(&src, i).cast_const());
+                for j in 0..n {
+                    let to = if d == last {
+                        base.wrapping_offset(picks[j] as isize * sd)
+                    } else {
+                        base.wrapping_offset(picks[i[d]] as isize * sd + j as isize * so)
+                    };
+                    // SAFETY: element `j` of a row of the source lies in its checked storage;
+                    // its target, the same position with the checked index along `dim`, in
+                    // the output's; the source does not overlap the output.
+                    unsafe { accumulate::<T>(to, ps.wrapping_offset(j as isize * ss), |p, s| p.add(s.mul(a))) };
                 }
-                di[d] = picks[si[d]];
-                // SAFETY: `si` is inside the source's shape, `di` inside the output's (the
-                // index was checked); the source does not overlap the output.
-                unsafe { accumulate::<T>(at(&o, &di), at(&src, &si), |p, s| p.add(s.mul(a))) };
                 Ok(())
             })
         }, Err(format!("index_add: no kernel for {dtype}")))
