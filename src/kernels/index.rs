@@ -1077,6 +1077,42 @@ mod tests {
         }
     }
 
+    /// `vals` (row-major over `shape`, 2-D) as a transposed view of a storage laid out
+    /// column-major: the kernels read it with strides `[1, rows]`.
+    fn transposed_i64(shape: &[usize], vals: &[i64]) -> Owned {
+        let (r, c) = (shape[0], shape[1]);
+        let buf: Vec<i64> = (0..r * c).map(|k| vals[(k % r) * c + k / r]).collect();
+        let (meta, data) = t_i64(&[c, r], &buf);
+        (meta.with_layout(shape, &[1, r as isize], 0), data)
+    }
+
+    #[test]
+    fn transposed_index_tensors_are_read_as_they_lie() {
+        let x = || t_f32(&[3, 4], &(0..12).map(|v| v as f32).collect::<Vec<_>>());
+        let picks = [2i64, 0, 1, 3, 3, 1];
+        for d in [0usize, 1] {
+            let idx = transposed_i64(&[2, 3], &picks.map(|v| v % 3));
+            let out = run_with(&GatherKernel, dim_attrs(&[d as i64]), vec![x(), idx], &[]).unwrap();
+            let got = as_f32(&out[0]);
+            for p in 0..6 {
+                let (i, j) = (p / 3, p % 3);
+                let v = (picks[p] % 3) as usize;
+                let want = if d == 0 { v * 4 + j } else { i * 4 + v };
+                assert_eq!(got[p], want as f32, "gather dim {d} at {p}");
+            }
+            let src = t_f32(&[2, 3], &[10.0, 20.0, 30.0, 40.0, 50.0, 60.0]);
+            let idx = transposed_i64(&[2, 3], &picks.map(|v| v % 3));
+            let out = run_with(&ScatterKernel, dim_attrs(&[d as i64, 1]), vec![x(), idx, src], &[]).unwrap();
+            let mut want: Vec<f32> = (0..12).map(|v| v as f32).collect();
+            for p in 0..6 {
+                let (i, j) = (p / 3, p % 3);
+                let v = (picks[p] % 3) as usize;
+                want[if d == 0 { v * 4 + j } else { i * 4 + v }] += (p as f32 + 1.0) * 10.0;
+            }
+            assert_eq!(as_f32(&out[0]), want, "scatter_add dim {d}");
+        }
+    }
+
     #[test]
     fn scatter_add_sums_repeated_indices_in_source_order() {
         // Three additions into element 0 of f16: rounded after each, in source order.

@@ -11,9 +11,9 @@
 //! - **Dtypes.** All eight, where PyTorch has the op for them; inputs of one call share one
 //!   dtype (the front end inserts `cast`s). `f16` and `bf16` compute in `f32` and round once
 //!   on store; integers wrap; `bool` adds as `or` and multiplies as `and`.
-//! - **In place.** Elementwise ops, `fill`, `copy` and `masked_fill` may write an output
-//!   that is exactly an input (`OpKernel::in_place`); an input that overlaps the output
-//!   otherwise is read from a copy made first.
+//! - **In place.** Elementwise ops, `fill`, `copy`, `masked_fill`, `scatter`, `index_add`
+//!   and `index_put` may write an output that is exactly an input (`OpKernel::in_place`);
+//!   an input that overlaps the output otherwise is read from a copy made first.
 //!
 //! The machinery: `kernels::dtype` (stored and compute types, the conversion rule, dispatch
 //! over dtypes), `kernels::iter` (operands, broadcasting, the loop plan), `kernels::loops`
