@@ -1094,9 +1094,9 @@ mod tests {
             let idx = transposed_i64(&[2, 3], &picks.map(|v| v % 3));
             let out = run_with(&GatherKernel, dim_attrs(&[d as i64]), vec![x(), idx], &[]).unwrap();
             let got = as_f32(&out[0]);
-            for p in 0..6 {
+            for (p, &pick) in picks.iter().enumerate() {
                 let (i, j) = (p / 3, p % 3);
-                let v = (picks[p] % 3) as usize;
+                let v = (pick % 3) as usize;
                 let want = if d == 0 { v * 4 + j } else { i * 4 + v };
                 assert_eq!(got[p], want as f32, "gather dim {d} at {p}");
             }
@@ -1104,9 +1104,9 @@ mod tests {
             let idx = transposed_i64(&[2, 3], &picks.map(|v| v % 3));
             let out = run_with(&ScatterKernel, dim_attrs(&[d as i64, 1]), vec![x(), idx, src], &[]).unwrap();
             let mut want: Vec<f32> = (0..12).map(|v| v as f32).collect();
-            for p in 0..6 {
+            for (p, &pick) in picks.iter().enumerate() {
                 let (i, j) = (p / 3, p % 3);
-                let v = (picks[p] % 3) as usize;
+                let v = (pick % 3) as usize;
                 want[if d == 0 { v * 4 + j } else { i * 4 + v }] += (p as f32 + 1.0) * 10.0;
             }
             assert_eq!(as_f32(&out[0]), want, "scatter_add dim {d}");
