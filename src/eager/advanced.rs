@@ -252,13 +252,24 @@ impl Array {
         value: impl Into<Rhs<'a>>,
         accumulate: bool,
     ) -> Result<()> {
-        let value = value.into();
+        self.index_put_impl(indices, value.into(), accumulate, false)
+    }
+
+    /// [`index_put_with_`](Self::index_put_with_); with `strict`, a negative index is out
+    /// of range (PyTorch's `index_copy`).
+    pub(super) fn index_put_impl(
+        &self,
+        indices: &[Indexer],
+        value: Rhs<'_>,
+        accumulate: bool,
+        strict: bool,
+    ) -> Result<()> {
         if indices.iter().all(|i| matches!(i, Indexer::Basic(_))) && !accumulate {
             let basic: Vec<TensorIndex> =
                 indices.iter().map(|i| if let Indexer::Basic(b) = i { *b } else { unreachable!() }).collect();
             return self.index_put_(&basic, value);
         }
-        if let (Rhs::Scalar(s), false) = (value, accumulate) {
+        if let (Rhs::Scalar(s), false, false) = (value, accumulate, strict) {
             if let Some(done) = self.mask_fill(indices, s)? {
                 return Ok(done);
             }
@@ -285,7 +296,7 @@ impl Array {
         inputs.push(&p.view);
         inputs.push(&values);
         inputs.extend(p.idx.iter());
-        let attrs = params("index_put", &[p.d0 as i64, i64::from(accumulate)], &[])?;
+        let attrs = params("index_put", &[p.d0 as i64, i64::from(accumulate), i64::from(strict)], &[])?;
         p.view.call_into(self.cx.ops().index_put, &inputs, &p.view, attrs)
     }
 

@@ -289,6 +289,88 @@ impl Array {
     }
 }
 
+impl Array {
+    /// The index list `[:, ..., :, index]` (`index` as 1-D) that names the slices of
+    /// dimension `d` that `index` picks.
+    fn along(&self, d: usize, index: &Array) -> Result<Vec<super::Indexer>> {
+        let mut key = vec![super::Indexer::Basic(super::TensorIndex::full()); d];
+        key.push(super::Indexer::Array(index.reshape(&[-1])?));
+        Ok(key)
+    }
+
+    /// [`index_copy`](Self::index_copy) in place.
+    pub fn index_copy_(&mut self, dim: isize, index: &Array, source: &Array) -> Result<&mut Self> {
+        let d = super::layout::dim("index_copy_", dim, self.ndim())?;
+        if self.ndim() == 0 {
+            return Err(refuse("index_copy_", "a 0-d array has no slices to copy into"));
+        }
+        let mut want: SmallVec<[usize; 8]> = self.shape().into();
+        want[d] = index.numel();
+        if source.shape() != want.as_slice() {
+            return Err(refuse(
+                "index_copy_",
+                format!(
+                    "source is {:?} but the array is {:?} and the index has {} elements: source must be {:?}",
+                    source.shape(),
+                    self.shape(),
+                    index.numel(),
+                    want.as_slice()
+                ),
+            ));
+        }
+        if source.dtype() != self.dtype() {
+            return Err(refuse(
+                "index_copy_",
+                format!(
+                    "source is {} but the array is {}: source must have the array's dtype",
+                    source.dtype(),
+                    self.dtype()
+                ),
+            ));
+        }
+        self.index_put_impl(&self.along(d, index)?, Rhs::Array(source), false, true)?;
+        Ok(self)
+    }
+
+    /// A copy of this array with `source`'s slices along dimension `dim` written to the
+    /// slices `index` (`i64` or `i32`, 1-D) names (PyTorch's `index_copy`; `source` has this
+    /// array's dtype and shape but `index`'s length along `dim`). A negative index is out of
+    /// range; where `index` repeats, the last slice wins. Advanced indexing's `index_put`
+    /// on the view `[:, ..., :, index]`.
+    pub fn index_copy(&self, dim: isize, index: &Array, source: &Array) -> Result<Array> {
+        let mut out = self.copy()?;
+        out.index_copy_(dim, index, source)?;
+        Ok(out)
+    }
+
+    /// [`index_fill`](Self::index_fill) in place.
+    pub fn index_fill_(&mut self, dim: isize, index: &Array, value: impl Into<Scalar>) -> Result<&mut Self> {
+        let d = super::layout::dim("index_fill_", dim, self.ndim())?;
+        if self.ndim() == 0 {
+            let view = self.unsqueeze(0)?;
+            view.index_put_impl(&view.along(0, index)?, Rhs::Scalar(value.into()), false, false)?;
+            return Ok(self);
+        }
+        self.index_put_impl(&self.along(d, index)?, Rhs::Scalar(value.into()), false, false)?;
+        Ok(self)
+    }
+
+    /// A copy of this array with the slices of dimension `dim` that `index` (`i64` or `i32`,
+    /// 0-d or 1-D; negative from the end) names set to `value` (PyTorch's `index_fill`).
+    pub fn index_fill(&self, dim: isize, index: &Array, value: impl Into<Scalar>) -> Result<Array> {
+        let mut out = self.copy()?;
+        out.index_fill_(dim, index, value)?;
+        Ok(out)
+    }
+
+    /// The elements of this array, taken as 1-D in row-major order, at `index` (`i64` or
+    /// `i32`, any shape; negative from the end): an array of `index`'s shape (PyTorch's
+    /// `take`, NumPy's `take` without an axis).
+    pub fn take(&self, index: &Array) -> Result<Array> {
+        self.reshape(&[-1])?.index_with(&[super::Indexer::Array(index.clone())])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +406,40 @@ mod tests {
             assert_eq!(s.shape(), &[2, 1, 2]);
             assert_eq!(s.to_vec::<i32>().unwrap(), vec![1, 2, -1, -2]);
             assert!(stack(&[&parts[1], &empty], 0).is_err());
+        }
+    }
+
+    #[test]
+    fn index_copy_index_fill_and_take() {
+        let vm = vm();
+        let cx = Context::new(&vm);
+        for dev in DEVICES {
+            let x = cx.from_slice(&[1i64, 2, 3, 4, 5, 6], &[2, 3], dev).unwrap();
+            let idx = cx.from_slice(&[2i64, 0], &[2], dev).unwrap();
+            let src = cx.from_slice(&[10i64, 20, 30, 40], &[2, 2], dev).unwrap();
+            assert_eq!(
+                x.index_copy(1, &idx, &src).unwrap().to_vec::<i64>().unwrap(),
+                vec![20, 2, 10, 40, 5, 30]
+            );
+            let neg = cx.from_slice(&[-1i64, 0], &[2], dev).unwrap();
+            match x.index_copy(1, &neg, &src).unwrap().to_vec::<i64>().unwrap_err() {
+                Error::Kernel { message, .. } => {
+                    assert!(message.contains("index -1 is out of range"), "{message}")
+                }
+                e => panic!("{e}"),
+            }
+            assert!(x.index_copy(1, &idx, &x).is_err());
+            assert_eq!(
+                x.index_fill(1, &neg, -7).unwrap().to_vec::<i64>().unwrap(),
+                vec![-7, 2, -7, -7, 5, -7]
+            );
+            let mut y = x.copy().unwrap();
+            y.index_fill_(0, &cx.from_slice(&[1i64], &[], dev).unwrap(), 0).unwrap();
+            assert_eq!(y.to_vec::<i64>().unwrap(), vec![1, 2, 3, 0, 0, 0]);
+            let t = x.t().unwrap().take(&cx.from_slice(&[0i64, -1, 1, 4], &[2, 2], dev).unwrap()).unwrap();
+            assert_eq!(t.shape(), &[2, 2]);
+            assert_eq!(t.to_vec::<i64>().unwrap(), vec![1, 6, 4, 3]);
+            assert_eq!(x.to_vec::<i64>().unwrap(), vec![1, 2, 3, 4, 5, 6]);
         }
     }
 

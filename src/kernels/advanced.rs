@@ -3,7 +3,8 @@
 //!
 //! `index` and `index_put` take `k` index tensors (`i64` or `i32`), broadcast together to
 //! one shape `B`, that index `k` consecutive dimensions of `x` from dimension `d0`
-//! (`ints = [d0]`; `index_put`: `ints = [d0, accumulate]`). The indexed result has shape
+//! (`ints = [d0]`; `index_put`: `ints = [d0, accumulate, strict]`, strict 1 refusing
+//! negative indices, as PyTorch's `index_copy` does). The indexed result has shape
 //! `x.shape[..d0] + B + x.shape[d0 + k..]`. A negative index counts from the end of its
 //! dimension, as in PyTorch; one out of range after that fails the call when it runs,
 //! before anything is written, with a message naming the dimension, the index and the
@@ -86,13 +87,15 @@ fn indexed_shape(
 }
 
 /// The element offsets into `x` (in elements, along dimensions `d0..d0 + k`) of every
-/// position of the index shape `b`, row-major, each index wrapped and checked.
+/// position of the index shape `b`, row-major, each index checked (and a negative one
+/// counted from the end, with `wrap`).
 fn index_offsets(
     op: &str,
     x: &Operand<'_>,
     idx: &[Operand<'_>],
     d0: usize,
     b: &[usize],
+    wrap: bool,
 ) -> Result<Vec<isize>, String> {
     // Each index tensor's strides broadcast to `b` (aligned at the last dimension).
     let strides: Vec<SmallVec<[isize; 8]>> = idx
@@ -115,7 +118,7 @@ fn index_offsets(
             let v = unsafe { read_index(ptr, t.dtype) };
             let d = d0 + j;
             let size = x.shape[d];
-            let w = if v < 0 { v.wrapping_add(size as i64) } else { v };
+            let w = if v < 0 && wrap { v.wrapping_add(size as i64) } else { v };
             if w < 0 || w as u64 >= size as u64 {
                 return Err(super::index::out_of_range(op, v, d, size));
             }
@@ -245,7 +248,7 @@ impl OpKernel for IndexKernel {
             })
             .collect::<Result<_, String>>()?;
         let nb = shape.len() + k - x.shape.len();
-        let offs = index_offsets("index", &x, &idx, d0, &shape[d0..d0 + nb])?;
+        let offs = index_offsets("index", &x, &idx, d0, &shape[d0..d0 + nb], true)?;
         let size = dtype.size() as isize;
         if o.numel == 0 {
             return Ok(());
@@ -264,13 +267,13 @@ impl OpKernel for IndexKernel {
 }
 
 /// `index_put`: inputs `x` (any dtype), `values` (`x`'s dtype, of the indexed shape: the
-/// front ends broadcast it) and `k` index tensors; `ints = [d0, accumulate]`. The output is
+/// front ends broadcast it) and `k` index tensors; `ints = [d0, accumulate, strict]`. The output is
 /// like `x`, a copy of `x` with the values written at the indices (added with
 /// accumulate 1), in row-major order of the indexed shape. Works in place.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IndexPutKernel;
 
-fn index_put_check(inputs: &[&TensorMeta], attrs: &Attrs) -> Result<(Shape, usize, bool), String> {
+fn index_put_check(inputs: &[&TensorMeta], attrs: &Attrs) -> Result<(Shape, usize, bool, bool), String> {
     if inputs.len() < 3 {
         return Err(count_error(3, inputs.len()));
     }
@@ -294,7 +297,12 @@ fn index_put_check(inputs: &[&TensorMeta], attrs: &Attrs) -> Result<(Shape, usiz
         1 => true,
         a => return Err(format!("index_put: accumulate {a} is not 0 or 1")),
     };
-    Ok((shape, d0, acc))
+    let wrap = match attrs.params().int_or(2, 0) {
+        0 => true,
+        1 => false,
+        a => return Err(format!("index_put: strict {a} is not 0 or 1")),
+    };
+    Ok((shape, d0, acc, wrap))
 }
 
 impl OpKernel for IndexPutKernel {
@@ -324,7 +332,7 @@ impl OpKernel for IndexPutKernel {
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let metas: SmallVec<[&TensorMeta; 4]> = ctx.inputs.iter().map(|v| v.meta).collect();
-        let (shape, d0, acc) = index_put_check(&metas, &ctx.attrs)?;
+        let (shape, d0, acc, wrap) = index_put_check(&metas, &ctx.attrs)?;
         let (xv, vv, ov) = (input(ctx, 0)?, input(ctx, 1)?, output(ctx, 0)?);
         let dtype = xv.meta.dtype;
         let o = Operand::output(ov.meta, ov.data, 0, dtype)?;
@@ -357,7 +365,7 @@ impl OpKernel for IndexPutKernel {
         let nb = shape.len() + k - o.shape.len();
         // The offsets are of the output's layout: the indices are checked against it (the
         // same shape as `x`) before anything is written.
-        let offs = index_offsets("index_put", &o, &idx, d0, &shape[d0..d0 + nb])?;
+        let offs = index_offsets("index_put", &o, &idx, d0, &shape[d0..d0 + nb], wrap)?;
         match share(&x, xv.data, &o, ov.data) {
             Share::Same => {}
             Share::Disjoint => copy_elements(&o, &x),

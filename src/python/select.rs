@@ -1,9 +1,10 @@
 //! Indexing and joining from Python, with PyTorch's names and arguments: the methods
 //! `index_select`, `gather`, `scatter`, `scatter_add`, `index_add` (and their in-place
-//! forms) of `eagervm.Array`, and the module functions `eagervm.cat` (`concat`,
-//! `concatenate`), `stack`, `index_select`, `gather`, `scatter`, `scatter_add`,
-//! `index_add` and `embedding` (`eagervm.nn.functional.embedding`), each one call of the
-//! eager front end (`eager::select`).
+//! forms), `index_copy`, `index_fill`, `take`, `nonzero`, `masked_select`, `index_put`,
+//! `flip`, `roll`, `repeat` and `tile` of `eagervm.Array`, the module functions of the same
+//! names, `eagervm.cat` (`concat`, `concatenate`) and `stack`, advanced indexing's keys
+//! (`x[idx]`, `x[mask]`), and `eagervm.nn.functional.embedding` and `pad`, each one call of
+//! the eager front end (`eager::select`, `eager::advanced`, `eager::pad`).
 //!
 //! A dimension out of range raises `OutOfRangeError` (an `IndexError`, as PyTorch); an
 //! index out of range fails the op when it runs, raising `KernelError` from the next read
@@ -585,6 +586,104 @@ impl PyArr {
     }
 }
 
+#[pymethods]
+impl PyArr {
+    /// A copy with `source`'s slices along `dim` written at `index` (int64, 1-D).
+    fn index_copy(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        index: PyRef<'_, PyArr>,
+        source: PyRef<'_, PyArr>,
+    ) -> PyResult<PyArr> {
+        super::args::dim("index_copy", dim, self.a.ndim())?;
+        Ok(PyArr { a: issued(py, self.a.context(), self.a.index_copy(dim, &index.a, &source.a))? })
+    }
+
+    /// `index_copy` in place; returns this array.
+    fn index_copy_<'py>(
+        slf: &Bound<'py, Self>,
+        dim: isize,
+        index: PyRef<'py, PyArr>,
+        source: PyRef<'py, PyArr>,
+    ) -> PyResult<Bound<'py, Self>> {
+        let (py, me) = (slf.py(), slf.get());
+        super::args::dim("index_copy_", dim, me.a.ndim())?;
+        let mut a = me.a.clone();
+        issued(py, me.a.context(), a.index_copy_(dim, &index.a, &source.a).map(|_| ()))?;
+        Ok(slf.clone())
+    }
+
+    /// A copy with the slices of `dim` at `index` set to `value`.
+    fn index_fill(
+        &self,
+        py: Python<'_>,
+        dim: isize,
+        index: PyRef<'_, PyArr>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<PyArr> {
+        super::args::dim("index_fill", dim, self.a.ndim())?;
+        let v = scalar_arg(py, value)?;
+        Ok(PyArr { a: issued(py, self.a.context(), self.a.index_fill(dim, &index.a, v))? })
+    }
+
+    /// `index_fill` in place; returns this array.
+    fn index_fill_<'py>(
+        slf: &Bound<'py, Self>,
+        dim: isize,
+        index: PyRef<'py, PyArr>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, Self>> {
+        let (py, me) = (slf.py(), slf.get());
+        super::args::dim("index_fill_", dim, me.a.ndim())?;
+        let v = scalar_arg(py, value)?;
+        let mut a = me.a.clone();
+        issued(py, me.a.context(), a.index_fill_(dim, &index.a, v).map(|_| ()))?;
+        Ok(slf.clone())
+    }
+
+    /// The elements of the flattened array at `index`, in `index`'s shape.
+    fn take(&self, py: Python<'_>, index: PyRef<'_, PyArr>) -> PyResult<PyArr> {
+        Ok(PyArr { a: issued(py, self.a.context(), self.a.take(&index.a))? })
+    }
+}
+
+/// `torch.index_copy(input, dim, index, source)`.
+#[pyfunction]
+#[pyo3(name = "index_copy")]
+fn index_copy_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: isize,
+    index: PyRef<'_, PyArr>,
+    source: PyRef<'_, PyArr>,
+) -> PyResult<PyArr> {
+    super::args::dim("index_copy", dim, input.a.ndim())?;
+    Ok(PyArr { a: issued(py, input.a.context(), input.a.index_copy(dim, &index.a, &source.a))? })
+}
+
+/// `torch.index_fill(input, dim, index, value)`.
+#[pyfunction]
+#[pyo3(name = "index_fill")]
+fn index_fill_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: isize,
+    index: PyRef<'_, PyArr>,
+    value: &Bound<'_, PyAny>,
+) -> PyResult<PyArr> {
+    super::args::dim("index_fill", dim, input.a.ndim())?;
+    let v = scalar_arg(py, value)?;
+    Ok(PyArr { a: issued(py, input.a.context(), input.a.index_fill(dim, &index.a, v))? })
+}
+
+/// `torch.take(input, index)`.
+#[pyfunction]
+#[pyo3(name = "take")]
+fn take_fn(py: Python<'_>, input: PyRef<'_, PyArr>, index: PyRef<'_, PyArr>) -> PyResult<PyArr> {
+    Ok(PyArr { a: issued(py, input.a.context(), input.a.take(&index.a))? })
+}
+
 /// `torch.flip(input, dims)`.
 #[pyfunction]
 #[pyo3(name = "flip")]
@@ -653,5 +752,8 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(roll_fn, m)?)?;
     m.add_function(wrap_pyfunction!(tile_fn, m)?)?;
     m.add_function(wrap_pyfunction!(pad, m)?)?;
+    m.add_function(wrap_pyfunction!(index_copy_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(index_fill_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(take_fn, m)?)?;
     Ok(())
 }

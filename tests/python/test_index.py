@@ -444,3 +444,42 @@ def test_pad_matches_numpy(vm, device, name):
         F.pad(x, (1, 1), mode="reflect", value=2)
     with pytest.raises(ValueError):
         F.pad(x, (1, 1), mode="symmetric")
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_index_copy_index_fill_take(vm, device, name):
+    rng = rng_of(13)
+    for trial in range(6):
+        rank = int(rng.integers(1, 4))
+        shape = rand_shape(rng, rank)
+        d = int(rng.integers(-rank, rank))
+        ref = values(rng, shape, name)
+        x = arr(vm, ref, name, device, transposed=bool(trial % 2))
+        n = int(rng.integers(0, shape[d] + 1))
+        picks = rng.permutation(shape[d])[:n]
+        sshape = list(shape)
+        sshape[d] = n
+        src = values(rng, tuple(sshape), name)
+        want = ref.copy()
+        sl = [slice(None)] * rank
+        sl[d] = picks
+        want[tuple(sl)] = src
+        assert_same(read(x.index_copy(d, idx_arr(vm, picks, device), make(vm, src, name, device))), want)
+        y = x.clone()
+        y.index_copy_(d, idx_arr(vm, picks, device), make(vm, src, name, device))
+        assert_same(read(y), want)
+        assert_same(read(eagervm.index_copy(x, d, idx_arr(vm, picks, device), make(vm, src, name, device))), want)
+        fill = rng.integers(-shape[d], shape[d], 3)
+        want = ref.copy()
+        sl[d] = fill
+        want[tuple(sl)] = 1
+        assert_same(read(x.index_fill(d, idx_arr(vm, fill, device), 1)), want)
+        assert_same(read(eagervm.index_fill(x, d, idx_arr(vm, fill, device), 1)), want)
+        flat = rng.integers(-ref.size, ref.size, (2, 3))
+        assert_same(read(x.take(idx_arr(vm, flat, device))), np.take(ref, flat))
+        assert_same(read(eagervm.take(x, idx_arr(vm, flat, device))), np.take(ref, flat))
+    x = vm.tensor([[1.0, 2.0], [3.0, 4.0]], device=device)
+    with pytest.raises(eagervm.KernelError, match="out of range"):
+        x.index_copy(0, idx_arr(vm, [-1], device), x[:1]).numpy()
+    with pytest.raises(eagervm.InvalidOperandsError):
+        x.index_copy(0, idx_arr(vm, [0], device), x)
