@@ -17,11 +17,11 @@ pub use tensor::Tensor;
 pub(crate) mod builder;
 mod deferred;
 pub(crate) mod infer_cache;
-#[cfg(all(test, feature = "cuda"))]
-mod ops_table;
 pub(crate) mod layout;
 #[cfg(test)]
 mod lend_tests;
+#[cfg(all(test, feature = "cuda"))]
+mod ops_table;
 pub(crate) mod release;
 pub use crate::alloc::HostLoan;
 pub use builder::{InstructionsBuilder, MAX_INPUTS};

@@ -237,7 +237,7 @@ mod tests {
     #[test]
     fn builtins_are_registered_on_cpu_and_mock() {
         let r = OpRegistry::with_builtins();
-        let names = [
+        let mut names = [
             "adaptive_avg_pool2d",
             "add",
             "add_bias",
@@ -246,6 +246,7 @@ mod tests {
             "bmm",
             "cast",
             "conv2d",
+            "cat",
             "copy",
             "div",
             "div_scalar",
@@ -253,10 +254,15 @@ mod tests {
             "eq_scalar",
             "fail",
             "fill",
+            "gather",
             "ge",
             "ge_scalar",
             "gt",
             "gt_scalar",
+            "index",
+            "index_add",
+            "index_put",
+            "index_select",
             "le",
             "le_scalar",
             "lt",
@@ -271,6 +277,7 @@ mod tests {
             "mul_scalar",
             "ne",
             "ne_scalar",
+            "nonzero",
             "noop",
             "panic",
             "rdiv_scalar",
@@ -279,10 +286,12 @@ mod tests {
             "rsub_scalar",
             "scale",
             "scaled_dot_product_attention",
+            "scatter",
             "sub",
             "sum",
             "sum_rows",
         ];
+        names.sort_unstable();
         assert_eq!(r.names_on(DeviceType::Cpu), names);
         for name in names {
             let op = r.get(name).unwrap();

@@ -28,6 +28,7 @@ mod methods;
 mod ops;
 mod program;
 mod promotion;
+mod select;
 mod trace;
 mod views;
 mod vm;
@@ -64,6 +65,7 @@ fn eagervm_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::validate, m)?)?;
     m.add_function(wrap_pyfunction!(trace::analyze, m)?)?;
     conv::register(m)?;
+    select::register(m)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -9,6 +9,8 @@ from .._eagervm import (
     avg_pool2d,
     adaptive_avg_pool2d,
     scaled_dot_product_attention,
+    embedding,
+    pad,
 )
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "avg_pool2d",
     "adaptive_avg_pool2d",
     "scaled_dot_product_attention",
+    "embedding",
+    "pad",
 ]
 
 

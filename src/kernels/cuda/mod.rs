@@ -150,8 +150,8 @@ mod tests {
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
     /// Ops registered on the CPU that have no CUDA kernel yet: the batched product,
-    /// convolution, pooling and attention (`docs/ops.md`). Every other op, the diagnostic
-    /// `noop`, `fail` and `panic` included, runs on CUDA too.
+    /// convolution, pooling and attention, and the indexing and joining ops (`docs/ops.md`).
+    /// Every other op, the diagnostic `noop`, `fail` and `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
         "bmm",
         "conv2d",
@@ -160,6 +160,14 @@ mod tests {
         "avg_pool2d",
         "adaptive_avg_pool2d",
         "scaled_dot_product_attention",
+        "cat",
+        "index_select",
+        "gather",
+        "scatter",
+        "index_add",
+        "index",
+        "index_put",
+        "nonzero",
     ];
 
     #[test]
