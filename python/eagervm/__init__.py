@@ -89,6 +89,21 @@ from ._eagervm import (
     outer,
     conv2d,
     max_pool2d,
+    cat,
+    stack,
+    index_select,
+    gather,
+    scatter,
+    scatter_add,
+    index_add,
+    nonzero,
+    masked_select,
+    flip,
+    roll,
+    tile,
+    index_copy,
+    index_fill,
+    take,
     bool,
     uint8,
     int32,
@@ -132,6 +147,10 @@ double = float64
 half = float16
 int = int32
 long = int64
+
+# PyTorch's other names of ``cat``.
+concat = cat
+concatenate = cat
 
 #: PyTorch's name of the array class, for ``isinstance`` checks and annotations.
 Tensor = Array
@@ -288,6 +307,23 @@ __all__ = [
     "outer",
     "conv2d",
     "max_pool2d",
+    "cat",
+    "concat",
+    "concatenate",
+    "stack",
+    "index_select",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "index_add",
+    "nonzero",
+    "masked_select",
+    "flip",
+    "roll",
+    "tile",
+    "index_copy",
+    "index_fill",
+    "take",
     "bool",
     "uint8",
     "int32",

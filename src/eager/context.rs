@@ -190,6 +190,14 @@ ops! {
     avg_pool2d: "avg_pool2d",
     adaptive_avg_pool2d: "adaptive_avg_pool2d",
     attention: "scaled_dot_product_attention",
+    cat: "cat",
+    index_select: "index_select",
+    gather: "gather",
+    scatter: "scatter",
+    index_add: "index_add",
+    index: "index",
+    index_put: "index_put",
+    nonzero: "nonzero",
 }
 
 /// The open builder and the counters.

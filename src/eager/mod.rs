@@ -32,17 +32,21 @@
 //! # Ok::<(), eagervm::Error>(())
 //! ```
 
+mod advanced;
 mod array;
 mod context;
 mod index;
 pub(crate) mod layout;
 mod math;
 mod nn;
+mod pad;
 mod pointwise;
 mod products;
 pub(crate) mod promote;
+mod select;
 mod views;
 
+pub use advanced::Indexer;
 pub use array::Array;
 pub use context::{Context, ContextOptions, ContextStats};
 pub use index::TensorIndex;
@@ -50,5 +54,7 @@ pub use index::TensorIndex;
 pub(crate) use math::Bin;
 pub use math::Rhs;
 pub use nn::{Conv2dOptions, Padding, PoolOptions};
+pub use pad::PadMode;
 pub use pointwise::{where_of, RoundingMode};
 pub use promote::DEFAULT_FLOAT;
+pub use select::{cat, embedding, stack, ScatterReduce};

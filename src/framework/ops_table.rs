@@ -68,25 +68,28 @@ fn the_docs_table_is_the_registrys() {
 
 /// The dtypes a kernel's `infer` accepts, found by probing it with small operands: one to
 /// three inputs of shapes `[2]`, `[2, 2]` or `[1, 1, 2, 2]` (or a matrix and a row), all of
-/// the dtype or with the other inputs `bool` or `i64` (masks and indices), with and without
-/// a dtype argument; `None` when no probe is accepted for any dtype.
+/// the dtype or with some of them `bool` or `i64` (masks and indices), with and without a
+/// dtype argument; `None` when no probe is accepted for any dtype.
 fn accepted(k: &dyn OpKernel) -> Option<Vec<DType>> {
     let cpu = crate::ep::DeviceId::CPU;
     let shapes: [&[&[usize]]; 4] = [&[&[2]], &[&[2, 2]], &[&[1, 1, 2, 2]], &[&[2, 2], &[2]]];
     let attrs = [Attrs::default(), Attrs::default().with_dtype(DType::F32)];
+    // Which inputs are the other dtype's (masks, indices): none, all but the first, the
+    // first, the second (`index_add(x, index, source)`), or those after two
+    // (`index_put(x, values, indices..)`).
+    let places: [fn(usize) -> bool; 5] = [|_| false, |i| i > 0, |i| i == 0, |i| i == 1, |i| i >= 2];
     let takes = |d: DType| {
         for n in 0..=3usize {
             for shape in shapes {
-                for others in [None, Some(DType::Bool), Some(DType::I64)] {
-                    for first_other in [false, true] {
+                for other in [DType::Bool, DType::I64] {
+                    for other_at in places {
                         // Some input must be of the dtype probed.
-                        if (others.is_none() || n == 1) && first_other {
+                        if n > 0 && (0..n).all(other_at) {
                             continue;
                         }
                         let metas: Vec<TensorMeta> = (0..n)
                             .map(|i| {
-                                let other = if first_other { i == 0 } else { i > 0 };
-                                let dt = if other { others.unwrap_or(d) } else { d };
+                                let dt = if other_at(i) { other } else { d };
                                 TensorMeta::new(shape[i.min(shape.len() - 1)], dt, cpu)
                             })
                             .collect();
@@ -118,6 +121,8 @@ const UNPROBED: &[&str] = &[
     "conv2d",
     "max_pool2d",
     "max_pool2d_with_indices",
+    // Its output (`i64[n, rank]`) is the caller's.
+    "nonzero",
     "one_hot",
     "scaled_dot_product_attention",
 ];

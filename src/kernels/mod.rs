@@ -11,9 +11,9 @@
 //! - **Dtypes.** All eight, where PyTorch has the op for them; inputs of one call share one
 //!   dtype (the front end inserts `cast`s). `f16` and `bf16` compute in `f32` and round once
 //!   on store; integers wrap; `bool` adds as `or` and multiplies as `and`.
-//! - **In place.** Elementwise ops, `fill`, `copy` and `masked_fill` may write an output
-//!   that is exactly an input (`OpKernel::in_place`); an input that overlaps the output
-//!   otherwise is read from a copy made first.
+//! - **In place.** Elementwise ops, `fill`, `copy`, `masked_fill`, `scatter`, `index_add`
+//!   and `index_put` may write an output that is exactly an input (`OpKernel::in_place`);
+//!   an input that overlaps the output otherwise is read from a copy made first.
 //!
 //! The machinery: `kernels::dtype` (stored and compute types, the conversion rule, dispatch
 //! over dtypes), `kernels::iter` (operands, broadcasting, the loop plan), `kernels::loops`
@@ -25,6 +25,7 @@
 //! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`,
 //! feature `cuda`).
 
+mod advanced;
 mod attention;
 mod binary_math;
 mod bmm;
@@ -39,6 +40,7 @@ mod diag;
 mod dtype;
 mod elementwise;
 mod gemm;
+mod index;
 mod iter;
 mod loops;
 mod masked;
@@ -51,6 +53,7 @@ mod scalar;
 mod ternary;
 mod unary_math;
 
+pub use advanced::{IndexKernel, IndexPutKernel, NonzeroKernel};
 pub use attention::AttentionKernel;
 pub use binary_math::{
     Atan2Kernel, DivFloorKernel, DivTruncKernel, FmodKernel, LogicalAndKernel, LogicalOrKernel,
@@ -71,6 +74,7 @@ pub use elementwise::{
 pub use gemm::{
     kernel_threads, set_kernel_threads, KERNEL_THREADS_ENV, PARALLEL_MIN_MACS, SEQUENTIAL_MAX_MACS,
 };
+pub use index::{CatKernel, GatherKernel, IndexAddKernel, IndexSelectKernel, ScatterKernel};
 pub use masked::MaskedFillKernel;
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
@@ -187,6 +191,14 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &TrilKernel,
     &TriuKernel,
     &OneHotKernel,
+    &CatKernel,
+    &IndexSelectKernel,
+    &GatherKernel,
+    &ScatterKernel,
+    &IndexAddKernel,
+    &IndexKernel,
+    &IndexPutKernel,
+    &NonzeroKernel,
 ];
 
 /// The dtypes an op computes on.
@@ -390,6 +402,9 @@ mod tests {
             "addcdiv",
             "tril",
             "triu",
+            "scatter",
+            "index_add",
+            "index_put",
         ];
         for k in BUILTINS {
             assert_eq!(k.cross_device(), k.name() == "copy", "{}", k.name());

@@ -171,7 +171,7 @@ fn slice_end(v: &Bound<'_, PyAny>) -> PyResult<Option<isize>> {
 }
 
 /// One index of `x[...]`.
-fn one_index(v: &Bound<'_, PyAny>) -> PyResult<TensorIndex> {
+pub(crate) fn one_index(v: &Bound<'_, PyAny>) -> PyResult<TensorIndex> {
     if v.is_none() {
         return Ok(TensorIndex::NewAxis);
     }
@@ -190,8 +190,13 @@ fn one_index(v: &Bound<'_, PyAny>) -> PyResult<TensorIndex> {
     if is_int(v) && !v.is_instance_of::<PyBool>() {
         return Ok(TensorIndex::At(isize_of("index", "index", v)?));
     }
+    if v.is_instance_of::<PyBool>() {
+        return Err(PyIndexError::new_err(
+            "a bool index (x[True], x[False]) is not supported: use None for a new dimension",
+        ));
+    }
     Err(PyIndexError::new_err(format!(
-        "eagervm indexes with integers, slices, None and ... (basic indexing), not {}: indexing with arrays, lists or booleans (advanced indexing) is not supported yet",
+        "eagervm indexes with integers, slices, None, ... and index arrays (int64 or bool eagervm arrays, lists, NumPy arrays), not {}",
         type_name(v)
     )))
 }

@@ -108,6 +108,17 @@ pub(crate) fn set_item(
     value: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
     let cx = me.a.context();
+    if let Some(items) = super::select::advanced_key(py, &me.a, key)? {
+        let made;
+        let rhs = match operand(value)? {
+            Some(rhs) => rhs,
+            None => {
+                made = super::interop::tensor(py, cx, value, None, Some(me.a.device()))?;
+                Rhs::Array(&made)
+            }
+        };
+        return issued(py, cx, me.a.index_put_with_(&items, rhs, false));
+    }
     let idx = indices(key, me.a.shape())?;
     if let Ok(v) = value.downcast::<PyArr>() {
         // `x[key] op= y` is `x[key] = x[key].__iop__(y)` to Python: the value is then the

@@ -179,8 +179,12 @@ pub(crate) fn as_strided(
     done(py, me, me.a.as_strided(&size, &stride, offset))
 }
 
-/// `x[key]`: a view (`eager::Array::index`).
+/// `x[key]`: a view (`eager::Array::index`), or, for a key with index arrays, a new array
+/// (`eager::Array::index_with`).
 pub(crate) fn get_item(py: Python<'_>, me: &PyArr, key: &Bound<'_, PyAny>) -> PyResult<PyArr> {
+    if let Some(items) = super::select::advanced_key(py, &me.a, key)? {
+        return done(py, me, me.a.index_with(&items));
+    }
     let idx = indices(key, me.a.shape())?;
     done(py, me, me.a.index(&idx))
 }

@@ -143,8 +143,8 @@ def test_indexing_errors_are_pytorch_s(vm):
     assert isinstance(e.value, eagervm.Error)
     with pytest.raises(ValueError, match="step must be positive"):
         x[:, ::0]
-    for key in [[0, 1], True, x > 0, 1.5, "a"]:
-        with pytest.raises(IndexError, match="not supported yet"):
+    for key in [True, 1.5, "a", (0, 1.5)]:
+        with pytest.raises(IndexError, match="not supported|indexes with"):
             x[key]
     with pytest.raises(IndexError, match="out of range"):
         x[5] = 1.0

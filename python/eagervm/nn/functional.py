@@ -10,6 +10,8 @@ from .._eagervm import (
     avg_pool2d,
     adaptive_avg_pool2d,
     scaled_dot_product_attention,
+    embedding,
+    pad,
 )
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "tanh",
     "softplus",
     "one_hot",
+    "embedding",
+    "pad",
 ]
 
 

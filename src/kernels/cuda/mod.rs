@@ -151,6 +151,7 @@ mod tests {
 
     /// Ops registered on the CPU that have no CUDA kernel yet: the batched product,
     /// convolution, pooling and attention, and the pointwise math ops (`docs/ops.md`).
+    /// convolution, pooling and attention, and the indexing and joining ops (`docs/ops.md`).
     /// Every other op, the diagnostic `noop`, `fail` and `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
         "bmm",
@@ -209,6 +210,14 @@ mod tests {
         "tril",
         "triu",
         "one_hot",
+        "cat",
+        "index_select",
+        "gather",
+        "scatter",
+        "index_add",
+        "index",
+        "index_put",
+        "nonzero",
     ];
 
     #[test]
