@@ -6,8 +6,9 @@
 //! these are defects, and fail the case:
 //! - `ShutDown` from a VM the case still holds (a VM thread died);
 //! - `Panic` from an op other than `panic`, or `Kernel` from one other than `fail` (and
-//!   than the integer divisions by zero and `one_hot`'s indices out of range, errors of
-//!   values): a kernel that panics or refuses at run time on a call the builder accepted;
+//!   than the integer divisions by zero and the indices out of range of `one_hot` and the
+//!   indexing ops, errors of values): a kernel that panics or refuses at run time on a
+//!   call the builder accepted;
 //! - a read that returns another number of elements than the tensor has;
 //! - a call that asks for a tensor over the cap on one tensor's bytes
 //!   ([`TENSOR_CAP`], or a size that overflows: [`oversized`]) and is accepted, or is
@@ -56,12 +57,17 @@ pub fn defect(e: &Error) -> Option<String> {
         Error::Panic { op, .. } if op != "panic" => {
             Some(format!("a `{op}` kernel panicked on a call the builder accepted: {e}"))
         }
-        // The errors of values, not of the call: an integer division by zero and a class
-        // index outside `one_hot`'s range fail those kernels at run time (`docs/ops.md`).
+        // The errors of values, not of the call: an integer division by zero, a class index
+        // outside `one_hot`'s range and an index out of range of the indexing ops fail
+        // those kernels at run time (`docs/ops.md`), since the indices are data.
         Error::Kernel { op, message, .. }
             if (matches!(op.as_str(), "div_floor" | "div_trunc" | "remainder" | "fmod")
                 && message.contains("integer division by zero"))
-                || (op == "one_hot" && message.contains("is outside 0..")) =>
+                || (op == "one_hot" && message.contains("is outside 0.."))
+                || (matches!(
+                    op.as_str(),
+                    "index_select" | "gather" | "scatter" | "index_add" | "index" | "index_put"
+                ) && message.contains("out of range")) =>
         {
             None
         }
