@@ -22,7 +22,7 @@
 //! and a final sync that must succeed: whatever the steps did, the VM still works.
 
 use eagervm::eager::{Array, Context, ContextOptions};
-use eagervm::framework::{Attrs, DType, OutSpec, Tensor};
+use eagervm::framework::{Attrs, DType, OutSpec, Tensor, TensorMeta};
 use eagervm::prelude::*;
 use std::collections::HashSet;
 use std::sync::OnceLock;
@@ -109,11 +109,11 @@ fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
-/// The output of a two-input call of `op` on operands of these shapes and dtypes, if it is
-/// over the cap (`None` also where `infer` refuses the operands: then no output is asked
-/// for): a product, or an elementwise op whose operands broadcast to a larger shape than
-/// either (`[n, 1] + [1, n]`). Mixed dtypes promote first (a cast of one operand, no larger
-/// than it), as the eager front end does.
+/// The output of a two-input eager call of `op` on operands of these shapes and dtypes, if
+/// it is over the cap (`None` also where `infer` refuses the operands: then no output is
+/// asked for): a product, or an elementwise op whose operands broadcast to a larger shape
+/// than either (`[n, 1] + [1, n]`). Mixed dtypes promote first (a cast of one operand, no
+/// larger than it), as the eager front end does; calls by name are [`infer_over`]'s.
 fn product_over(op: &str, a: (&[usize], DType), b: (&[usize], DType)) -> Option<Oversized> {
     let dtype = eagervm::vm::promote_types(a.1, b.1);
     match op {
@@ -123,36 +123,26 @@ fn product_over(op: &str, a: (&[usize], DType), b: (&[usize], DType)) -> Option<
             oversized(&broadcast_shape(a.0, b.0)?, out)
         }
         "eq" | "ne" | "lt" | "le" | "gt" | "ge" => oversized(&broadcast_shape(a.0, b.0)?, DType::Bool),
-        // The pointwise math ops of two inputs: one dtype (calls by name do not promote).
-        "pow" | "maximum" | "minimum" | "div_floor" | "div_trunc" | "remainder" | "fmod" if a.1 == b.1 => {
-            oversized(&broadcast_shape(a.0, b.0)?, a.1)
-        }
-        "atan2" | "lerp_scalar" if a.1 == b.1 && a.1.is_floating() => {
-            oversized(&broadcast_shape(a.0, b.0)?, a.1)
-        }
-        "logical_and" | "logical_or" | "logical_xor" if a.1 == b.1 => {
-            oversized(&broadcast_shape(a.0, b.0)?, DType::Bool)
-        }
         _ if a.1 == b.1 => product_shape(op, a.0, b.0).and_then(|s| oversized(&s, a.1)),
         _ => None,
     }
 }
 
-/// The output of a three-input call of `op` (the pointwise ops that broadcast all three
-/// inputs) on operands of these shapes and dtypes, if it is over the cap and `infer`
-/// accepts the operands.
-fn ternary_over(op: &str, ins: [(&[usize], DType); 3]) -> Option<Oversized> {
-    let dtype = ins[0].1;
-    let accepts = match op {
-        "clamp" | "addcmul" => true,
-        "lerp" | "addcdiv" => dtype.is_floating(),
-        _ => false,
+/// Each output of a call by name of `op` on inputs of these shapes and dtypes (no given
+/// outputs, default attributes) whether it is over the cap, as the op's own CPU kernel
+/// infers it; empty where `infer` refuses the inputs (then no output is asked for). The
+/// builder and `Context::call` do not promote, so this is the call they check.
+fn infer_over(vm: &VirtualMachine, op: &str, ins: &[(&[usize], DType)]) -> Vec<Option<Oversized>> {
+    let Some(kernel) = vm.op(op).ok().and_then(|o| o.kernel(eagervm::ep::DeviceType::Cpu)) else {
+        return Vec::new();
     };
-    if !accepts || ins.iter().any(|i| i.1 != dtype) {
-        return None;
+    let metas: Vec<TensorMeta> = ins.iter().map(|&(s, d)| TensorMeta::new(s, d, DeviceId::CPU)).collect();
+    let refs: Vec<&TensorMeta> = metas.iter().collect();
+    let mut out = eagervm::framework::OutSpecs::new();
+    match kernel.infer(&refs, &[], &Attrs::default(), &mut out) {
+        Ok(()) => out.iter().map(|o| oversized(&o.shape, o.dtype)).collect(),
+        Err(_) => Vec::new(),
     }
-    let shape = broadcast_shape(&broadcast_shape(ins[0].0, ins[1].0)?, ins[2].0)?;
-    oversized(&shape, dtype)
 }
 
 /// The output of `sum_rows` on an operand of shape `a`, if it is over the cap: `[n, k]`
@@ -296,16 +286,10 @@ impl<'a> State<'a> {
     /// A call of `op` on `ins` and `outs` (given outputs) on `stream`, if it is a product or
     /// `sum_rows` and its output is over the cap.
     fn product_call_over(&self, op: &str, ins: &[&Tensor], outs: &[&Tensor], stream: Strm) -> Option<Over> {
-        // The two kinds of call whose output can be far larger than their inputs: a
-        // product, and `sum_rows` of an `[0, k]` matrix.
-        let o = match ins {
-            [a, b] => product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))?,
-            [a, b, c] => {
-                ternary_over(op, [(a.shape(), a.dtype()), (b.shape(), b.dtype()), (c.shape(), c.dtype())])?
-            }
-            [a] if op == "sum_rows" => sum_rows_over(a.shape(), a.dtype())?,
-            _ => return None,
-        };
+        // The output as the op's own `infer` gives it: a product, a broadcast, `sum_rows` of
+        // an `[0, k]` matrix, an index of many elements can be far larger than the inputs.
+        let metas: Vec<(&[usize], DType)> = ins.iter().map(|t| (t.shape(), t.dtype())).collect();
+        let (i, o) = infer_over(self.vm, op, &metas).into_iter().enumerate().find_map(|(i, o)| Some((i, o?)))?;
         // The stream of another VM names no device here: the VM refuses it first.
         let dev = match stream {
             Strm::On(d, _) => Some(d.id()),
@@ -322,7 +306,7 @@ impl<'a> State<'a> {
             && one_dtype
             && !aliased;
         let on = dev.map_or_else(|| "a stream of another VM".to_string(), |d| d.to_string());
-        Some(Over { error: o.error(format!("output 0 of `{op}` on {on}")), sure })
+        Some(Over { error: o.error(format!("output {i} of `{op}` on {on}")), sure })
     }
 
     fn act(&mut self, act: &Act) -> Step {
@@ -547,13 +531,11 @@ impl<'a> State<'a> {
                 let outs: Vec<Option<Oversized>> = match (*op, &inputs[..]) {
                     ("fill", []) if given.len() == 1 => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
                     ("noop" | "fail" | "panic", _) => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
-                    (_, [a, b]) => vec![product_over(op, (a.shape(), a.dtype()), (b.shape(), b.dtype()))],
-                    (_, [a, b, c]) => vec![ternary_over(
-                        op,
-                        [(a.shape(), a.dtype()), (b.shape(), b.dtype()), (c.shape(), c.dtype())],
-                    )],
-                    ("sum_rows", [a]) => vec![sum_rows_over(a.shape(), a.dtype())],
-                    _ => Vec::new(),
+                    (_, []) => Vec::new(),
+                    (_, ins) => {
+                        let metas: Vec<(&[usize], DType)> = ins.iter().map(|a| (a.shape(), a.dtype())).collect();
+                        infer_over(self.vm, op, &metas)
+                    }
                 };
                 // The size check refuses the first output over the cap. A call by name does
                 // not promote: inputs of two dtypes may be refused by `infer` first.
