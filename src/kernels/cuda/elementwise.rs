@@ -18,7 +18,12 @@
 use super::infer;
 use super::launch::{device_operand, launch_ew, must_stage, stage, Dev};
 use super::on_stream;
-use super::ops::{symbol, Kind, Op, ScalarDomain};
+use super::ops::{symbol, Kind, MathFn, NumFn, Op, ScalarDomain};
+
+/// Why `round` with `decimals` is refused on CUDA.
+pub(super) fn round_decimals(decimals: i64) -> String {
+    format!("round with decimals={decimals} has no CUDA kernel yet: round on the CPU, or scale, round and scale back")
+}
 use crate::vm::{
     read_element, write_element, Attrs, DType, KernelCtx, OpKernel, OutSpecs, Scalar, TensorMeta,
 };
@@ -84,7 +89,7 @@ impl Op {
         let own = ScalarDomain::Own;
         let input = inputs.first().copied().unwrap_or(out);
         let want_out = match self.kind {
-            Kind::Compare(_) | Kind::CompareScalar(_) => DType::Bool,
+            Kind::Compare(_) | Kind::CompareScalar(_) | Kind::Predicate(_) => DType::Bool,
             Kind::Cast | Kind::Fill => out,
             _ => input,
         };
@@ -144,7 +149,15 @@ impl OpKernel for Op {
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let out = ctx.outputs.first().ok_or("missing output 0")?;
         let dtypes: Vec<DType> = ctx.inputs.iter().map(|t| t.meta.dtype).collect();
-        let (sym, bits) = self.kernel(&dtypes, out.meta.dtype, ctx.attrs.value())?;
+        let (mut sym, bits) = self.kernel(&dtypes, out.meta.dtype, ctx.attrs.value())?;
+        match (self.kind, ctx.attrs.params().int_or(0, 0)) {
+            (_, 0) => {}
+            (Kind::Math(MathFn::Gelu), _) => {
+                sym = symbol(Kind::Math(MathFn::GeluTanh), dtypes[0], dtypes[0], ScalarDomain::Own)
+            }
+            (Kind::Num(NumFn::Round), d) => return Err(round_decimals(d)),
+            _ => {}
+        }
         let arity = dtypes.len();
         let inputs = ctx.inputs;
         on_stream(self.name, |s| {

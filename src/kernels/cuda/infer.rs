@@ -75,7 +75,7 @@ pub fn elementwise(
             let to = attrs.dtype().ok_or("cast needs a dtype argument (the dtype to convert to)")?;
             out.push(spec(&inputs[0].shape, to));
         }
-        Kind::Binary(_) | Kind::ReluGrad | Kind::Compare(_) => {
+        Kind::Binary(_) | Kind::ReluGrad | Kind::Compare(_) | Kind::Extreme(_) => {
             let d = common_dtype(inputs)?;
             if !kind.takes(d) {
                 return Err(refuse(inputs[0]));
@@ -99,13 +99,18 @@ pub fn elementwise(
             }
             out.push(spec(&x.shape, d));
         }
-        Kind::Relu | Kind::Scalar(..) => {
+        Kind::Relu | Kind::Scalar(..) | Kind::Math(_) | Kind::Num(_) => {
             if !kind.takes(inputs[0].dtype) {
                 return Err(refuse(inputs[0]));
             }
+            if let (Kind::Num(super::ops::NumFn::Round), d @ 1..)
+            | (Kind::Num(super::ops::NumFn::Round), d @ ..=-1) = (kind, attrs.params().int_or(0, 0))
+            {
+                return Err(super::elementwise::round_decimals(d));
+            }
             out.push(spec(&inputs[0].shape, inputs[0].dtype));
         }
-        Kind::CompareScalar(_) => out.push(spec(&inputs[0].shape, DType::Bool)),
+        Kind::CompareScalar(_) | Kind::Predicate(_) => out.push(spec(&inputs[0].shape, DType::Bool)),
         Kind::MaskedFill => {
             let (x, mask) = (inputs[0], inputs[1]);
             if mask.dtype != DType::Bool {

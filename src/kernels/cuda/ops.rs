@@ -67,6 +67,126 @@ impl Cmp {
     }
 }
 
+/// A floating-point function of one input (`Kind::Math`), as the CPU kernels compute it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MathFn {
+    /// `e^x`.
+    Exp,
+    /// `2^x`.
+    Exp2,
+    /// The natural logarithm.
+    Log,
+    /// The base-2 logarithm.
+    Log2,
+    /// `log(1 + x)`.
+    Log1p,
+    /// `e^x - 1`.
+    Expm1,
+    /// The square root.
+    Sqrt,
+    /// `1 / sqrt(x)`.
+    Rsqrt,
+    /// `1 / x`.
+    Reciprocal,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// `1 / (1 + e^-x)`.
+    Sigmoid,
+    /// `x / (1 + e^-x)`.
+    Silu,
+    /// The error function.
+    Erf,
+    /// `x / 2 · (1 + erf(x / √2))`; with the `gelu` call's parameter set, [`MathFn::GeluTanh`].
+    Gelu,
+    /// `x / 2 · (1 + tanh(√(2/π) · (x + 0.044715 x³)))`.
+    GeluTanh,
+}
+
+impl MathFn {
+    /// The name in kernel symbols (the op's name, `gelu_tanh` for the tanh form).
+    pub fn name(self) -> &'static str {
+        match self {
+            MathFn::Exp => "exp",
+            MathFn::Exp2 => "exp2",
+            MathFn::Log => "log",
+            MathFn::Log2 => "log2",
+            MathFn::Log1p => "log1p",
+            MathFn::Expm1 => "expm1",
+            MathFn::Sqrt => "sqrt",
+            MathFn::Rsqrt => "rsqrt",
+            MathFn::Reciprocal => "reciprocal",
+            MathFn::Sin => "sin",
+            MathFn::Cos => "cos",
+            MathFn::Tanh => "tanh",
+            MathFn::Sigmoid => "sigmoid",
+            MathFn::Silu => "silu",
+            MathFn::Erf => "erf",
+            MathFn::Gelu => "gelu",
+            MathFn::GeluTanh => "gelu_tanh",
+        }
+    }
+}
+
+/// A numeric function of one input (`Kind::Num`): integers as the CPU kernels treat them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NumFn {
+    /// `-x` (integers wrap).
+    Neg,
+    /// `|x|` (integers wrap at the minimum).
+    Abs,
+    /// -1, 0 or 1 (0 for NaN).
+    Sign,
+    /// Toward -inf (integers as they are).
+    Floor,
+    /// Toward +inf (integers as they are).
+    Ceil,
+    /// To the nearest integer, halves to even (integers as they are).
+    Round,
+}
+
+impl NumFn {
+    /// The name in kernel symbols (the op's).
+    pub fn name(self) -> &'static str {
+        match self {
+            NumFn::Neg => "neg",
+            NumFn::Abs => "abs",
+            NumFn::Sign => "sign",
+            NumFn::Floor => "floor",
+            NumFn::Ceil => "ceil",
+            NumFn::Round => "round",
+        }
+    }
+}
+
+/// A test of one input of any dtype (`Kind::Predicate`); its result is `bool`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pred {
+    /// A NaN.
+    IsNan,
+    /// `+inf` or `-inf`.
+    IsInf,
+    /// Neither infinite nor NaN.
+    IsFinite,
+    /// Zero (`logical_not`).
+    Zero,
+}
+
+impl Pred {
+    /// The name in kernel symbols (the op's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Pred::IsNan => "isnan",
+            Pred::IsInf => "isinf",
+            Pred::IsFinite => "isfinite",
+            Pred::Zero => "logical_not",
+        }
+    }
+}
+
 /// Where the scalar of a tensor–scalar op stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
@@ -99,6 +219,15 @@ pub enum Kind {
     CompareScalar(Cmp),
     /// Inputs `(x, mask)`: the scalar where the `bool` mask (broadcast to `x`) is set, else `x`.
     MaskedFill,
+    /// A floating-point function of one input.
+    Math(MathFn),
+    /// A numeric function of one input.
+    Num(NumFn),
+    /// A test of one input; a `bool` result.
+    Predicate(Pred),
+    /// Two inputs of one dtype, broadcast: the larger (`true`: `maximum`) or the smaller
+    /// (`minimum`), a NaN of either propagating.
+    Extreme(bool),
 }
 
 impl Kind {
@@ -107,7 +236,9 @@ impl Kind {
         match self {
             Kind::Fill => 0,
             Kind::Cast | Kind::Relu | Kind::Scalar(..) | Kind::CompareScalar(_) => 1,
+            Kind::Math(_) | Kind::Num(_) | Kind::Predicate(_) => 1,
             Kind::Binary(_) | Kind::AddBias | Kind::ReluGrad | Kind::Compare(_) | Kind::MaskedFill => 2,
+            Kind::Extreme(_) => 2,
         }
     }
 
@@ -115,6 +246,9 @@ impl Kind {
     pub fn takes(self, d: DType) -> bool {
         match self {
             Kind::Fill | Kind::Cast | Kind::MaskedFill | Kind::Compare(_) | Kind::CompareScalar(_) => true,
+            Kind::Predicate(_) | Kind::Extreme(_) => true,
+            Kind::Math(_) => d.is_floating(),
+            Kind::Num(_) => d != DType::Bool,
             Kind::Binary(Arith::Add | Arith::Mul) | Kind::AddBias => true,
             Kind::Binary(Arith::Sub) | Kind::Relu | Kind::ReluGrad => d != DType::Bool,
             Kind::Scalar(Arith::Add | Arith::Sub | Arith::Mul, _) => d != DType::Bool,
@@ -136,7 +270,7 @@ impl Kind {
     /// What the op requires of its inputs' dtype, for the message that refuses another.
     pub fn dtype_rule(self) -> &'static str {
         match self {
-            Kind::Binary(Arith::Div) | Kind::Scalar(Arith::Div, _) => {
+            Kind::Binary(Arith::Div) | Kind::Scalar(Arith::Div, _) | Kind::Math(_) => {
                 "takes floating-point inputs (cast integers first)"
             }
             _ => "takes numeric inputs, not bool",
@@ -184,6 +318,35 @@ pub static ELEMENTWISE: &[Op] = &[
     Op { name: "gt_scalar", kind: Kind::CompareScalar(Cmp::Gt) },
     Op { name: "ge_scalar", kind: Kind::CompareScalar(Cmp::Ge) },
     Op { name: "masked_fill", kind: Kind::MaskedFill },
+    Op { name: "exp", kind: Kind::Math(MathFn::Exp) },
+    Op { name: "exp2", kind: Kind::Math(MathFn::Exp2) },
+    Op { name: "log", kind: Kind::Math(MathFn::Log) },
+    Op { name: "log2", kind: Kind::Math(MathFn::Log2) },
+    Op { name: "log1p", kind: Kind::Math(MathFn::Log1p) },
+    Op { name: "expm1", kind: Kind::Math(MathFn::Expm1) },
+    Op { name: "sqrt", kind: Kind::Math(MathFn::Sqrt) },
+    Op { name: "rsqrt", kind: Kind::Math(MathFn::Rsqrt) },
+    Op { name: "reciprocal", kind: Kind::Math(MathFn::Reciprocal) },
+    Op { name: "sin", kind: Kind::Math(MathFn::Sin) },
+    Op { name: "cos", kind: Kind::Math(MathFn::Cos) },
+    Op { name: "tanh", kind: Kind::Math(MathFn::Tanh) },
+    Op { name: "sigmoid", kind: Kind::Math(MathFn::Sigmoid) },
+    Op { name: "silu", kind: Kind::Math(MathFn::Silu) },
+    Op { name: "erf", kind: Kind::Math(MathFn::Erf) },
+    // The tanh form (the call's parameter 0 set) is `MathFn::GeluTanh`'s kernel.
+    Op { name: "gelu", kind: Kind::Math(MathFn::Gelu) },
+    Op { name: "neg", kind: Kind::Num(NumFn::Neg) },
+    Op { name: "abs", kind: Kind::Num(NumFn::Abs) },
+    Op { name: "sign", kind: Kind::Num(NumFn::Sign) },
+    Op { name: "floor", kind: Kind::Num(NumFn::Floor) },
+    Op { name: "ceil", kind: Kind::Num(NumFn::Ceil) },
+    Op { name: "round", kind: Kind::Num(NumFn::Round) },
+    Op { name: "isnan", kind: Kind::Predicate(Pred::IsNan) },
+    Op { name: "isinf", kind: Kind::Predicate(Pred::IsInf) },
+    Op { name: "isfinite", kind: Kind::Predicate(Pred::IsFinite) },
+    Op { name: "logical_not", kind: Kind::Predicate(Pred::Zero) },
+    Op { name: "maximum", kind: Kind::Extreme(true) },
+    Op { name: "minimum", kind: Kind::Extreme(false) },
 ];
 
 /// How an integral tensor is compared with a scalar: exactly in `i64` for an integer (or
@@ -260,6 +423,10 @@ pub fn symbol(kind: Kind, input: DType, output: DType, domain: ScalarDomain) -> 
         }
         Kind::Compare(c) => format!("{}_{input}", c.name()),
         Kind::CompareScalar(c) => format!("{}_scalar_{input}{}", c.name(), domain.suffix()),
+        Kind::Math(f) => format!("{}_{input}", f.name()),
+        Kind::Num(f) => format!("{}_{input}", f.name()),
+        Kind::Predicate(p) => format!("{}_{input}", p.name()),
+        Kind::Extreme(max) => format!("{}_{input}", if max { "maximum" } else { "minimum" }),
     }
 }
 

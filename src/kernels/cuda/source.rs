@@ -43,7 +43,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
-use super::ops::{bits_type, sum_dtype, symbol, Arith, Kind, ScalarDomain, Side, ELEMENTWISE};
+use super::ops::{
+    bits_type, sum_dtype, symbol, Arith, Kind, MathFn, NumFn, Pred, ScalarDomain, Side, ELEMENTWISE,
+};
 use crate::vm::DType;
 
 /// Threads per block of every kernel (a power of two: the reductions' trees halve it).
@@ -296,6 +298,91 @@ fn convert(from: DType, to: DType, v: &str) -> String {
     }
 }
 
+/// The floating literal `v` in the compute type of `d` (`float`: with an `f` suffix, so that
+/// the constant is rounded to `f32` as the CPU kernels round it).
+fn lit(d: DType, v: f64) -> String {
+    if compute(d) == "float" {
+        format!("{v:?}f")
+    } else {
+        format!("{v:?}")
+    }
+}
+
+/// `f` of `x` in the compute type of the floating dtype `d`, in the CPU kernels' formulas
+/// (`kernels::unary_math`) and operation order.
+fn math(f: MathFn, d: DType) -> String {
+    // The C function of the compute type: `expf` for float, `exp` for double.
+    let c = |name: &str| if compute(d) == "float" { format!("{name}f") } else { name.to_string() };
+    let one = lit(d, 1.0);
+    match f {
+        MathFn::Exp => format!("{}(x)", c("exp")),
+        MathFn::Exp2 => format!("{}(x)", c("exp2")),
+        MathFn::Log => format!("{}(x)", c("log")),
+        MathFn::Log2 => format!("{}(x)", c("log2")),
+        MathFn::Log1p => format!("{}(x)", c("log1p")),
+        MathFn::Expm1 => format!("{}(x)", c("expm1")),
+        MathFn::Sqrt => format!("{}(x)", c("sqrt")),
+        MathFn::Rsqrt => format!("{one} / {}(x)", c("sqrt")),
+        MathFn::Reciprocal => format!("{one} / x"),
+        MathFn::Sin => format!("{}(x)", c("sin")),
+        MathFn::Cos => format!("{}(x)", c("cos")),
+        MathFn::Tanh => format!("{}(x)", c("tanh")),
+        MathFn::Sigmoid => format!("{one} / ({one} + {}(-x))", c("exp")),
+        MathFn::Silu => format!("x / ({one} + {}(-x))", c("exp")),
+        MathFn::Erf => format!("{}(x)", c("erf")),
+        MathFn::Gelu => format!(
+            "x * {} * ({one} + {}(x * {}))",
+            lit(d, 0.5),
+            c("erf"),
+            lit(d, std::f64::consts::FRAC_1_SQRT_2)
+        ),
+        MathFn::GeluTanh => {
+            let beta = lit(d, std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5);
+            let kappa = lit(d, 0.044715);
+            format!("{} * x * ({one} + {}({beta} * (x + {kappa} * (x * x * x))))", lit(d, 0.5), c("tanh"))
+        }
+    }
+}
+
+/// `f` of `x` in the compute type of the numeric dtype `d`: integers wrap (`-x` and `|x|`
+/// of the minimum are the minimum) and round to themselves.
+fn num(f: NumFn, d: DType) -> String {
+    let float = d.is_floating();
+    let c = |name: &str| if compute(d) == "float" { format!("{name}f") } else { name.to_string() };
+    // The two's-complement negation, wrapping.
+    let wrapped_neg = match d {
+        DType::I32 => "(int)(0u - (u32)x)",
+        DType::I64 => "(i64)(0ull - (u64)x)",
+        _ => "-x",
+    };
+    match f {
+        NumFn::Neg => wrapped_neg.to_string(),
+        NumFn::Abs if float => format!("{}(x)", c("fabs")),
+        NumFn::Abs if d == DType::U8 => "x".into(),
+        NumFn::Abs => format!("(x < 0 ? {wrapped_neg} : x)"),
+        NumFn::Sign => format!("({})((x > {z}) - (x < {z}))", compute(d), z = zero(d)),
+        NumFn::Floor if float => format!("{}(x)", c("floor")),
+        NumFn::Ceil if float => format!("{}(x)", c("ceil")),
+        // `rint` rounds halves to even in the default rounding mode.
+        NumFn::Round if float => format!("{}(x)", c("rint")),
+        NumFn::Floor | NumFn::Ceil | NumFn::Round => "x".into(),
+    }
+}
+
+/// `p` of `x` (the compute value of a `d` element) as a C truth value. NaN and infinity are
+/// told by arithmetic (`x - x` is 0 for finite `x`, NaN otherwise), which needs no header.
+fn predicate(p: Pred, d: DType) -> String {
+    let float = d.is_floating();
+    match p {
+        Pred::IsNan if float => "x != x".into(),
+        Pred::IsInf if float => "(x == x) && (x - x != x - x)".into(),
+        Pred::IsFinite if float => "x - x == x - x".into(),
+        Pred::IsNan | Pred::IsInf => "0".into(),
+        Pred::IsFinite => "1".into(),
+        Pred::Zero => format!("x == {}", zero(d)),
+    }
+}
+
 /// One `EW(...)` line: the kernel `sym` with the given operand types and body.
 fn ew(sym: &str, out: &str, a: &str, b: &str, body: &str) -> String {
     format!("EW({sym}, {out}, {a}, {b}, {body})\n")
@@ -308,7 +395,7 @@ fn elementwise(kind: Kind, d: DType, domain: ScalarDomain) -> Option<(String, St
         return None;
     }
     let out_dtype = match kind {
-        Kind::Compare(_) | Kind::CompareScalar(_) => DType::Bool,
+        Kind::Compare(_) | Kind::CompareScalar(_) | Kind::Predicate(_) => DType::Bool,
         _ => d,
     };
     let sym = symbol(kind, d, out_dtype, domain);
@@ -335,6 +422,13 @@ fn elementwise(kind: Kind, d: DType, domain: ScalarDomain) -> Option<(String, St
                 format!("{x} out[o0] = (u8)((double)x {} __longlong_as_double((i64)s));", c.op())
             }
         },
+        Kind::Math(f) => format!("{x} out[o0] = {};", store(d, &math(f, d))),
+        Kind::Num(f) => format!("{x} out[o0] = {};", store(d, &num(f, d))),
+        Kind::Predicate(p) => format!("{x} out[o0] = (u8)({});", predicate(p, d)),
+        Kind::Extreme(max) => {
+            let c = if max { ">=" } else { "<=" };
+            format!("{x} {y} out[o0] = {};", store(d, &format!("(x != x || (y == y && x {c} y)) ? x : y")))
+        }
         Kind::Fill | Kind::MaskedFill | Kind::Cast => return None,
     };
     let out_st = storage(out_dtype);
@@ -390,10 +484,12 @@ fn generate() -> Source {
     let mut put = |module: &str, sym: String, text: String| {
         kernels.entry(module.to_string()).or_default().insert(sym, text);
     };
-    for op in ELEMENTWISE {
+    // `gelu`'s tanh form is a kernel of its own, picked by the call's parameter.
+    let gelu_tanh = [Kind::Math(MathFn::GeluTanh)];
+    for kind in ELEMENTWISE.iter().map(|op| op.kind).chain(gelu_tanh) {
         for d in DType::ALL {
             for &domain in ScalarDomain::compiled(d) {
-                if let Some((sym, text)) = elementwise(op.kind, d, domain) {
+                if let Some((sym, text)) = elementwise(kind, d, domain) {
                     put(d.name(), sym, text);
                 }
             }
@@ -675,5 +771,21 @@ mod tests {
         assert!(line("cast_bool_f32").contains("(float)((int)(a[o1] != 0))"));
         assert!(line("masked_fill_2").contains("b[o2] != 0 ? (u16)s : a[o1]"));
         assert!(s.contains("acc = acc + (u64)(i64)x[o0];"), "integer sums wrap in u64");
+        // Pointwise math in the CPU kernels' formulas, in f32 for the 16-bit floats.
+        assert!(line("exp_f16").contains("f32_to_f16(expf(x))"), "{}", line("exp_f16"));
+        assert!(line("exp_f64").contains("(double)(exp(x))"), "{}", line("exp_f64"));
+        assert!(line("sigmoid_f32").contains("1.0f / (1.0f + expf(-x))"), "{}", line("sigmoid_f32"));
+        assert!(line("gelu_bf16").contains("x * 0.5f * (1.0f + erff(x * 0.7071067811865476f))"));
+        assert!(line("gelu_tanh_f32").contains("tanhf(0.7978845608028654f * (x + 0.044715f * (x * x * x)))"));
+        assert!(line("round_f32").contains("rintf(x)"), "halves to even");
+        assert!(line("neg_i32").contains("(int)(0u - (u32)x)"), "wrapping");
+        assert!(line("abs_u8").contains("out[o0] = (u8)(x);"));
+        assert!(line("floor_i64").contains("out[o0] = (i64)(x);"));
+        assert!(line("sign_f32").contains("(float)((x > 0.0f) - (x < 0.0f))"));
+        assert!(line("isnan_f16").contains("(u8)(x != x)") && line("isnan_i32").contains("(u8)(0)"));
+        assert!(line("isfinite_f64").contains("x - x == x - x") && line("isfinite_u8").contains("(u8)(1)"));
+        assert!(line("logical_not_bool").contains("(u8)(x == 0)"));
+        assert!(line("maximum_f32").contains("(x != x || (y == y && x >= y)) ? x : y"), "NaN propagates");
+        assert!(line("minimum_bool").contains("x <= y"));
     }
 }

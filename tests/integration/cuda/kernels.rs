@@ -750,3 +750,122 @@ fn refusals_name_the_operand() {
     }
     assert!(vm.sync().is_err());
 }
+
+/// Whether `got` (from CUDA) is within `ulps` units in the last place of `want` (from the
+/// CPU kernel) in `d`'s precision: NaN where NaN, the same infinity, and otherwise
+/// `|got - want| <= ulps · ulp(want)` (for `f16` and `bf16`, also one rounding step of the
+/// 16-bit type, since a different `f32` result may round to the neighbour).
+fn within_ulps(d: DType, got: f64, want: f64, ulps: f64) -> bool {
+    if got.is_nan() || want.is_nan() {
+        return got.is_nan() && want.is_nan();
+    }
+    if got.is_infinite() || want.is_infinite() {
+        return got == want;
+    }
+    let eps = match d {
+        DType::F64 => f64::EPSILON,
+        DType::F16 => 2f64.powi(-10),
+        DType::BF16 => 2f64.powi(-7),
+        _ => f32::EPSILON as f64,
+    };
+    let steps = if matches!(d, DType::F16 | DType::BF16) { ulps.max(1.0) } else { ulps };
+    (got - want).abs() <= steps * eps * want.abs().max(f64::from(f32::MIN_POSITIVE))
+}
+
+/// The pointwise math ops on CUDA against the CPU kernels, over every dtype each takes and
+/// every layout: the transcendental functions within a few units in the last place (CUDA's
+/// `expf` is not Rust's `f32::exp`), the others (`neg`, `abs`, `sign`, `floor`, `ceil`,
+/// `round`, the predicates, `maximum`, `minimum`) bit for bit.
+#[test]
+#[ignore = "needs a GPU"]
+fn pointwise_math_matches_the_cpu_kernels() {
+    let _g = lock();
+    let vm = gpu_vm();
+    let float_ops = [
+        "exp",
+        "exp2",
+        "log",
+        "log2",
+        "log1p",
+        "expm1",
+        "sqrt",
+        "rsqrt",
+        "reciprocal",
+        "sin",
+        "cos",
+        "tanh",
+        "sigmoid",
+        "silu",
+        "erf",
+        "gelu",
+    ];
+    let exact_unary =
+        ["neg", "abs", "sign", "floor", "ceil", "round", "isnan", "isinf", "isfinite", "logical_not"];
+    let mut calls = 0;
+    let mut run = |op: &str,
+                   inputs: &[(DType, &[usize], Lay)],
+                   attrs: Attrs,
+                   seed: u64,
+                   ulps: Option<f64>| {
+        let on = |device: DeviceId| {
+            let ts: Vec<Tensor> = inputs
+                .iter()
+                .enumerate()
+                .map(|(i, &(d, shape, lay))| make(&vm, d, shape, lay, device, seed + i as u64, true).0)
+                .collect();
+            let refs: Vec<&Tensor> = ts.iter().collect();
+            call(&vm, op, &refs, None, attrs, device).and_then(|t| Vals::read(&t))
+        };
+        let what = format!("{op} {inputs:?} with {attrs:?}");
+        let gpu = on(GPU).unwrap_or_else(|e| panic!("{what} on cuda:0: {e}"));
+        let cpu = on(DeviceId::CPU).unwrap_or_else(|e| panic!("{what} on cpu:0: {e}"));
+        match ulps {
+            None => {
+                if let Some(d) = gpu.first_difference(&cpu) {
+                    panic!("{what}: cuda:0 differs from the CPU kernel at {d}");
+                }
+            }
+            Some(u) => {
+                assert_eq!(gpu.len(), cpu.len(), "{what}");
+                for i in 0..gpu.len() {
+                    let (g, c) = (gpu.get(i).as_f64(), cpu.get(i).as_f64());
+                    assert!(within_ulps(inputs[0].0, g, c, u), "{what}: element {i}: cuda:0 {g}, cpu:0 {c}");
+                }
+            }
+        }
+        calls += 1;
+    };
+    for (k, op) in float_ops.iter().enumerate() {
+        for d in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+            for (j, shape) in UNARY_SHAPES.iter().enumerate() {
+                for (v, &lay) in LAYS.iter().enumerate() {
+                    let seed = (k * 1000 + j * 10 + v) as u64;
+                    run(op, &[(d, shape, lay)], Attrs::default(), seed, Some(4.0));
+                }
+            }
+        }
+    }
+    let tanh_form = Attrs::default().with_params(&[1], &[]).unwrap();
+    for d in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+        run("gelu", &[(d, &[5, 7], Lay::Stepped)], tanh_form, 99, Some(4.0));
+    }
+    for (k, op) in exact_unary.iter().enumerate() {
+        let numeric = !op.starts_with("is") && *op != "logical_not";
+        for d in DType::ALL.into_iter().filter(|&d| !numeric || d != DType::Bool) {
+            for (v, &lay) in LAYS.iter().enumerate() {
+                run(op, &[(d, &[5, 7], lay)], Attrs::default(), (k * 100 + v) as u64, None);
+            }
+        }
+    }
+    for op in ["maximum", "minimum"] {
+        for d in DType::ALL {
+            for (j, (sa, sb)) in BINARY_SHAPES.iter().enumerate() {
+                let (la, lb) = (LAYS[j % LAYS.len()], LAYS[(j + 3) % LAYS.len()]);
+                run(op, &[(d, sa, la), (d, sb, lb)], Attrs::default(), j as u64, None);
+            }
+        }
+    }
+    println!("pointwise math: {calls} calls on cuda:0 agree with the CPU kernels");
+    assert!(calls > 0);
+    vm.sync().unwrap();
+}
