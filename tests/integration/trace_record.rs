@@ -372,7 +372,7 @@ fn build_step(
             b.call_into(op("fill"), &[], &[&ts[out]], Attrs::scalar(value as f64), streams[stream])
         }
         Step::Unary { op: name, a, out, factor, stream } => {
-            b.call_into(op(name), &[&ts[a]], &[&ts[out]], Attrs::scalar(factor as f64), streams[stream])
+            b.call_into(op(name), &[&ts[a]], &[&ts[out]], common::unary_attrs(name, factor), streams[stream])
         }
         Step::Binary { op: name, a, b: y, out, stream } => {
             b.call_into(op(name), &[&ts[a], &ts[y]], &[&ts[out]], Attrs::default(), streams[stream])

@@ -15,6 +15,7 @@
 //! its own.
 
 use eagervm::ep::mock::MockConfig;
+use eagervm::framework::Scalar;
 use eagervm::prelude::*;
 use eagervm::vm::ThreadTopology;
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
@@ -161,7 +162,7 @@ impl Mix {
         if d.ty == eagervm::ep::DeviceType::Cuda {
             ["add", "mul", "sub", "relu_grad"]
         } else {
-            ["add", "mul", "matmul", "add"]
+            ["add", "mul", "matmul", "maximum"]
         }
     }
 }
@@ -282,7 +283,12 @@ pub fn decode_with(
                 let out = t(a);
                 let Some(a) = same_device(tensors, out, b) else { continue };
                 let ss = streams_of(device_of(out));
-                let op = if kind % 12 == 1 { "relu" } else { "scale" };
+                // Kind 1: one of the unary ops (relu only on CUDA, which has no `tril`).
+                let op = match kind % 12 {
+                    1 if device_of(out).ty == eagervm::ep::DeviceType::Cuda => "relu",
+                    1 => UNARY_OPS[c as usize % UNARY_OPS.len()],
+                    _ => "scale",
+                };
                 Step::Unary { op, a, out, factor: value, stream: ss[s as usize % ss.len()] }
             }
             3..=6 => {
@@ -341,6 +347,38 @@ fn collective_step(mix: Mix, tensors: usize, sel: u8, picks: [u8; 4], v: i8) -> 
     // An output may not be another member's input either (an input and an output of one
     // call never alias): inputs and outputs of different members are on different devices.
     Some(Step::Collective { comm, op, ins, outs })
+}
+
+/// The unary ops of the random programs besides `scale`: pointwise math, and ops whose
+/// parameter list ([`unary_attrs`]) comes from the step's factor.
+pub const UNARY_OPS: [&str; 8] = ["relu", "exp", "tanh", "sigmoid", "abs", "tril", "triu", "clamp_scalar"];
+
+/// The diagonal (-1, 0 or 1) a `tril` or `triu` step with `factor` keeps.
+fn diagonal_of(factor: f32) -> i64 {
+    ((factor * 16.0) as i64).rem_euclid(3) - 1
+}
+
+/// The attributes of a unary step of `op` with `factor`: the factor as the scalar (`scale`,
+/// and the codes of `fail` and `panic`), the diagonal of `tril` and `triu`, the bounds
+/// `[factor, factor + 1]` of `clamp_scalar`.
+pub fn unary_attrs(op: &str, factor: f32) -> Attrs {
+    let with = |ints: &[i64], scalars: &[Scalar]| Attrs::default().with_params(ints, scalars).expect("few lists");
+    match op {
+        "tril" | "triu" => with(&[diagonal_of(factor)], &[]),
+        "clamp_scalar" => {
+            with(&[1, 1], &[Scalar::Float(f64::from(factor)), Scalar::Float(f64::from(factor) + 1.0)])
+        }
+        _ => Attrs::scalar(factor as f64),
+    }
+}
+
+/// PyTorch's `maximum` and `minimum` of two floats: a NaN of either propagates.
+fn extreme(a: f32, b: f32, max: bool) -> f32 {
+    if a.is_nan() || (!b.is_nan() && if max { a >= b } else { a <= b }) {
+        a
+    } else {
+        b
+    }
 }
 
 /// The value tensor `t` starts with (and gets again when it is re-created).
@@ -500,7 +538,24 @@ impl Interpreter {
                 "fail" => Err(Origin::Fail(factor as u32)),
                 "panic" => Err(Origin::Panic(factor as u32)),
                 "relu" => Ok(x[0].iter().map(|&x| if x < 0.0 { 0.0 } else { x }).collect()),
-                _ => Ok(x[0].iter().map(|&x| x * factor).collect()),
+                "exp" => Ok(x[0].iter().map(|&x| x.exp()).collect()),
+                "tanh" => Ok(x[0].iter().map(|&x| x.tanh()).collect()),
+                "sigmoid" => Ok(x[0].iter().map(|&x| 1.0 / (1.0 + (x * -1.0).exp())).collect()),
+                "abs" => Ok(x[0].iter().map(|&x| x.abs()).collect()),
+                // [2, 2]: element (i, j) at 2i + j; tril keeps j - i <= d, triu j - i >= d.
+                "tril" | "triu" => {
+                    let d = diagonal_of(factor);
+                    let keep = |k: usize| {
+                        let off = (k % 2) as i64 - (k / 2) as i64;
+                        if op == "tril" { off <= d } else { off >= d }
+                    };
+                    Ok(x[0].iter().enumerate().map(|(k, &x)| if keep(k) { x } else { 0.0 }).collect())
+                }
+                "clamp_scalar" => {
+                    Ok(x[0].iter().map(|&x| extreme(extreme(x, factor, true), factor + 1.0, false)).collect())
+                }
+                "scale" => Ok(x[0].iter().map(|&x| x * factor).collect()),
+                other => panic!("the interpreter has no unary op `{other}`"),
             }),
             Step::Binary { op, a, b, out, .. } => self.write(out, &[a, b], alloc, |x| {
                 let (a, b) = (x[0], x[1]);
@@ -510,6 +565,7 @@ impl Interpreter {
                     "sub" => a.iter().zip(b).map(|(x, y)| x - y).collect(),
                     // Inputs (dy, x).
                     "relu_grad" => a.iter().zip(b).map(|(&dy, &x)| if x > 0.0 { dy } else { 0.0 }).collect(),
+                    "maximum" => a.iter().zip(b).map(|(&x, &y)| extreme(x, y, true)).collect(),
                     "matmul" => matmul(a, b),
                     other => panic!("the interpreter has no op `{other}`"),
                 })
@@ -617,7 +673,7 @@ pub fn emit(
             b.call_into(ops("fill"), &[], &[&ts[o]], Attrs::scalar(value as f64), streams[stream])
         }
         Step::Unary { op, a, out: o, factor, stream } => {
-            b.call_into(ops(op), &[&ts[a]], &[&ts[o]], Attrs::scalar(factor as f64), streams[stream])
+            b.call_into(ops(op), &[&ts[a]], &[&ts[o]], unary_attrs(op, factor), streams[stream])
         }
         Step::Binary { op, a, b: y, out: o, stream } => {
             b.call_into(ops(op), &[&ts[a], &ts[y]], &[&ts[o]], Attrs::default(), streams[stream])
