@@ -72,6 +72,29 @@ from ._eagervm import (
 )
 
 from . import nn
+from . import return_types
+from ._reduce import (
+    sum,
+    mean,
+    prod,
+    amax,
+    amin,
+    max,
+    min,
+    argmax,
+    argmin,
+    all,
+    any,
+    var,
+    std,
+    logsumexp,
+    norm,
+    cumsum,
+    cumprod,
+    softmax,
+    log_softmax,
+    linalg,
+)
 
 # PyTorch's aliases.
 float = float32
@@ -196,6 +219,27 @@ __all__ = [
     "int",
     "long",
     "nn",
+    "return_types",
+    "sum",
+    "mean",
+    "prod",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "all",
+    "any",
+    "var",
+    "std",
+    "logsumexp",
+    "norm",
+    "cumsum",
+    "cumprod",
+    "softmax",
+    "log_softmax",
+    "linalg",
     "Error",
     "UnknownOpError",
     "InvalidOperandsError",

@@ -38,6 +38,7 @@ mod index;
 pub(crate) mod layout;
 mod math;
 pub(crate) mod promote;
+mod reduce;
 mod views;
 
 pub use array::Array;
@@ -47,3 +48,4 @@ pub use index::TensorIndex;
 pub(crate) use math::Bin;
 pub use math::Rhs;
 pub use promote::DEFAULT_FLOAT;
+pub use reduce::{Reduction, DEFAULT_IGNORE_INDEX};

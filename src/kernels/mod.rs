@@ -36,10 +36,13 @@ mod elementwise;
 mod gemm;
 mod iter;
 mod loops;
+mod loss;
 mod masked;
 mod matmul;
 mod matmul_t;
+mod normalize;
 mod reduce;
+mod reduce_dims;
 mod scalar;
 
 pub use compare::{
@@ -54,10 +57,16 @@ pub use elementwise::{
 pub use gemm::{
     kernel_threads, set_kernel_threads, KERNEL_THREADS_ENV, PARALLEL_MIN_MACS, SEQUENTIAL_MAX_MACS,
 };
+pub use loss::NllLossKernel;
 pub use masked::MaskedFillKernel;
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
+pub use normalize::{CumprodKernel, CumsumKernel, LayerNormKernel, LogSoftmaxKernel, SoftmaxKernel};
 pub use reduce::{sum_f32, SumKernel, SumRowsKernel, SEQUENTIAL_SUM_MAX};
+pub use reduce_dims::{
+    AllKernel, AmaxKernel, AminKernel, AnyKernel, ArgmaxKernel, ArgminKernel, LogsumexpKernel, MaxKernel,
+    MeanKernel, MinKernel, NormKernel, ProdKernel, StdKernel, VarKernel,
+};
 pub use scalar::{AddScalarKernel, DivScalarKernel, MulScalarKernel, RdivScalarKernel, RsubScalarKernel};
 
 use crate::vm::{DType, OpKernel, OutSpec, Shape, TensorMeta};
@@ -102,6 +111,26 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &GtScalarKernel,
     &GeScalarKernel,
     &MaskedFillKernel,
+    &MeanKernel,
+    &ProdKernel,
+    &AmaxKernel,
+    &AminKernel,
+    &MaxKernel,
+    &MinKernel,
+    &ArgmaxKernel,
+    &ArgminKernel,
+    &AllKernel,
+    &AnyKernel,
+    &VarKernel,
+    &StdKernel,
+    &LogsumexpKernel,
+    &NormKernel,
+    &CumsumKernel,
+    &CumprodKernel,
+    &SoftmaxKernel,
+    &LogSoftmaxKernel,
+    &LayerNormKernel,
+    &NllLossKernel,
 ];
 
 /// The dtypes an op computes on.

@@ -27,6 +27,7 @@ mod methods;
 mod ops;
 mod program;
 mod promotion;
+mod reduce;
 mod trace;
 mod views;
 mod vm;
