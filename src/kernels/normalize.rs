@@ -20,7 +20,7 @@
 use super::dtype::{dispatch, int_of, Elem};
 use super::iter::Operand;
 use super::loops::{copy_elements, expect_count, input, output};
-use super::reduce::sum_dtype;
+use super::reduce::{sum_dtype, sum_in_order};
 use super::reduce_dims::{for_each_group, room, sum_mapped, sum_of, write_output, Dims, Real};
 use super::{check_dtype, common_dtype, expect_inputs, refusal, spec_of, Dtypes};
 use crate::vm::{contiguous_strides, Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorMeta};
@@ -102,7 +102,8 @@ fn compute_along(op: &str, kind: Along, ctx: &KernelCtx<'_, '_>) -> Result<(), S
             let log = kind == Along::LogSoftmax;
             dispatch!(dtype, floating, T => {
                 let mut vals = room::<T>(n)?;
-                for_each_group::<T>(&a, r, |xs| softmax_into(xs, log, &mut vals))?;
+                let mut scratch = Vec::new();
+                for_each_group::<T>(&a, r, |xs| softmax_into(xs, log, &mut vals, &mut scratch))?;
                 write_output(out, 0, Some(r), &vals)
             }, no())
         }
@@ -128,7 +129,7 @@ where
 /// The softmax (or its logarithm) of `xs`, appended to `out`: `exp(x - m) / s` or `x - m -
 /// log(s)`, with `m` the maximum and `s` the sum of `exp(x - m)`. A NaN makes the whole
 /// group NaN; a group of only `-inf` is NaN (as PyTorch gives).
-fn softmax_into<T: Elem>(xs: &[T], log: bool, out: &mut Vec<T>)
+fn softmax_into<T: Elem>(xs: &[T], log: bool, out: &mut Vec<T>, scratch: &mut Vec<T::C>)
 where
     T::C: Real,
 {
@@ -142,13 +143,17 @@ where
             }
         }
     }
-    let s = sum_mapped(xs, |v| (v - m).exp());
     if log {
+        let s = sum_mapped(xs, |v| (v - m).exp());
         let shift = m + s.ln();
         out.extend(xs.iter().map(|&v| T::store(v.load() - shift)));
     } else {
-        let inv = <T::C as Real>::of(1.0) / s;
-        out.extend(xs.iter().map(|&v| T::store((v.load() - m).exp() * inv)));
+        // Each exponential once: kept for the write (`sum_in_order` of them is
+        // `sum_mapped`'s order).
+        scratch.clear();
+        scratch.extend(xs.iter().map(|&v| (v.load() - m).exp()));
+        let inv = <T::C as Real>::of(1.0) / sum_in_order(scratch);
+        out.extend(scratch.iter().map(|&e| T::store(e * inv)));
     }
 }
 

@@ -550,3 +550,41 @@ fn nll_loss_picks_the_targets_log_probabilities() {
     let wrong = vec![tensor(&[2, 3], &[0.0f32; 6]), tensor(&[3], &[0i64, 1, 2])];
     assert!(run_with(&NllLossKernel, attrs(&[1, -100, 0], &[]), wrong, &[]).is_err());
 }
+
+/// The two ways of reading groups (whole groups, or blocks of groups element by element)
+/// give the same bits: sums of short and long groups (the partial sums above 4096), the
+/// extremes and their indices, over transposed views.
+#[test]
+fn blocks_and_whole_groups_agree_bit_for_bit() {
+    let mut rng = Rng(99);
+    for (shape, stored) in [
+        (vec![3usize, 5000], vec![5000usize, 3]),
+        (vec![7, 6, 5], vec![5, 6, 7]),
+        (vec![40, 130], vec![130, 40]),
+    ] {
+        let n: usize = shape.iter().product();
+        let vals: Vec<f32> = (0..n).map(|_| (rng.below(7) as f32 - 3.0) * (rng.float() as f32)).collect();
+        let t = tensor(&[n], &vals);
+        let strides: Vec<isize> = crate::vm::contiguous_strides(&stored).iter().rev().copied().collect();
+        let meta = t.0.with_layout(&shape, &strides, 0);
+        let a = Operand::input(&meta, &t.1, 0, DType::F32).unwrap();
+        for dims in subsets(shape.len()).into_iter().skip(1) {
+            let reduced: Vec<bool> = (0..shape.len() as i64).map(|d| dims.contains(&d)).collect();
+            let mut whole = Vec::new();
+            let mut ext = Vec::new();
+            for_each_group::<f32>(&a, &reduced, |xs| {
+                whole.push(sum_of(xs).to_bits());
+                ext.push(extreme(xs, true));
+            })
+            .unwrap();
+            let blocks: Vec<u32> =
+                block_sums::<f32>(&a, &reduced, |v, _| v).unwrap().iter().map(|v| v.to_bits()).collect();
+            assert_eq!(blocks, whole, "{shape:?} {dims:?}");
+            let be = block_extremes::<f32>(&a, &reduced, true).unwrap();
+            assert_eq!(
+                be.iter().map(|p| (p.0.to_bits(), p.1)).collect::<Vec<_>>(),
+                ext.iter().map(|p| (p.0.to_bits(), p.1)).collect::<Vec<_>>()
+            );
+        }
+    }
+}
