@@ -73,7 +73,8 @@ from ._eagervm import (
 
 from . import nn
 from . import return_types
-from ._reduce import (
+from . import linalg
+from ._eagervm import (
     sum,
     mean,
     prod,
@@ -93,7 +94,6 @@ from ._reduce import (
     cumprod,
     softmax,
     log_softmax,
-    linalg,
 )
 
 # PyTorch's aliases.

@@ -426,3 +426,111 @@ impl Array {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eager::Context;
+    use crate::ep::mock::MockConfig;
+    use crate::ep::DeviceId;
+    use crate::framework::VirtualMachine;
+    use crate::Config;
+
+    fn setup() -> (VirtualMachine, Context) {
+        let vm = VirtualMachine::new(Config::default().with_mock_devices(1, MockConfig::default())).unwrap();
+        let cx = Context::new(&vm);
+        (vm, cx)
+    }
+
+    const DEVICES: [DeviceId; 2] = [DeviceId::CPU, DeviceId::mock(0)];
+
+    fn host(a: &Array) -> Array {
+        a.to(DeviceId::CPU).unwrap()
+    }
+
+    #[test]
+    fn reductions_along_dims_on_cpu_and_mock() {
+        let (_vm, cx) = setup();
+        for dev in DEVICES {
+            let x = cx.from_slice(&[1.0f32, 5.0, 2.0, 7.0, 0.0, -1.0], &[2, 3], dev).unwrap();
+            assert_eq!(host(&x.sum_dim(&[1], false).unwrap()).to_vec::<f32>().unwrap(), vec![8.0, 6.0]);
+            let k = x.sum_dim(&[-2], true).unwrap();
+            assert_eq!(k.shape(), &[1, 3]);
+            assert_eq!(host(&k).to_vec::<f32>().unwrap(), vec![8.0, 5.0, 1.0]);
+            assert_eq!(host(&x.mean().unwrap()).item::<f32>().unwrap(), 14.0 / 6.0);
+            let (v, i) = x.max_dim(0, false).unwrap();
+            assert_eq!(host(&v).to_vec::<f32>().unwrap(), vec![7.0, 5.0, 2.0]);
+            assert_eq!(host(&i).to_vec::<i64>().unwrap(), vec![1, 0, 0]);
+            let (v, i) = x.min_dim(-1, true).unwrap();
+            assert_eq!((v.shape(), host(&i).to_vec::<i64>().unwrap()), (&[2usize, 1][..], vec![0, 2]));
+            assert_eq!(host(&x.argmax(None, false).unwrap()).item::<i64>().unwrap(), 3);
+            assert_eq!(host(&x.max().unwrap()).item::<f32>().unwrap(), 7.0);
+            assert_eq!(
+                host(&x.t().unwrap().amin(&[1], false).unwrap()).to_vec::<f32>().unwrap(),
+                vec![1.0, 0.0, -1.0]
+            );
+            assert_eq!(
+                host(&x.gt(0.5).unwrap().all_dim(&[0], false).unwrap()).to_vec::<bool>().unwrap(),
+                vec![true, false, false]
+            );
+            assert!(host(&x.any().unwrap()).item::<bool>().unwrap());
+            assert_eq!(host(&x.prod_dim(1, false).unwrap()).to_vec::<f32>().unwrap(), vec![10.0, -0.0]);
+            assert_eq!(
+                host(&x.cumsum(1).unwrap()).to_vec::<f32>().unwrap(),
+                vec![1.0, 6.0, 8.0, 7.0, 7.0, 6.0]
+            );
+            let var = host(&x.var(Some(&[1]), 1.0, false).unwrap()).to_vec::<f32>().unwrap();
+            assert!((var[0] - 4.333_333).abs() < 1e-5 && (var[1] - 19.0).abs() < 1e-5);
+            let n = host(&x.norm(1.0, None, false).unwrap()).item::<f32>().unwrap();
+            assert_eq!(n, 16.0);
+        }
+    }
+
+    #[test]
+    fn integer_inputs_and_refusals() {
+        let (_vm, cx) = setup();
+        let i = cx.from_slice(&[1i32, 2, 3, 4], &[2, 2], DeviceId::CPU).unwrap();
+        let s = i.sum_dim(&[0], false).unwrap();
+        assert_eq!((s.dtype(), s.to_vec::<i64>().unwrap()), (DType::I64, vec![4, 6]));
+        assert!(matches!(i.mean(), Err(Error::InvalidOperands { .. })));
+        assert!(
+            (i.logsumexp(&[1], false).unwrap().to_vec::<f32>().unwrap()[0] - (1f32.exp() + 2f32.exp()).ln())
+                .abs()
+                < 1e-6
+        );
+        for bad in [i.sum_dim(&[0, -2], false), i.sum_dim(&[2], false), i.amax(&[1, 1], true)] {
+            assert!(matches!(bad, Err(Error::InvalidOperands { .. })), "{bad:?}");
+        }
+        let e = cx.zeros(&[0, 2], DType::F32, DeviceId::CPU).unwrap();
+        assert!(matches!(e.max_dim(0, false), Err(Error::InvalidOperands { .. })));
+        assert_eq!(e.sum_dim(&[0], false).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn softmax_layer_norm_and_losses() {
+        let (_vm, cx) = setup();
+        for dev in DEVICES {
+            let x = cx.from_slice(&[1.0f64, 2.0, 3.0, 1.0, 1.0, 1.0], &[2, 3], dev).unwrap();
+            let s = host(&x.softmax(1).unwrap()).to_vec::<f64>().unwrap();
+            let z = 1f64.exp() + 2f64.exp() + 3f64.exp();
+            assert!((s[2] - 3f64.exp() / z).abs() < 1e-15 && (s[4] - 1.0 / 3.0).abs() < 1e-15);
+            let l = host(&x.log_softmax(-1).unwrap()).to_vec::<f64>().unwrap();
+            assert!((l[0] - (1.0 - z.ln())).abs() < 1e-15);
+            let ln = host(&x.layer_norm(&[3], None, None, 0.0).unwrap()).to_vec::<f64>().unwrap();
+            let r = (2.0f64 / 3.0).sqrt();
+            assert!((ln[0] + 1.0 / r).abs() < 1e-12 && ln[4].is_nan());
+            assert!(matches!(x.layer_norm(&[2], None, None, 1e-5), Err(Error::InvalidOperands { .. })));
+            let t = cx.from_slice(&[2i64, 0], &[2], dev).unwrap();
+            let ce = host(&x.cross_entropy(&t, None, DEFAULT_IGNORE_INDEX, Reduction::Mean, 0.0).unwrap());
+            let want = ((z.ln() - 3.0) + 3f64.ln()) / 2.0;
+            assert!((ce.item::<f64>().unwrap() - want).abs() < 1e-12);
+            let none =
+                host(&x.cross_entropy(&t, None, 0, Reduction::None, 0.0).unwrap()).to_vec::<f64>().unwrap();
+            assert!((none[0] - (z.ln() - 3.0)).abs() < 1e-12 && none[1] == 0.0);
+            let y = cx.zeros(&[2, 3], DType::F64, dev).unwrap();
+            assert_eq!(host(&x.mse_loss(&y, Reduction::Sum).unwrap()).item::<f64>().unwrap(), 17.0);
+            assert_eq!(host(&x.mse_loss(&y, Reduction::None).unwrap()).shape(), &[2, 3]);
+        }
+        assert!(Reduction::from_name("avg").is_err());
+    }
+}

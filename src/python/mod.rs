@@ -63,6 +63,7 @@ fn eagervm_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::replay, m)?)?;
     m.add_function(wrap_pyfunction!(trace::validate, m)?)?;
     m.add_function(wrap_pyfunction!(trace::analyze, m)?)?;
+    reduce::register(m)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

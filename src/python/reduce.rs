@@ -410,3 +410,201 @@ pub(crate) fn sum(
         dims => arr(py, &x, x.sum_dim(dims.as_deref().unwrap_or(&[]), keepdim)),
     }
 }
+
+// ---- Module functions (`eagervm.sum(x, dim=1)`, ...): the methods above, by function.
+
+/// `eagervm.sum(input, dim=None, keepdim=False, *, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "sum", signature = (input, dim=None, keepdim=false, *, dtype=None))]
+fn sum_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    sum(py, &input, dim, keepdim, dtype)
+}
+
+/// `eagervm.mean(input, dim=None, keepdim=False, *, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "mean", signature = (input, dim=None, keepdim=false, *, dtype=None))]
+fn mean_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.mean(py, dim, keepdim, dtype)
+}
+
+/// `eagervm.prod(input, dim=None, keepdim=False, *, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "prod", signature = (input, dim=None, keepdim=false, *, dtype=None))]
+fn prod_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.prod(py, dim, keepdim, dtype)
+}
+
+/// Module functions of the form `f(input, dim=..., keepdim=False)`.
+macro_rules! dim_keepdim_fn {
+    ($($(#[$doc:meta])* $f:ident => $name:literal, $default:expr, $ret:ty;)*) => {$(
+        $(#[$doc])*
+        #[pyfunction]
+        #[pyo3(name = $name, signature = (input, dim=$default, keepdim=false))]
+        fn $f(py: Python<'_>, input: PyRef<'_, PyArr>, dim: Option<&Bound<'_, PyAny>>, keepdim: bool) -> PyResult<$ret> {
+            input.$f(py, dim, keepdim)
+        }
+    )*};
+}
+
+dim_keepdim_fn! {
+    /// `eagervm.amax(input, dim=(), keepdim=False)`.
+    amax => "amax", None, PyArr;
+    /// `eagervm.amin(input, dim=(), keepdim=False)`.
+    amin => "amin", None, PyArr;
+    /// `eagervm.max(input)` or `eagervm.max(input, dim, keepdim=False)`.
+    max => "max", None, PyObject;
+    /// `eagervm.min(input)` or `eagervm.min(input, dim, keepdim=False)`.
+    min => "min", None, PyObject;
+    /// `eagervm.argmax(input, dim=None, keepdim=False)`.
+    argmax => "argmax", None, PyArr;
+    /// `eagervm.argmin(input, dim=None, keepdim=False)`.
+    argmin => "argmin", None, PyArr;
+    /// `eagervm.all(input, dim=None, keepdim=False)`.
+    all => "all", None, PyArr;
+    /// `eagervm.any(input, dim=None, keepdim=False)`.
+    any => "any", None, PyArr;
+}
+
+/// `eagervm.var(input, dim=None, unbiased=None, keepdim=False, *, correction=None)`.
+#[pyfunction]
+#[pyo3(name = "var", signature = (input, dim=None, unbiased=None, keepdim=false, *, correction=None))]
+fn var_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: Option<&Bound<'_, PyAny>>,
+    unbiased: Option<bool>,
+    keepdim: bool,
+    correction: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.var(py, dim, unbiased, keepdim, correction)
+}
+
+/// `eagervm.std(input, dim=None, unbiased=None, keepdim=False, *, correction=None)`.
+#[pyfunction]
+#[pyo3(name = "std", signature = (input, dim=None, unbiased=None, keepdim=false, *, correction=None))]
+fn std_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: Option<&Bound<'_, PyAny>>,
+    unbiased: Option<bool>,
+    keepdim: bool,
+    correction: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.std(py, dim, unbiased, keepdim, correction)
+}
+
+/// `eagervm.logsumexp(input, dim, keepdim=False)`.
+#[pyfunction]
+#[pyo3(name = "logsumexp", signature = (input, dim, keepdim=false))]
+fn logsumexp_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: &Bound<'_, PyAny>,
+    keepdim: bool,
+) -> PyResult<PyArr> {
+    input.logsumexp(py, dim, keepdim)
+}
+
+/// `eagervm.norm(input, p='fro', dim=None, keepdim=False, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "norm", signature = (input, p=None, dim=None, keepdim=false, dtype=None))]
+fn norm_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    p: Option<&Bound<'_, PyAny>>,
+    dim: Option<&Bound<'_, PyAny>>,
+    keepdim: bool,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.norm(py, p, dim, keepdim, dtype)
+}
+
+/// `eagervm.cumsum(input, dim, *, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "cumsum", signature = (input, dim, *, dtype=None))]
+fn cumsum_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.cumsum(py, dim, dtype)
+}
+
+/// `eagervm.cumprod(input, dim, *, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "cumprod", signature = (input, dim, *, dtype=None))]
+fn cumprod_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.cumprod(py, dim, dtype)
+}
+
+/// `eagervm.softmax(input, dim, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "softmax", signature = (input, dim, dtype=None))]
+fn softmax_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.softmax(py, dim, dtype)
+}
+
+/// `eagervm.log_softmax(input, dim, dtype=None)`.
+#[pyfunction]
+#[pyo3(name = "log_softmax", signature = (input, dim, dtype=None))]
+fn log_softmax_fn(
+    py: Python<'_>,
+    input: PyRef<'_, PyArr>,
+    dim: &Bound<'_, PyAny>,
+    dtype: Option<&Bound<'_, PyAny>>,
+) -> PyResult<PyArr> {
+    input.log_softmax(py, dim, dtype)
+}
+
+/// Add the module functions to the native module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(sum_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(mean_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(prod_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(amax, m)?)?;
+    m.add_function(wrap_pyfunction!(amin, m)?)?;
+    m.add_function(wrap_pyfunction!(max, m)?)?;
+    m.add_function(wrap_pyfunction!(min, m)?)?;
+    m.add_function(wrap_pyfunction!(argmax, m)?)?;
+    m.add_function(wrap_pyfunction!(argmin, m)?)?;
+    m.add_function(wrap_pyfunction!(all, m)?)?;
+    m.add_function(wrap_pyfunction!(any, m)?)?;
+    m.add_function(wrap_pyfunction!(var_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(std_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(logsumexp_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(norm_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(cumsum_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(cumprod_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(softmax_fn, m)?)?;
+    m.add_function(wrap_pyfunction!(log_softmax_fn, m)?)?;
+    Ok(())
+}
