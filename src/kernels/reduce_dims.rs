@@ -11,8 +11,10 @@
 //!
 //! **Order.** Each output element reduces its *group*, the input's elements that share its
 //! index in the kept dimensions, in row-major order of the reduced dimensions, whatever the
-//! layout: a group whose elements lie one after another is read in place; otherwise groups
-//! are copied to a contiguous buffer first, a slab of whole groups at a time. Floating sums
+//! layout: several short groups are read together, element by element, each in its own
+//! order ([`for_each_block`]); otherwise a group whose elements lie one after another is
+//! read in place, and other groups are copied to a contiguous buffer first, a slab of whole
+//! groups at a time ([`for_each_group`]). Floating sums
 //! (`sum`, `mean`, `var`, `std`, `logsumexp`, `norm`) add a group's terms in the order of
 //! `kernels::sum_f32` (one at a time up to 4096 terms, 32 partial sums combined as a fixed
 //! tree above), in the compute type (`f32` for `f16`, `bf16` and `f32`; `f64` for `f64`),
@@ -463,7 +465,31 @@ where
     let zero = <T::C as Ring>::ZERO;
     for_each_block::<T>(a, reduced, |starts, offsets| {
         let base = out.len();
-        if offsets.len() <= super::reduce::SEQUENTIAL_SUM_MAX {
+        let n = offsets.len();
+        if n <= super::reduce::SEQUENTIAL_SUM_MAX && offsets.iter().enumerate().all(|(i, &o)| o == i as isize)
+        {
+            // Dense groups, one at a time in index order (`sum_f32`'s order at this
+            // length), eight chains interleaved.
+            let mut chunks = starts.chunks_exact(8);
+            for (c, chunk) in chunks.by_ref().enumerate() {
+                // SAFETY: each group's `n` elements lie one after another from its start,
+                // inside the checked operand.
+                let rows: [&[T]; 8] = std::array::from_fn(|j| unsafe { slice::from_raw_parts(chunk[j], n) });
+                let mut acc = [zero; 8];
+                for i in 0..n {
+                    for (j, (x, row)) in acc.iter_mut().zip(&rows).enumerate() {
+                        *x = x.add(f(row[i].load(), base + 8 * c + j));
+                    }
+                }
+                out.extend_from_slice(&acc);
+            }
+            for &p in chunks.remainder() {
+                let g = out.len();
+                // SAFETY: as above.
+                let row = unsafe { slice::from_raw_parts(p, n) };
+                out.push(row.iter().fold(zero, |x, &v| x.add(f(v.load(), g))));
+            }
+        } else if n <= super::reduce::SEQUENTIAL_SUM_MAX {
             // One at a time in index order: `sum_f32`'s order at this length.
             let mut acc: SmallVec<[T::C; BLOCK]> = smallvec![zero; starts.len()];
             for &o in offsets {

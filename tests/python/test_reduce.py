@@ -398,3 +398,47 @@ def test_losses(vm, device):
         F.cross_entropy(vm.array(np.zeros((2, 3)), device), vm.array(np.array([0, 1]), device), reduction="avg")
     f32 = F.cross_entropy(vm.array(np.zeros((2, 3), np.float32), device), vm.array(np.array([0, 1]), device))
     assert f32.dtype == eagervm.float32 and f32.item() == pytest.approx(math.log(3))
+
+
+def test_traces_record_and_replay_the_parameter_lists(vm, tmp_path):
+    path = tmp_path / "r.trace"
+    rec = vm.record(path)
+    x = vm.array(np.arange(12, dtype=np.float32).reshape(3, 4) - 5, "mock:0")
+    t = vm.array(np.array([0, 3, 1]), "mock:0")
+    v, i = x.max(dim=0)
+    outs = [
+        x.sum(dim=1, keepdim=True).to("cpu:0"),
+        v.to("cpu:0"),
+        i.to("cpu:0"),
+        x.softmax(-1).to("cpu:0"),
+        F.cross_entropy(x, t, label_smoothing=0.1).to("cpu:0"),
+        x.t().var(1).to("cpu:0"),
+    ]
+    summary = rec.finish(outs)
+    assert summary["expects"] == len(outs) and summary["failure"] is None
+    r = eagervm.replay(path)
+    assert r["checked"] == len(outs) and r["failures"] == []
+    r = eagervm.replay(path, device="cpu", resync=True)
+    assert r["checked"] == len(outs) and r["failures"] == []
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+def test_low_precision_normalisations_and_losses(vm, name):
+    rng = np.random.default_rng(8)
+    ref = rng.standard_normal((4, 6)).astype(np.float32)
+    x = make(vm, ref, name)
+    # The input as the array holds it (rounded to its dtype).
+    r = read(x.float()).astype(np.float64)
+    tol = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-5}[name]
+
+    def near(got, want):
+        assert got.dtype == x.dtype
+        np.testing.assert_allclose(read(got.double()), want, rtol=tol, atol=tol)
+
+    near(F.layer_norm(x, (6,)), (r - r.mean(1, keepdims=True)) / np.sqrt(r.var(1, keepdims=True) + 1e-5))
+    near(x.softmax(1), np.exp(np_log_softmax(r, 1)))
+    near(x.norm(dim=0), np.sqrt((r * r).sum(0)))
+    near(x.logsumexp(1), np.log(np.exp(r).sum(1)))
+    near(x.mean((0, 1)), r.mean())
+    t = rng.integers(0, 6, 4)
+    near(F.cross_entropy(x, vm.array(t)), np_cross_entropy(r, t))
