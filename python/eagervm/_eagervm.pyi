@@ -5,7 +5,7 @@ from builtins import float as _float
 from builtins import int as _int
 from os import PathLike
 from types import TracebackType
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Type, Union, overload
+from typing import Any, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Type, Union, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -337,6 +337,12 @@ class Array:
     ) -> Array: ...
     def _mse_loss(self, target: Array, reduction: str = "mean") -> Array: ...
     def sum_rows(self) -> Array: ...
+    def mm(self, mat2: Array) -> Array: ...
+    def bmm(self, mat2: Array) -> Array: ...
+    def addmm(self, mat1: Array, mat2: Array, *, beta: _Number = 1, alpha: _Number = 1) -> Array: ...
+    def baddbmm(self, batch1: Array, batch2: Array, *, beta: _Number = 1, alpha: _Number = 1) -> Array: ...
+    def dot(self, other: Array) -> Array: ...
+    def outer(self, vec2: Array) -> Array: ...
     def __dlpack__(
         self,
         *,
@@ -400,6 +406,64 @@ def ones_like(input: Array, *, dtype: Optional[_DTypeLike] = None, device: Optio
 def empty_like(input: Array, *, dtype: Optional[_DTypeLike] = None, device: Optional[_DeviceLike] = None) -> Array: ...
 def full_like(
     input: Array, fill_value: _Number, *, dtype: Optional[_DTypeLike] = None, device: Optional[_DeviceLike] = None
+) -> Array: ...
+def matmul(input: Array, other: Array) -> Array: ...
+def mm(input: Array, mat2: Array) -> Array: ...
+def bmm(input: Array, mat2: Array) -> Array: ...
+def addmm(input: Array, mat1: Array, mat2: Array, *, beta: _Number = 1, alpha: _Number = 1) -> Array: ...
+def baddbmm(input: Array, batch1: Array, batch2: Array, *, beta: _Number = 1, alpha: _Number = 1) -> Array: ...
+def dot(input: Array, tensor: Array) -> Array: ...
+def outer(input: Array, vec2: Array) -> Array: ...
+def linear(input: Array, weight: Array, bias: Optional[Array] = None) -> Array: ...
+def conv2d(
+    input: Array,
+    weight: Array,
+    bias: Optional[Array] = None,
+    stride: _Size = 1,
+    padding: Union[_Size, str] = 0,
+    dilation: _Size = 1,
+    groups: _int = 1,
+) -> Array: ...
+@overload
+def max_pool2d(
+    input: Array,
+    kernel_size: _Size,
+    stride: Optional[_Size] = None,
+    padding: _Size = 0,
+    dilation: _Size = 1,
+    ceil_mode: _bool = False,
+    return_indices: Literal[False] = False,
+) -> Array: ...
+@overload
+def max_pool2d(
+    input: Array,
+    kernel_size: _Size,
+    stride: Optional[_Size] = None,
+    padding: _Size = 0,
+    dilation: _Size = 1,
+    ceil_mode: _bool = False,
+    *,
+    return_indices: Literal[True],
+) -> Tuple[Array, Array]: ...
+def avg_pool2d(
+    input: Array,
+    kernel_size: _Size,
+    stride: Optional[_Size] = None,
+    padding: _Size = 0,
+    ceil_mode: _bool = False,
+    count_include_pad: _bool = True,
+    divisor_override: Optional[_int] = None,
+) -> Array: ...
+def adaptive_avg_pool2d(input: Array, output_size: Union[_int, Sequence[Optional[_int]]]) -> Array: ...
+def scaled_dot_product_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    attn_mask: Optional[Array] = None,
+    dropout_p: _float = 0.0,
+    is_causal: _bool = False,
+    scale: Optional[_float] = None,
+    enable_gqa: _bool = False,
 ) -> Array: ...
 def replay(
     path: _Path,

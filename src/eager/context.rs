@@ -155,6 +155,13 @@ ops! {
     log_softmax: "log_softmax",
     layer_norm: "layer_norm",
     nll_loss: "nll_loss",
+    bmm: "bmm",
+    conv2d: "conv2d",
+    max_pool2d: "max_pool2d",
+    max_pool2d_with_indices: "max_pool2d_with_indices",
+    avg_pool2d: "avg_pool2d",
+    adaptive_avg_pool2d: "adaptive_avg_pool2d",
+    attention: "scaled_dot_product_attention",
 }
 
 /// The open builder and the counters.

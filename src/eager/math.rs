@@ -143,7 +143,7 @@ impl Array {
 
     /// The dtype `b` computes `self` and `rhs` in: PyTorch's result type, made floating for
     /// a true division.
-    fn compute_dtype(&self, b: Bin, rhs: Rhs<'_>) -> DType {
+    pub(super) fn compute_dtype(&self, b: Bin, rhs: Rhs<'_>) -> DType {
         // A number never promotes a floating array (PyTorch's categories): the common
         // call (`x * 0.5`) needs no table.
         if matches!(rhs, Rhs::Scalar(_)) && self.dtype().is_floating() {
@@ -518,11 +518,6 @@ impl Array {
         Ok(self)
     }
 
-    /// Matrix product `self @ other`: `[m, k] x [k, n] -> [m, n]`, each operand in any
-    /// layout (a transposed or sliced view is read as it lies), dtypes promoted.
-    pub fn matmul(&self, other: &Array) -> Result<Array> {
-        self.matmul_t(other, false, false)
-    }
     /// [`matmul`](Self::matmul) written into `out`.
     pub fn matmul_into(&self, other: &Array, out: &mut Array) -> Result<()> {
         self.call_into(self.cx.ops().matmul, &[self, other], out, Attrs::default())

@@ -37,6 +37,8 @@ mod context;
 mod index;
 pub(crate) mod layout;
 mod math;
+mod nn;
+mod products;
 pub(crate) mod promote;
 mod reduce;
 mod views;
@@ -47,5 +49,6 @@ pub use index::TensorIndex;
 #[cfg(feature = "python")]
 pub(crate) use math::Bin;
 pub use math::Rhs;
+pub use nn::{Conv2dOptions, Padding, PoolOptions};
 pub use promote::DEFAULT_FLOAT;
 pub use reduce::{Reduction, DEFAULT_IGNORE_INDEX};

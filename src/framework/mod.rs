@@ -20,6 +20,8 @@ pub(crate) mod infer_cache;
 pub(crate) mod layout;
 #[cfg(test)]
 mod lend_tests;
+#[cfg(all(test, feature = "cuda"))]
+mod ops_table;
 pub(crate) mod release;
 pub use crate::alloc::HostLoan;
 pub use builder::{InstructionsBuilder, MAX_INPUTS};

@@ -238,6 +238,7 @@ mod tests {
     fn builtins_are_registered_on_cpu_and_mock() {
         let r = OpRegistry::with_builtins();
         let names = [
+            "adaptive_avg_pool2d",
             "add",
             "add_bias",
             "add_scalar",
@@ -247,7 +248,10 @@ mod tests {
             "any",
             "argmax",
             "argmin",
+            "avg_pool2d",
+            "bmm",
             "cast",
+            "conv2d",
             "copy",
             "cumprod",
             "cumsum",
@@ -273,6 +277,8 @@ mod tests {
             "matmul_nt",
             "matmul_tn",
             "max",
+            "max_pool2d",
+            "max_pool2d_with_indices",
             "mean",
             "min",
             "mul",
@@ -289,6 +295,7 @@ mod tests {
             "relu_grad",
             "rsub_scalar",
             "scale",
+            "scaled_dot_product_attention",
             "softmax",
             "std",
             "sub",

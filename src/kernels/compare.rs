@@ -26,6 +26,10 @@ macro_rules! comparison {
                 $op
             }
 
+            fn dtypes(&self) -> &'static [DType] {
+                &DType::ALL
+            }
+
             fn infer(
                 &self,
                 inputs: &[&TensorMeta],
@@ -58,6 +62,10 @@ macro_rules! comparison {
         impl OpKernel for $skernel {
             fn name(&self) -> &'static str {
                 $sop
+            }
+
+            fn dtypes(&self) -> &'static [DType] {
+                &DType::ALL
             }
 
             fn infer(

@@ -4,7 +4,7 @@ use super::dtype::{dispatch, Elem};
 use super::iter::{broadcasts_to, share, Operand, Share, Staged};
 use super::loops::{self, expect_count, input, output};
 use super::{expect_inputs, spec_of};
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `fill`: no inputs; sets every element of the one output, whose shape, dtype and layout
 /// the caller gives, to `attrs.value()` converted to the dtype by the conversion rule
@@ -15,6 +15,10 @@ pub struct FillKernel;
 impl OpKernel for FillKernel {
     fn name(&self) -> &'static str {
         "fill"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(
@@ -68,6 +72,10 @@ pub struct CopyKernel;
 impl OpKernel for CopyKernel {
     fn name(&self) -> &'static str {
         "copy"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(
@@ -135,6 +143,10 @@ pub struct CastKernel;
 impl OpKernel for CastKernel {
     fn name(&self) -> &'static str {
         "cast"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(

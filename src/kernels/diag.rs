@@ -4,7 +4,7 @@
 //! All three take any inputs and write the outputs the caller gives, unchanged in shape and
 //! dtype; their `infer` never refuses.
 
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 /// The given outputs' specs, unchanged (the caller chooses them; none means no outputs).
 fn given_specs(given: &[&TensorMeta], outputs: &mut OutSpecs) {
@@ -19,6 +19,10 @@ pub struct NoopKernel;
 impl OpKernel for NoopKernel {
     fn name(&self) -> &'static str {
         "noop"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(
@@ -48,6 +52,10 @@ impl OpKernel for FailKernel {
         "fail"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
     fn infer(
         &self,
         _inputs: &[&TensorMeta],
@@ -73,6 +81,10 @@ pub struct PanicKernel;
 impl OpKernel for PanicKernel {
     fn name(&self) -> &'static str {
         "panic"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(

@@ -59,6 +59,10 @@ macro_rules! binary_kernel {
                 $op
             }
 
+            fn dtypes(&self) -> &'static [$crate::vm::DType] {
+                $crate::kernels::dtype::group!($group).list()
+            }
+
             fn infer(
                 &self,
                 inputs: &[&TensorMeta],
@@ -98,6 +102,10 @@ macro_rules! unary_kernel {
         impl OpKernel for $kernel {
             fn name(&self) -> &'static str {
                 $op
+            }
+
+            fn dtypes(&self) -> &'static [$crate::vm::DType] {
+                $crate::kernels::dtype::group!($group).list()
             }
 
             fn infer(
@@ -186,6 +194,10 @@ pub struct AddBiasKernel;
 impl OpKernel for AddBiasKernel {
     fn name(&self) -> &'static str {
         "add_bias"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(

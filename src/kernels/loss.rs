@@ -45,6 +45,10 @@ impl OpKernel for NllLossKernel {
         "nll_loss"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],

@@ -19,6 +19,10 @@ impl OpKernel for MaskedFillKernel {
         "masked_fill"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],

@@ -6,7 +6,7 @@ use super::iter::{share, Operand, Share, Staged};
 use super::loops::{expect_count, input, output};
 use super::matmul_t::Layout;
 use super::{check_dtype, common_dtype, expect_inputs, refusal, Dtypes};
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// `matmul`: inputs `a: [m, k]` and `b: [k, n]` of one dtype, output `[m, n]` with
 /// `out[i][j] = sum over p of a[i][p] * b[p][j]`.
@@ -28,6 +28,10 @@ pub struct MatmulKernel;
 impl OpKernel for MatmulKernel {
     fn name(&self) -> &'static str {
         "matmul"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Numeric.list()
     }
 
     fn infer(

@@ -10,7 +10,7 @@
 
 use super::matmul::run_product;
 use super::{check_dtype, common_dtype, expect_inputs, Dtypes};
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, TensorMeta};
 
 /// Which operand is transposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +73,10 @@ impl OpKernel for MatmulTnKernel {
         Layout::Tn.op()
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Numeric.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -100,6 +104,10 @@ pub struct MatmulNtKernel;
 impl OpKernel for MatmulNtKernel {
     fn name(&self) -> &'static str {
         Layout::Nt.op()
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Numeric.list()
     }
 
     fn infer(

@@ -25,8 +25,11 @@
 //! memory); the CUDA backend registers its own kernels under the same names (`kernels::cuda`,
 //! feature `cuda`).
 
+mod attention;
+mod bmm;
 pub mod collective;
 mod compare;
+mod conv;
 mod copy;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -41,14 +44,18 @@ mod masked;
 mod matmul;
 mod matmul_t;
 mod normalize;
+mod pool;
 mod reduce;
 mod reduce_dims;
 mod scalar;
 
+pub use attention::AttentionKernel;
+pub use bmm::BmmKernel;
 pub use compare::{
     EqKernel, EqScalarKernel, GeKernel, GeScalarKernel, GtKernel, GtScalarKernel, LeKernel, LeScalarKernel,
     LtKernel, LtScalarKernel, NeKernel, NeScalarKernel,
 };
+pub use conv::Conv2dKernel;
 pub use copy::{CastKernel, CopyKernel, FillKernel};
 pub use diag::{FailKernel, NoopKernel, PanicKernel};
 pub use elementwise::{
@@ -62,6 +69,9 @@ pub use masked::MaskedFillKernel;
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
 pub use normalize::{CumprodKernel, CumsumKernel, LayerNormKernel, LogSoftmaxKernel, SoftmaxKernel};
+pub use pool::{
+    AdaptiveAvgPool2dKernel, AvgPool2dKernel, MaxPool2dKernel, MAX_POOL2D, MAX_POOL2D_WITH_INDICES,
+};
 pub use reduce::{sum_f32, SumKernel, SumRowsKernel, SEQUENTIAL_SUM_MAX};
 pub use reduce_dims::{
     AllKernel, AmaxKernel, AminKernel, AnyKernel, ArgmaxKernel, ArgminKernel, LogsumexpKernel, MaxKernel,
@@ -131,11 +141,18 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &LogSoftmaxKernel,
     &LayerNormKernel,
     &NllLossKernel,
+    &BmmKernel,
+    &Conv2dKernel,
+    &MAX_POOL2D,
+    &MAX_POOL2D_WITH_INDICES,
+    &AvgPool2dKernel,
+    &AdaptiveAvgPool2dKernel,
+    &AttentionKernel,
 ];
 
 /// The dtypes an op computes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dtypes {
+pub(crate) enum Dtypes {
     /// All eight.
     All,
     /// All but `bool`.
@@ -145,6 +162,16 @@ enum Dtypes {
 }
 
 impl Dtypes {
+    /// The dtypes of the group, in `DType::ALL`'s order.
+    pub(crate) const fn list(self) -> &'static [DType] {
+        use DType::*;
+        match self {
+            Dtypes::All => &DType::ALL,
+            Dtypes::Numeric => &[U8, I32, I64, F16, BF16, F32, F64],
+            Dtypes::Floating => &[F16, BF16, F32, F64],
+        }
+    }
+
     fn admits(self, d: DType) -> bool {
         match self {
             Dtypes::All => true,

@@ -23,7 +23,9 @@ use super::loops::{copy_elements, expect_count, input, output};
 use super::reduce::{sum_dtype, sum_in_order};
 use super::reduce_dims::{for_each_group, room, sum_mapped, sum_of, write_output, Dims, Real};
 use super::{check_dtype, common_dtype, expect_inputs, refusal, spec_of, Dtypes};
-use crate::vm::{contiguous_strides, Attrs, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorMeta};
+use crate::vm::{
+    contiguous_strides, Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorMeta,
+};
 
 /// The one dimension of a `[dim]` parameter list over `meta`, as a [`Dims`].
 fn along(meta: &TensorMeta, attrs: &Attrs) -> Result<Dims, String> {
@@ -168,6 +170,13 @@ macro_rules! along_kernel {
                 $op
             }
 
+            fn dtypes(&self) -> &'static [DType] {
+                match $kind {
+                    Along::Cumsum | Along::Cumprod => Dtypes::All.list(),
+                    Along::Softmax | Along::LogSoftmax => Dtypes::Floating.list(),
+                }
+            }
+
             fn infer(
                 &self,
                 inputs: &[&TensorMeta],
@@ -227,6 +236,10 @@ fn layer_norm_params(attrs: &Attrs) -> Result<(usize, bool, bool, f64), String> 
 impl OpKernel for LayerNormKernel {
     fn name(&self) -> &'static str {
         "layer_norm"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
     }
 
     fn infer(

@@ -40,6 +40,10 @@ impl OpKernel for SumKernel {
         "sum"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -302,6 +306,10 @@ pub struct SumRowsKernel;
 impl OpKernel for SumRowsKernel {
     fn name(&self) -> &'static str {
         "sum_rows"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(

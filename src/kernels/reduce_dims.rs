@@ -1075,6 +1075,10 @@ macro_rules! reduce_kernel {
                 $op
             }
 
+            fn dtypes(&self) -> &'static [DType] {
+                $kind.dtypes().list()
+            }
+
             fn infer(
                 &self,
                 inputs: &[&TensorMeta],

@@ -655,7 +655,8 @@ impl PyArr {
         Ok(slf.clone())
     }
 
-    /// Matrix product: `[m, k] @ [k, n] -> [m, n]` (dtypes promoted).
+    /// PyTorch's `matmul`: vectors, matrices and batches whose batch dimensions broadcast
+    /// (dtypes promoted).
     fn matmul(&self, py: Python<'_>, other: PyRef<'_, PyArr>) -> PyResult<PyArr> {
         Ok(PyArr { a: issued(py, self.a.context(), self.a.matmul(&other.a))? })
     }

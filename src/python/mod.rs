@@ -14,6 +14,7 @@
 
 mod args;
 mod array;
+mod conv;
 mod convert;
 mod creation;
 mod default_vm;
@@ -64,6 +65,7 @@ fn eagervm_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::validate, m)?)?;
     m.add_function(wrap_pyfunction!(trace::analyze, m)?)?;
     reduce::register(m)?;
+    conv::register(m)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -221,6 +221,15 @@ pub trait OpKernel: Send + Sync + 'static {
         outputs: &mut OutSpecs,
     ) -> Result<(), String>;
 
+    /// The dtypes the kernel computes on: those of its data inputs (index and mask operands
+    /// aside), or of its output for an op without inputs (`fill`). `docs/ops.md`'s table of
+    /// ops, dtypes and devices is generated from it, and a test checks that `infer` accepts
+    /// exactly these. Empty (the default): not declared, as a framework's own kernel may
+    /// leave it.
+    fn dtypes(&self) -> &'static [DType] {
+        &[]
+    }
+
     /// Whether inputs may live on another device than the stream's (copies).
     fn cross_device(&self) -> bool {
         false

@@ -325,7 +325,8 @@ fn views_round_trip_through_text() {
     );
     let (t, d) = trace::parse_str("r.trace", &text);
     assert!(d.is_empty(), "{d:?}");
-    assert_eq!(t.to_text(), text);
+    // Written back as the current version.
+    assert_eq!(t.to_text(), text.replace("eagervm-trace 3", "eagervm-trace 4"));
     let (again, d) = trace::parse_str("r.trace", &t.to_text());
     assert!(d.is_empty());
     assert_eq!(again, t);

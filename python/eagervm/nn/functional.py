@@ -2,8 +2,23 @@
 semantics, each issuing the op's instructions into the array's VM (``docs/ops.md`` lists
 the ops and what each takes)."""
 
+from .._eagervm import (
+    linear,
+    conv2d,
+    max_pool2d,
+    avg_pool2d,
+    adaptive_avg_pool2d,
+    scaled_dot_product_attention,
+)
+
 __all__ = [
     "relu",
+    "linear",
+    "conv2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
+    "scaled_dot_product_attention",
     "softmax",
     "log_softmax",
     "layer_norm",

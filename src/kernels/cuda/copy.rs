@@ -18,7 +18,7 @@ use super::launch::{contiguous_temp, copy_elements, device_operand, must_stage, 
 use super::on_stream;
 use crate::alloc::Storage;
 use crate::ep::cuda::CudaEpStream;
-use crate::vm::{Attrs, KernelCtx, OpKernel, OutSpecs, TensorMeta};
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 /// `copy` on a CUDA stream (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
@@ -96,6 +96,10 @@ fn host_operand(what: &str, meta: &TensorMeta, data: &Storage) -> Result<(), Str
 impl OpKernel for CudaCopy {
     fn name(&self) -> &'static str {
         "copy"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn cross_device(&self) -> bool {

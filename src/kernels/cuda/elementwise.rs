@@ -119,6 +119,10 @@ impl OpKernel for Op {
         self.name
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        self.kind.dtypes()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],

@@ -49,6 +49,10 @@ impl OpKernel for CudaGemm {
         self.0.op()
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        crate::kernels::Dtypes::Numeric.list()
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],

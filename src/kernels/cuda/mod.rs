@@ -150,8 +150,9 @@ mod tests {
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
     /// Ops registered on the CPU that have no CUDA kernel yet: the reductions along dims,
-    /// the scans, the normalisations and `nll_loss` (`docs/ops.md`). Every other op, the
-    /// diagnostic `noop`, `fail` and `panic` included, runs on CUDA too.
+    /// the scans, the normalisations, `nll_loss`, the batched product, convolution, pooling
+    /// and attention (`docs/ops.md`). Every other op, the diagnostic `noop`, `fail` and
+    /// `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
         "mean",
         "prod",
@@ -173,6 +174,13 @@ mod tests {
         "log_softmax",
         "layer_norm",
         "nll_loss",
+        "bmm",
+        "conv2d",
+        "max_pool2d",
+        "max_pool2d_with_indices",
+        "avg_pool2d",
+        "adaptive_avg_pool2d",
+        "scaled_dot_product_attention",
     ];
 
     #[test]

@@ -122,6 +122,17 @@ impl Kind {
         }
     }
 
+    /// The dtypes [`takes`](Self::takes) admits, in `DType::ALL`'s order.
+    pub fn dtypes(self) -> &'static [DType] {
+        let groups =
+            [crate::kernels::Dtypes::All, crate::kernels::Dtypes::Numeric, crate::kernels::Dtypes::Floating];
+        groups
+            .into_iter()
+            .map(|g| g.list())
+            .find(|l| DType::ALL.iter().all(|&d| l.contains(&d) == self.takes(d)))
+            .unwrap_or(&[])
+    }
+
     /// What the op requires of its inputs' dtype, for the message that refuses another.
     pub fn dtype_rule(self) -> &'static str {
         match self {

@@ -57,6 +57,10 @@ impl OpKernel for CudaSum {
         "sum"
     }
 
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
     fn infer(
         &self,
         inputs: &[&TensorMeta],
@@ -140,6 +144,10 @@ pub struct CudaSumRows;
 impl OpKernel for CudaSumRows {
     fn name(&self) -> &'static str {
         "sum_rows"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
     }
 
     fn infer(
