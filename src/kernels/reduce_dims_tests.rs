@@ -7,7 +7,7 @@ use crate::kernels::testing::{run_with, storage, tensor, values, Owned};
 use crate::kernels::{
     CumprodKernel, CumsumKernel, LayerNormKernel, LogSoftmaxKernel, NllLossKernel, SoftmaxKernel, SumKernel,
 };
-use crate::vm::{bf16, f16};
+use crate::vm::{bf16, f16, TensorMeta};
 
 /// A small xorshift generator: the tests' values and shapes.
 struct Rng(u64);
@@ -592,5 +592,29 @@ fn blocks_and_whole_groups_agree_bit_for_bit() {
                 ext.iter().map(|p| (p.0.to_bits(), p.1)).collect::<Vec<_>>()
             );
         }
+    }
+}
+
+/// The ops whose `infer` needs a parameter list (so `framework::ops_table`'s probe cannot
+/// call them) accept exactly the dtypes they declare.
+#[test]
+fn ops_with_parameter_lists_accept_their_declared_dtypes() {
+    use crate::ep::DeviceId;
+    let meta = |shape: &[usize], d: DType| TensorMeta::new(shape, d, DeviceId::CPU);
+    for d in DType::ALL {
+        let x = meta(&[2, 3], d);
+        let accepts = |k: &dyn OpKernel, inputs: &[&TensorMeta], a: Attrs| {
+            let mut out = OutSpecs::new();
+            let ok = k.infer(inputs, &[], &a, &mut out).is_ok();
+            assert_eq!(ok, k.dtypes().contains(&d), "{} of {d}", k.name());
+        };
+        for k in [&CumsumKernel as &dyn OpKernel, &CumprodKernel, &SoftmaxKernel, &LogSoftmaxKernel] {
+            accepts(k, &[&x], attrs(&[1], &[]));
+        }
+        let w = meta(&[3], d);
+        accepts(&LayerNormKernel, &[&x, &w, &w], attrs(&[1, 1, 1], &[Scalar::Float(1e-5)]));
+        let t = meta(&[2], DType::I64);
+        let cw = meta(&[3], d);
+        accepts(&NllLossKernel, &[&x, &t, &cw], attrs(&[1, -100, 1], &[]));
     }
 }
