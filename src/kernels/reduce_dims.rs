@@ -513,27 +513,33 @@ where
     Ok(out)
 }
 
-/// The first extreme of each group and its index (as [`extreme`]), a block at a time.
+/// The first extreme of each group and its index (as [`extreme`]), a block at a time: the
+/// best value so far of each group in its compute type, replaced by a strictly better one
+/// or by the first NaN.
 fn block_extremes<T: Elem>(a: &Operand<'_>, reduced: &[bool], max: bool) -> Result<Vec<(T, i64)>, String> {
-    // (value, index, state): 0 nothing yet, 1 a value, 2 a NaN (final).
-    let init = (first_or_zero::<T>(), 0i64, 0u8);
-    let folded = block_fold::<T, _>(a, reduced, init, |acc, v, i| {
-        if acc.2 == 2 {
-            return acc;
+    let s = Split::new(a.shape, a.strides, reduced);
+    let mut out = room::<(T, i64)>(s.groups)?;
+    for_each_block::<T>(a, reduced, |starts, offsets| {
+        let Some((&first, rest)) = offsets.split_first() else { return };
+        // SAFETY: element `first` of each group of the checked operand.
+        let mut best: SmallVec<[T::C; BLOCK]> =
+            starts.iter().map(|&p| unsafe { p.offset(first).read() }.load()).collect();
+        let mut index: SmallVec<[usize; BLOCK]> = smallvec![0; starts.len()];
+        for (i, &o) in rest.iter().enumerate() {
+            for ((b, at), &p) in best.iter_mut().zip(index.iter_mut()).zip(starts) {
+                // SAFETY: as above.
+                let c = unsafe { p.offset(o).read() }.load();
+                #[allow(clippy::eq_op)]
+                let better = (if max { c > *b } else { c < *b }) || (c != c && *b == *b);
+                if better {
+                    *b = c;
+                    *at = i + 1;
+                }
+            }
         }
-        let c = v.load();
-        #[allow(clippy::eq_op)]
-        if c != c {
-            return (v, i as i64, 2);
-        }
-        let b = acc.0.load();
-        if acc.2 == 0 || (max && c > b) || (!max && c < b) {
-            (v, i as i64, 1)
-        } else {
-            acc
-        }
+        out.extend(best.iter().zip(&index).map(|(&b, &i)| (T::store(b), i as i64)));
     })?;
-    Ok(folded.into_iter().map(|(v, i, _)| (v, i)).collect())
+    Ok(out)
 }
 
 /// Write `vals` to output `i`.
