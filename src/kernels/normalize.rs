@@ -21,7 +21,9 @@ use super::dtype::{dispatch, int_of, Elem};
 use super::iter::Operand;
 use super::loops::{copy_elements, expect_count, input, output};
 use super::reduce::{sum_dtype, sum_in_order};
-use super::reduce_dims::{for_each_group, room, sum_mapped, sum_of, write_output, Dims, Real};
+use super::reduce_dims::{
+    block_sums, blocked, for_each_group, room, sum_mapped, sum_of, write_output, Dims, Real,
+};
 use super::{check_dtype, common_dtype, expect_inputs, refusal, spec_of, Dtypes};
 use crate::vm::{
     contiguous_strides, Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorMeta,
@@ -328,10 +330,7 @@ where
     let eps = <T::C as Real>::of(eps);
     let one = <T::C as Real>::of(1.0);
     let len = <T::C as Real>::of(n as f64);
-    for_each_group::<T>(&a, &reduced, |xs| {
-        let mean = sum_of(xs) / len;
-        let var = sum_mapped(xs, |v| (v - mean) * (v - mean)) / len;
-        let rstd = one / (var + eps).sqrt();
+    let normalize = |vals: &mut Vec<T>, xs: &[T], mean: T::C, rstd: T::C| {
         vals.extend(xs.iter().enumerate().map(|(j, &v)| {
             let mut y = (v.load() - mean) * rstd;
             if let Some(w) = &weight {
@@ -342,6 +341,27 @@ where
             }
             T::store(y)
         }));
-    })?;
+    };
+    if blocked(&a, &reduced) {
+        // The moments a block of groups at a time (the same sums, in the same order), then
+        // each group written.
+        let means: Vec<T::C> =
+            block_sums::<T>(&a, &reduced, |v, _| v)?.into_iter().map(|s| s / len).collect();
+        let vars = block_sums::<T>(&a, &reduced, |v, g| (v - means[g]) * (v - means[g]))?;
+        let rstds: Vec<T::C> = vars.into_iter().map(|v| one / (v / len + eps).sqrt()).collect();
+        let mut g = 0;
+        for_each_group::<T>(&a, &reduced, |xs| {
+            if let (Some(&mean), Some(&rstd)) = (means.get(g), rstds.get(g)) {
+                normalize(&mut vals, xs, mean, rstd);
+            }
+            g += 1;
+        })?;
+    } else {
+        for_each_group::<T>(&a, &reduced, |xs| {
+            let mean = sum_of(xs) / len;
+            let var = sum_mapped(xs, |v| (v - mean) * (v - mean)) / len;
+            normalize(&mut vals, xs, mean, one / (var + eps).sqrt());
+        })?;
+    }
     write_output(output(ctx, 0)?, 0, None, &vals)
 }

@@ -452,7 +452,7 @@ fn block_fold<T: Elem, A: Copy>(
 
 /// The sum of `f(x, g)` over each group `g` of `a`, in the order of `kernels::sum_f32`, a
 /// block of groups at a time.
-fn block_sums<T: Elem>(
+pub(super) fn block_sums<T: Elem>(
     a: &Operand<'_>,
     reduced: &[bool],
     f: impl Fn(T::C, usize) -> T::C,

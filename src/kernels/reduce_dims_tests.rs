@@ -470,10 +470,12 @@ fn layer_norm_matches_the_reference() {
     let mut rng = Rng(3);
     let shape = [3usize, 4, 5];
     let vals: Vec<f64> = (0..60).map(|_| rng.float() * 5.0).collect();
-    let w: Vec<f64> = (0..20).map(|_| rng.float()).collect();
-    let b: Vec<f64> = (0..20).map(|_| rng.float()).collect();
+    let w: Vec<f64> = (0..60).map(|_| rng.float()).collect();
+    let b: Vec<f64> = (0..60).map(|_| rng.float()).collect();
     let eps = 1e-5;
-    for (k, with_w, with_b) in [(1usize, false, false), (2, true, true), (2, true, false), (1, false, true)] {
+    for (k, with_w, with_b) in
+        [(1usize, false, false), (2, true, true), (2, true, false), (1, false, true), (3, true, true)]
+    {
         let n: usize = shape[3 - k..].iter().product();
         let mut inputs = vec![tensor(&shape, &vals)];
         if with_w {
