@@ -140,6 +140,29 @@ from ._eagervm import (
 )
 
 from . import nn
+from . import return_types
+from . import linalg
+from ._eagervm import (
+    sum,
+    mean,
+    prod,
+    amax,
+    amin,
+    max,
+    min,
+    argmax,
+    argmin,
+    all,
+    any,
+    var,
+    std,
+    logsumexp,
+    norm,
+    cumsum,
+    cumprod,
+    softmax,
+    log_softmax,
+)
 
 # PyTorch's aliases.
 float = float32
@@ -338,6 +361,27 @@ __all__ = [
     "int",
     "long",
     "nn",
+    "return_types",
+    "sum",
+    "mean",
+    "prod",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "all",
+    "any",
+    "var",
+    "std",
+    "logsumexp",
+    "norm",
+    "cumsum",
+    "cumprod",
+    "softmax",
+    "log_softmax",
+    "linalg",
     "Error",
     "UnknownOpError",
     "InvalidOperandsError",

@@ -43,6 +43,7 @@ mod pad;
 mod pointwise;
 mod products;
 pub(crate) mod promote;
+mod reduce;
 mod select;
 mod views;
 
@@ -57,4 +58,5 @@ pub use nn::{Conv2dOptions, Padding, PoolOptions};
 pub use pad::PadMode;
 pub use pointwise::{where_of, RoundingMode};
 pub use promote::DEFAULT_FLOAT;
+pub use reduce::{Reduction, DEFAULT_IGNORE_INDEX};
 pub use select::{cat, embedding, stack, ScatterReduce};

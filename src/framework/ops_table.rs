@@ -119,12 +119,18 @@ const UNPROBED: &[&str] = &[
     "avg_pool2d",
     "clamp_scalar",
     "conv2d",
+    "cumprod",
+    "cumsum",
+    "layer_norm",
+    "log_softmax",
     "max_pool2d",
     "max_pool2d_with_indices",
+    "nll_loss",
     // Its output (`i64[n, rank]`) is the caller's.
     "nonzero",
     "one_hot",
     "scaled_dot_product_attention",
+    "softmax",
 ];
 
 #[test]

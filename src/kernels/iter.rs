@@ -136,6 +136,38 @@ impl<'t> Operand<'t> {
         Ok(Operand { shape: &meta.shape, strides: &meta.strides, dtype, first, numel, lo, hi, contiguous })
     }
 
+    /// The elements of this operand under another layout over the same storage (a
+    /// permutation of its dimensions, or a part of it from `first`), which the caller makes
+    /// sure names only elements of this operand. It keeps this operand's byte range.
+    pub(crate) fn relaid<'a>(&self, shape: &'a [usize], strides: &'a [isize], first: *mut u8) -> Operand<'a>
+    where
+        't: 'a,
+    {
+        let numel = shape.iter().product();
+        Operand {
+            shape,
+            strides,
+            dtype: self.dtype,
+            first,
+            numel,
+            lo: self.lo,
+            hi: self.hi,
+            contiguous: false,
+        }
+    }
+
+    /// A contiguous buffer of `dtype` elements of `shape` (row-major `strides`) at `first`,
+    /// which holds them all.
+    pub(crate) fn buffer<'a>(
+        shape: &'a [usize],
+        strides: &'a [isize],
+        dtype: DType,
+        first: *mut u8,
+    ) -> Operand<'a> {
+        let numel: usize = shape.iter().product();
+        Operand { shape, strides, dtype, first, numel, lo: 0, hi: numel * dtype.size(), contiguous: true }
+    }
+
     /// The storage byte range this operand touches, as addresses.
     fn bytes(&self, base: *const u8) -> (usize, usize) {
         (base as usize + self.lo, base as usize + self.hi)

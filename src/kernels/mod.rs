@@ -43,12 +43,15 @@ mod gemm;
 mod index;
 mod iter;
 mod loops;
+mod loss;
 mod masked;
 mod matmul;
 mod matmul_t;
+mod normalize;
 mod pointwise;
 mod pool;
 mod reduce;
+mod reduce_dims;
 mod scalar;
 mod ternary;
 mod unary_math;
@@ -75,13 +78,19 @@ pub use gemm::{
     kernel_threads, set_kernel_threads, KERNEL_THREADS_ENV, PARALLEL_MIN_MACS, SEQUENTIAL_MAX_MACS,
 };
 pub use index::{CatKernel, GatherKernel, IndexAddKernel, IndexSelectKernel, ScatterKernel};
+pub use loss::NllLossKernel;
 pub use masked::MaskedFillKernel;
 pub use matmul::MatmulKernel;
 pub use matmul_t::{MatmulNtKernel, MatmulTnKernel};
+pub use normalize::{CumprodKernel, CumsumKernel, LayerNormKernel, LogSoftmaxKernel, SoftmaxKernel};
 pub use pool::{
     AdaptiveAvgPool2dKernel, AvgPool2dKernel, MaxPool2dKernel, MAX_POOL2D, MAX_POOL2D_WITH_INDICES,
 };
 pub use reduce::{sum_f32, SumKernel, SumRowsKernel, SEQUENTIAL_SUM_MAX};
+pub use reduce_dims::{
+    AllKernel, AmaxKernel, AminKernel, AnyKernel, ArgmaxKernel, ArgminKernel, LogsumexpKernel, MaxKernel,
+    MeanKernel, MinKernel, NormKernel, ProdKernel, StdKernel, VarKernel,
+};
 pub use scalar::{AddScalarKernel, DivScalarKernel, MulScalarKernel, RdivScalarKernel, RsubScalarKernel};
 pub use ternary::{
     AddcdivKernel, AddcmulKernel, ClampKernel, ClampScalarKernel, LerpKernel, LerpScalarKernel, WhereKernel,
@@ -135,6 +144,26 @@ pub static BUILTINS: &[&dyn OpKernel] = &[
     &GtScalarKernel,
     &GeScalarKernel,
     &MaskedFillKernel,
+    &MeanKernel,
+    &ProdKernel,
+    &AmaxKernel,
+    &AminKernel,
+    &MaxKernel,
+    &MinKernel,
+    &ArgmaxKernel,
+    &ArgminKernel,
+    &AllKernel,
+    &AnyKernel,
+    &VarKernel,
+    &StdKernel,
+    &LogsumexpKernel,
+    &NormKernel,
+    &CumsumKernel,
+    &CumprodKernel,
+    &SoftmaxKernel,
+    &LogSoftmaxKernel,
+    &LayerNormKernel,
+    &NllLossKernel,
     &BmmKernel,
     &Conv2dKernel,
     &MAX_POOL2D,

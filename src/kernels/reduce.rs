@@ -17,7 +17,7 @@ use crate::vm::{
 
 /// The dtype of a sum of `dtype` values: `i64` for `bool` and the integers, the dtype itself
 /// for floats.
-fn sum_dtype(dtype: DType) -> DType {
+pub(super) fn sum_dtype(dtype: DType) -> DType {
     if dtype.is_floating() {
         dtype
     } else {
@@ -25,7 +25,9 @@ fn sum_dtype(dtype: DType) -> DType {
     }
 }
 
-/// `sum`: one input, a scalar output (shape `[]`) holding the sum of all elements: an `i64`
+/// `sum`: one input; without a parameter list, a scalar output (shape `[]`) holding the sum
+/// of all elements; with one (`[dims..., keepdim]`), the sums along those dims
+/// (`kernels::reduce_dims`, in the same order per output element). The output is an `i64`
 /// for `bool` and the integers, of the input's dtype for floats. Floats add in the order of
 /// [`sum_f32`], over the elements in row-major order of their index whatever the layout,
 /// which does not depend on the machine; integers wrap (in any order: wrapping addition is
@@ -46,9 +48,18 @@ impl OpKernel for SumKernel {
         &self,
         inputs: &[&TensorMeta],
         _given: &[&TensorMeta],
-        _attrs: &Attrs,
+        attrs: &Attrs,
         outputs: &mut OutSpecs,
     ) -> Result<(), String> {
+        if !attrs.params().is_empty() {
+            return super::reduce_dims::infer_reduce(
+                "sum",
+                super::reduce_dims::Kind::Sum,
+                inputs,
+                attrs,
+                outputs,
+            );
+        }
         expect_inputs(inputs, 1)?;
         outputs.push(OutSpec { shape: Default::default(), dtype: sum_dtype(inputs[0].dtype) });
         Ok(())
@@ -59,6 +70,9 @@ impl OpKernel for SumKernel {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        if !ctx.attrs.params().is_empty() {
+            return super::reduce_dims::compute_reduce("sum", super::reduce_dims::Kind::Sum, ctx);
+        }
         expect_count(ctx, 1)?;
         let (x, out) = (input(ctx, 0)?, output(ctx, 0)?);
         let dtype = x.meta.dtype;
@@ -97,7 +111,7 @@ pub fn sum_f32(x: &[f32]) -> f32 {
 }
 
 /// [`sum_f32`]'s order in any compute type.
-fn sum_in_order<C: Ring>(x: &[C]) -> C {
+pub(super) fn sum_in_order<C: Ring>(x: &[C]) -> C {
     if x.len() <= SEQUENTIAL_SUM_MAX {
         return x.iter().fold(C::ZERO, |acc, &v| acc.add(v));
     }
@@ -126,7 +140,7 @@ fn tree<C: Ring>(acc: &mut [C; LANES]) -> C {
 }
 
 /// [`sum_in_order`] of `n` values given a few at a time, in index order.
-struct Ordered<C> {
+pub(super) struct Ordered<C> {
     /// Values below this index go to the partial sums (0 for a sequential sum).
     whole: usize,
     /// The number of values seen.
@@ -137,13 +151,13 @@ struct Ordered<C> {
 }
 
 impl<C: Ring> Ordered<C> {
-    fn new(n: usize) -> Self {
+    pub(super) fn new(n: usize) -> Self {
         let whole = if n <= SEQUENTIAL_SUM_MAX { 0 } else { n / LANES * LANES };
         Ordered { whole, pos: 0, acc: C::ZERO, lanes: [C::ZERO; LANES] }
     }
 
     #[inline(always)]
-    fn push(&mut self, v: C) {
+    pub(super) fn push(&mut self, v: C) {
         if self.pos < self.whole {
             let lane = &mut self.lanes[self.pos % LANES];
             *lane = lane.add(v);
@@ -157,7 +171,7 @@ impl<C: Ring> Ordered<C> {
     }
 
     /// Values `xs`, next in index order.
-    fn push_slice(&mut self, mut xs: &[C]) {
+    pub(super) fn push_slice(&mut self, mut xs: &[C]) {
         while self.pos < self.whole && self.pos % LANES != 0 && !xs.is_empty() {
             self.push(xs[0]);
             xs = &xs[1..];
@@ -177,7 +191,7 @@ impl<C: Ring> Ordered<C> {
         }
     }
 
-    fn finish(mut self) -> C {
+    pub(super) fn finish(mut self) -> C {
         if self.whole > 0 && self.pos == self.whole {
             tree(&mut self.lanes)
         } else {
@@ -192,7 +206,7 @@ const SLAB: usize = 1 << 16;
 
 /// Values `xs`, next in index order, in their compute type (converted a block at a time
 /// where the two types differ).
-fn push_values<T: Elem>(ord: &mut Ordered<T::C>, xs: &[T])
+pub(super) fn push_values<T: Elem>(ord: &mut Ordered<T::C>, xs: &[T])
 where
     T::C: Ring,
 {

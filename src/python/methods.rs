@@ -8,14 +8,14 @@
 //! Every op returns at once; reads (`numpy`, `item`, `tolist`, `repr`) and `wait` wait
 //! with the GIL released (`python::issue`).
 
-use pyo3::exceptions::{PyNotImplementedError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pyclass::CompareOp;
 use pyo3::types::PyTuple;
 
 use super::array::PyArr;
 use super::convert;
-use super::dtype::{dtype_object, opt_dtype, PyDType, PyDevice};
+use super::dtype::{dtype_object, PyDType, PyDevice};
 use super::errors::IntoPy;
 use super::interop::{item, to_ndarray};
 use super::issue::{access, issued};
@@ -734,8 +734,9 @@ impl PyArr {
         Ok(PyArr { a: issued(py, self.a.context(), self.a.relu_grad(&dy.a))? })
     }
 
-    /// The sum of all elements, a 0-d array (int64 for bool and integer arrays; `dtype`
-    /// converts first). Sums over dimensions (`dim=`) are not there yet.
+    /// The sum along `dim` (an int, a tuple of ints, or None for every element), keeping
+    /// the reduced dimensions with `keepdim`; int64 for bool and integer arrays; `dtype`
+    /// converts first (`python::reduce`).
     #[pyo3(signature = (dim=None, keepdim=false, *, dtype=None))]
     fn sum(
         &self,
@@ -744,17 +745,7 @@ impl PyArr {
         keepdim: bool,
         dtype: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyArr> {
-        if dim.is_some_and(|d| !d.is_none()) || keepdim {
-            return Err(PyNotImplementedError::new_err(
-                "sum(dim=...) and sum(keepdim=True) are not supported yet: sum() adds every element",
-            ));
-        }
-        let cx = self.a.context();
-        let x = match opt_dtype(dtype)? {
-            Some(d) => issued(py, cx, self.a.to_dtype(d))?,
-            None => self.a.clone(),
-        };
-        Ok(PyArr { a: issued(py, cx, x.sum())? })
+        super::reduce::sum(py, self, dim, keepdim, dtype)
     }
 
     /// Column sums of `[n, k]`: `[k]`.

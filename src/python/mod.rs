@@ -29,6 +29,7 @@ mod ops;
 mod pointwise;
 mod program;
 mod promotion;
+mod reduce;
 mod select;
 mod trace;
 mod views;
@@ -66,6 +67,7 @@ fn eagervm_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace::validate, m)?)?;
     m.add_function(wrap_pyfunction!(trace::analyze, m)?)?;
     pointwise::register(m)?;
+    reduce::register(m)?;
     conv::register(m)?;
     select::register(m)?;
     errors::register(m)?;

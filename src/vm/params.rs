@@ -6,7 +6,7 @@
 //! A list is [`Params`]: integers and scalars by position, whose meaning each op documents
 //! (`docs/ops.md`). Equal lists get equal numbers for the life of the process (number 0 is
 //! the empty list), so the builder's inference cache compares lists by number, and a
-//! kernel reads its list by number without a lock ([`Params::get`]).
+//! kernel reads its list by number without a lock (`Attrs::params`).
 //!
 //! The table is process-wide and append-only: a list, once numbered, stays until the
 //! process exits. A program makes a handful of distinct lists (one per distinct call site

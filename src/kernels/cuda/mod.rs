@@ -150,11 +150,32 @@ mod tests {
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
-    /// table: "—" under `cuda`): the batched product, convolution, pooling and attention,
-    /// the pointwise ops of two and three inputs but `maximum` and `minimum`, creation, the
-    /// indexing and joining ops. Every other op, the diagnostic `noop`, `fail` and `panic`
-    /// included, runs on CUDA too.
+    /// table: "—" under `cuda`): the reductions along dims, the scans, the normalisations,
+    /// `nll_loss`, the batched product, convolution, pooling and attention, the pointwise
+    /// ops of two and three inputs but `maximum` and `minimum`, creation, the indexing and
+    /// joining ops. Every other op, the diagnostic `noop`, `fail` and `panic` included,
+    /// runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
+        "mean",
+        "prod",
+        "amax",
+        "amin",
+        "max",
+        "min",
+        "argmax",
+        "argmin",
+        "all",
+        "any",
+        "var",
+        "std",
+        "logsumexp",
+        "norm",
+        "cumsum",
+        "cumprod",
+        "softmax",
+        "log_softmax",
+        "layer_norm",
+        "nll_loss",
         "bmm",
         "conv2d",
         "max_pool2d",

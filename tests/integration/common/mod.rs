@@ -362,7 +362,8 @@ fn diagonal_of(factor: f32) -> i64 {
 /// and the codes of `fail` and `panic`), the diagonal of `tril` and `triu`, the bounds
 /// `[factor, factor + 1]` of `clamp_scalar`.
 pub fn unary_attrs(op: &str, factor: f32) -> Attrs {
-    let with = |ints: &[i64], scalars: &[Scalar]| Attrs::default().with_params(ints, scalars).expect("few lists");
+    let with =
+        |ints: &[i64], scalars: &[Scalar]| Attrs::default().with_params(ints, scalars).expect("few lists");
     match op {
         "tril" | "triu" => with(&[diagonal_of(factor)], &[]),
         "clamp_scalar" => {
@@ -547,7 +548,11 @@ impl Interpreter {
                     let d = diagonal_of(factor);
                     let keep = |k: usize| {
                         let off = (k % 2) as i64 - (k / 2) as i64;
-                        if op == "tril" { off <= d } else { off >= d }
+                        if op == "tril" {
+                            off <= d
+                        } else {
+                            off >= d
+                        }
                     };
                     Ok(x[0].iter().enumerate().map(|(k, &x)| if keep(k) { x } else { 0.0 }).collect())
                 }

@@ -48,7 +48,8 @@ fn overlap(a: usize, b: usize) -> bool {
 
 /// The ops that may write their first input in place (`OpKernel::in_place`).
 fn in_place(op: &str) -> bool {
-    matches!(op, "add" | "mul" | "sub" | "relu" | "scale" | "relu_grad" | "maximum") || super::UNARY_OPS.contains(&op)
+    matches!(op, "add" | "mul" | "sub" | "relu" | "scale" | "relu_grad" | "maximum")
+        || super::UNARY_OPS.contains(&op)
 }
 
 /// Whether step `s` is one a valid program may have: its output shares no element with an

@@ -289,7 +289,8 @@ impl<'a> State<'a> {
         // The output as the op's own `infer` gives it: a product, a broadcast, `sum_rows` of
         // an `[0, k]` matrix, an index of many elements can be far larger than the inputs.
         let metas: Vec<(&[usize], DType)> = ins.iter().map(|t| (t.shape(), t.dtype())).collect();
-        let (i, o) = infer_over(self.vm, op, &metas).into_iter().enumerate().find_map(|(i, o)| Some((i, o?)))?;
+        let (i, o) =
+            infer_over(self.vm, op, &metas).into_iter().enumerate().find_map(|(i, o)| Some((i, o?)))?;
         // The stream of another VM names no device here: the VM refuses it first.
         let dev = match stream {
             Strm::On(d, _) => Some(d.id()),
@@ -533,7 +534,8 @@ impl<'a> State<'a> {
                     ("noop" | "fail" | "panic", _) => given.iter().map(|(s, d)| oversized(s, *d)).collect(),
                     (_, []) => Vec::new(),
                     (_, ins) => {
-                        let metas: Vec<(&[usize], DType)> = ins.iter().map(|a| (a.shape(), a.dtype())).collect();
+                        let metas: Vec<(&[usize], DType)> =
+                            ins.iter().map(|a| (a.shape(), a.dtype())).collect();
                         infer_over(self.vm, op, &metas)
                     }
                 };

@@ -1,0 +1,367 @@
+//! Ops along one dimension that write every element: `cumsum`, `cumprod`, `softmax`,
+//! `log_softmax`, and `layer_norm` (along the last dimensions).
+//!
+//! Each reads its groups as the reductions do (`kernels::reduce_dims`: the elements along
+//! the dimension, in index order, in place where they lie one after another, else copied a
+//! slab at a time) and writes the output in the input's index order.
+//!
+//! **Parameter lists.** `cumsum`, `cumprod`, `softmax`, `log_softmax`: `ints` = `[dim]`.
+//! `layer_norm`: `ints` = `[k, has_weight, has_bias]` (the normalized shape is the last `k`
+//! dimensions; inputs 1 and 2 are the weight and the bias, where given, of that shape),
+//! `scalars` = `[eps]`.
+//!
+//! **Order.** `cumsum` and `cumprod` accumulate along the dimension in index order in the
+//! compute type (`i64` for `bool` and integers, wrapping; `f32` for `f16` and `bf16`),
+//! rounding each output once. `softmax` and `log_softmax` take three passes over each
+//! group: the maximum, the sum of `exp(x - max)` in the order of `kernels::sum_f32`, then
+//! the outputs. `layer_norm` takes the mean and the biased variance (the mean of squared
+//! deviations) in that order too.
+
+use super::dtype::{dispatch, int_of, Elem};
+use super::iter::Operand;
+use super::loops::{copy_elements, expect_count, input, output};
+use super::reduce::{sum_dtype, sum_in_order};
+use super::reduce_dims::{
+    block_sums, blocked, for_each_group, room, sum_mapped, sum_of, write_output, Dims, Real,
+};
+use super::{check_dtype, common_dtype, expect_inputs, refusal, spec_of, Dtypes};
+use crate::vm::{
+    contiguous_strides, Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorMeta,
+};
+
+/// The one dimension of a `[dim]` parameter list over `meta`, as a [`Dims`].
+fn along(meta: &TensorMeta, attrs: &Attrs) -> Result<Dims, String> {
+    let Some(&d) = attrs.params().ints().first() else {
+        return Err("expected a parameter list [dim]".into());
+    };
+    Dims::new(meta.shape.len(), &[d], true, false)
+}
+
+/// Which op along one dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Along {
+    Cumsum,
+    Cumprod,
+    Softmax,
+    LogSoftmax,
+}
+
+fn infer_along(
+    op: &str,
+    kind: Along,
+    inputs: &[&TensorMeta],
+    attrs: &Attrs,
+    outputs: &mut OutSpecs,
+) -> Result<(), String> {
+    expect_inputs(inputs, 1)?;
+    let x = inputs[0];
+    along(x, attrs)?;
+    match kind {
+        Along::Cumsum | Along::Cumprod => {
+            outputs.push(OutSpec { shape: x.shape.clone(), dtype: sum_dtype(x.dtype) });
+        }
+        Along::Softmax | Along::LogSoftmax => {
+            check_dtype(op, x.dtype, Dtypes::Floating)?;
+            outputs.push(spec_of(x));
+        }
+    }
+    Ok(())
+}
+
+fn compute_along(op: &str, kind: Along, ctx: &KernelCtx<'_, '_>) -> Result<(), String> {
+    expect_count(ctx, 1)?;
+    let x = input(ctx, 0)?;
+    let dtype = x.meta.dtype;
+    let dims = along(x.meta, &ctx.attrs)?;
+    let a = Operand::input(x.meta, x.data, 0, dtype)?;
+    let out = output(ctx, 0)?;
+    let n = x.meta.numel();
+    let r = &dims.reduced;
+    let no = || {
+        Err(refusal(
+            op,
+            dtype,
+            if matches!(kind, Along::Softmax | Along::LogSoftmax) { Dtypes::Floating } else { Dtypes::All },
+        ))
+    };
+    match kind {
+        Along::Cumsum | Along::Cumprod => {
+            let prod = kind == Along::Cumprod;
+            dispatch!(dtype, floating, T => {
+                let vals = cum_float::<T>(&a, r, prod, n)?;
+                write_output(out, 0, Some(r), &vals)
+            }, dispatch!(dtype, integral, T => {
+                let mut vals = room::<i64>(n)?;
+                for_each_group::<T>(&a, r, |xs| {
+                    let mut acc = i64::from(prod);
+                    vals.extend(xs.iter().map(|&v| {
+                        acc = if prod { acc.wrapping_mul(int_of(v)) } else { acc.wrapping_add(int_of(v)) };
+                        acc
+                    }));
+                })?;
+                write_output(out, 0, Some(r), &vals)
+            }, no()))
+        }
+        Along::Softmax | Along::LogSoftmax => {
+            let log = kind == Along::LogSoftmax;
+            dispatch!(dtype, floating, T => {
+                let mut vals = room::<T>(n)?;
+                let mut scratch = Vec::new();
+                for_each_group::<T>(&a, r, |xs| softmax_into(xs, log, &mut vals, &mut scratch))?;
+                write_output(out, 0, Some(r), &vals)
+            }, no())
+        }
+    }
+}
+
+/// The running sums (or products, with `prod`) of float elements along each group.
+fn cum_float<T: Elem>(a: &Operand<'_>, r: &[bool], prod: bool, n: usize) -> Result<Vec<T>, String>
+where
+    T::C: Real,
+{
+    let mut vals = room::<T>(n)?;
+    for_each_group::<T>(a, r, |xs| {
+        let mut acc = <T::C as Real>::of(if prod { 1.0 } else { 0.0 });
+        vals.extend(xs.iter().map(|&v| {
+            acc = if prod { acc * v.load() } else { acc + v.load() };
+            T::store(acc)
+        }));
+    })?;
+    Ok(vals)
+}
+
+/// The softmax (or its logarithm) of `xs`, appended to `out`: `exp(x - m) / s` or `x - m -
+/// log(s)`, with `m` the maximum and `s` the sum of `exp(x - m)`. A NaN makes the whole
+/// group NaN; a group of only `-inf` is NaN (as PyTorch gives).
+fn softmax_into<T: Elem>(xs: &[T], log: bool, out: &mut Vec<T>, scratch: &mut Vec<T::C>)
+where
+    T::C: Real,
+{
+    let mut m = <T::C as Real>::NEG_INFINITY;
+    for &v in xs {
+        let c = v.load();
+        if c > m || c.is_nan() {
+            m = c;
+            if c.is_nan() {
+                break;
+            }
+        }
+    }
+    if log {
+        let s = sum_mapped(xs, |v| (v - m).exp());
+        let shift = m + s.ln();
+        out.extend(xs.iter().map(|&v| T::store(v.load() - shift)));
+    } else {
+        // Each exponential once: kept for the write (`sum_in_order` of them is
+        // `sum_mapped`'s order).
+        scratch.clear();
+        scratch.extend(xs.iter().map(|&v| (v.load() - m).exp()));
+        let inv = <T::C as Real>::of(1.0) / sum_in_order(scratch);
+        out.extend(scratch.iter().map(|&e| T::store(e * inv)));
+    }
+}
+
+macro_rules! along_kernel {
+    ($(#[$doc:meta])* $kernel:ident, $op:literal, $kind:expr) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, Default)]
+        pub struct $kernel;
+
+        impl OpKernel for $kernel {
+            fn name(&self) -> &'static str {
+                $op
+            }
+
+            fn dtypes(&self) -> &'static [DType] {
+                match $kind {
+                    Along::Cumsum | Along::Cumprod => Dtypes::All.list(),
+                    Along::Softmax | Along::LogSoftmax => Dtypes::Floating.list(),
+                }
+            }
+
+            fn infer(
+                &self,
+                inputs: &[&TensorMeta],
+                _given: &[&TensorMeta],
+                attrs: &Attrs,
+                outputs: &mut OutSpecs,
+            ) -> Result<(), String> {
+                infer_along($op, $kind, inputs, attrs, outputs)
+            }
+
+            fn strided(&self) -> bool {
+                true
+            }
+
+            fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+                compute_along($op, $kind, ctx)
+            }
+        }
+    };
+}
+
+along_kernel!(
+    /// `cumsum`: the running sums along `ints[0]`; every dtype (`bool` and integers give
+    /// `i64`, wrapping).
+    CumsumKernel, "cumsum", Along::Cumsum
+);
+along_kernel!(
+    /// `cumprod`: the running products along `ints[0]` (as `cumsum`).
+    CumprodKernel, "cumprod", Along::Cumprod
+);
+along_kernel!(
+    /// `softmax`: `exp(x - max) / sum(exp(x - max))` along `ints[0]`; floating dtypes.
+    SoftmaxKernel, "softmax", Along::Softmax
+);
+along_kernel!(
+    /// `log_softmax`: `x - max - log(sum(exp(x - max)))` along `ints[0]`; floating dtypes.
+    LogSoftmaxKernel, "log_softmax", Along::LogSoftmax
+);
+
+/// `layer_norm`: input `x`, then the weight and the bias where `ints[1]` and `ints[2]` say
+/// they are given (each of the shape of `x`'s last `ints[0]` dimensions, `x`'s dtype);
+/// output like `x`: `(x - mean) / sqrt(var + eps) * weight + bias` over each group of the
+/// last `ints[0]` dimensions, `var` biased (over `n`), `eps` = `scalars[0]`. Floating dtypes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LayerNormKernel;
+
+/// `layer_norm`'s parameters: the normalized dimensions' count, whether the weight and the
+/// bias are given, and `eps`.
+fn layer_norm_params(attrs: &Attrs) -> Result<(usize, bool, bool, f64), String> {
+    let p = attrs.params();
+    match p.ints() {
+        &[k, w, b] if k >= 0 => Ok((k as usize, w != 0, b != 0, p.scalar(0).map_or(1e-5, Scalar::as_f64))),
+        _ => Err("expected a parameter list [k, has_weight, has_bias] with scalars [eps]".into()),
+    }
+}
+
+impl OpKernel for LayerNormKernel {
+    fn name(&self) -> &'static str {
+        "layer_norm"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        Dtypes::Floating.list()
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        _given: &[&TensorMeta],
+        attrs: &Attrs,
+        outputs: &mut OutSpecs,
+    ) -> Result<(), String> {
+        let (k, w, b) = {
+            let (k, w, b, _) = layer_norm_params(attrs)?;
+            (k, w, b)
+        };
+        expect_inputs(inputs, 1 + usize::from(w) + usize::from(b))?;
+        let dtype = common_dtype(inputs)?;
+        check_dtype("layer_norm", dtype, Dtypes::Floating)?;
+        let x = inputs[0];
+        if k == 0 || k > x.shape.len() {
+            return Err(format!(
+                "input 0 is {}: layer_norm normalizes its last {k} dimension(s), which it does not have",
+                x.describe()
+            ));
+        }
+        let tail = &x.shape[x.shape.len() - k..];
+        for (i, m) in inputs.iter().enumerate().skip(1) {
+            if m.shape.as_slice() != tail {
+                return Err(format!(
+                    "input {i} is {} but the normalized shape is {tail:?}: the weight and the bias have the \
+                     normalized shape",
+                    m.describe()
+                ));
+            }
+        }
+        outputs.push(spec_of(x));
+        Ok(())
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        let (k, w, b, eps) = layer_norm_params(&ctx.attrs)?;
+        expect_count(ctx, 1 + usize::from(w) + usize::from(b))?;
+        let x = input(ctx, 0)?;
+        let dtype = x.meta.dtype;
+        dispatch!(dtype, floating, T => layer_norm::<T>(ctx, k, w, b, eps),
+            Err(refusal("layer_norm", dtype, Dtypes::Floating)))
+    }
+}
+
+/// Input `i` as its values in the compute type, row-major.
+fn load_all<T: Elem>(ctx: &KernelCtx<'_, '_>, i: usize) -> Result<Vec<T::C>, String> {
+    let t = input(ctx, i)?;
+    let a = Operand::input(t.meta, t.data, i, T::DTYPE)?;
+    let mut words: Vec<u64> = Vec::new();
+    let bytes = a.numel * T::DTYPE.size();
+    words.try_reserve_exact(bytes.div_ceil(8)).map_err(|e| format!("no memory for input {i}: {e}"))?;
+    words.resize(bytes.div_ceil(8), 0);
+    let strides = contiguous_strides(a.shape);
+    let dst = Operand::buffer(a.shape, &strides, T::DTYPE, words.as_mut_ptr().cast::<u8>());
+    copy_elements(&dst, &a);
+    // SAFETY: the buffer holds `numel` elements of `T`, just copied, aligned to 8 bytes.
+    let xs = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<T>(), a.numel) };
+    Ok(xs.iter().map(|&v| v.load()).collect())
+}
+
+fn layer_norm<T: Elem>(ctx: &KernelCtx<'_, '_>, k: usize, w: bool, b: bool, eps: f64) -> Result<(), String>
+where
+    T::C: Real,
+{
+    let x = input(ctx, 0)?;
+    let rank = x.meta.shape.len();
+    if k == 0 || k > rank {
+        return Err(format!("input 0 is {}: it has no last {k} dimension(s)", x.meta.describe()));
+    }
+    let a = Operand::input(x.meta, x.data, 0, T::DTYPE)?;
+    let weight = if w { Some(load_all::<T>(ctx, 1)?) } else { None };
+    let bias = if b { Some(load_all::<T>(ctx, 1 + usize::from(w))?) } else { None };
+    let n: usize = x.meta.shape[rank - k..].iter().product();
+    if weight.as_ref().is_some_and(|v| v.len() != n) || bias.as_ref().is_some_and(|v| v.len() != n) {
+        return Err(format!("the weight and the bias must hold {n} elements"));
+    }
+    let reduced: Vec<bool> = (0..rank).map(|d| d >= rank - k).collect();
+    let mut vals = room::<T>(x.meta.numel())?;
+    let eps = <T::C as Real>::of(eps);
+    let one = <T::C as Real>::of(1.0);
+    let len = <T::C as Real>::of(n as f64);
+    let normalize = |vals: &mut Vec<T>, xs: &[T], mean: T::C, rstd: T::C| {
+        vals.extend(xs.iter().enumerate().map(|(j, &v)| {
+            let mut y = (v.load() - mean) * rstd;
+            if let Some(w) = &weight {
+                y = y * w[j];
+            }
+            if let Some(b) = &bias {
+                y = y + b[j];
+            }
+            T::store(y)
+        }));
+    };
+    if blocked(&a, &reduced) {
+        // The moments a block of groups at a time (the same sums, in the same order), then
+        // each group written.
+        let means: Vec<T::C> =
+            block_sums::<T>(&a, &reduced, |v, _| v)?.into_iter().map(|s| s / len).collect();
+        let vars = block_sums::<T>(&a, &reduced, |v, g| (v - means[g]) * (v - means[g]))?;
+        let rstds: Vec<T::C> = vars.into_iter().map(|v| one / (v / len + eps).sqrt()).collect();
+        let mut g = 0;
+        for_each_group::<T>(&a, &reduced, |xs| {
+            if let (Some(&mean), Some(&rstd)) = (means.get(g), rstds.get(g)) {
+                normalize(&mut vals, xs, mean, rstd);
+            }
+            g += 1;
+        })?;
+    } else {
+        for_each_group::<T>(&a, &reduced, |xs| {
+            let mean = sum_of(xs) / len;
+            let var = sum_mapped(xs, |v| (v - mean) * (v - mean)) / len;
+            normalize(&mut vals, xs, mean, one / (var + eps).sqrt());
+        })?;
+    }
+    write_output(output(ctx, 0)?, 0, None, &vals)
+}
