@@ -541,7 +541,7 @@ impl Interpreter {
                 "relu" => Ok(x[0].iter().map(|&x| if x < 0.0 { 0.0 } else { x }).collect()),
                 "exp" => Ok(x[0].iter().map(|&x| x.exp()).collect()),
                 "tanh" => Ok(x[0].iter().map(|&x| x.tanh()).collect()),
-                "sigmoid" => Ok(x[0].iter().map(|&x| 1.0 / (1.0 + (x * -1.0).exp())).collect()),
+                "sigmoid" => Ok(x[0].iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect()),
                 "abs" => Ok(x[0].iter().map(|&x| x.abs()).collect()),
                 // [2, 2]: element (i, j) at 2i + j; tril keeps j - i <= d, triu j - i >= d.
                 "tril" | "triu" => {
