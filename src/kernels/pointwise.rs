@@ -32,12 +32,14 @@ pub(crate) trait Real: Float + Copy {
     fn cos(self) -> Self;
     fn tanh(self) -> Self;
     fn erf(self) -> Self;
+    /// `1 - erf(self)`, without the cancellation of computing it so.
+    fn erfc(self) -> Self;
     fn atan2(self, x: Self) -> Self;
     fn recip(self) -> Self;
 }
 
 macro_rules! real {
-    ($t:ty, $erf:path) => {
+    ($t:ty, $erf:path, $erfc:path) => {
         impl Real for $t {
             #[inline(always)]
             fn of(v: f64) -> Self {
@@ -88,6 +90,10 @@ macro_rules! real {
                 $erf(self)
             }
             #[inline(always)]
+            fn erfc(self) -> Self {
+                $erfc(self)
+            }
+            #[inline(always)]
             fn atan2(self, x: Self) -> Self {
                 <$t>::atan2(self, x)
             }
@@ -98,8 +104,8 @@ macro_rules! real {
         }
     };
 }
-real!(f32, libm::erff);
-real!(f64, libm::erf);
+real!(f32, libm::erff, libm::erfcf);
+real!(f64, libm::erf, libm::erfc);
 
 /// Every numeric compute type (`u8`, `i32`, `i64`, `f32`, `f64`): the ops whose integer
 /// and floating forms differ.

@@ -61,18 +61,24 @@ fn sigmoid<R: Real>(x: R) -> R {
 fn silu<R: Real>(x: R) -> R {
     x.div(R::of(1.0).add(x.mul(R::of(-1.0)).exp()))
 }
-/// `x / 2 * (1 + erf(x / sqrt(2)))`, PyTorch's exact form.
+/// `x Φ(x)`, PyTorch's exact form `x / 2 * (1 + erf(x / sqrt(2)))` written as
+/// `x / 2 * erfc(-x / sqrt(2))`: the same function without the cancellation of `1 + erf` for
+/// negative `x`, where `erf` is near -1 and one unit in its last place is a large part of
+/// the sum (so that the result is accurate to a few units in the last place everywhere,
+/// and two libraries' `erf`s cannot give different results there).
 fn gelu_erf<R: Real>(x: R) -> R {
-    let half = R::of(0.5);
-    x.mul(half).mul(R::of(1.0).add(x.mul(R::of(std::f64::consts::FRAC_1_SQRT_2)).erf()))
+    x.mul(R::of(0.5)).mul(x.mul(R::of(-std::f64::consts::FRAC_1_SQRT_2)).erfc())
 }
-/// `x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x³)))`, PyTorch's `approximate="tanh"`.
+/// PyTorch's `approximate="tanh"`: `x / 2 * (1 + tanh(u))` with
+/// `u = sqrt(2 / pi) * (x + 0.044715 x³)`, written as `x / (1 + exp(-2u))` (the same
+/// function, since `(1 + tanh(u)) / 2` is the logistic function of `2u`), for the reason
+/// `gelu_erf` gives.
 fn gelu_tanh<R: Real>(x: R) -> R {
-    let beta = R::of(std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5);
+    let two_beta = R::of(std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI);
     let kappa = R::of(0.044715);
     let cube = x.mul(x).mul(x);
-    let inner = beta.mul(x.add(kappa.mul(cube)));
-    R::of(0.5).mul(x).mul(R::of(1.0).add(inner.tanh()))
+    let minus_two_u = two_beta.mul(x.add(kappa.mul(cube))).mul(R::of(-1.0));
+    x.div(R::of(1.0).add(minus_two_u.exp()))
 }
 
 /// Defines a floating unary kernel computing `$f` in the compute type.

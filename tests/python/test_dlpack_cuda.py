@@ -315,3 +315,67 @@ def test_an_address_the_driver_does_not_know_is_refused(cuda):
     gc.collect()
     vm.sync()
     assert p.deleted == 1
+
+
+FLOATING = ["float16", "bfloat16", "float32", "float64"]
+# The functions of one input with a CUDA kernel (docs/cuda.md, "Kernels"), as methods.
+MATH = ["exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal",
+        "sin", "cos", "tanh", "sigmoid", "erf"]
+NUMERIC = ["neg", "abs", "sign", "floor", "ceil", "round"]
+PREDICATES = ["isnan", "isinf", "isfinite", "logical_not"]
+
+
+def _special_values(torch, tdt):
+    """A [2, 3, 4] tensor on cuda:0 from -3 to 3 with NaN, +inf and -inf in it."""
+    t = torch.linspace(-3.0, 3.0, 24, dtype=torch.float64, device="cuda:0").reshape(2, 3, 4)
+    t[0, 0, 0], t[1, 2, 3], t[1, 1, 1] = float("nan"), float("inf"), float("-inf")
+    return t.to(tdt)
+
+
+def _close(torch, got, want, what):
+    back = torch.from_dlpack(got.contiguous())
+    assert back.dtype == want.dtype, f"{what}: {back.dtype} != {want.dtype}"
+    # float32 and float64: the CUDA library's functions against PyTorch's, a few ulps apart;
+    # 16-bit: computed in float32 and rounded once, as PyTorch does.
+    tol = {torch.float32: (1e-5, 1e-6), torch.float64: (1e-12, 1e-12)}.get(want.dtype)
+    kw = dict(rtol=tol[0], atol=tol[1]) if tol else {}
+    torch.testing.assert_close(back, want.contiguous(), equal_nan=True, msg=lambda m: f"{what}: {m}", **kw)
+
+
+@pytest.mark.parametrize("dtype", FLOATING)
+def test_pointwise_math_on_cuda_views_matches_torch(cuda, dtype):
+    torch, vm = cuda
+    t = _special_values(torch, getattr(torch, dtype))
+    x = vm.from_dlpack(t)
+    # A strided view, so that the kernels index through strides.
+    xv, tv = x[:, ::2, 1:].transpose(0, 2), t[:, ::2, 1:].transpose(0, 2)
+    for name in MATH + NUMERIC + PREDICATES:
+        _close(torch, getattr(xv, name)(), getattr(tv, name)(), name)
+    F = eagervm.nn.functional
+    _close(torch, F.silu(xv), torch.nn.functional.silu(tv), "silu")
+    for approximate in ("none", "tanh"):
+        got, want = F.gelu(xv, approximate=approximate), torch.nn.functional.gelu(tv, approximate=approximate)
+        _close(torch, got, want, f"gelu({approximate})")
+    # Two inputs, broadcast, NaN propagating.
+    xr, tr = x[1, 0], t[1, 0]
+    for name in ("maximum", "minimum"):
+        _close(torch, getattr(eagervm, name)(xv, xr[:2]), getattr(torch, name)(tv, tr[:2]), name)
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int32", "int64", "bool"])
+def test_integer_pointwise_on_cuda_matches_torch(cuda, dtype):
+    torch, vm = cuda
+    tdt = getattr(torch, dtype)
+    t = (torch.arange(24, device="cuda:0") % 7 - 3).to(tdt).reshape(2, 3, 4)
+    x = vm.from_dlpack(t)
+    xv, tv = x[:, ::2].transpose(0, 2), t[:, ::2].transpose(0, 2)
+    names = PREDICATES + ([] if dtype == "bool" else ["abs", "sign", "floor", "ceil", "round"])
+    if dtype not in ("bool", "uint8"):
+        names.append("neg")
+    for name in names:
+        try:
+            want = getattr(tv, name)()
+        except (RuntimeError, NotImplementedError):
+            continue  # PyTorch has no such kernel for this dtype: nothing to compare with
+        _close(torch, getattr(xv, name)(), want, name)
+    _close(torch, eagervm.maximum(xv, x[0, 0, :2]), torch.maximum(tv, t[0, 0, :2]), "maximum")

@@ -768,8 +768,14 @@ fn within_ulps(d: DType, got: f64, want: f64, ulps: f64) -> bool {
         DType::BF16 => 2f64.powi(-7),
         _ => f32::EPSILON as f64,
     };
+    // Below the smallest normal number a unit in the last place stays that number's.
+    let min_normal = match d {
+        DType::F64 => f64::MIN_POSITIVE,
+        DType::F16 => 2f64.powi(-14),
+        _ => f64::from(f32::MIN_POSITIVE),
+    };
     let steps = if matches!(d, DType::F16 | DType::BF16) { ulps.max(1.0) } else { ulps };
-    (got - want).abs() <= steps * eps * want.abs().max(f64::from(f32::MIN_POSITIVE))
+    (got - want).abs() <= steps * eps * want.abs().max(min_normal)
 }
 
 /// The pointwise math ops on CUDA against the CPU kernels, over every dtype each takes and
@@ -840,14 +846,17 @@ fn pointwise_math_matches_the_cpu_kernels() {
             for (j, shape) in UNARY_SHAPES.iter().enumerate() {
                 for (v, &lay) in LAYS.iter().enumerate() {
                     let seed = (k * 1000 + j * 10 + v) as u64;
-                    run(op, &[(d, shape, lay)], Attrs::default(), seed, Some(4.0));
+                    // `gelu`'s `erfc` is CUDA's least exact function here (4 units in the
+                    // last place in `f32`, 5 in `f64`), before the two products.
+                    let ulps = if *op == "gelu" { 8.0 } else { 4.0 };
+                    run(op, &[(d, shape, lay)], Attrs::default(), seed, Some(ulps));
                 }
             }
         }
     }
     let tanh_form = Attrs::default().with_params(&[1], &[]).unwrap();
     for d in [DType::F16, DType::BF16, DType::F32, DType::F64] {
-        run("gelu", &[(d, &[5, 7], Lay::Stepped)], tanh_form, 99, Some(4.0));
+        run("gelu", &[(d, &[5, 7], Lay::Stepped)], tanh_form, 99, Some(8.0));
     }
     for (k, op) in exact_unary.iter().enumerate() {
         let numeric = !op.starts_with("is") && *op != "logical_not";
