@@ -55,6 +55,7 @@ mod reduce_dims;
 mod scalar;
 mod ternary;
 mod unary_math;
+mod vmath;
 
 pub use advanced::{IndexKernel, IndexPutKernel, NonzeroKernel};
 pub use attention::AttentionKernel;

@@ -13,20 +13,24 @@
 //! **Order.** `cumsum` and `cumprod` accumulate along the dimension in index order in the
 //! compute type (`i64` for `bool` and integers, wrapping; `f32` for `f16` and `bf16`),
 //! rounding each output once. `softmax` and `log_softmax` take three passes over each
-//! group: the maximum, the sum of `exp(x - max)` in the order of `kernels::sum_f32`, then
-//! the outputs. `layer_norm` takes the mean and the biased variance (the mean of squared
-//! deviations) in that order too.
+//! group: the maximum, the sum of `exp(x - max)`, then the outputs. `layer_norm` takes the
+//! mean and the biased variance (the mean of squared deviations). Their sums are in the
+//! lane order at every length (`kernels::sum_f32`'s order above its sequential limit: 32
+//! partial sums, a fixed tree, the remainder), where a row's serial chain of additions
+//! would cost more than the rest of the work. `f32` rows that lie one after another take
+//! the vectorised loops of `kernels::vmath`, in the same order and with the same `exp`, so
+//! the layout never changes the bits.
 
 use super::dtype::{dispatch, int_of, Elem};
-use super::iter::Operand;
+use super::iter::{share, Operand, Share};
 use super::loops::{copy_elements, expect_count, input, output};
-use super::reduce::{sum_dtype, sum_in_order};
-use super::reduce_dims::{
-    block_sums, blocked, for_each_group, room, sum_mapped, sum_of, write_output, Dims, Real,
-};
+use super::reduce::{sum_dtype, Ordered};
+use super::reduce_dims::{for_each_group, room, write_output, Dims, Real};
+use super::vmath;
 use super::{check_dtype, common_dtype, expect_inputs, refusal, spec_of, Dtypes};
 use crate::vm::{
-    contiguous_strides, Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorMeta,
+    contiguous_strides, Attrs, DType, KernelCtx, OpKernel, OutSpec, OutSpecs, Scalar, TensorMeta, TensorView,
+    TensorViewMut,
 };
 
 /// The one dimension of a `[dim]` parameter list over `meta`, as a [`Dims`].
@@ -104,6 +108,10 @@ fn compute_along(op: &str, kind: Along, ctx: &KernelCtx<'_, '_>) -> Result<(), S
         }
         Along::Softmax | Along::LogSoftmax => {
             let log = kind == Along::LogSoftmax;
+            if let Some((xs, ys, len)) = rows_f32(x, out, r)? {
+                vmath::softmax_rows(xs, ys, len, log);
+                return Ok(());
+            }
             dispatch!(dtype, floating, T => {
                 let mut vals = room::<T>(n)?;
                 let mut scratch = Vec::new();
@@ -112,6 +120,51 @@ fn compute_along(op: &str, kind: Along, ctx: &KernelCtx<'_, '_>) -> Result<(), S
             }, no())
         }
     }
+}
+
+/// `x` and output 0 as rows of `len` values, `(xs, ys, len)`, where the row loops of
+/// `kernels::vmath` can take them: both `f32`, contiguous, aligned, in no byte in common,
+/// and the `reduced` dimensions (`len > 0` values per group) the last ones but for
+/// dimensions of size 1.
+fn rows_f32<'a>(
+    x: &'a TensorView<'_>,
+    out: &'a TensorViewMut<'_>,
+    reduced: &[bool],
+) -> Result<Option<(&'a [f32], &'a mut [f32], usize)>, String> {
+    if x.meta.dtype != DType::F32 || out.meta.dtype != DType::F32 {
+        return Ok(None);
+    }
+    let a = Operand::input(x.meta, x.data, 0, DType::F32)?;
+    let o = Operand::output(out.meta, out.data, 0, DType::F32)?;
+    let Some(first) = reduced.iter().position(|&r| r) else {
+        return Ok(None);
+    };
+    let trailing = x.meta.shape.iter().zip(reduced).skip(first).all(|(&d, &r)| r || d == 1);
+    let len: usize = x.meta.shape.iter().zip(reduced).filter(|(_, &r)| r).map(|(&d, _)| d).product();
+    let aligned = |p: *mut u8| p as usize % std::mem::align_of::<f32>() == 0;
+    if !(trailing
+        && len > 0
+        && a.contiguous
+        && o.contiguous
+        && a.numel == o.numel
+        && a.numel > 0
+        && aligned(a.first)
+        && aligned(o.first)
+        && matches!(share(&a, x.data, &o, out.data), Share::Disjoint))
+    {
+        return Ok(None);
+    }
+    // SAFETY: both operands were checked to lie inside their storages, hold `numel` `f32`s
+    // one after another from `first`, aligned; they have no byte in common, and the
+    // instruction holds the write access to the output's storage while the kernel runs, so
+    // nothing else reads or writes the output's bytes.
+    let (xs, ys) = unsafe {
+        (
+            std::slice::from_raw_parts(a.first.cast_const().cast::<f32>(), a.numel),
+            std::slice::from_raw_parts_mut(o.first.cast::<f32>(), o.numel),
+        )
+    };
+    Ok(Some((xs, ys, len)))
 }
 
 /// The running sums (or products, with `prod`) of float elements along each group.
@@ -148,17 +201,34 @@ where
         }
     }
     if log {
-        let s = sum_mapped(xs, |v| (v - m).exp());
+        let s = sum_lanes::<T>(xs, |v| (v - m).exp());
         let shift = m + s.ln();
         out.extend(xs.iter().map(|&v| T::store(v.load() - shift)));
     } else {
-        // Each exponential once: kept for the write (`sum_in_order` of them is
-        // `sum_mapped`'s order).
+        // Each exponential once: kept for the write.
         scratch.clear();
         scratch.extend(xs.iter().map(|&v| (v.load() - m).exp()));
-        let inv = <T::C as Real>::of(1.0) / sum_in_order(scratch);
+        let mut ord = Ordered::lanes(scratch.len());
+        ord.push_slice(scratch);
+        let inv = <T::C as Real>::of(1.0) / ord.finish();
         out.extend(scratch.iter().map(|&e| T::store(e * inv)));
     }
+}
+
+/// The sum of `f(x)` over `xs` in the lane order at every length (module docs).
+fn sum_lanes<T: Elem>(xs: &[T], f: impl Fn(T::C) -> T::C) -> T::C
+where
+    T::C: Real,
+{
+    let mut ord = Ordered::lanes(xs.len());
+    let mut buf = [<T::C as Real>::of(0.0); 256];
+    for chunk in xs.chunks(buf.len()) {
+        for (b, &v) in buf.iter_mut().zip(chunk) {
+            *b = f(v.load());
+        }
+        ord.push_slice(&buf[..chunk.len()]);
+    }
+    ord.finish()
 }
 
 macro_rules! along_kernel {
@@ -318,6 +388,16 @@ where
     if k == 0 || k > rank {
         return Err(format!("input 0 is {}: it has no last {k} dimension(s)", x.meta.describe()));
     }
+    let reduced: Vec<bool> = (0..rank).map(|d| d >= rank - k).collect();
+    if let Some((xs, ys, len)) = rows_f32(x, output(ctx, 0)?, &reduced)? {
+        let weight = if w { Some(load_all::<f32>(ctx, 1)?) } else { None };
+        let bias = if b { Some(load_all::<f32>(ctx, 1 + usize::from(w))?) } else { None };
+        if weight.as_ref().is_some_and(|v| v.len() != len) || bias.as_ref().is_some_and(|v| v.len() != len) {
+            return Err(format!("the weight and the bias must hold {len} elements"));
+        }
+        vmath::layer_norm_rows(xs, ys, len, weight.as_deref(), bias.as_deref(), eps as f32);
+        return Ok(());
+    }
     let a = Operand::input(x.meta, x.data, 0, T::DTYPE)?;
     let weight = if w { Some(load_all::<T>(ctx, 1)?) } else { None };
     let bias = if b { Some(load_all::<T>(ctx, 1 + usize::from(w))?) } else { None };
@@ -325,7 +405,6 @@ where
     if weight.as_ref().is_some_and(|v| v.len() != n) || bias.as_ref().is_some_and(|v| v.len() != n) {
         return Err(format!("the weight and the bias must hold {n} elements"));
     }
-    let reduced: Vec<bool> = (0..rank).map(|d| d >= rank - k).collect();
     let mut vals = room::<T>(x.meta.numel())?;
     let eps = <T::C as Real>::of(eps);
     let one = <T::C as Real>::of(1.0);
@@ -342,26 +421,10 @@ where
             T::store(y)
         }));
     };
-    if blocked(&a, &reduced) {
-        // The moments a block of groups at a time (the same sums, in the same order), then
-        // each group written.
-        let means: Vec<T::C> =
-            block_sums::<T>(&a, &reduced, |v, _| v)?.into_iter().map(|s| s / len).collect();
-        let vars = block_sums::<T>(&a, &reduced, |v, g| (v - means[g]) * (v - means[g]))?;
-        let rstds: Vec<T::C> = vars.into_iter().map(|v| one / (v / len + eps).sqrt()).collect();
-        let mut g = 0;
-        for_each_group::<T>(&a, &reduced, |xs| {
-            if let (Some(&mean), Some(&rstd)) = (means.get(g), rstds.get(g)) {
-                normalize(&mut vals, xs, mean, rstd);
-            }
-            g += 1;
-        })?;
-    } else {
-        for_each_group::<T>(&a, &reduced, |xs| {
-            let mean = sum_of(xs) / len;
-            let var = sum_mapped(xs, |v| (v - mean) * (v - mean)) / len;
-            normalize(&mut vals, xs, mean, one / (var + eps).sqrt());
-        })?;
-    }
+    for_each_group::<T>(&a, &reduced, |xs| {
+        let mean = sum_lanes::<T>(xs, |v| v) / len;
+        let var = sum_lanes::<T>(xs, |v| (v - mean) * (v - mean)) / len;
+        normalize(&mut vals, xs, mean, one / (var + eps).sqrt());
+    })?;
     write_output(output(ctx, 0)?, 0, None, &vals)
 }

@@ -39,7 +39,7 @@ pub(crate) trait Real: Float + Copy {
 }
 
 macro_rules! real {
-    ($t:ty, $erf:path, $erfc:path) => {
+    ($t:ty, $exp:path, $erf:path, $erfc:path) => {
         impl Real for $t {
             #[inline(always)]
             fn of(v: f64) -> Self {
@@ -47,7 +47,7 @@ macro_rules! real {
             }
             #[inline(always)]
             fn exp(self) -> Self {
-                <$t>::exp(self)
+                $exp(self)
             }
             #[inline(always)]
             fn exp2(self) -> Self {
@@ -104,8 +104,9 @@ macro_rules! real {
         }
     };
 }
-real!(f32, libm::erff, libm::erfcf);
-real!(f64, libm::erf, libm::erfc);
+// `f32`'s `exp` is `kernels::vmath`'s, which vectorises (std's is a call per element).
+real!(f32, super::vmath::exp_f32, libm::erff, libm::erfcf);
+real!(f64, f64::exp, libm::erf, libm::erfc);
 
 /// Every numeric compute type (`u8`, `i32`, `i64`, `f32`, `f64`): the ops whose integer
 /// and floating forms differ.

@@ -156,6 +156,13 @@ impl<C: Ring> Ordered<C> {
         Ordered { whole, pos: 0, acc: C::ZERO, lanes: [C::ZERO; LANES] }
     }
 
+    /// The order above [`SEQUENTIAL_SUM_MAX`] at every length (the lane order of
+    /// `softmax`, `log_softmax` and `layer_norm`, which no shipped checksum holds to the
+    /// sequential one, and whose rows are short).
+    pub(super) fn lanes(n: usize) -> Self {
+        Ordered { whole: n / LANES * LANES, pos: 0, acc: C::ZERO, lanes: [C::ZERO; LANES] }
+    }
+
     #[inline(always)]
     pub(super) fn push(&mut self, v: C) {
         if self.pos < self.whole {

@@ -67,7 +67,7 @@ pub(super) trait Real:
 }
 
 macro_rules! real {
-    ($($t:ident),*) => {$(
+    ($($t:ident: $exp:path),*) => {$(
         impl Real for $t {
             const NEG_INFINITY: Self = $t::NEG_INFINITY;
             #[inline(always)]
@@ -76,7 +76,7 @@ macro_rules! real {
             }
             #[inline(always)]
             fn exp(self) -> Self {
-                $t::exp(self)
+                $exp(self)
             }
             #[inline(always)]
             fn ln(self) -> Self {
@@ -105,7 +105,8 @@ macro_rules! real {
         }
     )*};
 }
-real!(f32, f64);
+// `f32`'s `exp` is the vectorisable one of `kernels::vmath`, as everywhere in the kernels.
+real!(f32: super::vmath::exp_f32, f64: f64::exp);
 
 /// The sum of `xs` in their compute type, in the order of `kernels::sum_f32`.
 pub(super) fn sum_of<T: Elem>(xs: &[T]) -> T::C
