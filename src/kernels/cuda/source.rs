@@ -216,7 +216,7 @@ pub fn storage(d: DType) -> &'static str {
 }
 
 /// The C type a dtype's values are computed in.
-fn compute(d: DType) -> &'static str {
+pub(super) fn compute(d: DType) -> &'static str {
     match d {
         DType::Bool | DType::U8 | DType::I32 => "int",
         DType::I64 => "i64",
@@ -226,7 +226,7 @@ fn compute(d: DType) -> &'static str {
 }
 
 /// The stored element `e` as a value of the compute type.
-fn load(d: DType, e: &str) -> String {
+pub(super) fn load(d: DType, e: &str) -> String {
     match d {
         DType::Bool => format!("(int)({e} != 0)"),
         DType::U8 => format!("(int){e}"),
@@ -237,7 +237,7 @@ fn load(d: DType, e: &str) -> String {
 }
 
 /// The compute-type value `v` as a stored element.
-fn store(d: DType, v: &str) -> String {
+pub(super) fn store(d: DType, v: &str) -> String {
     match d {
         DType::Bool => format!("(u8)(({v}) != 0)"),
         DType::F16 => format!("f32_to_f16({v})"),
@@ -247,7 +247,7 @@ fn store(d: DType, v: &str) -> String {
 }
 
 /// Zero in the compute type.
-fn zero(d: DType) -> &'static str {
+pub(super) fn zero(d: DType) -> &'static str {
     match compute(d) {
         "float" => "0.0f",
         "double" => "0.0",
@@ -300,7 +300,7 @@ fn convert(from: DType, to: DType, v: &str) -> String {
 
 /// The floating literal `v` in the compute type of `d` (`float`: with an `f` suffix, so that
 /// the constant is rounded to `f32` as the CPU kernels round it).
-fn lit(d: DType, v: f64) -> String {
+pub(super) fn lit(d: DType, v: f64) -> String {
     if compute(d) == "float" {
         format!("{v:?}f")
     } else {
@@ -332,12 +332,9 @@ fn math(f: MathFn, d: DType) -> String {
         MathFn::Erf => format!("{}(x)", c("erf")),
         // The CPU kernels' forms (`kernels::unary_math`): `x / 2 · erfc(−x / √2)` and
         // `x / (1 + exp(−2u))`, free of the cancellation of `1 + erf` and `1 + tanh`.
-        MathFn::Gelu => format!(
-            "x * {} * {}(x * {})",
-            lit(d, 0.5),
-            c("erfc"),
-            lit(d, -std::f64::consts::FRAC_1_SQRT_2)
-        ),
+        MathFn::Gelu => {
+            format!("x * {} * {}(x * {})", lit(d, 0.5), c("erfc"), lit(d, -std::f64::consts::FRAC_1_SQRT_2))
+        }
         MathFn::GeluTanh => {
             let two_beta = lit(d, std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI);
             let kappa = lit(d, 0.044715);
@@ -518,6 +515,11 @@ fn generate() -> Source {
     for d in DType::ALL {
         put(d.name(), format!("sum_{d}"), sum_kernel(d));
         put(d.name(), format!("sum_rows_{d}"), sum_rows_kernel(d));
+    }
+    for d in DType::ALL {
+        for (sym, text) in super::reduce_dims::sources(d).into_iter().chain(super::normalize::sources(d)) {
+            put(d.name(), sym, text);
+        }
     }
     for d in SUM_OUTPUTS {
         put(d.name(), format!("sum_final_{d}"), sum_final_kernel(d));
@@ -778,7 +780,8 @@ mod tests {
         assert!(line("exp_f64").contains("(double)(exp(x))"), "{}", line("exp_f64"));
         assert!(line("sigmoid_f32").contains("1.0f / (1.0f + expf(-x))"), "{}", line("sigmoid_f32"));
         assert!(line("gelu_bf16").contains("x * 0.5f * erfcf(x * -0.7071067811865476f)"));
-        assert!(line("gelu_tanh_f32").contains("x / (1.0f + expf(-(1.5957691216057308f * (x + 0.044715f * (x * x * x)))))"));
+        assert!(line("gelu_tanh_f32")
+            .contains("x / (1.0f + expf(-(1.5957691216057308f * (x + 0.044715f * (x * x * x)))))"));
         assert!(line("round_f32").contains("rintf(x)"), "halves to even");
         assert!(line("neg_i32").contains("(int)(0u - (u32)x)"), "wrapping");
         assert!(line("abs_u8").contains("out[o0] = (u8)(x);"));
