@@ -574,7 +574,7 @@ pub fn sources(d: DType) -> Vec<(String, String)> {
              \x20     if (lane < w) {{\n\
              \x20       const {ct} va = sh_c[threadIdx.x], vb = sh_c[threadIdx.x + w];\n\
              \x20       const i64 ia = sh_x[threadIdx.x], ib = sh_x[threadIdx.x + w];\n\
-             \x20       if (ib >= 0 && (ia < 0 || {prefer})) {{ sh_c[threadIdx.x] = vb; sh_x[threadIdx.x] = ib; }}\n\
+             \x20       if (ib >= 0 && (ia < 0 || ({prefer}))) {{ sh_c[threadIdx.x] = vb; sh_x[threadIdx.x] = ib; }}\n\
              \x20     }}\n\
              \x20     __syncthreads();\n\
              \x20   }}\n\
@@ -704,7 +704,7 @@ mod tests {
         assert!(src.contains("f32_to_f16(s / (float)(double)len)"));
         // Ties go to the smaller index; a NaN wins.
         assert!(src.contains(
-            "(vb != vb) ? (va == va || ib < ia) : (va == va && (vb > va || (vb == va && ib < ia)))"
+            "(ia < 0 || ((vb != vb) ? (va == va || ib < ia) : (va == va && (vb > va || (vb == va && ib < ia))))))"
         ));
         let ints: String = sources(DType::I32).into_iter().map(|(_, t)| t).collect();
         assert!(ints.contains("acc = acc * (u64)(i64)v;") && ints.contains("((i64*)out)[g1] = (i64)s;"));
