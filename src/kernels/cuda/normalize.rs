@@ -21,8 +21,8 @@ use cudarc::driver::PushKernelArg;
 use super::launch::{device_operand, launch_config};
 use super::ops::sum_dtype;
 use super::reduce_dims::{
-    cfn, check_outputs, each, extreme_fold, fold, infinity, mul, shared_c, team, team_config, team_kernel,
-    Plan,
+    cfn, check_outputs, each, element_offsets, extreme_fold, fold, infinity, mul, shared_c, team,
+    team_config, team_kernel, Plan,
 };
 use super::source::{compute, lit, load, storage, store, zero};
 use super::{function, on_stream};
@@ -264,14 +264,14 @@ pub fn sources(d: DType) -> Vec<(String, String)> {
              \x20   offsets(G, g, g0, g1, g2);\n\
              \x20   {acc_t} acc = {init};\n\
              \x20   for (u64 i = 0; i < len; ++i) {{\n\
-             \x20     i64 e0, e1, e2;\n\
-             \x20     offsets(R, i, e0, e1, e2);\n\
+             \x20     {offs}\n\
              \x20     const {ct} v = {x};\n\
              \x20     acc = acc {c} {addend};\n\
              \x20     out[g1 + e1] = {put};\n\
              \x20   }}\n\
              \x20 }}\n\
              }}\n",
+            offs = element_offsets("R", "i", ["e0", "e1", "e2"]),
             out_st = storage(sum_dtype(d)),
             x = load(d, "x[g0 + e0]"),
         );
@@ -310,8 +310,9 @@ pub fn sources(d: DType) -> Vec<(String, String)> {
     // a group's elements.
     let n = format!("({ct})(double)len");
     let y = format!(
-        "{{ i64 p0, p1, p2; offsets(P, i, p0, p1, p2); (void)p2; \
+        "{{ {} (void)p2; \
          {ct} y = {}; if (hw) y = {}; if (hb) y = y + {}; out[g1 + e1] = {}; }}",
+        element_offsets("P", "i", ["p0", "p1", "p2"]),
         mul(d, "(v - mean)", "rstd"),
         mul(d, "y", &load(d, "wt[p0]")),
         load(d, "bs[p1]"),

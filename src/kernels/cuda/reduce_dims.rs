@@ -426,13 +426,26 @@ pub(super) fn team_kernel(sym: &str, params: &str, shared: &str, body: &str) -> 
     )
 }
 
+/// `o0`, `o1`, `o2`: the offsets of element `i` in operands 0, 1 and 2 of layout `l`
+/// (declared here), by one product where the layout has one dimension (a group that lies
+/// at one stride: no division), else by `offsets`.
+pub(super) fn element_offsets(l: &str, i: &str, o: [&str; 3]) -> String {
+    let [a, b, c] = o;
+    format!(
+        "i64 {a}, {b}, {c}; if ({l}.ndim == 1) {{ {a} = (i64){i} * {l}.stride[0][0]; \
+         {b} = (i64){i} * {l}.stride[1][0]; {c} = (i64){i} * {l}.stride[2][0]; }} \
+         else offsets({l}, {i}, {a}, {b}, {c});"
+    )
+}
+
 /// A loop over the team's elements of its group: `v` is element `i` (from `x`) in the
 /// compute type, `e0`, `e1`, `e2` its offsets in operands 0, 1 and 2 of layout `R`.
 pub(super) fn each(d: DType, what: &str) -> String {
     format!(
         "for (u64 i = lane; i < len; i += W) {{ \
-         i64 e0, e1, e2; offsets(R, i, e0, e1, e2); (void)e1; (void)e2; \
+         {offs} (void)e1; (void)e2; \
          const {ct} v = {x}; (void)v; {what} }}",
+        offs = element_offsets("R", "i", ["e0", "e1", "e2"]),
         ct = compute(d),
         x = load(d, "x[g0 + e0]"),
     )
@@ -698,6 +711,8 @@ mod tests {
     fn the_folds_are_written_as_the_module_docs_say() {
         let src: String = sources(DType::F16).into_iter().map(|(_, t)| t).collect();
         assert!(src.contains("for (u64 i = lane; i < len; i += W)"));
+        // A group at one stride is indexed by a product, any other through `offsets`.
+        assert!(src.contains("if (R.ndim == 1) { e0 = (i64)i * R.stride[0][0];"), "{src}");
         assert!(src.contains("for (u32 w = W >> 1; w > 0; w >>= 1)"));
         // Squares feeding sums are never fused; 16-bit floats computed in f32, one store.
         assert!(src.contains("acc = acc + (__fmul_rn((v - mean), (v - mean)));"), "{src}");
