@@ -9,9 +9,11 @@
 //!
 //! `kernels` holds every op on every dtype and layout against `reference`, a host
 //! implementation of the ops' rules, and against the CPU kernels wherever the CPU takes
-//! the same call.
+//! the same call. `reduce` holds the reductions along dims and the ops along one dimension
+//! (`softmax`, `layer_norm`, the scans) against the CPU kernels.
 
 mod kernels;
+mod reduce;
 mod reference;
 
 use std::sync::Mutex;

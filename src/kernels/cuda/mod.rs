@@ -11,6 +11,8 @@
 //! | [`elementwise`] | the elementwise ops' kernels (`fill`, `cast`, arithmetic, comparisons, `masked_fill`, ...) |
 //! | [`copy`] | `copy` between host and device and within the device |
 //! | [`reduce`] | `sum` and `sum_rows` in a fixed order |
+//! | [`reduce_dims`] | the reductions along dims (`sum` with dims, `mean`, `max`, `argmax`, `var`, ...) in a fixed order |
+//! | [`normalize`] | `softmax`, `log_softmax`, `layer_norm`, `cumsum`, `cumprod` |
 //! | [`gemm`], [`matmul`] | `matmul`, `matmul_tn`, `matmul_nt`: cuBLAS from the strides, integer products by kernel |
 //! | [`infer`] | the shape and dtype rules |
 //! | [`host`] | gathers and scatters of host tensors for the copies |
@@ -44,14 +46,18 @@ pub mod infer;
 pub mod launch;
 pub mod layout;
 pub mod matmul;
+pub mod normalize;
 pub mod ops;
 pub mod reduce;
+pub mod reduce_dims;
 pub mod source;
 
 pub use copy::CudaCopy;
 pub use matmul::{CudaGemm, CUDA_MATMUL, CUDA_MATMUL_NT, CUDA_MATMUL_TN};
+pub use normalize::{CudaAlong, CudaLayerNorm, ALONG};
 pub use ops::ELEMENTWISE;
 pub use reduce::{CudaSum, CudaSumRows};
+pub use reduce_dims::{CudaReduce, REDUCTIONS};
 
 /// The NVRTC options every compilation of a module of [`source::source`] uses: NVRTC's
 /// defaults (IEEE division and square root, denormals kept, FMA contraction allowed, which
@@ -130,6 +136,9 @@ fn on_stream<R>(op: &'static str, f: impl FnOnce(&CudaEpStream) -> Result<R, Str
 /// (`framework::op`) registers them for `cuda` devices.
 pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
     let ew = ELEMENTWISE.iter().map(|e| e as &'static dyn OpKernel);
+    let reductions = REDUCTIONS.iter().map(|k| k as &'static dyn OpKernel);
+    let along =
+        ALONG.iter().map(|k| k as &'static dyn OpKernel).chain([&CudaLayerNorm as &'static dyn OpKernel]);
     let others: [&'static dyn OpKernel; 9] = [
         &CudaSum,
         &CudaSumRows,
@@ -141,7 +150,7 @@ pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
         &super::FailKernel,
         &super::PanicKernel,
     ];
-    ew.chain(others)
+    ew.chain(others).chain(reductions).chain(along)
 }
 
 #[cfg(test)]
@@ -150,31 +159,11 @@ mod tests {
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
-    /// table: "—" under `cuda`): the reductions along dims, the scans, the normalisations,
-    /// `nll_loss`, the batched product, convolution, pooling and attention, the pointwise
+    /// table: "—" under `cuda`): `nll_loss`, the batched product, convolution, pooling and attention, the pointwise
     /// ops of two and three inputs but `maximum` and `minimum`, creation, the indexing and
     /// joining ops. Every other op, the diagnostic `noop`, `fail` and `panic` included,
     /// runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
-        "mean",
-        "prod",
-        "amax",
-        "amin",
-        "max",
-        "min",
-        "argmax",
-        "argmin",
-        "all",
-        "any",
-        "var",
-        "std",
-        "logsumexp",
-        "norm",
-        "cumsum",
-        "cumprod",
-        "softmax",
-        "log_softmax",
-        "layer_norm",
         "nll_loss",
         "bmm",
         "conv2d",

@@ -15,6 +15,8 @@
 //! to the output's dtype; `bool` and the integers accumulate modulo 2^64, which is the
 //! wrapping `i64` sum in any order, so those sums equal the CPU's exactly.
 //!
+//! `sum` with a parameter list (along dims) is a reduction of `reduce_dims`, in its order.
+//!
 //! `sum_rows` gives each column one thread, which adds the rows in increasing index from
 //! zero: the CPU kernel's order, so its float results are the CPU's bit for bit.
 
@@ -69,10 +71,8 @@ impl OpKernel for CudaSum {
         out: &mut OutSpecs,
     ) -> Result<(), String> {
         if !attrs.params().is_empty() {
-            return Err(
-                "sum along dims has no CUDA kernel yet: sum every element, or move the array to the CPU"
-                    .into(),
-            );
+            // Along dims: the CPU kernel's rules (`kernels::reduce_dims`).
+            return crate::kernels::SumKernel.infer(inputs, &[], attrs, out);
         }
         infer::sum(inputs, out)
     }
@@ -82,6 +82,9 @@ impl OpKernel for CudaSum {
     }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        if !ctx.attrs.params().is_empty() {
+            return super::reduce_dims::reduce(super::reduce_dims::Red::Sum, ctx);
+        }
         let x = ctx.inputs.first().ok_or("missing input 0")?;
         let out = ctx.outputs.first().ok_or("missing output 0")?;
         let d = x.meta.dtype;

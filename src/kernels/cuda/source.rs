@@ -216,7 +216,7 @@ pub fn storage(d: DType) -> &'static str {
 }
 
 /// The C type a dtype's values are computed in.
-fn compute(d: DType) -> &'static str {
+pub(super) fn compute(d: DType) -> &'static str {
     match d {
         DType::Bool | DType::U8 | DType::I32 => "int",
         DType::I64 => "i64",
@@ -226,7 +226,7 @@ fn compute(d: DType) -> &'static str {
 }
 
 /// The stored element `e` as a value of the compute type.
-fn load(d: DType, e: &str) -> String {
+pub(super) fn load(d: DType, e: &str) -> String {
     match d {
         DType::Bool => format!("(int)({e} != 0)"),
         DType::U8 => format!("(int){e}"),
@@ -237,7 +237,7 @@ fn load(d: DType, e: &str) -> String {
 }
 
 /// The compute-type value `v` as a stored element.
-fn store(d: DType, v: &str) -> String {
+pub(super) fn store(d: DType, v: &str) -> String {
     match d {
         DType::Bool => format!("(u8)(({v}) != 0)"),
         DType::F16 => format!("f32_to_f16({v})"),
@@ -247,7 +247,7 @@ fn store(d: DType, v: &str) -> String {
 }
 
 /// Zero in the compute type.
-fn zero(d: DType) -> &'static str {
+pub(super) fn zero(d: DType) -> &'static str {
     match compute(d) {
         "float" => "0.0f",
         "double" => "0.0",
@@ -300,7 +300,7 @@ fn convert(from: DType, to: DType, v: &str) -> String {
 
 /// The floating literal `v` in the compute type of `d` (`float`: with an `f` suffix, so that
 /// the constant is rounded to `f32` as the CPU kernels round it).
-fn lit(d: DType, v: f64) -> String {
+pub(super) fn lit(d: DType, v: f64) -> String {
     if compute(d) == "float" {
         format!("{v:?}f")
     } else {
@@ -515,6 +515,11 @@ fn generate() -> Source {
     for d in DType::ALL {
         put(d.name(), format!("sum_{d}"), sum_kernel(d));
         put(d.name(), format!("sum_rows_{d}"), sum_rows_kernel(d));
+    }
+    for d in DType::ALL {
+        for (sym, text) in super::reduce_dims::sources(d).into_iter().chain(super::normalize::sources(d)) {
+            put(d.name(), sym, text);
+        }
     }
     for d in SUM_OUTPUTS {
         put(d.name(), format!("sum_final_{d}"), sum_final_kernel(d));

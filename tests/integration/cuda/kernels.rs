@@ -16,7 +16,7 @@ const GPU: DeviceId = DeviceId::cuda(0);
 
 /// `n` storage values of `dtype` from `seed`: a spread of ordinary values and, with
 /// `special`, NaN, ±inf, -0.0, subnormals, values past `f16`'s range and integer extremes.
-fn values(dtype: DType, n: usize, seed: u64, special: bool) -> Vals {
+pub(super) fn values(dtype: DType, n: usize, seed: u64, special: bool) -> Vals {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         x ^= x << 13;
@@ -60,7 +60,7 @@ fn values(dtype: DType, n: usize, seed: u64, special: bool) -> Vals {
 
 /// How an operand lies in its storage.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Lay {
+pub(super) enum Lay {
     Contiguous,
     /// Contiguous from element 5.
     Offset,
@@ -74,12 +74,12 @@ enum Lay {
     Reversed,
 }
 
-const LAYS: [Lay; 6] =
+pub(super) const LAYS: [Lay; 6] =
     [Lay::Contiguous, Lay::Offset, Lay::Stepped, Lay::Transposed, Lay::Broadcast, Lay::Reversed];
 
 /// A view of `shape` and `dtype` laid out as `lay` on `device` over a storage of `values`
 /// from `seed`, with its elements in row-major order.
-fn make(
+pub(super) fn make(
     vm: &VirtualMachine,
     dtype: DType,
     shape: &[usize],
