@@ -44,6 +44,8 @@ pub mod infer;
 pub mod launch;
 pub mod layout;
 pub mod matmul;
+pub mod nn;
+pub mod nn_source;
 pub mod ops;
 pub mod reduce;
 pub mod source;
@@ -130,7 +132,13 @@ fn on_stream<R>(op: &'static str, f: impl FnOnce(&CudaEpStream) -> Result<R, Str
 /// (`framework::op`) registers them for `cuda` devices.
 pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
     let ew = ELEMENTWISE.iter().map(|e| e as &'static dyn OpKernel);
-    let others: [&'static dyn OpKernel; 9] = [
+    let others: [&'static dyn OpKernel; 15] = [
+        &nn::CudaBmm,
+        &nn::CudaConv2d,
+        &nn::CUDA_MAX_POOL2D,
+        &nn::CUDA_MAX_POOL2D_WITH_INDICES,
+        &nn::CUDA_AVG_POOL2D,
+        &nn::CUDA_ADAPTIVE_AVG_POOL2D,
         &CudaSum,
         &CudaSumRows,
         &CUDA_MATMUL,
@@ -176,12 +184,6 @@ mod tests {
         "log_softmax",
         "layer_norm",
         "nll_loss",
-        "bmm",
-        "conv2d",
-        "max_pool2d",
-        "max_pool2d_with_indices",
-        "avg_pool2d",
-        "adaptive_avg_pool2d",
         "scaled_dot_product_attention",
         // Pointwise math (the functions of one input and `maximum`, `minimum` have kernels).
         "pow",

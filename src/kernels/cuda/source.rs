@@ -332,12 +332,9 @@ fn math(f: MathFn, d: DType) -> String {
         MathFn::Erf => format!("{}(x)", c("erf")),
         // The CPU kernels' forms (`kernels::unary_math`): `x / 2 · erfc(−x / √2)` and
         // `x / (1 + exp(−2u))`, free of the cancellation of `1 + erf` and `1 + tanh`.
-        MathFn::Gelu => format!(
-            "x * {} * {}(x * {})",
-            lit(d, 0.5),
-            c("erfc"),
-            lit(d, -std::f64::consts::FRAC_1_SQRT_2)
-        ),
+        MathFn::Gelu => {
+            format!("x * {} * {}(x * {})", lit(d, 0.5), c("erfc"), lit(d, -std::f64::consts::FRAC_1_SQRT_2))
+        }
         MathFn::GeluTanh => {
             let two_beta = lit(d, std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI);
             let kappa = lit(d, 0.044715);
@@ -524,6 +521,9 @@ fn generate() -> Source {
     }
     for d in INT_MATMUL {
         put(d.name(), format!("matmul_{d}"), int_matmul_kernel(d));
+    }
+    for (module, sym, text) in super::nn_source::kernels() {
+        put(module, sym, text);
     }
     let order = std::iter::once(BITS).chain(DType::ALL.iter().map(|d| d.name()));
     let mut modules = Vec::new();
@@ -778,7 +778,8 @@ mod tests {
         assert!(line("exp_f64").contains("(double)(exp(x))"), "{}", line("exp_f64"));
         assert!(line("sigmoid_f32").contains("1.0f / (1.0f + expf(-x))"), "{}", line("sigmoid_f32"));
         assert!(line("gelu_bf16").contains("x * 0.5f * erfcf(x * -0.7071067811865476f)"));
-        assert!(line("gelu_tanh_f32").contains("x / (1.0f + expf(-(1.5957691216057308f * (x + 0.044715f * (x * x * x)))))"));
+        assert!(line("gelu_tanh_f32")
+            .contains("x / (1.0f + expf(-(1.5957691216057308f * (x + 0.044715f * (x * x * x)))))"));
         assert!(line("round_f32").contains("rintf(x)"), "halves to even");
         assert!(line("neg_i32").contains("(int)(0u - (u32)x)"), "wrapping");
         assert!(line("abs_u8").contains("out[o0] = (u8)(x);"));

@@ -1,0 +1,861 @@
+//! The batched product, convolution and pools on CUDA: `bmm`, `conv2d`, `max_pool2d`,
+//! `max_pool2d_with_indices`, `avg_pool2d`, `adaptive_avg_pool2d`, under the CPU kernels'
+//! names, shape rules (their own `infer`), parameter lists and dtypes, over operands of any
+//! layout.
+//!
+//! # `bmm`
+//!
+//! Floats go to cuBLAS's `cublasGemmStridedBatchedEx`: `f32` with `CUBLAS_COMPUTE_32F` (no
+//! TF32: the handle of [`super::matmul`] is in the default math mode), `f64` with
+//! `CUBLAS_COMPUTE_64F`, `f16` and `bf16` with `CUBLAS_COMPUTE_32F` (products and sums in
+//! `f32`, each result rounded once). Each batch element's matrices are read as they lie:
+//! the transpose flags and leading dimensions come from the last two strides by
+//! [`gemm_args`] (an operand cuBLAS cannot read is copied to a contiguous temporary first,
+//! an output it cannot write is computed into one). The batch dimensions, with each
+//! operand's batch strides (0 where an input is broadcast), are merged where they form one
+//! run in every operand ([`merge_batch`]); the innermost that remains is one strided-batched
+//! call (strides 0 allowed for inputs), the others a host loop of such calls. The integer
+//! dtypes use the generated `bmm_<dtype>` kernel: one thread per output element, products
+//! added in increasing `p`, wrapping, through any strides (at most 8 dimensions of
+//! `[batch.., m, n]` after merging).
+//!
+//! # `conv2d`
+//!
+//! Per chunk of images (as many as keep the temporaries near [`CONV_TEMP_BYTES`]):
+//! `im2col_<dtype>` writes the matrix `[nb, C, kh, kw, OH·OW]` of the images (the input's
+//! elements, 0 in the padding; in the input's dtype, so a copy), then per group one
+//! strided-batched cuBLAS product over the chunk's images computes the group's
+//! `[O / groups, OH·OW]` rows as `weight[g] · im2col[n, g]` into a temporary of the
+//! compute type (`f32` for `f16`, `bf16` and `f32`; `f64`), and `conv_out_<dtype>` adds
+//! the bias (0 without one, as the CPU kernel adds) and rounds once into the output, any
+//! strides. The weight is read contiguously (copied first when it is not).
+//!
+//! # Pools
+//!
+//! One thread per output element ([`super::nn_source`]): the window's elements in
+//! row-major order, as the CPU kernels visit them. `max_pool2d` takes every dtype but
+//! `bool` and replaces its best element when a later one is greater or NaN (the first of
+//! equal elements, the last NaN), so its values and indices are the CPU's exactly; the
+//! average pools sum in the compute type in row-major order from 0 and divide once: the
+//! CPU's operations in the CPU's order, so their results are the CPU's bit for bit.
+
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::{DeviceRepr, PushKernelArg};
+
+use super::gemm::{gemm_args, GemmArgs, Input, Product, Trans, Unfit};
+use super::launch::{
+    contiguous_temp, copy_elements, device_operand, launch_config, launch_ew, must_stage, stage, temp, Dev,
+};
+use super::layout::Layout;
+use super::{function, on_stream};
+use crate::ep::cuda::CudaEpStream;
+use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, TensorMeta};
+
+/// The bytes of temporaries (im2col matrix and product) one chunk of `conv2d`'s images
+/// aims at; a single image may need more.
+pub const CONV_TEMP_BYTES: usize = 64 << 20;
+
+/// The most batch elements one cuBLAS strided-batched call gets.
+const MAX_BATCH: usize = 65_535;
+
+/// The geometry of a spatial kernel, as the generated source's `struct Geom` (32 `i64`,
+/// by value). The slots:
+///
+/// | slots | what |
+/// | --- | --- |
+/// | 0–3 | the sizes of the index space `[n, c, OH, OW]` (`im2col`: `[nb, C, OH, OW]`, with `kh`, `kw` in 18, 19) |
+/// | 4–7 | the input's strides |
+/// | 8–11 | the output's strides |
+/// | 12–15 | the indices' strides (`max_pool2d_with_indices`); 12: the bias's stride (`conv_out`) |
+/// | 16, 17 | the input's `H`, `W` |
+/// | 18, 19 | the window `kh`, `kw` |
+/// | 20, 21 | stride |
+/// | 22, 23 | padding before (top, left) |
+/// | 24, 25 | dilation |
+/// | 26 | a flag: indices wanted (`max_pool2d`), `count_include_pad`, a bias given (`conv_out`) |
+/// | 27 | `divisor_override` (0: none) |
+/// | 28 | the number of elements of the index space |
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geom {
+    /// The slots (see the type's docs).
+    pub v: [i64; 32],
+}
+
+// SAFETY: `Geom` is `repr(C)` plain integers, the `struct Geom` of the generated source
+// (`nn_source`), which the kernels take by value.
+unsafe impl DeviceRepr for Geom {}
+
+/// Slot of the input's strides.
+const XS: usize = 4;
+/// Slot of the output's strides.
+const OS: usize = 8;
+/// Slot of the indices' (or the bias's) strides.
+const IS: usize = 12;
+/// Slot of `H` (`W` follows).
+const H: usize = 16;
+/// Slot of `kh` (`kw` follows).
+const K: usize = 18;
+/// Slot of the stride (h, w).
+const STRIDE: usize = 20;
+/// Slot of the padding before (top, left).
+const PAD: usize = 22;
+/// Slot of the dilation (h, w).
+const DIL: usize = 24;
+/// Slot of the flag.
+const FLAG: usize = 26;
+/// Slot of `divisor_override`.
+const DIV: usize = 27;
+/// Slot of the element count.
+const COUNT: usize = 28;
+
+impl Geom {
+    fn new() -> Geom {
+        Geom { v: [0; 32] }
+    }
+
+    fn set(&mut self, at: usize, values: &[i64]) {
+        self.v[at..at + values.len()].copy_from_slice(values);
+    }
+
+    fn strides(&mut self, at: usize, s: &[isize]) {
+        for (i, &x) in s.iter().enumerate() {
+            self.v[at + i] = x as i64;
+        }
+    }
+}
+
+/// The sizes as `i64` (a layout checked against its storage has sizes that fit).
+fn sizes(shape: &[usize]) -> Vec<i64> {
+    shape.iter().map(|&x| x as i64).collect()
+}
+
+/// The address of element `at` (in elements, may be negative) from `base`.
+fn advance(base: u64, at: i64, dtype: DType) -> u64 {
+    base.wrapping_add_signed(at.wrapping_mul(dtype.size() as i64))
+}
+
+/// Launch spatial kernel `sym` with three pointers and `g`, one thread per element of its
+/// index space (`g.v[28]` elements).
+fn launch_spatial(s: &CudaEpStream, sym: &str, p: [u64; 3], g: &Geom) -> Result<(), String> {
+    let n = g.v[COUNT] as usize;
+    if n == 0 {
+        return Ok(());
+    }
+    let f = function(s, sym)?;
+    let mut l = s.cuda_stream().launch_builder(&f);
+    l.arg(&p[0]).arg(&p[1]).arg(&p[2]).arg(g);
+    // SAFETY: every spatial kernel takes (T*, ptr, const T*, Geom) (`nn_source`), matching
+    // these arguments. The callers fill `g` from the operands' checked layouts (or
+    // contiguous temporaries made for them) and pass each operand's address at its offset,
+    // so every element a kernel touches (`g`'s sizes and strides, windows clipped to the
+    // input's `H`, `W`) is inside a live block; blocks live until the instruction retires
+    // (storages) or this stream is past the work (temporaries). Inputs sharing bytes with
+    // an output were staged.
+    unsafe { l.launch(launch_config(n)) }.map(|_| ()).map_err(|e| format!("launching {sym}: {e}"))
+}
+
+/// The outputs the CPU kernel `cpu` infers for this call, checked against the call's
+/// outputs.
+fn check_outputs(cpu: &dyn OpKernel, ctx: &KernelCtx<'_, '_>) -> Result<OutSpecs, String> {
+    let metas: Vec<&TensorMeta> = ctx.inputs.iter().map(|t| t.meta).collect();
+    let mut want = OutSpecs::new();
+    cpu.infer(&metas, &[], &ctx.attrs, &mut want)?;
+    if ctx.outputs.len() != want.len() {
+        return Err(format!("expected {} outputs, got {}", want.len(), ctx.outputs.len()));
+    }
+    for (i, (o, w)) in ctx.outputs.iter().zip(&want).enumerate() {
+        if o.meta.shape != w.shape || o.meta.dtype != w.dtype {
+            return Err(format!(
+                "output {i} is {} but {} produces {}{:?}",
+                o.meta.describe(),
+                cpu.name(),
+                w.dtype,
+                w.shape.as_slice()
+            ));
+        }
+    }
+    Ok(want)
+}
+
+// ---------------------------------------------------------------------------------------
+// bmm
+
+/// `bmm` on CUDA (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CudaBmm;
+
+/// The strides of `t`'s batch dimensions broadcast to `batch` (0 where `t` has size 1 or
+/// lacks the dimension): the CPU kernel's rule.
+pub fn batch_strides(t: &TensorMeta, batch: &[usize]) -> Vec<isize> {
+    let own = t.shape.len() - 2;
+    (0..batch.len())
+        .map(|d| match (d + own).checked_sub(batch.len()) {
+            Some(i) if t.shape[i] != 1 => t.strides[i],
+            _ => 0,
+        })
+        .collect()
+}
+
+/// The batch dimensions `(size, [out, a, b] strides)`, outermost first, with the size-1
+/// dimensions dropped and neighbours merged where they are one run of equal steps in all
+/// three operands.
+pub fn merge_batch(batch: &[usize], st: [&[isize]; 3]) -> Vec<(usize, [isize; 3])> {
+    let mut dims: Vec<(usize, [isize; 3])> = Vec::new();
+    for (d, &size) in batch.iter().enumerate() {
+        if size == 1 {
+            continue;
+        }
+        let s = [st[0][d], st[1][d], st[2][d]];
+        match dims.last_mut() {
+            Some((outer, os)) if (0..3).all(|k| os[k] == s[k].wrapping_mul(size as isize)) => {
+                *outer *= size;
+                *os = s;
+            }
+            _ => dims.push((size, s)),
+        }
+    }
+    dims
+}
+
+/// One strided-batched product: the arguments, the three addresses and batch strides
+/// (elements of the BLAS operands' own dtypes), and the batch count.
+#[derive(Debug, Clone, Copy)]
+struct Batched {
+    g: GemmArgs,
+    a: u64,
+    b: u64,
+    c: u64,
+    strides: [i64; 3],
+    count: usize,
+}
+
+fn cublas_op(t: Trans) -> cublasOperation_t {
+    match t {
+        Trans::N => cublasOperation_t::CUBLAS_OP_N,
+        Trans::T => cublasOperation_t::CUBLAS_OP_T,
+    }
+}
+
+/// The cuBLAS data type of the floating dtype `d`.
+fn data_type(d: DType) -> Result<cudaDataType, String> {
+    Ok(match d {
+        DType::F16 => cudaDataType::CUDA_R_16F,
+        DType::BF16 => cudaDataType::CUDA_R_16BF,
+        DType::F32 => cudaDataType::CUDA_R_32F,
+        DType::F64 => cudaDataType::CUDA_R_64F,
+        other => return Err(format!("{other} products do not go through cuBLAS")),
+    })
+}
+
+/// `x.count` products `C = op(A) op(B)` of inputs of the floating dtype `d` into outputs of
+/// `out` (`d`, or `f32` for the 16-bit dtypes' `f32` products), `CUBLAS_COMPUTE_64F` for
+/// `f64` and `CUBLAS_COMPUTE_32F` otherwise, in calls of at most [`MAX_BATCH`].
+fn gemm_batched(s: &CudaEpStream, d: DType, out: DType, x: &Batched) -> Result<(), String> {
+    let int = |v: usize| i32::try_from(v).map_err(|_| format!("size {v} exceeds cuBLAS's 32-bit sizes"));
+    let g = &x.g;
+    let (m, n, k, lda, ldb, ldc) = (int(g.m)?, int(g.n)?, int(g.k)?, int(g.lda)?, int(g.ldb)?, int(g.ldc)?);
+    let (ta, tb) = (cublas_op(g.transa), cublas_op(g.transb));
+    let (ab_t, c_t) = (data_type(d)?, data_type(out)?);
+    let blas = s.blas.get_or_init(|| super::matmul::handle(s)).as_ref().map_err(Clone::clone)?;
+    let h = *blas.handle();
+    let (one32, zero32, one64, zero64) = (1.0f32, 0.0f32, 1.0f64, 0.0f64);
+    let (alpha, beta, compute): (*const std::ffi::c_void, *const std::ffi::c_void, _) = if d == DType::F64 {
+        (
+            (&one64 as *const f64).cast(),
+            (&zero64 as *const f64).cast(),
+            cublasComputeType_t::CUBLAS_COMPUTE_64F,
+        )
+    } else {
+        (
+            (&one32 as *const f32).cast(),
+            (&zero32 as *const f32).cast(),
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+        )
+    };
+    let [sa, sb, sc] = x.strides;
+    let mut done = 0usize;
+    while done < x.count {
+        let count = (x.count - done).min(MAX_BATCH);
+        let at = done as i64;
+        let (pa, pb, pc) = (
+            advance(x.a, at.wrapping_mul(sa), d),
+            advance(x.b, at.wrapping_mul(sb), d),
+            advance(x.c, at.wrapping_mul(sc), out),
+        );
+        // SAFETY: the handle is bound to this stream. `pa`, `pb` and `pc` are the first
+        // matrices of this call, and the callers derived the flags, sizes, leading
+        // dimensions and batch strides from the operands' checked layouts (or contiguous
+        // temporaries made for them, or the temporaries of `conv2d` sized for the call), so
+        // cuBLAS reads and writes only their elements; the batch strides of the output name
+        // disjoint matrices. `alpha` and `beta` are host scalars of the compute type,
+        // alive across the call; the blocks live until the instruction retires or this
+        // stream is past the work (temporaries).
+        unsafe {
+            cudarc::cublas::result::gemm_strided_batched_ex(
+                h,
+                ta,
+                tb,
+                m,
+                n,
+                k,
+                alpha,
+                pa as *const std::ffi::c_void,
+                ab_t,
+                lda,
+                sa,
+                pb as *const std::ffi::c_void,
+                ab_t,
+                ldb,
+                sb,
+                beta,
+                pc as *mut std::ffi::c_void,
+                c_t,
+                ldc,
+                sc,
+                count as i32,
+                compute,
+                cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        }
+        .map_err(|e| format!("cublasGemmStridedBatchedEx: {e}"))?;
+        done += count;
+    }
+    Ok(())
+}
+
+/// The last two strides of a matrix operand.
+fn mat_strides(d: &Dev<'_>) -> [isize; 2] {
+    let s = &d.meta.strides;
+    [s[s.len() - 2], s[s.len() - 1]]
+}
+
+impl OpKernel for CudaBmm {
+    fn name(&self) -> &'static str {
+        "bmm"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        crate::kernels::Dtypes::Numeric.list()
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        given: &[&TensorMeta],
+        attrs: &Attrs,
+        out: &mut OutSpecs,
+    ) -> Result<(), String> {
+        crate::kernels::BmmKernel.infer(inputs, given, attrs, out)
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        check_outputs(&crate::kernels::BmmKernel, ctx)?;
+        let [a, b] = ctx.inputs else { return Err(format!("expected 2 inputs, got {}", ctx.inputs.len())) };
+        let out = &ctx.outputs[0];
+        on_stream("bmm", |s| {
+            let mut ad = device_operand(s, "input 0", a.meta, a.data)?;
+            let mut bd = device_operand(s, "input 1", b.meta, b.data)?;
+            let od = device_operand(s, "output 0", out.meta, out.data)?;
+            let shape = od.meta.shape.to_vec();
+            let r = shape.len();
+            let (m, n, k) = (shape[r - 2], shape[r - 1], a.meta.shape[a.meta.shape.len() - 1]);
+            if od.meta.numel() == 0 {
+                return Ok(());
+            }
+            let d = od.meta.dtype;
+            if k == 0 {
+                // An empty sum: zeros (all-zero bits in every dtype).
+                return launch_ew(s, "bmm", &format!("fill_{}", d.size()), &od, &[], 0);
+            }
+            // The product reads each input many times: one sharing the output's bytes is
+            // read from a copy.
+            if must_stage(&ad, &od) {
+                ad = stage(s, "bmm", &ad)?;
+            }
+            if must_stage(&bd, &od) {
+                bd = stage(s, "bmm", &bd)?;
+            }
+            if !d.is_floating() {
+                return int_bmm(s, &od, &ad, &bd, k);
+            }
+            let mut ctemp: Option<Dev<'static>> = None;
+            let g = loop {
+                let c = ctemp.as_ref().unwrap_or(&od);
+                match gemm_args(Product::Nn, (m, n, k), mat_strides(&ad), mat_strides(&bd), mat_strides(c)) {
+                    Ok(g) => break g,
+                    Err(Unfit::A) => ad = stage(s, "bmm", &ad)?,
+                    Err(Unfit::B) => bd = stage(s, "bmm", &bd)?,
+                    Err(Unfit::C) if ctemp.is_none() => ctemp = Some(contiguous_temp(s, &shape, d)?),
+                    Err(Unfit::C) => {
+                        return Err(format!("bmm: a contiguous {shape:?} output did not fit cuBLAS"))
+                    }
+                }
+            };
+            let c = ctemp.as_ref().unwrap_or(&od);
+            let batch = &shape[..r - 2];
+            let (bso, bsa, bsb) = (
+                c.meta.strides[..r - 2].to_vec(),
+                batch_strides(&ad.meta, batch),
+                batch_strides(&bd.meta, batch),
+            );
+            // BLAS operand 1 and 2 with their batch strides.
+            let pick = |i: Input| if i == Input::First { (ad.addr(), &bsa) } else { (bd.addr(), &bsb) };
+            let ((pa, sa), (pb, sb)) = (pick(g.a), pick(g.b));
+            let mut dims = merge_batch(batch, [&bso, sa, sb]);
+            // The innermost dimension goes to one strided-batched call when its strides
+            // are not negative; the others are a host loop.
+            let inner = match dims.last() {
+                Some(&(size, st)) if st.iter().all(|&x| x >= 0) => {
+                    dims.pop();
+                    (size, st)
+                }
+                _ => (1, [0; 3]),
+            };
+            let outer: usize = dims.iter().map(|x| x.0).product();
+            let mut index = vec![0usize; dims.len()];
+            for _ in 0..outer {
+                let mut off = [0i64; 3];
+                for (i, &(_, st)) in index.iter().zip(&dims) {
+                    for q in 0..3 {
+                        off[q] += *i as i64 * st[q] as i64;
+                    }
+                }
+                let call = Batched {
+                    g,
+                    c: advance(c.addr(), off[0], d),
+                    a: advance(pa, off[1], d),
+                    b: advance(pb, off[2], d),
+                    strides: [inner.1[1] as i64, inner.1[2] as i64, inner.1[0] as i64],
+                    count: inner.0,
+                };
+                gemm_batched(s, d, d, &call)?;
+                // The next batch index, row-major.
+                for q in (0..dims.len()).rev() {
+                    index[q] += 1;
+                    if index[q] < dims[q].0 {
+                        break;
+                    }
+                    index[q] = 0;
+                }
+            }
+            match &ctemp {
+                Some(t) => copy_elements(s, "bmm", &od, t),
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+/// The three stride lists of the integer `bmm` kernel's index space `[batch.., m, n]`:
+/// the output's, `a`'s at column 0 (stride 0 along `n`) and `b`'s at row 0 (stride 0
+/// along `m`).
+pub fn int_layout(out: &TensorMeta, a: &TensorMeta, b: &TensorMeta) -> [Vec<isize>; 3] {
+    let r = out.shape.len();
+    let batch = &out.shape[..r - 2];
+    let (ra, rb) = (a.shape.len(), b.shape.len());
+    let mut sa = batch_strides(a, batch);
+    sa.extend([a.strides[ra - 2], 0]);
+    let mut sb = batch_strides(b, batch);
+    sb.extend([0, b.strides[rb - 1]]);
+    [out.strides.to_vec(), sa, sb]
+}
+
+/// `bmm` of an integer dtype with the `bmm_<dtype>` kernel.
+fn int_bmm(s: &CudaEpStream, c: &Dev<'_>, a: &Dev<'_>, b: &Dev<'_>, k: usize) -> Result<(), String> {
+    let d = c.meta.dtype;
+    let [so, sa, sb] = int_layout(&c.meta, &a.meta, &b.meta);
+    let layout = Layout::plan(&c.meta.shape, &[&so, &sa, &sb])?;
+    let (ra, rb) = (a.meta.shape.len(), b.meta.shape.len());
+    let (ak, bk) = (a.meta.strides[ra - 1] as i64, b.meta.strides[rb - 2] as i64);
+    let f = function(s, &format!("bmm_{d}"))?;
+    let (pc, pa, pb, k64) = (c.addr(), a.addr(), b.addr(), k as u64);
+    let mut l = s.cuda_stream().launch_builder(&f);
+    l.arg(&pc).arg(&pa).arg(&pb).arg(&layout).arg(&k64).arg(&ak).arg(&bk);
+    // SAFETY: `bmm_<d>` takes (T*, const T*, const T*, Layout, u64, i64, i64), matching
+    // these arguments. The layout's strides are the output's and the inputs' batch strides
+    // (0 where broadcast) with `a`'s row and `b`'s column strides, so `o1 + p·ak` is
+    // `a[.., i, p]` and `o2 + p·bk` is `b[.., p, j]` for `p < k`: elements of the checked
+    // layouts of live operands (inputs that shared the output's bytes were staged).
+    unsafe { l.launch(launch_config(c.meta.numel())) }
+        .map(|_| ())
+        .map_err(|e| format!("launching bmm_{d}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// conv2d
+
+/// `conv2d` on CUDA (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CudaConv2d;
+
+/// `conv2d`'s parameter list `[sh, sw, top, bottom, left, right, dh, dw, groups]`, checked
+/// by the CPU kernel's `infer` first.
+fn conv_params(attrs: &Attrs) -> Result<[i64; 9], String> {
+    attrs.params().ints().try_into().map_err(|_| "conv2d takes 9 integer parameters".to_string())
+}
+
+/// How many of `n` images one chunk of `conv2d` takes: as many as keep the chunk's
+/// temporaries (`per_image` bytes each) within [`CONV_TEMP_BYTES`], at least one.
+pub fn conv_chunk(n: usize, per_image: usize) -> usize {
+    (CONV_TEMP_BYTES / per_image.max(1)).clamp(1, n.max(1))
+}
+
+/// The compute type of a float dtype's products (`f32` for the 16-bit dtypes).
+fn compute_dtype(d: DType) -> DType {
+    if d == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    }
+}
+
+impl OpKernel for CudaConv2d {
+    fn name(&self) -> &'static str {
+        "conv2d"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        crate::kernels::Dtypes::Floating.list()
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        given: &[&TensorMeta],
+        attrs: &Attrs,
+        out: &mut OutSpecs,
+    ) -> Result<(), String> {
+        crate::kernels::Conv2dKernel.infer(inputs, given, attrs, out)
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        check_outputs(&crate::kernels::Conv2dKernel, ctx)?;
+        let p = conv_params(&ctx.attrs)?;
+        let out = &ctx.outputs[0];
+        let inputs = ctx.inputs;
+        on_stream("conv2d", |s| {
+            let od = device_operand(s, "output 0", out.meta, out.data)?;
+            let mut ops = Vec::with_capacity(inputs.len());
+            for (i, t) in inputs.iter().enumerate() {
+                let mut dv = device_operand(s, &format!("input {i}"), t.meta, t.data)?;
+                // The weight is read as a contiguous matrix; an input sharing the output's
+                // bytes is read from a copy.
+                if must_stage(&dv, &od) || (i == 1 && !dv.is_contiguous()) {
+                    dv = stage(s, "conv2d", &dv)?;
+                }
+                ops.push(dv);
+            }
+            if od.meta.numel() == 0 {
+                return Ok(());
+            }
+            let (xd, wd, bias) = (&ops[0], &ops[1], ops.get(2));
+            let d = od.meta.dtype;
+            let ct = compute_dtype(d);
+            let (n, c, h, w) = (xd.meta.shape[0], xd.meta.shape[1], xd.meta.shape[2], xd.meta.shape[3]);
+            let (o, kh, kw) = (wd.meta.shape[0], wd.meta.shape[2], wd.meta.shape[3]);
+            let (oh, ow) = (od.meta.shape[2], od.meta.shape[3]);
+            let groups = p[8] as usize;
+            let (og, kc, pos) = (o / groups, (c / groups) * kh * kw, oh * ow);
+            let col_image = c * kh * kw * pos;
+            let per_image = col_image * d.size() + o * pos * ct.size();
+            let nb = conv_chunk(n, per_image);
+            let col = temp(s, nb * col_image * d.size())?;
+            let prod = temp(s, nb * o * pos * ct.size())?;
+            let mut g = Geom::new();
+            g.strides(XS, &xd.meta.strides);
+            g.strides(OS, &od.meta.strides);
+            g.set(H, &[h as i64, w as i64, kh as i64, kw as i64]);
+            g.set(STRIDE, &[p[0], p[1]]);
+            g.set(PAD, &[p[2], p[4]]);
+            g.set(DIL, &[p[6], p[7]]);
+            if let Some(b) = bias {
+                g.v[IS] = b.meta.strides[0] as i64;
+                g.v[FLAG] = 1;
+            }
+            let mut n0 = 0;
+            while n0 < n {
+                let nb = nb.min(n - n0);
+                let x0 = advance(xd.addr(), n0 as i64 * xd.meta.strides[0] as i64, d);
+                let o0 = advance(od.addr(), n0 as i64 * od.meta.strides[0] as i64, d);
+                g.set(0, &[nb as i64, c as i64, oh as i64, ow as i64]);
+                g.v[COUNT] = (nb * col_image) as i64;
+                launch_spatial(s, &format!("im2col_{d}"), [col.addr(), x0, 0], &g)?;
+                if kc == 0 {
+                    // No channels: every product is an empty sum.
+                    // SAFETY: `prod` is a live temporary of at least this many bytes, and
+                    // the memset is enqueued on this stream before the kernels that read it.
+                    unsafe {
+                        cudarc::driver::result::memset_d8_async(
+                            prod.addr(),
+                            0,
+                            nb * o * pos * ct.size(),
+                            s.cuda_stream().cu_stream(),
+                        )
+                    }
+                    .map_err(|e| format!("clearing conv2d's product: {e}"))?;
+                }
+                for grp in (0..groups).filter(|_| kc > 0) {
+                    // Row-major `prod[n, g·og .. (g+1)·og, pos] = weight[g] · col[n, g]`, as
+                    // column-major `prodᵀ = colᵀ · weightᵀ`.
+                    let gm = GemmArgs {
+                        transa: Trans::N,
+                        transb: Trans::N,
+                        m: pos,
+                        n: og,
+                        k: kc,
+                        a: Input::Second,
+                        lda: pos,
+                        b: Input::First,
+                        ldb: kc,
+                        ldc: pos,
+                    };
+                    let call = Batched {
+                        g: gm,
+                        a: advance(col.addr(), (grp * kc * pos) as i64, d),
+                        b: advance(wd.addr(), (grp * og * kc) as i64, d),
+                        c: advance(prod.addr(), (grp * og * pos) as i64, ct),
+                        strides: [col_image as i64, 0, (o * pos) as i64],
+                        count: nb,
+                    };
+                    gemm_batched(s, d, ct, &call)?;
+                }
+                g.set(0, &[nb as i64, o as i64, oh as i64, ow as i64]);
+                g.v[COUNT] = (nb * o * pos) as i64;
+                let pb = bias.map_or(0, |b| b.addr());
+                launch_spatial(s, &format!("conv_out_{d}"), [o0, prod.addr(), pb], &g)?;
+                n0 += nb;
+            }
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Pools
+
+/// Which pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// `max_pool2d`.
+    Max,
+    /// `max_pool2d_with_indices`.
+    MaxWithIndices,
+    /// `avg_pool2d`.
+    Avg,
+    /// `adaptive_avg_pool2d`.
+    Adaptive,
+}
+
+/// A pool on CUDA (see the module docs).
+#[derive(Debug, Clone, Copy)]
+pub struct CudaPool(pub Pool);
+
+/// `max_pool2d` on CUDA.
+pub static CUDA_MAX_POOL2D: CudaPool = CudaPool(Pool::Max);
+/// `max_pool2d_with_indices` on CUDA.
+pub static CUDA_MAX_POOL2D_WITH_INDICES: CudaPool = CudaPool(Pool::MaxWithIndices);
+/// `avg_pool2d` on CUDA.
+pub static CUDA_AVG_POOL2D: CudaPool = CudaPool(Pool::Avg);
+/// `adaptive_avg_pool2d` on CUDA.
+pub static CUDA_ADAPTIVE_AVG_POOL2D: CudaPool = CudaPool(Pool::Adaptive);
+
+impl CudaPool {
+    /// The CPU kernel of the same op (its shape rules and dtypes).
+    fn cpu(&self) -> &'static dyn OpKernel {
+        match self.0 {
+            Pool::Max => &crate::kernels::MAX_POOL2D,
+            Pool::MaxWithIndices => &crate::kernels::MAX_POOL2D_WITH_INDICES,
+            Pool::Avg => &crate::kernels::AvgPool2dKernel,
+            Pool::Adaptive => &crate::kernels::AdaptiveAvgPool2dKernel,
+        }
+    }
+
+    /// The kernel's name stem.
+    fn kernel(&self) -> &'static str {
+        match self.0 {
+            Pool::Max | Pool::MaxWithIndices => "max_pool2d",
+            Pool::Avg => "avg_pool2d",
+            Pool::Adaptive => "adaptive_avg_pool2d",
+        }
+    }
+}
+
+/// The window slots of `g` from a pool's parameter list (checked by the CPU kernel's
+/// `infer` first): `[kh, kw, sh, sw, ph, pw, dh, dw, ceil]` for the max pools, `[kh, kw,
+/// sh, sw, ph, pw, ceil, count_include_pad, divisor_override]` for `avg_pool2d`.
+pub fn pool_window(pool: Pool, p: &[i64], g: &mut Geom) -> Result<(), String> {
+    match (pool, p) {
+        (Pool::Max | Pool::MaxWithIndices, &[kh, kw, sh, sw, ph, pw, dh, dw, _]) => {
+            g.set(K, &[kh, kw]);
+            g.set(STRIDE, &[sh, sw]);
+            g.set(PAD, &[ph, pw]);
+            g.set(DIL, &[dh, dw]);
+            g.v[FLAG] = i64::from(pool == Pool::MaxWithIndices);
+        }
+        (Pool::Avg, &[kh, kw, sh, sw, ph, pw, _, include_pad, divisor]) => {
+            g.set(K, &[kh, kw]);
+            g.set(STRIDE, &[sh, sw]);
+            g.set(PAD, &[ph, pw]);
+            g.set(DIL, &[1, 1]);
+            g.v[FLAG] = i64::from(include_pad != 0);
+            g.v[DIV] = divisor;
+        }
+        (Pool::Adaptive, &[_, _]) => {}
+        _ => return Err(format!("unexpected parameter list {p:?}")),
+    }
+    Ok(())
+}
+
+impl OpKernel for CudaPool {
+    fn name(&self) -> &'static str {
+        self.cpu().name()
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        self.cpu().dtypes()
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        given: &[&TensorMeta],
+        attrs: &Attrs,
+        out: &mut OutSpecs,
+    ) -> Result<(), String> {
+        self.cpu().infer(inputs, given, attrs, out)
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        let op = self.cpu().name();
+        check_outputs(self.cpu(), ctx)?;
+        let x = ctx.inputs.first().ok_or("missing input 0")?;
+        let mut g = Geom::new();
+        pool_window(self.0, ctx.attrs.params().ints(), &mut g)?;
+        let outputs = &*ctx.outputs;
+        on_stream(op, |s| {
+            let mut xd = device_operand(s, "input 0", x.meta, x.data)?;
+            let od = device_operand(s, "output 0", outputs[0].meta, outputs[0].data)?;
+            let id = match outputs.get(1) {
+                Some(t) => Some(device_operand(s, "output 1", t.meta, t.data)?),
+                None => None,
+            };
+            if od.meta.numel() == 0 {
+                return Ok(());
+            }
+            if let Some(i) = &id {
+                if must_stage(i, &od) {
+                    return Err("output 1 shares memory with output 0".into());
+                }
+            }
+            if must_stage(&xd, &od) || id.as_ref().is_some_and(|i| must_stage(&xd, i)) {
+                xd = stage(s, op, &xd)?;
+            }
+            g.set(0, &sizes(&od.meta.shape));
+            g.strides(XS, &xd.meta.strides);
+            g.strides(OS, &od.meta.strides);
+            if let Some(i) = &id {
+                g.strides(IS, &i.meta.strides);
+            }
+            g.set(H, &[xd.meta.shape[2] as i64, xd.meta.shape[3] as i64]);
+            g.v[COUNT] = od.meta.numel() as i64;
+            let d = od.meta.dtype;
+            let pi = id.as_ref().map_or(0, |i| i.addr());
+            launch_spatial(s, &format!("{}_{d}", self.kernel()), [od.addr(), pi, xd.addr()], &g)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ep::DeviceId;
+
+    fn meta(shape: &[usize], strides: &[isize]) -> TensorMeta {
+        let mut m = TensorMeta::new(shape, DType::I32, DeviceId::cuda(0));
+        m.strides = strides.iter().copied().collect();
+        m
+    }
+
+    #[test]
+    fn batch_strides_follow_broadcasting() {
+        let a = meta(&[3, 1, 4, 5], &[20, 20, 5, 1]);
+        assert_eq!(batch_strides(&a, &[3, 2]), vec![20, 0]);
+        let b = meta(&[5, 6], &[6, 1]);
+        assert_eq!(batch_strides(&b, &[3, 2]), vec![0, 0]);
+        let c = meta(&[2, 5, 6], &[30, 6, 1]);
+        assert_eq!(batch_strides(&c, &[3, 2]), vec![0, 30]);
+    }
+
+    #[test]
+    fn batch_dimensions_merge_where_every_operand_runs_on() {
+        // Contiguous [2, 3] batches of 4×5 outputs, a of 4×6, b broadcast.
+        let dims = merge_batch(&[2, 3], [&[60, 20], &[72, 24], &[0, 0]]);
+        assert_eq!(dims, vec![(6, [20, 24, 0])]);
+        // b broadcast along the outer dimension only: no merge.
+        let dims = merge_batch(&[2, 3], [&[60, 20], &[72, 24], &[0, 30]]);
+        assert_eq!(dims, vec![(2, [60, 72, 0]), (3, [20, 24, 30])]);
+        // Size-1 dimensions vanish.
+        assert_eq!(merge_batch(&[1, 4, 1], [&[9, 9, 9], &[1, 2, 3], &[0, 5, 0]]), vec![(4, [9, 2, 5])]);
+        assert!(merge_batch(&[], [&[], &[], &[]]).is_empty());
+    }
+
+    /// The integer kernel's layout: at element `[q, i, j]` the output's offset, `a`'s
+    /// offset of `[q, i, 0]` and `b`'s of `[q, 0, j]`.
+    #[test]
+    fn int_layout_points_at_rows_and_columns() {
+        let out = meta(&[2, 3, 4], &[12, 4, 1]);
+        let a = meta(&[2, 3, 5], &[1, 10, 2]);
+        let b = meta(&[5, 4], &[4, 1]);
+        let [so, sa, sb] = int_layout(&out, &a, &b);
+        let layout = Layout::plan(&out.shape, &[&so, &sa, &sb]).unwrap();
+        for q in 0..2 {
+            for i in 0..3 {
+                for j in 0..4 {
+                    let t = (q * 12 + i * 4 + j) as u64;
+                    let o = layout.offsets(t);
+                    assert_eq!(o, [t as i64, (q + i * 10) as i64, j as i64], "[{q}, {i}, {j}]");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn conv_chunks_stay_near_the_budget() {
+        assert_eq!(conv_chunk(10, 1 << 20), 10);
+        assert_eq!(conv_chunk(1000, 1 << 20), 64);
+        assert_eq!(conv_chunk(3, CONV_TEMP_BYTES * 2), 1);
+        assert_eq!(conv_chunk(0, 100), 1);
+    }
+
+    #[test]
+    fn pool_parameter_lists_fill_the_window() {
+        let mut g = Geom::new();
+        pool_window(Pool::MaxWithIndices, &[3, 2, 2, 1, 1, 0, 2, 1, 1], &mut g).unwrap();
+        assert_eq!(&g.v[K..K + 8], &[3, 2, 2, 1, 1, 0, 2, 1]);
+        assert_eq!(g.v[FLAG], 1);
+        let mut g = Geom::new();
+        pool_window(Pool::Avg, &[3, 3, 2, 2, 1, 1, 0, 1, 5], &mut g).unwrap();
+        assert_eq!(&g.v[K..K + 8], &[3, 3, 2, 2, 1, 1, 1, 1]);
+        assert_eq!((g.v[FLAG], g.v[DIV]), (1, 5));
+        assert!(pool_window(Pool::Avg, &[3, 3], &mut g).is_err());
+    }
+
+    #[test]
+    fn geom_is_the_c_struct() {
+        assert_eq!(std::mem::size_of::<Geom>(), 256);
+        assert_eq!(advance(1000, -3, DType::F32), 988);
+    }
+}
