@@ -12,6 +12,7 @@
 //! the same call.
 
 mod kernels;
+mod nn;
 mod reference;
 
 use std::sync::Mutex;
