@@ -197,18 +197,18 @@ pub fn batch_strides(t: &TensorMeta, batch: &[usize]) -> Vec<isize> {
         .collect()
 }
 
-/// The batch dimensions `(size, [out, a, b] strides)`, outermost first, with the size-1
+/// The batch dimensions `(size, strides)` (one stride per operand), outermost first, with the size-1
 /// dimensions dropped and neighbours merged where they are one run of equal steps in all
-/// three operands.
-pub fn merge_batch(batch: &[usize], st: [&[isize]; 3]) -> Vec<(usize, [isize; 3])> {
-    let mut dims: Vec<(usize, [isize; 3])> = Vec::new();
+/// operands.
+pub fn merge_batch<const N: usize>(batch: &[usize], st: [&[isize]; N]) -> Vec<(usize, [isize; N])> {
+    let mut dims: Vec<(usize, [isize; N])> = Vec::new();
     for (d, &size) in batch.iter().enumerate() {
         if size == 1 {
             continue;
         }
-        let s = [st[0][d], st[1][d], st[2][d]];
+        let s: [isize; N] = std::array::from_fn(|k| st[k][d]);
         match dims.last_mut() {
-            Some((outer, os)) if (0..3).all(|k| os[k] == s[k].wrapping_mul(size as isize)) => {
+            Some((outer, os)) if (0..N).all(|k| os[k] == s[k].wrapping_mul(size as isize)) => {
                 *outer *= size;
                 *os = s;
             }
@@ -778,6 +778,221 @@ impl OpKernel for CudaPool {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// scaled_dot_product_attention
+
+/// `scaled_dot_product_attention` on CUDA: the `attention_<dtype>` kernel, one thread per
+/// query row, in the CPU kernel's operations and order (see [`super::nn_source`]); the
+/// scores of a chunk of rows in a temporary of the compute type.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CudaAttention;
+
+/// The geometry of `attention_<dtype>`: 64 `i64` by value, as the source's `struct Attn`.
+///
+/// | slots | what |
+/// | --- | --- |
+/// | 0 | the rows of this launch |
+/// | 1–4 | `L`, `S`, `E`, `Ev` |
+/// | 5, 6 | causal (0, 1); the mask: 0 none, 1 `bool`, 2 of the inputs' dtype |
+/// | 7 | the scale, an `f64`'s bits |
+/// | 8, 9–14 | the batch dimensions left after merging (at most 6) and their sizes |
+/// | 16 + 8·o .. | operand `o` (`q`, `k`, `v`, the output, the mask): 6 batch strides, then its row and column strides |
+/// | 57 | the first row of this launch |
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attn {
+    /// The slots (see the type's docs).
+    pub v: [i64; 64],
+}
+
+// SAFETY: `Attn` is `repr(C)` plain integers, the `struct Attn` of the generated source
+// (`nn_source`), which `attention_<d>` takes by value.
+unsafe impl DeviceRepr for Attn {}
+
+/// The most batch dimensions `attention_<d>` takes after merging.
+pub const ATTN_BATCH_DIMS: usize = 6;
+
+/// The bytes of scores one launch of `attention_<d>` aims at.
+const ATTN_SCORE_BYTES: usize = 64 << 20;
+
+/// The strides of a mask of any rank broadcast to `[*batch, L, S]` (0 along a dimension
+/// it has as 1 or lacks): the CPU kernel's rule.
+pub fn mask_strides(m: &TensorMeta, full: usize) -> Vec<isize> {
+    (0..full)
+        .map(|d| match (d + m.shape.len()).checked_sub(full) {
+            Some(i) if m.shape[i] != 1 => m.strides[i],
+            _ => 0,
+        })
+        .collect()
+}
+
+/// The slots of [`Attn`] but the row range, for the output `out: [*batch, L, Ev]` and the
+/// operands `q`, `k`, `v` and the mask (`None`: none); an error when more than
+/// [`ATTN_BATCH_DIMS`] batch dimensions remain after merging.
+pub fn attention_geometry(
+    out: &TensorMeta,
+    q: &TensorMeta,
+    k: &TensorMeta,
+    v: &TensorMeta,
+    mask: Option<&TensorMeta>,
+    causal: bool,
+    scale: f64,
+) -> Result<Attn, String> {
+    let r = out.shape.len();
+    let batch = &out.shape[..r - 2];
+    let mat = |t: &TensorMeta| {
+        let n = t.strides.len();
+        (batch_strides(t, batch), [t.strides[n - 2], t.strides[n - 1]])
+    };
+    let (mut ops, mut mats) = (Vec::new(), Vec::new());
+    for t in [q, k, v, out] {
+        let (b, m) = mat(t);
+        ops.push(b);
+        mats.push(m);
+    }
+    match mask {
+        Some(m) => {
+            let s = mask_strides(m, r);
+            ops.push(s[..r - 2].to_vec());
+            mats.push([s[r - 2], s[r - 1]]);
+        }
+        None => {
+            ops.push(vec![0; r - 2]);
+            mats.push([0, 0]);
+        }
+    }
+    let dims = merge_batch(batch, [&ops[0][..], &ops[1], &ops[2], &ops[3], &ops[4]]);
+    if dims.len() > ATTN_BATCH_DIMS {
+        return Err(format!(
+            "scaled_dot_product_attention of {} keeps {} batch dimensions after merging the \
+             contiguous ones: CUDA takes at most {ATTN_BATCH_DIMS} (make the operands contiguous first)",
+            out.describe(),
+            dims.len()
+        ));
+    }
+    let mut a = Attn { v: [0; 64] };
+    let (qn, kn, vn) = (q.shape.len(), k.shape.len(), v.shape.len());
+    a.v[1..5].copy_from_slice(&[
+        out.shape[r - 2] as i64,
+        k.shape[kn - 2] as i64,
+        q.shape[qn - 1] as i64,
+        v.shape[vn - 1] as i64,
+    ]);
+    a.v[5] = i64::from(causal);
+    a.v[6] = match mask {
+        None => 0,
+        Some(m) if m.dtype == DType::Bool => 1,
+        Some(_) => 2,
+    };
+    a.v[7] = scale.to_bits() as i64;
+    a.v[8] = dims.len() as i64;
+    for (d, (size, st)) in dims.iter().enumerate() {
+        a.v[9 + d] = *size as i64;
+        for (o, &x) in st.iter().enumerate() {
+            a.v[16 + 8 * o + d] = x as i64;
+        }
+    }
+    for (o, m) in mats.iter().enumerate() {
+        a.v[16 + 8 * o + 6] = m[0] as i64;
+        a.v[16 + 8 * o + 7] = m[1] as i64;
+    }
+    Ok(a)
+}
+
+/// The call's `(is_causal, scale)` (checked by the CPU kernel's `infer` first).
+fn attention_params(attrs: &Attrs) -> Result<(bool, f64), String> {
+    let p = attrs.params();
+    match (p.ints(), p.scalars()) {
+        ([c], [crate::vm::Scalar::Float(s)]) => Ok((*c == 1, *s)),
+        _ => Err(format!("unexpected parameter list {p}")),
+    }
+}
+
+impl OpKernel for CudaAttention {
+    fn name(&self) -> &'static str {
+        "scaled_dot_product_attention"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        crate::kernels::Dtypes::Floating.list()
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        given: &[&TensorMeta],
+        attrs: &Attrs,
+        out: &mut OutSpecs,
+    ) -> Result<(), String> {
+        crate::kernels::AttentionKernel.infer(inputs, given, attrs, out)
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        const OP: &str = "scaled_dot_product_attention";
+        check_outputs(&crate::kernels::AttentionKernel, ctx)?;
+        let (causal, scale) = attention_params(&ctx.attrs)?;
+        let out = &ctx.outputs[0];
+        let inputs = ctx.inputs;
+        on_stream(OP, |s| {
+            let od = device_operand(s, "output 0", out.meta, out.data)?;
+            let mut ops = Vec::with_capacity(inputs.len());
+            for (i, t) in inputs.iter().enumerate() {
+                let mut dv = device_operand(s, &format!("input {i}"), t.meta, t.data)?;
+                if must_stage(&dv, &od) {
+                    dv = stage(s, OP, &dv)?;
+                }
+                ops.push(dv);
+            }
+            if od.meta.numel() == 0 {
+                return Ok(());
+            }
+            let mask = ops.get(3);
+            let mut a = attention_geometry(
+                &od.meta,
+                &ops[0].meta,
+                &ops[1].meta,
+                &ops[2].meta,
+                mask.map(|m| &*m.meta),
+                causal,
+                scale,
+            )?;
+            let d = od.meta.dtype;
+            let ct = compute_dtype(d);
+            let r = od.meta.shape.len();
+            let rows = od.meta.numel() / od.meta.shape[r - 1];
+            let s_len = a.v[2] as usize;
+            let chunk = (ATTN_SCORE_BYTES / (s_len * ct.size()).max(1)).clamp(1, rows);
+            let scores = temp(s, chunk * s_len * ct.size())?;
+            let f = function(s, &format!("attention_{d}"))?;
+            let p = [od.addr(), ops[0].addr(), ops[1].addr(), ops[2].addr(), mask.map_or(0, |m| m.addr())];
+            let sc = scores.addr();
+            let mut first = 0;
+            while first < rows {
+                let count = chunk.min(rows - first);
+                a.v[0] = count as i64;
+                a.v[57] = first as i64;
+                let mut l = s.cuda_stream().launch_builder(&f);
+                l.arg(&p[0]).arg(&p[1]).arg(&p[2]).arg(&p[3]).arg(&p[4]).arg(&sc).arg(&a);
+                // SAFETY: `attention_<d>` takes (T*, const T* ×3, const void*, acc*, Attn),
+                // matching these arguments. `attention_geometry` took every size and stride
+                // from the operands' checked layouts (the mask's and the inputs' batch
+                // strides 0 where broadcast), so the rows `first .. first + count` touch only
+                // their elements; `scores` holds `count · S` accumulators. Inputs sharing the
+                // output's bytes were staged; blocks live until the instruction retires or
+                // this stream is past the work (temporaries).
+                unsafe { l.launch(launch_config(count)) }
+                    .map_err(|e| format!("launching attention_{d}: {e}"))?;
+                first += count;
+            }
+            Ok(())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -851,6 +1066,38 @@ mod tests {
         assert_eq!(&g.v[K..K + 8], &[3, 3, 2, 2, 1, 1, 1, 1]);
         assert_eq!((g.v[FLAG], g.v[DIV]), (1, 5));
         assert!(pool_window(Pool::Avg, &[3, 3], &mut g).is_err());
+    }
+
+    /// The slots of `attention_<d>`: a broadcast `k` and `v` batch, a mask broadcast over
+    /// the batch and the rows, the row and column strides of each operand.
+    #[test]
+    fn attention_slots_follow_the_layouts() {
+        let f = |shape: &[usize], strides: &[isize], d: DType| {
+            let mut m = TensorMeta::new(shape, d, DeviceId::cuda(0));
+            m.strides = strides.iter().copied().collect();
+            m
+        };
+        let q = f(&[2, 3, 5, 4], &[60, 20, 4, 1], DType::F32);
+        let k = f(&[3, 7, 4], &[28, 4, 1], DType::F32);
+        let v = f(&[3, 7, 6], &[1, 18, 3], DType::F32);
+        let out = f(&[2, 3, 5, 6], &[90, 30, 6, 1], DType::F32);
+        let mask = f(&[7], &[1], DType::Bool);
+        let a = attention_geometry(&out, &q, &k, &v, Some(&mask), false, 0.5).unwrap();
+        assert_eq!(&a.v[1..9], &[5, 7, 4, 6, 0, 1, 0.5f64.to_bits() as i64, 2]);
+        assert_eq!(&a.v[9..11], &[2, 3]);
+        let op = |o: usize| &a.v[16 + 8 * o..24 + 8 * o];
+        assert_eq!(op(0), &[60, 20, 0, 0, 0, 0, 4, 1]);
+        assert_eq!(op(1), &[0, 28, 0, 0, 0, 0, 4, 1]);
+        assert_eq!(op(2), &[0, 1, 0, 0, 0, 0, 18, 3]);
+        assert_eq!(op(3), &[90, 30, 0, 0, 0, 0, 6, 1]);
+        assert_eq!(op(4), &[0, 0, 0, 0, 0, 0, 0, 1]);
+        // Contiguous operands merge into one batch dimension.
+        let k2 = f(&[2, 3, 7, 4], &[84, 28, 4, 1], DType::F32);
+        let v2 = f(&[2, 3, 7, 6], &[126, 42, 6, 1], DType::F32);
+        let a = attention_geometry(&out, &q, &k2, &v2, None, true, 1.0).unwrap();
+        assert_eq!((a.v[5], a.v[6], a.v[8], a.v[9]), (1, 0, 1, 6));
+        assert_eq!(&a.v[16..17], &[20]);
+        assert_eq!(std::mem::size_of::<Attn>(), 512);
     }
 
     #[test]

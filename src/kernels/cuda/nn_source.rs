@@ -10,6 +10,7 @@
 //! | `max_pool2d_<d>` | all but `bool` | output element | the window's largest element and its plane index (the CPU's ties and NaNs) |
 //! | `avg_pool2d_<d>` | floats | output element | the window's sum in row-major order, divided once |
 //! | `adaptive_avg_pool2d_<d>` | floats | output element | the region's sum in row-major order, divided by its count |
+//! | `attention_<d>` | floats | query row | scores, masked softmax and the weighted sum of `v`, in the CPU kernel's operations and order |
 //!
 //! The spatial kernels take their geometry as one `struct Geom` of 32 `i64` by value
 //! ([`super::nn::Geom`] names the slots); each thread loops over its output elements
@@ -99,7 +100,83 @@ pub fn kernels() -> Vec<(&'static str, String, String)> {
     for d in MAX_POOL {
         out.push((d.name(), format!("max_pool2d_{d}"), max_pool(d)));
     }
+    for d in FLOATS {
+        out.push((d.name(), format!("attention_{d}"), attention(d)));
+    }
     out
+}
+
+/// The guarded definition of `struct Attn`, the geometry of `attention_<d>`.
+const ATTN: &str = "#ifndef EAGERVM_ATTN\n\
+#define EAGERVM_ATTN\n\
+// Sizes, strides and parameters of attention: kernels::cuda::nn::Attn names the slots.\n\
+struct Attn { i64 v[64]; };\n\
+#endif\n";
+
+/// `attention_<d>`: one thread per query row `first + t` (of `[batch.., L]`, row-major),
+/// in the CPU kernel's operations and order: `s[j] = (Σ_e q[i, e]·k[j, e]) · scale` adding
+/// in increasing `e`; `-∞` above the diagonal with `causal`, where a `bool` mask is false;
+/// a float mask added; the row's maximum (NaN where a score is NaN); `exp(s[j] − max)` and
+/// their sum in increasing `j`; `out[i, d] = Σ_j (s[j] / sum)·v[j, d]` in increasing `j`,
+/// rounded once. Products and sums go through `__fmul_rn` and `__fadd_rn` (`__dmul_rn`,
+/// `__dadd_rn`), which are never contracted into FMA, so only `exp` differs from the
+/// CPU's. The scores of row `t` are kept in `scores[t·S ..]`.
+fn attention(d: DType) -> String {
+    let (st, ct) = (storage(d), compute(d));
+    let (mul, add, exp, zero, ninf) = if ct == "double" {
+        ("__dmul_rn", "__dadd_rn", "exp", "0.0", "__longlong_as_double((i64)0xFFF0000000000000ULL)")
+    } else {
+        ("__fmul_rn", "__fadd_rn", "expf", "0.0f", "__uint_as_float(0xFF800000u)")
+    };
+    let mut k = String::from(ATTN);
+    let _ = write!(
+        k,
+        "extern \"C\" __global__ void attention_{d}({st}* out, const {st}* q, const {st}* k, const {st}* v, const void* mask, {ct}* scores, Attn A) {{\n\
+         \x20 const u64 count = (u64)A.v[0];\n\
+         \x20 const i64 L = A.v[1], S = A.v[2], E = A.v[3], EV = A.v[4];\n\
+         \x20 const {ct} scale = ({ct})__longlong_as_double(A.v[7]);\n\
+         \x20 for (u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x; t < count; t += (u64)blockDim.x * gridDim.x) {{\n\
+         \x20   const u64 row = (u64)A.v[57] + t;\n\
+         \x20   const i64 i = (i64)(row % (u64)L);\n\
+         \x20   u64 r = row / (u64)L;\n\
+         \x20   i64 off[5] = {{0, 0, 0, 0, 0}};\n\
+         \x20   for (int dim = (int)A.v[8] - 1; dim >= 0; --dim) {{\n\
+         \x20     const u64 size = (u64)A.v[9 + dim];\n\
+         \x20     const i64 at = (i64)(r % size);\n\
+         \x20     r /= size;\n\
+         \x20     for (int o = 0; o < 5; ++o) off[o] += at * A.v[16 + 8 * o + dim];\n\
+         \x20   }}\n\
+         \x20   const {st}* qr = q + off[0] + i * A.v[22];\n\
+         \x20   {ct}* sc = scores + t * (u64)S;\n\
+         \x20   for (i64 j = 0; j < S; ++j) {{\n\
+         \x20     const {st}* kr = k + off[1] + j * A.v[30];\n\
+         \x20     {ct} dot = {zero};\n\
+         \x20     for (i64 e = 0; e < E; ++e) dot = {add}(dot, {mul}({qe}, {ke}));\n\
+         \x20     {ct} x = {mul}(dot, scale);\n\
+         \x20     if (A.v[5] && j > i) x = {ninf};\n\
+         \x20     const i64 m = off[4] + i * A.v[54] + j * A.v[55];\n\
+         \x20     if (A.v[6] == 1 && ((const u8*)mask)[m] == 0) x = {ninf};\n\
+         \x20     if (A.v[6] == 2) x = {add}(x, {me});\n\
+         \x20     sc[j] = x;\n\
+         \x20   }}\n\
+         \x20   {ct} mx = {ninf};\n\
+         \x20   for (i64 j = 0; j < S; ++j) if (sc[j] > mx || sc[j] != sc[j]) mx = sc[j];\n\
+         \x20   {ct} sum = {zero};\n\
+         \x20   for (i64 j = 0; j < S; ++j) {{ sc[j] = {exp}(sc[j] - mx); sum = {add}(sum, sc[j]); }}\n\
+         \x20   for (i64 c = 0; c < EV; ++c) {{\n\
+         \x20     {ct} a = {zero};\n\
+         \x20     for (i64 j = 0; j < S; ++j) a = {add}(a, {mul}(sc[j] / sum, {ve}));\n\
+         \x20     out[off[3] + i * A.v[46] + c * A.v[47]] = {store};\n\
+         \x20   }}\n\
+         \x20 }}\n\
+         }}\n",
+        qe = load(d, "qr[e * A.v[23]]"),
+        ke = load(d, "kr[e * A.v[31]]"),
+        me = load(d, &format!("((const {st}*)mask)[m]")),
+        ve = load(d, "v[off[2] + j * A.v[38] + c * A.v[39]]"),
+        store = store(d, "a"),
+    );
+    k
 }
 
 /// `bmm_<d>` for an integer `d`: element `t` of the output's index space (`L`: the output,
@@ -291,7 +368,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), all.len());
-        assert_eq!(all.len(), 3 + 4 * 4 + 7);
+        assert_eq!(all.len(), 3 + 4 * 4 + 7 + 4);
         for (module, sym, text) in &all {
             assert!(sym.ends_with(&format!("_{module}")), "{sym} in {module}");
             assert_eq!(text.matches(&format!("void {sym}(")).count(), 1, "{sym}");
@@ -318,5 +395,12 @@ mod tests {
         let ad = adaptive_avg_pool(DType::F32);
         assert!(ad.contains("(float)(s / (float)(double)((h1 - h0) * (w1 - w0)))"), "{ad}");
         assert!(int_bmm(DType::U8).contains("c[o0] = (u8)acc;"));
+        let at = attention(DType::BF16);
+        assert!(at.contains("dot = __fadd_rn(dot, __fmul_rn(bf16_to_f32(qr[e * A.v[23]]), bf16_to_f32(kr[e * A.v[31]])));"), "{at}");
+        assert!(at.contains("x = __fmul_rn(dot, scale);"), "{at}");
+        assert!(at.contains("sc[j] = expf(sc[j] - mx); sum = __fadd_rn(sum, sc[j]);"), "{at}");
+        assert!(at.contains("= f32_to_bf16(a);"), "{at}");
+        assert!(attention(DType::F64)
+            .contains("a = __dadd_rn(a, __dmul_rn(sc[j] / sum, v[off[2] + j * A.v[38] + c * A.v[39]]));"));
     }
 }
