@@ -3,6 +3,7 @@
 //! sum: `bmm` of integers and every pool bit for bit; `bmm` and `conv2d` of floats within
 //! `1e-5 · Σ|terms|` (`1e-13` for `f64`) plus half an ulp of the dtype of the exact value
 //! (cuBLAS adds in another order than the CPU), and within twice that of the CPU's result.
+//! `scaled_dot_product_attention` within a stated tolerance of the CPU (only `exp` differs).
 //! Inputs are laid out contiguously, at an offset, with steps, transposed, broadcast
 //! (stride 0) and reversed; outputs contiguously, transposed, with steps and at an offset;
 //! shapes include empty batches and empty inner sizes; the pools' values include NaN, ±inf
@@ -356,5 +357,69 @@ fn pools_equal_the_cpu_kernels() {
         }
     }
     println!("pools: {calls} calls on cuda:0 equal the CPU kernels bit for bit");
+    vm.sync().unwrap();
+}
+
+/// `scaled_dot_product_attention` on every float dtype: broadcast batches, causal rows,
+/// `bool` and float masks broadcast to the scores, empty batches and sequences, inputs of
+/// every layout and outputs of four. The scores are the CPU's operations in the CPU's
+/// order; only `exp` differs (CUDA's `expf` and `exp` are within 2 ulps), so every
+/// element is within `1e-5 · 4 · max|v|` (`1e-13 · 4 · max|v|` for `f64`) plus one
+/// rounding step of the dtype at the CPU's value of the CPU's result, NaN where it is NaN.
+#[test]
+#[ignore = "needs a GPU"]
+fn attention_matches_the_cpu_kernel() {
+    let _g = lock();
+    let vm = gpu_vm();
+    // (q, k, v, mask (dtype: None bool, Some float), causal)
+    type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], Option<(&'a [usize], bool)>, i64);
+    let cases: [Case; 8] = [
+        (&[2, 3, 5, 4], &[3, 7, 4], &[3, 7, 6], None, 0),
+        (&[2, 5, 4], &[2, 5, 4], &[2, 5, 3], None, 1),
+        (&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Some((&[5, 7], true)), 0),
+        (&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Some((&[2, 1, 5, 7], false)), 0),
+        (&[4, 300, 8], &[4, 50, 8], &[4, 50, 8], None, 1),
+        (&[0, 5, 4], &[0, 7, 4], &[0, 7, 6], None, 0),
+        (&[2, 0, 4], &[2, 7, 4], &[2, 7, 6], None, 0),
+        (&[2, 5, 4], &[2, 0, 4], &[2, 0, 6], None, 0),
+    ];
+    let mut calls = 0;
+    for d in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+        for (ci, &(qs, ks, vs, mask, causal)) in cases.iter().enumerate() {
+            let bq = &qs[..qs.len() - 2];
+            let bk = r::broadcast(&ks[..ks.len() - 2], &vs[..vs.len() - 2]);
+            let mut out_shape = r::broadcast(bq, &bk);
+            out_shape.extend([qs[qs.len() - 2], vs[vs.len() - 1]]);
+            let scale = 1.0 / (qs[qs.len() - 1] as f64).sqrt();
+            let attrs = Attrs::default().with_params(&[causal], &[Scalar::Float(scale)]).expect("parameters");
+            for (v, &lq) in LAYS.iter().enumerate() {
+                let (lk, lv, lm) = (LAYS[(v + 1) % 6], LAYS[(v + 2) % 6], LAYS[(v + 3) % 6]);
+                let lo = OUT_LAYS[(v + ci) % OUT_LAYS.len()];
+                let mut inputs: Vec<(DType, &[usize], Lay)> = vec![(d, qs, lq), (d, ks, lk), (d, vs, lv)];
+                if let Some((ms, boolean)) = mask {
+                    inputs.push((if boolean { DType::Bool } else { d }, ms, lm));
+                }
+                let what = format!("attention {inputs:?} causal {causal} into {lo:?}");
+                let (gpu, cpu, vals) = both(
+                    &vm,
+                    "scaled_dot_product_attention",
+                    &inputs,
+                    &[(d, &out_shape, lo)],
+                    attrs,
+                    40 + v as u64,
+                    false,
+                );
+                let vmax = (0..vals[2].len()).map(|i| vals[2].get(i).as_f64().abs()).fold(0.0, f64::max);
+                assert_eq!(gpu[0].len(), numel(&out_shape), "{what}");
+                for at in 0..gpu[0].len() {
+                    let (g, c) = (gpu[0].get(at), cpu[0].get(at).as_f64());
+                    let tol = 4.0 * accumulation(d) * vmax + 2.0 * store_rounding(d) * c.abs();
+                    assert!(close(g, c, tol), "{what} element {at}: {g} against the CPU's {c}");
+                }
+                calls += 1;
+            }
+        }
+    }
+    println!("scaled_dot_product_attention: {calls} calls on cuda:0 within the tolerance of the CPU kernel");
     vm.sync().unwrap();
 }
