@@ -132,8 +132,9 @@ fn on_stream<R>(op: &'static str, f: impl FnOnce(&CudaEpStream) -> Result<R, Str
 /// (`framework::op`) registers them for `cuda` devices.
 pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
     let ew = ELEMENTWISE.iter().map(|e| e as &'static dyn OpKernel);
-    let others: [&'static dyn OpKernel; 16] = [
+    let others: [&'static dyn OpKernel; 17] = [
         &nn::CudaBmm,
+        &nn::CudaNllLoss,
         &nn::CudaAttention,
         &nn::CudaConv2d,
         &nn::CUDA_MAX_POOL2D,
@@ -184,7 +185,6 @@ mod tests {
         "softmax",
         "log_softmax",
         "layer_norm",
-        "nll_loss",
         // Pointwise math (the functions of one input and `maximum`, `minimum` have kernels).
         "pow",
         "pow_scalar",

@@ -993,6 +993,115 @@ impl OpKernel for CudaAttention {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// nll_loss
+
+/// `nll_loss` on CUDA: `nll_loss_<dtype>` computes each target's loss and weight (one
+/// thread each) and, with `'none'`, stores the loss; with `'sum'` or `'mean'` it keeps both
+/// in a temporary of the compute type, and `nll_sum_<dtype>` adds them in the CPU's
+/// `sum_in_order` (see [`super::nn_source`]), so the results are the CPU's bit for bit. A
+/// target outside `0..C` that is not `ignore_index` gives NaN (its loss and weight), where
+/// the CPU fails the call: reporting it would need the host to wait for the device.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CudaNllLoss;
+
+/// The layout of `nll_loss_<dtype>` over the targets' shape: the targets' strides, `x`'s
+/// without its class dimension (1), and the output's (`'none'`) or zeros.
+pub fn nll_layout(x: &TensorMeta, targets: &TensorMeta, out: Option<&TensorMeta>) -> Result<Layout, String> {
+    let xs: Vec<isize> = x.strides.iter().enumerate().filter(|&(d, _)| d != 1).map(|(_, &s)| s).collect();
+    let os = out.map_or_else(|| vec![0; targets.shape.len()], |o| o.strides.to_vec());
+    Layout::plan(&targets.shape, &[&targets.strides, &xs, &os])
+}
+
+impl OpKernel for CudaNllLoss {
+    fn name(&self) -> &'static str {
+        "nll_loss"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        crate::kernels::Dtypes::Floating.list()
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        given: &[&TensorMeta],
+        attrs: &Attrs,
+        out: &mut OutSpecs,
+    ) -> Result<(), String> {
+        crate::kernels::NllLossKernel.infer(inputs, given, attrs, out)
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        const OP: &str = "nll_loss";
+        check_outputs(&crate::kernels::NllLossKernel, ctx)?;
+        let (reduction, ignore, has_w) = match ctx.attrs.params().ints() {
+            &[r, ignore, w] => (r, ignore, w != 0),
+            _ => return Err("expected a parameter list [reduction, ignore_index, has_weight]".into()),
+        };
+        let out = &ctx.outputs[0];
+        let inputs = ctx.inputs;
+        on_stream(OP, |s| {
+            let od = device_operand(s, "output 0", out.meta, out.data)?;
+            let mut ops = Vec::with_capacity(inputs.len());
+            for (i, t) in inputs.iter().enumerate() {
+                let mut dv = device_operand(s, &format!("input {i}"), t.meta, t.data)?;
+                if must_stage(&dv, &od) {
+                    dv = stage(s, OP, &dv)?;
+                }
+                ops.push(dv);
+            }
+            let (xd, td) = (&ops[0], &ops[1]);
+            let d = od.meta.dtype;
+            let ct = compute_dtype(d);
+            let none = reduction == 0;
+            let layout = nll_layout(&xd.meta, &td.meta, none.then_some(&*od.meta))?;
+            let n = td.meta.numel();
+            let parts = if none { None } else { Some(temp(s, 2 * n * ct.size())?) };
+            if n > 0 {
+                let f = function(s, &format!("nll_loss_{d}"))?;
+                let (po, pp, px, pt) =
+                    (od.addr(), parts.as_ref().map_or(0, |p| p.addr()), xd.addr(), td.addr());
+                let pw = ops.get(2).filter(|_| has_w).map_or(0, |w| w.addr());
+                let ws = ops.get(2).map_or(0, |w| w.meta.strides[0] as i64);
+                let (classes, xcs) = (xd.meta.shape[1] as i64, xd.meta.strides[1] as i64);
+                let (hw, nn) = (i32::from(has_w), i32::from(none));
+                let mut l = s.cuda_stream().launch_builder(&f);
+                l.arg(&po).arg(&pp).arg(&px).arg(&pt).arg(&pw).arg(&layout);
+                l.arg(&classes).arg(&xcs).arg(&ws).arg(&ignore).arg(&hw).arg(&nn);
+                // SAFETY: `nll_loss_<d>` takes (T*, acc*, const T*, const i64*, const T*,
+                // Layout, i64 ×4, int, int), matching these arguments. The layout's strides
+                // are the targets', `x`'s (its class dimension left out) and the output's
+                // (zeros without `'none'`), all checked against their storages; a class is
+                // read only when `0 <= t < classes` (`x[o1 + t·xcs]`, `w[t·ws]`); `parts`
+                // holds `2·n` accumulators when the output is not written. Inputs sharing the
+                // output's bytes were staged; blocks live as the module docs say.
+                unsafe { l.launch(launch_config(n)) }.map_err(|e| format!("launching nll_loss_{d}: {e}"))?;
+            }
+            if let Some(p) = &parts {
+                let f = function(s, &format!("nll_sum_{d}"))?;
+                let (po, pp, n64, mean) = (od.addr(), p.addr(), n as u64, i32::from(reduction == 1));
+                let mut l = s.cuda_stream().launch_builder(&f);
+                l.arg(&po).arg(&pp).arg(&n64).arg(&mean);
+                let one_block = cudarc::driver::LaunchConfig {
+                    grid_dim: (1, 1, 1),
+                    block_dim: (32, 1, 1),
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: `nll_sum_<d>` takes (T*, const acc*, u64, int), matching these
+                // arguments; `parts` holds the `2·n` accumulators `nll_loss_<d>` wrote before
+                // it on this stream, and the output is one element of `d` (0-d).
+                unsafe { l.launch(one_block) }.map_err(|e| format!("launching nll_sum_{d}: {e}"))?;
+            }
+            Ok(())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1098,6 +1207,24 @@ mod tests {
         assert_eq!((a.v[5], a.v[6], a.v[8], a.v[9]), (1, 0, 1, 6));
         assert_eq!(&a.v[16..17], &[20]);
         assert_eq!(std::mem::size_of::<Attn>(), 512);
+    }
+
+    /// `nll_loss`'s layout: at target `[n, y]` the target's offset, `x`'s at `[n, 0, y]`
+    /// and the output's.
+    #[test]
+    fn nll_layout_leaves_out_the_classes() {
+        let x = meta(&[2, 5, 3], &[15, 3, 1]);
+        let t = meta(&[2, 3], &[1, 2]);
+        let o = meta(&[2, 3], &[3, 1]);
+        let layout = nll_layout(&x, &t, Some(&o)).unwrap();
+        for n in 0..2 {
+            for y in 0..3 {
+                let at = layout.offsets((n * 3 + y) as u64);
+                assert_eq!(at, [(n + 2 * y) as i64, (15 * n + y) as i64, (3 * n + y) as i64]);
+            }
+        }
+        let layout = nll_layout(&x, &t, None).unwrap();
+        assert_eq!(layout.offsets(4)[2], 0);
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //! | `max_pool2d_<d>` | all but `bool` | output element | the window's largest element and its plane index (the CPU's ties and NaNs) |
 //! | `avg_pool2d_<d>` | floats | output element | the window's sum in row-major order, divided once |
 //! | `adaptive_avg_pool2d_<d>` | floats | output element | the region's sum in row-major order, divided by its count |
+//! | `nll_loss_<d>` | floats | target | `-(w[t]·x[t])` and `w[t]` in the compute type (0 and 0 for `ignore_index`; NaN for a target out of range), stored with `'none'` |
+//! | `nll_sum_<d>` | floats | (32 threads) | the losses' sum (and the weights') in the CPU's `sum_in_order`, divided for `'mean'`, rounded once |
 //! | `attention_<d>` | floats | query row | scores, masked softmax and the weighted sum of `v`, in the CPU kernel's operations and order |
 //!
 //! The spatial kernels take their geometry as one `struct Geom` of 32 `i64` by value
@@ -102,8 +104,85 @@ pub fn kernels() -> Vec<(&'static str, String, String)> {
     }
     for d in FLOATS {
         out.push((d.name(), format!("attention_{d}"), attention(d)));
+        out.push((d.name(), format!("nll_loss_{d}"), nll_loss(d)));
+        out.push((d.name(), format!("nll_sum_{d}"), nll_sum(d)));
     }
     out
+}
+
+/// `nll_loss_<d>`: target element `i` (the layout `L` over the targets' shape: the
+/// target's offset, `x`'s at class 0 of its row, the output's) gives the loss
+/// `-(w[t]·x[t])` and the weight `w[t]` (1 without weights; 0 and 0 where `t` is
+/// `ignore`; NaN and NaN where `t` is outside `0..classes`): stored to `out` with `none`,
+/// else kept in the compute type as `parts[i]` and `parts[n + i]`.
+fn nll_loss(d: DType) -> String {
+    let (st, ct) = (storage(d), compute(d));
+    let (zero, one, nan) = if ct == "double" {
+        ("0.0", "1.0", "__longlong_as_double((i64)0x7FF8000000000000ULL)")
+    } else {
+        ("0.0f", "1.0f", "__uint_as_float(0x7FC00000u)")
+    };
+    format!(
+        "extern \"C\" __global__ void nll_loss_{d}({st}* out, {ct}* parts, const {st}* x, const i64* tgt, const {st}* w, Layout L,\n\
+         \x20   i64 classes, i64 xcs, i64 ws, i64 ignore, int has_w, int none) {{\n\
+         \x20 for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < L.n; i += (u64)blockDim.x * gridDim.x) {{\n\
+         \x20   i64 o0 = (i64)i, o1 = (i64)i, o2 = (i64)i;\n\
+         \x20   if (!L.contiguous) offsets(L, i, o0, o1, o2);\n\
+         \x20   const i64 t = tgt[o0];\n\
+         \x20   {ct} loss = {zero}, wt = {zero};\n\
+         \x20   if (t != ignore) {{\n\
+         \x20     if (t < 0 || t >= classes) {{\n\
+         \x20       loss = {nan}; wt = {nan};\n\
+         \x20     }} else {{\n\
+         \x20       wt = has_w ? {wv} : {one};\n\
+         \x20       loss = -(wt * {xv});\n\
+         \x20     }}\n\
+         \x20   }}\n\
+         \x20   if (none) out[o2] = {store};\n\
+         \x20   else {{ parts[i] = loss; parts[L.n + i] = wt; }}\n\
+         \x20 }}\n\
+         }}\n",
+        wv = load(d, "w[t * ws]"),
+        xv = load(d, "x[o1 + t * xcs]"),
+        store = store(d, "loss"),
+    )
+}
+
+/// `nll_sum_<d>`, one block of 32 threads: the sum of `parts[0..n]` (and with `mean` of
+/// `parts[n..2n]`, the divisor) in the CPU's `sum_in_order`: up to 4096 terms one after
+/// another from 0; above, thread `j` adds the terms `i ≡ j (mod 32)` of the whole groups of
+/// 32 in increasing `i`, the 32 partial sums are added as a tree (`p[j] += p[j + 16]`,
+/// then `+ 8`, ..., `+ 1`), and the last `n mod 32` terms are added to it in order.
+fn nll_sum(d: DType) -> String {
+    let (st, ct) = (storage(d), compute(d));
+    let zero = if ct == "double" { "0.0" } else { "0.0f" };
+    format!(
+        "extern \"C\" __global__ void nll_sum_{d}({st}* out, const {ct}* parts, u64 n, int mean) {{\n\
+         \x20 __shared__ {ct} lanes[2][32];\n\
+         \x20 const unsigned j = threadIdx.x;\n\
+         \x20 const u64 whole = n <= 4096 ? 0 : n / 32 * 32;\n\
+         \x20 for (int s = 0; s < 2; ++s) {{\n\
+         \x20   {ct} acc = {zero};\n\
+         \x20   for (u64 i = j; i < whole; i += 32) acc = acc + parts[s * n + i];\n\
+         \x20   lanes[s][j] = acc;\n\
+         \x20 }}\n\
+         \x20 __syncthreads();\n\
+         \x20 if (j != 0) return;\n\
+         \x20 {ct} total[2];\n\
+         \x20 for (int s = 0; s < 2; ++s) {{\n\
+         \x20   {ct} t = {zero};\n\
+         \x20   if (whole > 0) {{\n\
+         \x20     for (unsigned w = 16; w > 0; w >>= 1)\n\
+         \x20       for (unsigned k = 0; k < w; ++k) lanes[s][k] = lanes[s][k] + lanes[s][k + w];\n\
+         \x20     t = lanes[s][0];\n\
+         \x20   }}\n\
+         \x20   for (u64 i = whole; i < n; ++i) t = t + parts[s * n + i];\n\
+         \x20   total[s] = t;\n\
+         \x20 }}\n\
+         \x20 out[0] = {store};\n\
+         }}\n",
+        store = store(d, "mean ? total[0] / total[1] : total[0]"),
+    )
 }
 
 /// The guarded definition of `struct Attn`, the geometry of `attention_<d>`.
@@ -368,7 +447,7 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), all.len());
-        assert_eq!(all.len(), 3 + 4 * 4 + 7 + 4);
+        assert_eq!(all.len(), 3 + 4 * 4 + 7 + 4 * 3);
         for (module, sym, text) in &all {
             assert!(sym.ends_with(&format!("_{module}")), "{sym} in {module}");
             assert_eq!(text.matches(&format!("void {sym}(")).count(), 1, "{sym}");
@@ -395,6 +474,12 @@ mod tests {
         let ad = adaptive_avg_pool(DType::F32);
         assert!(ad.contains("(float)(s / (float)(double)((h1 - h0) * (w1 - w0)))"), "{ad}");
         assert!(int_bmm(DType::U8).contains("c[o0] = (u8)acc;"));
+        let nl = nll_loss(DType::F16);
+        assert!(nl.contains("loss = -(wt * f16_to_f32(x[o1 + t * xcs]));"), "{nl}");
+        assert!(nl.contains("if (none) out[o2] = f32_to_f16(loss);"), "{nl}");
+        let ns = nll_sum(DType::F64);
+        assert!(ns.contains("const u64 whole = n <= 4096 ? 0 : n / 32 * 32;"), "{ns}");
+        assert!(ns.contains("out[0] = (double)(mean ? total[0] / total[1] : total[0]);"), "{ns}");
         let at = attention(DType::BF16);
         assert!(at.contains("dot = __fadd_rn(dot, __fmul_rn(bf16_to_f32(qr[e * A.v[23]]), bf16_to_f32(kr[e * A.v[31]])));"), "{at}");
         assert!(at.contains("x = __fmul_rn(dot, scale);"), "{at}");
