@@ -423,3 +423,89 @@ fn attention_matches_the_cpu_kernel() {
     println!("scaled_dot_product_attention: {calls} calls on cuda:0 within the tolerance of the CPU kernel");
     vm.sync().unwrap();
 }
+
+/// `nll_loss` targets of `shape` (classes below `classes`, every fifth `ignore` when it is
+/// a class) on `device`: contiguous, or with `stepped` every other element of a storage.
+fn targets(
+    vm: &VirtualMachine,
+    shape: &[usize],
+    classes: usize,
+    ignore: i64,
+    stepped: bool,
+    device: DeviceId,
+) -> Tensor {
+    let n = numel(shape);
+    let t: Vec<Scalar> = (0..n)
+        .map(|i| {
+            Scalar::Int(if i % 5 == 3 && ignore >= 0 {
+                ignore
+            } else {
+                ((i * 7 + 3) % classes.max(1)) as i64
+            })
+        })
+        .collect();
+    if !stepped || n == 0 {
+        return Vals::of(DType::I64, t).tensor(vm, shape, device);
+    }
+    let storage: Vec<Scalar> = t.iter().flat_map(|&x| [Scalar::Int(-1), x]).collect();
+    let owner = Vals::of(DType::I64, storage).tensor(vm, &[2 * n], device);
+    let strides: Vec<isize> = r::contiguous(shape).iter().map(|s| 2 * s).collect();
+    owner.view_layout(shape, &strides, 1).expect("a view inside its storage")
+}
+
+/// `nll_loss` on every float dtype, every reduction, with and without weights and an
+/// ignored class, inputs of every layout, more targets than the sequential sum takes:
+/// bit for bit the CPU's (the same operations in the same order). A target out of range
+/// gives NaN on `cuda:0` (the CPU refuses the call).
+#[test]
+#[ignore = "needs a GPU"]
+fn nll_loss_equals_the_cpu_kernel() {
+    let _g = lock();
+    let vm = gpu_vm();
+    let mut calls = 0;
+    let shapes: [&[usize]; 4] = [&[6, 5], &[3, 4, 5, 2], &[5000, 3], &[0, 4]];
+    for d in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+        for (si, &xs) in shapes.iter().enumerate() {
+            let classes = xs[1];
+            let ts: Vec<usize> = xs.iter().enumerate().filter(|&(i, _)| i != 1).map(|(_, &s)| s).collect();
+            for (v, &lx) in LAYS.iter().enumerate() {
+                if xs[0] == 5000 && v > 2 {
+                    continue;
+                }
+                for reduction in 0..3i64 {
+                    for (ignore, weighted) in [(-100i64, false), (2, true), (1, false)] {
+                        let lw = [Lay::Contiguous, Lay::Stepped, Lay::Reversed][(v + si) % 3];
+                        let attrs = params(&[reduction, ignore, i64::from(weighted)]);
+                        let out_shape: &[usize] = if reduction == 0 { &ts } else { &[] };
+                        let run = |device: DeviceId| {
+                            let (x, _) = make(&vm, d, xs, lx, device, 60 + v as u64, false);
+                            let t = targets(&vm, &ts, classes, ignore, v % 2 == 1, device);
+                            let w = make(&vm, d, &[classes], lw, device, 70, false).0;
+                            let o = make(&vm, d, out_shape, OUT_LAYS[v % 4], device, 80, true).0;
+                            let mut ins = vec![&x, &t];
+                            if weighted {
+                                ins.push(&w);
+                            }
+                            run_into(&vm, "nll_loss", &ins, &[&o], attrs, device)
+                        };
+                        let what = format!("nll_loss {d} {xs:?} {lx:?} reduction {reduction} ignore {ignore} weighted {weighted}");
+                        let gpu = run(GPU).unwrap_or_else(|e| panic!("{what} on cuda:0: {e}"));
+                        let cpu = run(DeviceId::CPU).unwrap_or_else(|e| panic!("{what} on the CPU: {e}"));
+                        if let Some(diff) = gpu[0].first_difference(&cpu[0]) {
+                            panic!("{what}: cuda:0 differs from the CPU at {diff}");
+                        }
+                        calls += 1;
+                    }
+                }
+            }
+        }
+        // A target out of range: NaN on cuda:0.
+        let x = make(&vm, d, &[2, 3], Lay::Contiguous, GPU, 1, false).0;
+        let t = Vals::of(DType::I64, [Scalar::Int(0), Scalar::Int(3)]).tensor(&vm, &[2], GPU);
+        let o = make(&vm, d, &[], Lay::Contiguous, GPU, 2, false).0;
+        let got = run_into(&vm, "nll_loss", &[&x, &t], &[&o], params(&[2, -100, 0]), GPU).unwrap();
+        assert!(got[0].get(0).as_f64().is_nan(), "nll_loss of a target out of range on {d}");
+    }
+    println!("nll_loss: {calls} calls on cuda:0 equal the CPU kernel bit for bit");
+    vm.sync().unwrap();
+}
