@@ -13,6 +13,7 @@
 //! | [`reduce`] | `sum` and `sum_rows` in a fixed order |
 //! | [`gemm`], [`matmul`] | `matmul`, `matmul_tn`, `matmul_nt`: cuBLAS from the strides, integer products by kernel |
 //! | [`infer`] | the shape and dtype rules |
+//! | [`nn`], [`nn_source`] | `bmm`, `conv2d`, the pools, `nll_loss`, `scaled_dot_product_attention` and their kernels' CUDA C |
 //! | [`host`] | gathers and scatters of host tensors for the copies |
 //!
 //! Every kernel enqueues its work on the CUDA stream whose launch is running on the calling
@@ -161,7 +162,7 @@ mod tests {
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
     /// table: "—" under `cuda`): the reductions along dims, the scans, the normalisations,
-    /// `nll_loss`, the batched product, convolution, pooling and attention, the pointwise
+    /// the pointwise
     /// ops of two and three inputs but `maximum` and `minimum`, creation, the indexing and
     /// joining ops. Every other op, the diagnostic `noop`, `fail` and `panic` included,
     /// runs on CUDA too.
