@@ -162,8 +162,7 @@ mod tests {
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
     /// table: "—" under `cuda`): the reductions along dims, the scans, the normalisations,
-    /// the pointwise
-    /// ops of two and three inputs but `maximum` and `minimum`, creation, the indexing and
+    /// the pointwise ops of two and three inputs but `maximum` and `minimum`, creation, the indexing and
     /// joining ops. Every other op, the diagnostic `noop`, `fail` and `panic` included,
     /// runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
