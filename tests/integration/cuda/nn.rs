@@ -239,7 +239,8 @@ fn conv2d_on_every_float_dtype_and_layout() {
     let _g = lock();
     let vm = gpu_vm();
     // (input, weight, parameters, bias)
-    let cases: [([usize; 4], [usize; 4], [i64; 9], bool); 6] = [
+    type Case = ([usize; 4], [usize; 4], [i64; 9], bool);
+    let cases: [Case; 6] = [
         ([2, 3, 9, 8], [4, 3, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1], true),
         ([2, 4, 10, 9], [6, 2, 3, 2], [2, 1, 0, 1, 2, 0, 2, 1, 2], false),
         ([1, 6, 5, 5], [6, 1, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 6], true),
