@@ -514,6 +514,29 @@ fn compute_dtype(d: DType) -> DType {
     }
 }
 
+/// The geometry of `conv2d`'s `im2col_<d>` and `conv_out_<d>` but the chunk's sizes
+/// (slots 0–3) and element count: the strides, the input's plane, the window, and the bias.
+pub fn conv_geom(
+    p: &[i64; 9],
+    x: &TensorMeta,
+    w: &TensorMeta,
+    bias: Option<&TensorMeta>,
+    out: &TensorMeta,
+) -> Geom {
+    let mut g = Geom::new();
+    g.strides(XS, &x.strides);
+    g.strides(OS, &out.strides);
+    g.set(H, &sizes(&[x.shape[2], x.shape[3], w.shape[2], w.shape[3]]));
+    g.set(STRIDE, &[p[0], p[1]]);
+    g.set(PAD, &[p[2], p[4]]);
+    g.set(DIL, &[p[6], p[7]]);
+    if let Some(b) = bias {
+        g.v[IS] = b.strides[0] as i64;
+        g.v[FLAG] = 1;
+    }
+    g
+}
+
 impl OpKernel for CudaConv2d {
     fn name(&self) -> &'static str {
         "conv2d"
@@ -560,7 +583,7 @@ impl OpKernel for CudaConv2d {
             let (xd, wd, bias) = (&ops[0], &ops[1], ops.get(2));
             let d = od.meta.dtype;
             let ct = compute_dtype(d);
-            let (n, c, h, w) = (xd.meta.shape[0], xd.meta.shape[1], xd.meta.shape[2], xd.meta.shape[3]);
+            let (n, c) = (xd.meta.shape[0], xd.meta.shape[1]);
             let (o, kh, kw) = (wd.meta.shape[0], wd.meta.shape[2], wd.meta.shape[3]);
             let (oh, ow) = (od.meta.shape[2], od.meta.shape[3]);
             let groups = p[8] as usize;
@@ -570,17 +593,7 @@ impl OpKernel for CudaConv2d {
             let nb = conv_chunk(n, per_image);
             let col = temp(s, nb * col_image * d.size())?;
             let prod = temp(s, nb * o * pos * ct.size())?;
-            let mut g = Geom::new();
-            g.strides(XS, &xd.meta.strides);
-            g.strides(OS, &od.meta.strides);
-            g.set(H, &[h as i64, w as i64, kh as i64, kw as i64]);
-            g.set(STRIDE, &[p[0], p[1]]);
-            g.set(PAD, &[p[2], p[4]]);
-            g.set(DIL, &[p[6], p[7]]);
-            if let Some(b) = bias {
-                g.v[IS] = b.meta.strides[0] as i64;
-                g.v[FLAG] = 1;
-            }
+            let mut g = conv_geom(&p, &xd.meta, &wd.meta, bias.map(|b| &*b.meta), &od.meta);
             let mut n0 = 0;
             while n0 < n {
                 let nb = nb.min(n - n0);
@@ -715,6 +728,28 @@ pub fn pool_window(pool: Pool, p: &[i64], g: &mut Geom) -> Result<(), String> {
     Ok(())
 }
 
+/// The geometry of a pool's kernel over input `x`, output `out` and, for
+/// `max_pool2d_with_indices`, the indices `idx`, from the parameter list `p`.
+pub fn pool_geom(
+    pool: Pool,
+    p: &[i64],
+    x: &TensorMeta,
+    out: &TensorMeta,
+    idx: Option<&TensorMeta>,
+) -> Result<Geom, String> {
+    let mut g = Geom::new();
+    pool_window(pool, p, &mut g)?;
+    g.set(0, &sizes(&out.shape));
+    g.strides(XS, &x.strides);
+    g.strides(OS, &out.strides);
+    if let Some(i) = idx {
+        g.strides(IS, &i.strides);
+    }
+    g.set(H, &[x.shape[2] as i64, x.shape[3] as i64]);
+    g.v[COUNT] = out.numel() as i64;
+    Ok(g)
+}
+
 impl OpKernel for CudaPool {
     fn name(&self) -> &'static str {
         self.cpu().name()
@@ -742,8 +777,8 @@ impl OpKernel for CudaPool {
         let op = self.cpu().name();
         check_outputs(self.cpu(), ctx)?;
         let x = ctx.inputs.first().ok_or("missing input 0")?;
-        let mut g = Geom::new();
-        pool_window(self.0, ctx.attrs.params().ints(), &mut g)?;
+        let params = ctx.attrs.params().ints().to_vec();
+        let pool = self.0;
         let outputs = &*ctx.outputs;
         on_stream(op, |s| {
             let mut xd = device_operand(s, "input 0", x.meta, x.data)?;
@@ -763,14 +798,7 @@ impl OpKernel for CudaPool {
             if must_stage(&xd, &od) || id.as_ref().is_some_and(|i| must_stage(&xd, i)) {
                 xd = stage(s, op, &xd)?;
             }
-            g.set(0, &sizes(&od.meta.shape));
-            g.strides(XS, &xd.meta.strides);
-            g.strides(OS, &od.meta.strides);
-            if let Some(i) = &id {
-                g.strides(IS, &i.meta.strides);
-            }
-            g.set(H, &[xd.meta.shape[2] as i64, xd.meta.shape[3] as i64]);
-            g.v[COUNT] = od.meta.numel() as i64;
+            let g = pool_geom(pool, &params, &xd.meta, &od.meta, id.as_ref().map(|i| &*i.meta))?;
             let d = od.meta.dtype;
             let pi = id.as_ref().map_or(0, |i| i.addr());
             launch_spatial(s, &format!("{}_{d}", self.kernel()), [od.addr(), pi, xd.addr()], &g)
