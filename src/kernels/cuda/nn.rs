@@ -1261,3 +1261,516 @@ mod tests {
         assert_eq!(advance(1000, -3, DType::F32), 988);
     }
 }
+
+/// The generated CUDA C of this family compiled as C++ on the host (`g++`, one thread per
+/// block: every grid-stride loop runs whole in one call; `nll_sum`'s 32 threads one after
+/// another, thread 0 last) and run on the geometry the kernels above compute, against the
+/// CPU kernels: the pools, `nll_loss` and integer `bmm` bit for bit, attention bit for bit
+/// (the host's `exp` on both sides), `conv2d` (with a host product in place of cuBLAS)
+/// within rounding. It checks the kernels' index arithmetic and formulas, not the launches.
+/// Needs `g++`: `cargo test --lib kernels::cuda::nn::emulated -- --ignored`.
+#[cfg(test)]
+mod emulated {
+    use super::*;
+    use crate::ep::DeviceId;
+    use crate::kernels::testing::{run_with, storage, Owned};
+    use std::ffi::c_void;
+
+    const SHIM: &str = r#"
+#include <math.h>
+#include <string.h>
+struct U3 { unsigned x, y, z; };
+static U3 blockIdx = {0,0,0}, threadIdx = {0,0,0}, blockDim = {1,1,1}, gridDim = {1,1,1};
+extern "C" void emu_set_thread(unsigned t, unsigned n) { threadIdx.x = t; blockDim.x = n; }
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+static inline void __syncthreads() {}
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline double __longlong_as_double(long long u) { double f; memcpy(&f, &u, 8); return f; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+"#;
+
+    /// The module of dtype `d` compiled by `g++` into a shared library (once per text).
+    fn lib(d: DType) -> libloading::Library {
+        use std::hash::{Hash, Hasher};
+        // The tests compile one at a time: two writing one source file would race.
+        static COMPILING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = COMPILING.lock().unwrap_or_else(|p| p.into_inner());
+        let src = super::super::source::source();
+        let m = src.modules.iter().find(|m| m.name == d.name()).expect("a module per dtype");
+        let text = format!("{SHIM}{}", m.text);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        let dir = std::env::temp_dir();
+        let (c, so) = (
+            dir.join(format!("eagervm_emulated_{d}_{:x}.cpp", h.finish())),
+            dir.join(format!("eagervm_emulated_{d}_{:x}.so", h.finish())),
+        );
+        if !so.exists() {
+            std::fs::write(&c, text).expect("writing the C++ source");
+            let tmp = so.with_extension(format!("{}.tmp", std::process::id()));
+            let st = std::process::Command::new("g++")
+                .args(["-O1", "-w", "-shared", "-fPIC", "-ffp-contract=off", "-x", "c++"])
+                .arg(&c)
+                .arg("-o")
+                .arg(&tmp)
+                .status()
+                .expect("running g++");
+            assert!(st.success(), "g++ failed on {}", c.display());
+            std::fs::rename(&tmp, &so).expect("placing the library");
+        }
+        // SAFETY: a library of this test's own making, with no initialisers beyond C++
+        // statics of plain data.
+        unsafe { libloading::Library::new(&so).expect("loading the library") }
+    }
+
+    fn vals_f32(n: usize, seed: u32) -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2654435761) | 1;
+        (0..n)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                match x % 23 {
+                    0 if seed % 2 == 0 => f32::NAN,
+                    1 if seed % 2 == 0 => f32::INFINITY,
+                    2 if seed % 2 == 0 => f32::NEG_INFINITY,
+                    3 => -0.0,
+                    _ => ((x >> 8) % 129) as f32 / 8.0 - 8.0 + i as f32 * 0.0,
+                }
+            })
+            .collect()
+    }
+
+    /// A tensor of `shape` and dtype `d` from f32 values, laid out transposed (reversed dims) when `t`.
+    fn make(d: DType, shape: &[usize], v: &[f32], t: bool) -> Owned {
+        let mut meta = TensorMeta::new(shape, d, DeviceId::CPU);
+        let n = meta.numel();
+        let bytes: Vec<u8> = match d {
+            DType::F32 => v[..n].iter().flat_map(|x| x.to_ne_bytes()).collect(),
+            DType::F64 => v[..n].iter().flat_map(|x| f64::from(*x).to_ne_bytes()).collect(),
+            DType::F16 => v[..n].iter().flat_map(|x| half::f16::from_f32(*x).to_ne_bytes()).collect(),
+            DType::I32 => v[..n]
+                .iter()
+                .flat_map(|x| (if x.is_finite() { (*x * 8.0) as i32 } else { i32::MIN }).to_ne_bytes())
+                .collect(),
+            DType::I64 => v[..n]
+                .iter()
+                .flat_map(|x| (if x.is_finite() { (*x * 8.0) as i64 } else { 3 }).to_ne_bytes())
+                .collect(),
+            _ => unreachable!(),
+        };
+        if t {
+            let rev: Vec<usize> = shape.iter().rev().copied().collect();
+            let cs = crate::vm::contiguous_strides(&rev);
+            let r = shape.len();
+            meta.strides = (0..r).map(|k| cs[r - 1 - k]).collect();
+        }
+        (meta, storage(&bytes))
+    }
+
+    fn same(a: &[u8], b: &[u8], d: DType, what: &str) {
+        let n = d.size();
+        assert_eq!(a.len(), b.len(), "{what}");
+        for i in 0..a.len() / n {
+            let (x, y) = (&a[i * n..(i + 1) * n], &b[i * n..(i + 1) * n]);
+            let nan = |z: &[u8]| match d {
+                DType::F32 => f32::from_ne_bytes(z.try_into().unwrap()).is_nan(),
+                DType::F64 => f64::from_ne_bytes(z.try_into().unwrap()).is_nan(),
+                DType::F16 => half::f16::from_ne_bytes(z.try_into().unwrap()).is_nan(),
+                _ => false,
+            };
+            assert!(x == y || (nan(x) && nan(y)), "{what}: element {i}: {x:?} vs {y:?}");
+        }
+    }
+
+    type PoolFn = unsafe extern "C" fn(*mut c_void, *mut i64, *const c_void, Geom);
+
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_pools_equal_the_cpu() {
+        let mut n = 0;
+        for d in [DType::F32, DType::F16, DType::I32, DType::F64] {
+            let l = lib(d);
+            for (pool, cpu, xs, p) in [
+                (
+                    Pool::MaxWithIndices,
+                    &crate::kernels::MAX_POOL2D_WITH_INDICES as &dyn OpKernel,
+                    [2usize, 3, 11, 9],
+                    vec![3i64, 3, 2, 2, 1, 1, 1, 1, 0],
+                ),
+                (
+                    Pool::MaxWithIndices,
+                    &crate::kernels::MAX_POOL2D_WITH_INDICES,
+                    [2, 3, 11, 9],
+                    vec![3, 2, 2, 1, 1, 0, 2, 1, 1],
+                ),
+                (Pool::Max, &crate::kernels::MAX_POOL2D, [1, 2, 10, 10], vec![2, 2, 2, 2, 0, 0, 1, 1, 0]),
+                (Pool::Avg, &crate::kernels::AvgPool2dKernel, [2, 3, 11, 9], vec![3, 3, 2, 2, 1, 1, 0, 1, 0]),
+                (Pool::Avg, &crate::kernels::AvgPool2dKernel, [2, 3, 11, 9], vec![3, 2, 2, 1, 1, 1, 1, 0, 0]),
+                (Pool::Avg, &crate::kernels::AvgPool2dKernel, [2, 3, 11, 9], vec![2, 2, 2, 2, 0, 0, 1, 0, 3]),
+                (Pool::Adaptive, &crate::kernels::AdaptiveAvgPool2dKernel, [2, 3, 11, 9], vec![4, 5]),
+                (Pool::Adaptive, &crate::kernels::AdaptiveAvgPool2dKernel, [1, 2, 40, 30], vec![13, 7]),
+            ] {
+                if d == DType::I32 && !matches!(pool, Pool::Max | Pool::MaxWithIndices) {
+                    continue;
+                }
+                for (seed, t) in [(2u32, false), (4, true), (5, true)] {
+                    let v = vals_f32(xs.iter().product(), seed);
+                    let x = make(d, &xs, &v, t);
+                    let attrs = Attrs::default().with_params(&p, &[]).unwrap();
+                    let outs =
+                        run_with(cpu, attrs, vec![(x.0.clone(), storage(x.1.as_bytes()))], &[]).unwrap();
+                    let om = &outs[0].0;
+                    let im = outs.get(1).map(|o| &o.0);
+                    let g = pool_geom(pool, &p, &x.0, om, im).unwrap();
+                    let mut out = vec![0u8; om.bytes()];
+                    let mut idx = vec![0i64; om.numel()];
+                    let sym = format!("{}_{d}", CudaPool(pool).kernel());
+                    let f: libloading::Symbol<PoolFn> = unsafe { l.get(sym.as_bytes()).unwrap() };
+                    let xp = unsafe { x.1.as_ptr().add(x.0.offset * d.size()) };
+                    unsafe { f(out.as_mut_ptr().cast(), idx.as_mut_ptr(), xp.cast(), g) };
+                    same(&out, outs[0].1.as_bytes(), d, &format!("{sym} {p:?} seed {seed} t {t}"));
+                    if let Some(o) = outs.get(1) {
+                        let want: Vec<i64> = crate::kernels::testing::values(o);
+                        assert_eq!(idx, want, "{sym} indices {p:?} {seed}");
+                    }
+                    n += 1;
+                }
+            }
+        }
+        println!("{n} pool calls emulated");
+    }
+
+    type AttnFn = unsafe extern "C" fn(
+        *mut c_void,
+        *const c_void,
+        *const c_void,
+        *const c_void,
+        *const c_void,
+        *mut c_void,
+        Attn,
+    );
+
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_attention_equals_the_cpu() {
+        let mut n = 0;
+        for d in [DType::F32, DType::F16, DType::F64] {
+            let l = lib(d);
+            let f: libloading::Symbol<AttnFn> =
+                unsafe { l.get(format!("attention_{d}").as_bytes()).unwrap() };
+            type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], Option<(&'a [usize], bool)>, i64);
+            let cases: [Case; 4] = [
+                (&[2, 3, 5, 4], &[3, 7, 4], &[3, 7, 6], None, 0),
+                (&[2, 5, 4], &[2, 5, 4], &[2, 5, 3], None, 1),
+                (&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Some((&[5, 7], true)), 0),
+                (&[2, 3, 5, 4], &[2, 3, 7, 4], &[2, 3, 7, 6], Some((&[2, 1, 5, 7], false)), 0),
+            ];
+            for (qs, ks, vs, mask, causal) in cases {
+                for t in [false, true] {
+                    let q = make(d, qs, &vals_f32(200, 3), t);
+                    let k = make(d, ks, &vals_f32(200, 5), !t);
+                    let v = make(d, vs, &vals_f32(300, 7), t);
+                    let mut ins = vec![q, k, v];
+                    if let Some((ms, boolean)) = mask {
+                        let vals = vals_f32(300, 9);
+                        if boolean {
+                            let bytes: Vec<u8> = vals[..ms.iter().product::<usize>()]
+                                .iter()
+                                .map(|x| u8::from(*x > -6.0))
+                                .collect();
+                            ins.push((TensorMeta::new(ms, DType::Bool, DeviceId::CPU), storage(&bytes)));
+                        } else {
+                            ins.push(make(d, ms, &vals, false));
+                        }
+                    }
+                    let attrs =
+                        Attrs::default().with_params(&[causal], &[crate::vm::Scalar::Float(0.5)]).unwrap();
+                    let copy: Vec<Owned> =
+                        ins.iter().map(|(m, s)| (m.clone(), storage(s.as_bytes()))).collect();
+                    let outs = run_with(&crate::kernels::AttentionKernel, attrs, copy, &[]).unwrap();
+                    let om = &outs[0].0;
+                    let mut a = attention_geometry(
+                        om,
+                        &ins[0].0,
+                        &ins[1].0,
+                        &ins[2].0,
+                        ins.get(3).map(|m| &m.0),
+                        causal == 1,
+                        0.5,
+                    )
+                    .unwrap();
+                    let rows = om.numel() / om.shape[om.shape.len() - 1];
+                    let s_len = a.v[2] as usize;
+                    let mut out = vec![0u8; om.bytes()];
+                    let mut scores = vec![0f64; rows * s_len];
+                    // two launches: rows split
+                    let half = rows / 2;
+                    for (first, count) in [(0, half), (half, rows - half)] {
+                        a.v[0] = count as i64;
+                        a.v[57] = first as i64;
+                        let p = |i: usize| unsafe {
+                            ins[i].1.as_ptr().add(ins[i].0.offset * ins[i].0.dtype.size())
+                        } as *const c_void;
+                        let mp = if ins.len() > 3 { p(3) } else { std::ptr::null() };
+                        unsafe {
+                            f(out.as_mut_ptr().cast(), p(0), p(1), p(2), mp, scores.as_mut_ptr().cast(), a)
+                        };
+                    }
+                    // exp is the same libm on both sides here: bits agree.
+                    same(&out, outs[0].1.as_bytes(), d, &format!("attention {d} {qs:?} {mask:?} {t}"));
+                    n += 1;
+                }
+            }
+        }
+        println!("{n} attention calls emulated");
+    }
+
+    type Spatial = unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, Geom);
+
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_conv_equals_the_cpu() {
+        let mut n = 0;
+        for d in [DType::F32, DType::F64, DType::F16] {
+            let l = lib(d);
+            let im2col: libloading::Symbol<Spatial> =
+                unsafe { l.get(format!("im2col_{d}").as_bytes()).unwrap() };
+            let conv_out: libloading::Symbol<Spatial> =
+                unsafe { l.get(format!("conv_out_{d}").as_bytes()).unwrap() };
+            let ct = compute_dtype(d);
+            for (xs, ws, p, has_bias) in [
+                ([2usize, 3, 9, 8], [4usize, 3, 3, 3], [1i64, 1, 1, 1, 1, 1, 1, 1, 1], true),
+                ([2, 4, 10, 9], [6, 2, 3, 2], [2, 1, 0, 1, 2, 0, 2, 1, 2], false),
+                ([1, 6, 5, 5], [6, 1, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 6], true),
+                ([3, 2, 7, 6], [5, 2, 1, 1], [1, 1, 0, 0, 0, 0, 1, 1, 1], true),
+            ] {
+                for t in [false, true] {
+                    let x = make(d, &xs, &vals_f32(2000, 3), t);
+                    let w = make(d, &ws, &vals_f32(2000, 5), false);
+                    let b = make(d, &[ws[0]], &vals_f32(20, 7), false);
+                    let mut ins = vec![x, w];
+                    if has_bias {
+                        ins.push(b);
+                    }
+                    let attrs = Attrs::default().with_params(&p, &[]).unwrap();
+                    let copy: Vec<Owned> =
+                        ins.iter().map(|(m, s)| (m.clone(), storage(s.as_bytes()))).collect();
+                    let outs = run_with(&crate::kernels::Conv2dKernel, attrs, copy, &[]).unwrap();
+                    let om = &outs[0].0;
+                    let mut g = conv_geom(&p, &ins[0].0, &ins[1].0, ins.get(2).map(|b| &b.0), om);
+                    let (nb, c) = (xs[0], xs[1]);
+                    let (o, kh, kw) = (ws[0], ws[2], ws[3]);
+                    let (oh, ow) = (om.shape[2], om.shape[3]);
+                    let groups = p[8] as usize;
+                    let (og, kc, pos) = (o / groups, (c / groups) * kh * kw, oh * ow);
+                    let col_image = c * kh * kw * pos;
+                    let mut col = vec![0u8; nb * col_image * d.size()];
+                    g.set(0, &[nb as i64, c as i64, oh as i64, ow as i64]);
+                    g.v[COUNT] = (nb * col_image) as i64;
+                    let ptr = |i: usize| unsafe { ins[i].1.as_ptr().add(ins[i].0.offset * d.size()) }
+                        as *const c_void;
+                    unsafe { im2col(col.as_mut_ptr().cast(), ptr(0), std::ptr::null(), g) };
+                    // The products as the column-major call computes them, in f64.
+                    let ld = |buf: &[u8], i: usize| -> f64 {
+                        match d {
+                            DType::F32 => {
+                                f64::from(f32::from_ne_bytes(buf[i * 4..i * 4 + 4].try_into().unwrap()))
+                            }
+                            DType::F64 => f64::from_ne_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap()),
+                            _ => half::f16::from_ne_bytes(buf[i * 2..i * 2 + 2].try_into().unwrap()).to_f64(),
+                        }
+                    };
+                    let wb = ins[1].1.as_bytes();
+                    let mut prod = vec![0u8; nb * o * pos * ct.size()];
+                    for img in 0..nb {
+                        for grp in 0..groups {
+                            let a0 = img * col_image + grp * kc * pos;
+                            let b0 = grp * og * kc;
+                            let c0 = img * o * pos + grp * og * pos;
+                            for jj in 0..og {
+                                for ii in 0..pos {
+                                    let mut acc = 0.0f64;
+                                    for q in 0..kc {
+                                        acc += ld(&col, a0 + ii + q * pos) * ld(wb, b0 + q + jj * kc);
+                                    }
+                                    let at = c0 + ii + jj * pos;
+                                    if ct == DType::F64 {
+                                        prod[at * 8..at * 8 + 8].copy_from_slice(&acc.to_ne_bytes());
+                                    } else {
+                                        prod[at * 4..at * 4 + 4].copy_from_slice(&(acc as f32).to_ne_bytes());
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    g.set(0, &[nb as i64, o as i64, oh as i64, ow as i64]);
+                    g.v[COUNT] = (nb * o * pos) as i64;
+                    let mut out = vec![0u8; om.bytes()];
+                    let bp = if has_bias { ptr(2) } else { std::ptr::null() };
+                    unsafe { conv_out(out.as_mut_ptr().cast(), prod.as_ptr().cast(), bp, g) };
+                    let want = outs[0].1.as_bytes();
+                    for i in 0..om.numel() {
+                        let (a, b) = (ld(&out, i), ld(want, i));
+                        let tol = 1e-5 * (1.0 + b.abs()) + if d == DType::F16 { 2e-3 * b.abs() } else { 0.0 };
+                        assert!((a - b).abs() <= tol, "conv {d} {xs:?} {p:?} t {t} element {i}: {a} vs {b}");
+                    }
+                    n += 1;
+                }
+            }
+        }
+        println!("{n} conv calls emulated");
+    }
+
+    type NllFn = unsafe extern "C" fn(
+        *mut c_void,
+        *mut c_void,
+        *const c_void,
+        *const i64,
+        *const c_void,
+        Layout,
+        i64,
+        i64,
+        i64,
+        i64,
+        i32,
+        i32,
+    );
+    type NllSumFn = unsafe extern "C" fn(*mut c_void, *const c_void, u64, i32);
+    type SetThread = unsafe extern "C" fn(u32, u32);
+
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_nll_equals_the_cpu() {
+        let mut n = 0;
+        for d in [DType::F32, DType::F64, DType::F16] {
+            let l = lib(d);
+            let loss: libloading::Symbol<NllFn> =
+                unsafe { l.get(format!("nll_loss_{d}").as_bytes()).unwrap() };
+            let sum: libloading::Symbol<NllSumFn> =
+                unsafe { l.get(format!("nll_sum_{d}").as_bytes()).unwrap() };
+            let set: libloading::Symbol<SetThread> = unsafe { l.get(b"emu_set_thread").unwrap() };
+            let ct = compute_dtype(d);
+            for xs in [vec![6usize, 5], vec![3, 4, 5, 2], vec![5000, 3], vec![100, 3, 50]] {
+                let classes = xs[1];
+                let ts: Vec<usize> =
+                    xs.iter().enumerate().filter(|&(i, _)| i != 1).map(|(_, &s)| s).collect();
+                let nt: usize = ts.iter().product();
+                let tv: Vec<i64> =
+                    (0..nt).map(|i| if i % 5 == 3 { 1 } else { ((i * 7 + 3) % classes) as i64 }).collect();
+                for reduction in 0..3i64 {
+                    for (ignore, weighted) in [(-100i64, false), (1, true)] {
+                        for t in [false, true] {
+                            let x = make(d, &xs, &vals_f32(xs.iter().product(), 3), t);
+                            let tt = (
+                                TensorMeta::new(&ts, DType::I64, DeviceId::CPU),
+                                storage(&tv.iter().flat_map(|v| v.to_ne_bytes()).collect::<Vec<u8>>()),
+                            );
+                            let w = make(d, &[classes], &vals_f32(10, 5), false);
+                            let mut ins = vec![x, tt];
+                            if weighted {
+                                ins.push(w);
+                            }
+                            let attrs = Attrs::default()
+                                .with_params(&[reduction, ignore, i64::from(weighted)], &[])
+                                .unwrap();
+                            let copy: Vec<Owned> =
+                                ins.iter().map(|(m, s)| (m.clone(), storage(s.as_bytes()))).collect();
+                            let outs = run_with(&crate::kernels::NllLossKernel, attrs, copy, &[]).unwrap();
+                            let om = &outs[0].0;
+                            let none = reduction == 0;
+                            let layout = nll_layout(&ins[0].0, &ins[1].0, none.then_some(om)).unwrap();
+                            let mut out = vec![0u8; om.bytes()];
+                            let mut parts = vec![0u8; 2 * nt * ct.size()];
+                            let ptr = |i: usize| unsafe {
+                                ins[i].1.as_ptr().add(ins[i].0.offset * ins[i].0.dtype.size())
+                            } as *const c_void;
+                            let wp = if weighted { ptr(2) } else { std::ptr::null() };
+                            unsafe {
+                                set(0, 1);
+                                loss(
+                                    out.as_mut_ptr().cast(),
+                                    parts.as_mut_ptr().cast(),
+                                    ptr(0),
+                                    ptr(1).cast(),
+                                    wp,
+                                    layout,
+                                    classes as i64,
+                                    ins[0].0.strides[1] as i64,
+                                    1,
+                                    ignore,
+                                    i32::from(weighted),
+                                    i32::from(none),
+                                );
+                            }
+                            if !none {
+                                for th in (0..32).rev() {
+                                    unsafe {
+                                        set(th, 32);
+                                        sum(
+                                            out.as_mut_ptr().cast(),
+                                            parts.as_ptr().cast(),
+                                            nt as u64,
+                                            i32::from(reduction == 1),
+                                        );
+                                    }
+                                }
+                                unsafe { set(0, 1) };
+                            }
+                            same(
+                                &out,
+                                outs[0].1.as_bytes(),
+                                d,
+                                &format!("nll {d} {xs:?} r {reduction} ig {ignore} w {weighted} t {t}"),
+                            );
+                            n += 1;
+                        }
+                    }
+                }
+            }
+        }
+        println!("{n} nll calls emulated");
+    }
+
+    type BmmFn = unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, Layout, u64, i64, i64);
+
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_int_bmm_equals_the_cpu() {
+        let l = lib(DType::I32);
+        let f: libloading::Symbol<BmmFn> = unsafe { l.get(b"bmm_i32").unwrap() };
+        let mut n = 0;
+        for (sa, sb) in [
+            (vec![3usize, 13, 21], vec![3usize, 21, 9]),
+            (vec![2, 1, 5, 7], vec![3, 7, 4]),
+            (vec![4, 6], vec![2, 6, 5]),
+        ] {
+            for (ta, tb) in [(false, false), (true, false), (false, true)] {
+                let a = make(DType::I32, &sa, &vals_f32(2000, 3), ta);
+                let b = make(DType::I32, &sb, &vals_f32(2000, 5), tb);
+                let ins = [a, b];
+                let copy: Vec<Owned> = ins.iter().map(|(m, s)| (m.clone(), storage(s.as_bytes()))).collect();
+                let outs = run_with(&crate::kernels::BmmKernel, Attrs::default(), copy, &[]).unwrap();
+                let om = &outs[0].0;
+                let [so, xa, xb] = int_layout(om, &ins[0].0, &ins[1].0);
+                let layout = Layout::plan(&om.shape, &[&so, &xa, &xb]).unwrap();
+                let (ra, rb) = (sa.len(), sb.len());
+                let k = sa[ra - 1] as u64;
+                let (ak, bk) = (ins[0].0.strides[ra - 1] as i64, ins[1].0.strides[rb - 2] as i64);
+                let mut out = vec![0u8; om.bytes()];
+                let ptr = |i: usize| unsafe { ins[i].1.as_ptr().add(ins[i].0.offset * 4) } as *const c_void;
+                unsafe { f(out.as_mut_ptr().cast(), ptr(0), ptr(1), layout, k, ak, bk) };
+                same(&out, outs[0].1.as_bytes(), DType::I32, &format!("bmm {sa:?} {sb:?} {ta} {tb}"));
+                n += 1;
+            }
+        }
+        println!("{n} bmm calls emulated");
+    }
+}
