@@ -1255,6 +1255,23 @@ mod tests {
         assert_eq!(layout.offsets(4)[2], 0);
     }
 
+    /// `conv2d`'s slots: strides, plane and window, stride, top and left padding (bottom
+    /// and right only shape the output), dilation, the bias's stride and flag.
+    #[test]
+    fn conv_geometry_takes_top_and_left_padding() {
+        let f = |shape: &[usize]| TensorMeta::new(shape, DType::F32, DeviceId::cuda(0));
+        let (x, w, b) = (f(&[2, 4, 10, 9]), f(&[6, 2, 3, 2]), meta(&[6], &[-1]));
+        let out = f(&[2, 6, 4, 10]);
+        let g = conv_geom(&[2, 1, 0, 1, 2, 0, 2, 1, 2], &x, &w, Some(&b), &out);
+        assert_eq!(&g.v[XS..XS + 4], &[360, 90, 9, 1]);
+        assert_eq!(&g.v[OS..OS + 4], &[240, 40, 10, 1]);
+        assert_eq!(&g.v[H..H + 4], &[10, 9, 3, 2]);
+        assert_eq!(&g.v[STRIDE..DIL + 2], &[2, 1, 0, 2, 2, 1]);
+        assert_eq!((g.v[IS], g.v[FLAG]), (-1, 1));
+        let g = conv_geom(&[1; 9], &x, &w, None, &out);
+        assert_eq!((g.v[IS], g.v[FLAG]), (0, 0));
+    }
+
     #[test]
     fn geom_is_the_c_struct() {
         assert_eq!(std::mem::size_of::<Geom>(), 256);
