@@ -13,6 +13,7 @@
 //! (`softmax`, `layer_norm`, the scans) against the CPU kernels.
 
 mod kernels;
+mod nn;
 mod reduce;
 mod reference;
 

@@ -125,7 +125,7 @@ impl OpKernel for CudaGemm {
 /// reduced-precision reductions disallowed, so that a 16-bit product with `f32` compute
 /// never sums partial results in 16 bits (cuBLAS may otherwise split `k` and add the
 /// parts in the output type).
-fn handle(s: &CudaEpStream) -> Result<cudarc::cublas::CudaBlas, String> {
+pub(super) fn handle(s: &CudaEpStream) -> Result<cudarc::cublas::CudaBlas, String> {
     use cudarc::cublas::sys::{cublasMath_t, cublasSetMathMode};
     let blas = cudarc::cublas::CudaBlas::new(s.cuda_stream().clone()).map_err(|e| format!("cuBLAS: {e}"))?;
     let mode = cublasMath_t::CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;

@@ -15,6 +15,7 @@
 //! | [`normalize`] | `softmax`, `log_softmax`, `layer_norm`, `cumsum`, `cumprod` |
 //! | [`gemm`], [`matmul`] | `matmul`, `matmul_tn`, `matmul_nt`: cuBLAS from the strides, integer products by kernel |
 //! | [`infer`] | the shape and dtype rules |
+//! | [`nn`], [`nn_source`] | `bmm`, `conv2d`, the pools, `nll_loss`, `scaled_dot_product_attention` and their kernels' CUDA C |
 //! | [`host`] | gathers and scatters of host tensors for the copies |
 //!
 //! Every kernel enqueues its work on the CUDA stream whose launch is running on the calling
@@ -46,6 +47,8 @@ pub mod infer;
 pub mod launch;
 pub mod layout;
 pub mod matmul;
+pub mod nn;
+pub mod nn_source;
 pub mod normalize;
 pub mod ops;
 pub mod reduce;
@@ -139,7 +142,15 @@ pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
     let reductions = REDUCTIONS.iter().map(|k| k as &'static dyn OpKernel);
     let along =
         ALONG.iter().map(|k| k as &'static dyn OpKernel).chain([&CudaLayerNorm as &'static dyn OpKernel]);
-    let others: [&'static dyn OpKernel; 9] = [
+    let others: [&'static dyn OpKernel; 17] = [
+        &nn::CudaBmm,
+        &nn::CudaNllLoss,
+        &nn::CudaAttention,
+        &nn::CudaConv2d,
+        &nn::CUDA_MAX_POOL2D,
+        &nn::CUDA_MAX_POOL2D_WITH_INDICES,
+        &nn::CUDA_AVG_POOL2D,
+        &nn::CUDA_ADAPTIVE_AVG_POOL2D,
         &CudaSum,
         &CudaSumRows,
         &CUDA_MATMUL,
@@ -159,19 +170,10 @@ mod tests {
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
-    /// table: "—" under `cuda`): `nll_loss`, the batched product, convolution, pooling and attention, the pointwise
-    /// ops of two and three inputs but `maximum` and `minimum`, creation, the indexing and
-    /// joining ops. Every other op, the diagnostic `noop`, `fail` and `panic` included,
-    /// runs on CUDA too.
+    /// table: "—" under `cuda`): the pointwise ops of two and three inputs but `maximum`
+    /// and `minimum`, creation, the indexing and joining ops. Every other op, the diagnostic
+    /// `noop`, `fail` and `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
-        "nll_loss",
-        "bmm",
-        "conv2d",
-        "max_pool2d",
-        "max_pool2d_with_indices",
-        "avg_pool2d",
-        "adaptive_avg_pool2d",
-        "scaled_dot_product_attention",
         // Pointwise math (the functions of one input and `maximum`, `minimum` have kernels).
         "pow",
         "pow_scalar",

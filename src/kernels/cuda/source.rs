@@ -527,6 +527,9 @@ fn generate() -> Source {
     for d in INT_MATMUL {
         put(d.name(), format!("matmul_{d}"), int_matmul_kernel(d));
     }
+    for (module, sym, text) in super::nn_source::kernels() {
+        put(module, sym, text);
+    }
     let order = std::iter::once(BITS).chain(DType::ALL.iter().map(|d| d.name()));
     let mut modules = Vec::new();
     let mut index = HashMap::new();

@@ -508,7 +508,7 @@ fn copies_of_every_layout_between_host_and_device() {
 }
 
 /// `|got − want| ≤ tol` for floats (NaN where both are NaN), equal for integers.
-fn close(got: Scalar, want: f64, tol: f64) -> bool {
+pub(super) fn close(got: Scalar, want: f64, tol: f64) -> bool {
     match got {
         Scalar::Float(g) => (g.is_nan() && want.is_nan()) || g == want || (g - want).abs() <= tol,
         _ => got.as_f64() == want,
@@ -516,7 +516,7 @@ fn close(got: Scalar, want: f64, tol: f64) -> bool {
 }
 
 /// Relative rounding of one store to `d` (half an ulp), 0 for the exact types.
-fn store_rounding(d: DType) -> f64 {
+pub(super) fn store_rounding(d: DType) -> f64 {
     match d {
         DType::F16 => 2f64.powi(-11),
         DType::BF16 => 2f64.powi(-8),
@@ -526,7 +526,7 @@ fn store_rounding(d: DType) -> f64 {
 }
 
 /// Accumulation tolerance per unit of the sum of magnitudes.
-fn accumulation(d: DType) -> f64 {
+pub(super) fn accumulation(d: DType) -> f64 {
     if d == DType::F64 {
         1e-13
     } else {
