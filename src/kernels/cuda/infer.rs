@@ -63,6 +63,18 @@ pub fn elementwise(
     attrs: &Attrs,
     out: &mut OutSpecs,
 ) -> Result<(), String> {
+    if matches!(
+        kind,
+        Kind::Math2(_)
+            | Kind::Logical(_)
+            | Kind::PowScalar
+            | Kind::Where
+            | Kind::Ternary(_)
+            | Kind::LerpScalar
+            | Kind::ClampScalar
+    ) {
+        return cpu_infer(name, inputs, given, attrs, out);
+    }
     expect_inputs(inputs, kind.arity())?;
     let refuse = |m: &TensorMeta| format!("`{name}` {}; input 0 is {}", kind.dtype_rule(), m.describe());
     match kind {
@@ -111,6 +123,13 @@ pub fn elementwise(
             out.push(spec(&inputs[0].shape, inputs[0].dtype));
         }
         Kind::CompareScalar(_) | Kind::Predicate(_) => out.push(spec(&inputs[0].shape, DType::Bool)),
+        Kind::Math2(_)
+        | Kind::Logical(_)
+        | Kind::PowScalar
+        | Kind::Where
+        | Kind::Ternary(_)
+        | Kind::LerpScalar
+        | Kind::ClampScalar => return cpu_infer(name, inputs, given, attrs, out),
         Kind::MaskedFill => {
             let (x, mask) = (inputs[0], inputs[1]);
             if mask.dtype != DType::Bool {
@@ -124,6 +143,22 @@ pub fn elementwise(
         }
     }
     Ok(())
+}
+
+/// The rule of the CPU kernel of op `name` (the ops whose CUDA kernels take exactly the
+/// calls the CPU's take: the pointwise ops of `kernels::binary_math` and `kernels::ternary`).
+pub fn cpu_infer(
+    name: &str,
+    inputs: &[&TensorMeta],
+    given: &[&TensorMeta],
+    attrs: &Attrs,
+    out: &mut OutSpecs,
+) -> Result<(), String> {
+    let cpu = crate::kernels::BUILTINS
+        .iter()
+        .find(|k| k.name() == name)
+        .ok_or_else(|| format!("`{name}` has no CPU kernel whose shape rule to follow"))?;
+    cpu.infer(inputs, given, attrs, out)
 }
 
 /// `sum`: one input, a 0-d output.
