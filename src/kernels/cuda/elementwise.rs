@@ -49,7 +49,7 @@ fn as_dtype(d: DType, v: Scalar) -> Scalar {
 }
 
 /// The scalar's bits for the arithmetic kernels of dtype `d` (see the module docs).
-fn arith_bits(d: DType, v: Scalar) -> u64 {
+pub(super) fn arith_bits(d: DType, v: Scalar) -> u64 {
     match d {
         // As the CPU's scalar (`kernels::dtype`): an `Int` rounded to `f32` once, not
         // through `f64`.

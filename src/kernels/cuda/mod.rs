@@ -14,6 +14,7 @@
 //! | [`gemm`], [`matmul`] | `matmul`, `matmul_tn`, `matmul_nt`: cuBLAS from the strides, integer products by kernel |
 //! | [`infer`] | the shape and dtype rules |
 //! | [`host`] | gathers and scatters of host tensors for the copies |
+//! | [`index`] | `tril`, `triu`, `one_hot`, `cat`, `index_select`, `gather`, `scatter`, `index_add` |
 //!
 //! Every kernel enqueues its work on the CUDA stream whose launch is running on the calling
 //! thread ([`crate::ep::cuda::with_current`]) and returns; the VM records an event behind it.
@@ -40,6 +41,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod gemm;
 pub mod host;
+pub mod index;
 pub mod infer;
 pub mod launch;
 pub mod layout;
@@ -49,6 +51,9 @@ pub mod reduce;
 pub mod source;
 
 pub use copy::CudaCopy;
+pub use index::{
+    CudaCat, CudaGather, CudaIndexAdd, CudaIndexSelect, CudaOneHot, CudaScatter, CudaTril, CudaTriu,
+};
 pub use matmul::{CudaGemm, CUDA_MATMUL, CUDA_MATMUL_NT, CUDA_MATMUL_TN};
 pub use ops::ELEMENTWISE;
 pub use reduce::{CudaSum, CudaSumRows};
@@ -130,7 +135,15 @@ fn on_stream<R>(op: &'static str, f: impl FnOnce(&CudaEpStream) -> Result<R, Str
 /// (`framework::op`) registers them for `cuda` devices.
 pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
     let ew = ELEMENTWISE.iter().map(|e| e as &'static dyn OpKernel);
-    let others: [&'static dyn OpKernel; 9] = [
+    let others: [&'static dyn OpKernel; 17] = [
+        &CudaTril,
+        &CudaTriu,
+        &CudaOneHot,
+        &CudaCat,
+        &CudaIndexSelect,
+        &CudaGather,
+        &CudaScatter,
+        &CudaIndexAdd,
         &CudaSum,
         &CudaSumRows,
         &CUDA_MATMUL,
@@ -184,14 +197,6 @@ mod tests {
         "adaptive_avg_pool2d",
         "scaled_dot_product_attention",
         // Pointwise math (the functions of one input and `maximum`, `minimum` have kernels).
-        "tril",
-        "triu",
-        "one_hot",
-        "cat",
-        "index_select",
-        "gather",
-        "scatter",
-        "index_add",
         "index",
         "index_put",
         "nonzero",

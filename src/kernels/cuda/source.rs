@@ -326,7 +326,7 @@ pub fn storage(d: DType) -> &'static str {
 }
 
 /// The C type a dtype's values are computed in.
-fn compute(d: DType) -> &'static str {
+pub(super) fn compute(d: DType) -> &'static str {
     match d {
         DType::Bool | DType::U8 | DType::I32 => "int",
         DType::I64 => "i64",
@@ -336,7 +336,7 @@ fn compute(d: DType) -> &'static str {
 }
 
 /// The stored element `e` as a value of the compute type.
-fn load(d: DType, e: &str) -> String {
+pub(super) fn load(d: DType, e: &str) -> String {
     match d {
         DType::Bool => format!("(int)({e} != 0)"),
         DType::U8 => format!("(int){e}"),
@@ -347,7 +347,7 @@ fn load(d: DType, e: &str) -> String {
 }
 
 /// The compute-type value `v` as a stored element.
-fn store(d: DType, v: &str) -> String {
+pub(super) fn store(d: DType, v: &str) -> String {
     match d {
         DType::Bool => format!("(u8)(({v}) != 0)"),
         DType::F16 => format!("f32_to_f16({v})"),
@@ -377,7 +377,7 @@ fn scalar(d: DType) -> &'static str {
 }
 
 /// `x op y` in the compute type of `d`, wrapping for the integers.
-fn arith(op: Arith, d: DType, x: &str, y: &str) -> String {
+pub(super) fn arith(op: Arith, d: DType, x: &str, y: &str) -> String {
     let c = match op {
         Arith::Add => "+",
         Arith::Sub => "-",
@@ -538,7 +538,7 @@ fn scalar_in(d: DType, var: &str) -> String {
 
 /// `p · q` in the compute type of `d`, never fused into an FMA with a following add
 /// (floats), wrapping (integers, through `u64`: the result is truncated to the dtype).
-fn product(d: DType, p: &str, q: &str) -> String {
+pub(super) fn product(d: DType, p: &str, q: &str) -> String {
     match compute(d) {
         "float" => format!("__fmul_rn({p}, {q})"),
         "double" => format!("__dmul_rn({p}, {q})"),
@@ -757,6 +757,9 @@ fn generate() -> Source {
     }
     for d in INT_MATMUL {
         put(d.name(), format!("matmul_{d}"), int_matmul_kernel(d));
+    }
+    for (module, sym, text) in super::index::sources() {
+        put(&module, sym, text);
     }
     let order = std::iter::once(BITS).chain(DType::ALL.iter().map(|d| d.name()));
     let mut modules = Vec::new();
