@@ -9,9 +9,11 @@
 //!
 //! `kernels` holds every op on every dtype and layout against `reference`, a host
 //! implementation of the ops' rules, and against the CPU kernels wherever the CPU takes
-//! the same call.
+//! the same call; `pointwise` the pointwise ops of two and three inputs and the indexing
+//! ops against the CPU kernels.
 
 mod kernels;
+mod pointwise;
 mod reference;
 
 use std::sync::Mutex;

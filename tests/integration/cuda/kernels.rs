@@ -16,7 +16,7 @@ const GPU: DeviceId = DeviceId::cuda(0);
 
 /// `n` storage values of `dtype` from `seed`: a spread of ordinary values and, with
 /// `special`, NaN, ±inf, -0.0, subnormals, values past `f16`'s range and integer extremes.
-fn values(dtype: DType, n: usize, seed: u64, special: bool) -> Vals {
+pub(super) fn values(dtype: DType, n: usize, seed: u64, special: bool) -> Vals {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         x ^= x << 13;
@@ -60,7 +60,7 @@ fn values(dtype: DType, n: usize, seed: u64, special: bool) -> Vals {
 
 /// How an operand lies in its storage.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Lay {
+pub(super) enum Lay {
     Contiguous,
     /// Contiguous from element 5.
     Offset,
@@ -74,12 +74,12 @@ enum Lay {
     Reversed,
 }
 
-const LAYS: [Lay; 6] =
+pub(super) const LAYS: [Lay; 6] =
     [Lay::Contiguous, Lay::Offset, Lay::Stepped, Lay::Transposed, Lay::Broadcast, Lay::Reversed];
 
 /// A view of `shape` and `dtype` laid out as `lay` on `device` over a storage of `values`
 /// from `seed`, with its elements in row-major order.
-fn make(
+pub(super) fn make(
     vm: &VirtualMachine,
     dtype: DType,
     shape: &[usize],
@@ -87,6 +87,22 @@ fn make(
     device: DeviceId,
     seed: u64,
     special: bool,
+) -> (Tensor, Vals) {
+    make_mapped(vm, dtype, shape, lay, device, seed, special, &|v| v)
+}
+
+/// [`make`] with every storage value passed through `map` (indices kept in range, divisors
+/// kept from zero).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn make_mapped(
+    vm: &VirtualMachine,
+    dtype: DType,
+    shape: &[usize],
+    lay: Lay,
+    device: DeviceId,
+    seed: u64,
+    special: bool,
+    map: &dyn Fn(Scalar) -> Scalar,
 ) -> (Tensor, Vals) {
     let (n, rank) = (numel(shape), shape.len());
     let (len, strides, offset): (usize, Vec<isize>, usize) = match lay {
@@ -111,7 +127,8 @@ fn make(
         }
         _ => (n, contiguous(shape), 0),
     };
-    let storage = values(dtype, len, seed, special);
+    let raw = values(dtype, len, seed, special);
+    let storage = Vals::of(dtype, (0..raw.len()).map(|i| map(raw.get(i))));
     let logical = gather(&storage, shape, &strides, offset);
     if lay == Lay::Contiguous || n == 0 {
         return (logical.tensor(vm, shape, device), logical);
@@ -121,7 +138,7 @@ fn make(
 }
 
 /// Run `op` on `inputs` with `attrs` on `device`'s compute stream, writing `into` when given.
-fn call(
+pub(super) fn call(
     vm: &VirtualMachine,
     op: &str,
     inputs: &[&Tensor],
@@ -755,7 +772,7 @@ fn refusals_name_the_operand() {
 /// CPU kernel) in `d`'s precision: NaN where NaN, the same infinity, and otherwise
 /// `|got - want| <= ulps · ulp(want)` (for `f16` and `bf16`, also one rounding step of the
 /// 16-bit type, since a different `f32` result may round to the neighbour).
-fn within_ulps(d: DType, got: f64, want: f64, ulps: f64) -> bool {
+pub(super) fn within_ulps(d: DType, got: f64, want: f64, ulps: f64) -> bool {
     if got.is_nan() || want.is_nan() {
         return got.is_nan() && want.is_nan();
     }
