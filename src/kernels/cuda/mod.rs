@@ -164,10 +164,9 @@ mod tests {
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
     /// table: "—" under `cuda`): the reductions along dims, the scans, the normalisations,
-    /// `nll_loss`, the batched product, convolution, pooling and attention, the pointwise
-    /// ops of two and three inputs but `maximum` and `minimum`, creation, the indexing and
-    /// joining ops. Every other op, the diagnostic `noop`, `fail` and `panic` included,
-    /// runs on CUDA too.
+    /// `nll_loss`, the batched product, convolution, pooling and attention, and advanced
+    /// indexing (`index`, `index_put`, `nonzero`). Every other op, the diagnostic `noop`,
+    /// `fail` and `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
         "mean",
         "prod",
@@ -196,7 +195,7 @@ mod tests {
         "avg_pool2d",
         "adaptive_avg_pool2d",
         "scaled_dot_product_attention",
-        // Pointwise math (the functions of one input and `maximum`, `minimum` have kernels).
+        // Advanced indexing.
         "index",
         "index_put",
         "nonzero",
