@@ -455,7 +455,7 @@ fn scatter(ctx: &KernelCtx<'_, '_>, op: &'static str, index_add: bool) -> Result
             let (ishape, istrides) = rank1(&b.meta);
             (ishape.clone(), istrides.clone(), ishape[d], istrides[d])
         };
-        if len == 0 || lines.iter().any(|&n| n == 0) {
+        if len == 0 || lines.contains(&0) {
             return Ok(());
         }
         lines[d] = 1;
