@@ -1,6 +1,7 @@
 //! Indexing, joining and the structured ops on CUDA: `tril`, `triu`, `one_hot`, `cat`,
-//! `index_select`, `gather`, `scatter` (with its reductions) and `index_add`, with the CPU
-//! kernels' shape rules and parameter lists (`kernels::index`, `kernels::creation`).
+//! `index_select`, `gather`, `scatter` (with its reductions), `index_add`, `index` and
+//! `index_put`, with the CPU kernels' shape rules and parameter lists (`kernels::index`,
+//! `kernels::advanced`, `kernels::creation`).
 //!
 //! Every kernel takes operands of any layout and runs one thread per element of an index
 //! space whose strides [`Layout4`] simplifies, as the elementwise kernels do:
@@ -12,6 +13,8 @@
 //! | `cat` | element of an input, copied into its part of the output (one launch per input) | `cat_<size>` |
 //! | `index_select`, `gather` | output element, reading `x` at the index | `take_<size>_<index dtype>` |
 //! | `scatter`, `index_add` | line of the index (all its positions but along `dim`) | `scatter_<mode>_<dtype>_<index dtype>` |
+//! | `index` | output element, reading `x` at the offset of its index position (`index_offsets_*` first sums each index tensor's part, one launch per tensor) | `index_<size>` |
+//! | `index_put` | position of the output outside the indexed dimensions, walking the index shape in row-major order | `index_put_<set\|add>_<dtype>` |
 //!
 //! # Order of `scatter` and `index_add`
 //!
@@ -20,7 +23,9 @@
 //! positions in increasing index: the order of the CPU kernels (row-major over the index,
 //! or the source), so repeated indices give the CPU's result bit for bit: the last write
 //! wins for `scatter`, and the additions (products) into one element are made in that
-//! order, each rounded to the dtype as it is stored. No atomics.
+//! order, each rounded to the dtype as it is stored. No atomics. `index_put` likewise: the
+//! positions of the output outside the indexed dimensions are independent, and each thread
+//! walks the whole index shape in row-major order, the CPU's.
 //!
 //! # Indices out of range
 //!
@@ -28,8 +33,9 @@
 //! are in device memory, and reading them back would stop the stream on every call, so
 //! the kernels check each index where they use it instead: `index_select` and `gather`
 //! write 0 (all bits clear) for an index outside `0..size`, `one_hot` writes a row of
-//! zeros for a class outside `0..C`, and `scatter` and `index_add` skip the position. The
-//! call succeeds; no memory outside an operand is touched.
+//! zeros for a class outside `0..C`, `index` writes 0 where an index is out of range (after
+//! counting a negative one from the end), and `scatter`, `index_add` and `index_put` skip
+//! the position. The call succeeds; no memory outside an operand is touched.
 
 use cudarc::driver::PushKernelArg;
 
@@ -104,6 +110,30 @@ pub fn sources() -> Vec<(String, String, String)> {
             out.push((bits.clone(), sym, line));
         }
     }
+    for ix in INDEX_DTYPES {
+        // `index`, `index_put`: the offset into x of each position of the index shape,
+        // summed over the index tensors, one launch each (`s`: x's stride along the indexed
+        // dimension, `t`: its size; `f` bit 0: negative indices count from the end, bit 1:
+        // the first tensor). An index out of range makes the position's offset `NONE`.
+        let sym = format!("index_offsets_{ix}");
+        let body = "const i64 v = (i64)a[o1]; const i64 w = ((f & 1) && v < 0) ? v + (i64)t : v; \
+                    const i64 prev = (f & 2) ? 0 : out[o0]; \
+                    out[o0] = (prev == NONE || w < 0 || w >= (i64)t) ? NONE : prev + w * (i64)s;";
+        out.push((bits.clone(), sym.clone(), format!("EW3({sym}, i64, {}, u8, u8, {body})\n", storage(ix))));
+    }
+    for size in [1usize, 2, 4, 8] {
+        let t = bits_type(size);
+        // `b` holds the position's offset into x.
+        let sym = format!("index_{size}");
+        let body = format!("const i64 w = b[o2]; out[o0] = w == NONE ? ({t})0 : a[o1 + w];");
+        out.push((bits.clone(), sym.clone(), format!("EW3({sym}, {t}, {t}, i64, u8, {body})\n")));
+    }
+    for d in DType::ALL {
+        for acc in [false, true] {
+            let sym = index_put_symbol(d, acc);
+            out.push((d.name().to_string(), sym.clone(), index_put_kernel(&sym, d, acc)));
+        }
+    }
     // `s`: the number of classes; `a` the class of the row.
     let body = "out[o0] = a[o1] == (i64)(i % s) ? 1 : 0;";
     out.push(("i64".into(), "one_hot_i64".into(), format!("EW3(one_hot_i64, i64, i64, u8, u8, {body})\n")));
@@ -168,6 +198,45 @@ fn scatter_kernel(sym: &str, mode: Mode, d: DType, ix: DType) -> String {
          \x20 }}\n\
          }}\n",
         ixt = storage(ix),
+    )
+}
+
+/// The kernel symbol of `index_put` on `d`, accumulating or not.
+pub fn index_put_symbol(d: DType, acc: bool) -> String {
+    format!("index_put_{}_{d}", if acc { "add" } else { "set" })
+}
+
+/// `index_put_<set|add>_<d>`: thread `i` takes one position of the output's dimensions
+/// outside the indexed ones (`L` over them, the output's strides), `pf` its prefix and `sf`
+/// its suffix in row-major order, and walks the `nb` positions of the index shape in
+/// increasing order: offset `offs[b]` (skipped when `NONE`) names the target, which takes
+/// the contiguous values' element `(pf · nb + b) · nsuffix + sf`.
+fn index_put_kernel(sym: &str, d: DType, acc: bool) -> String {
+    let (st, ct) = (storage(d), compute(d));
+    let target = "out[o0 + w]";
+    let source = "vals[(pf * nb + b) * nsuffix + sf]";
+    let apply = if acc {
+        let (p, q) = (load(d, target), load(d, source));
+        format!(
+            "const {ct} p = {p}; const {ct} q = {q}; {target} = {};",
+            store(d, &arith(super::ops::Arith::Add, d, "p", "q"))
+        )
+    } else {
+        format!("{target} = {source};")
+    };
+    format!(
+        "extern \"C\" __global__ void {sym}({st}* out, const i64* offs, const {st}* vals, Layout4 L, i64 nb, i64 nsuffix) {{\n\
+         \x20 for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < L.n; i += (u64)blockDim.x * gridDim.x) {{\n\
+         \x20   i64 o0 = (i64)i, o1 = 0, o2 = 0, o3 = 0;\n\
+         \x20   if (!L.contiguous) offsets4(L, i, o0, o1, o2, o3);\n\
+         \x20   const i64 pf = (i64)(i / (u64)nsuffix), sf = (i64)(i % (u64)nsuffix);\n\
+         \x20   for (i64 b = 0; b < nb; ++b) {{\n\
+         \x20     const i64 w = offs[b];\n\
+         \x20     if (w == NONE) continue;\n\
+         \x20     {apply}\n\
+         \x20   }}\n\
+         \x20 }}\n\
+         }}\n"
     )
 }
 
@@ -489,6 +558,133 @@ cuda_op!(
     CudaIndexAdd, "index_add", &DType::ALL, in_place: true, |ctx| scatter(ctx, "index_add", true)
 );
 
+/// The offsets into `x` (its `shape` and `strides`) of every position of the index shape
+/// `b` (row-major, in a contiguous `i64` temporary), from the index tensors `idx` indexing
+/// dimensions `d0 ..` of `x`; `NONE` where an index is out of range.
+fn index_offsets(
+    s: &crate::ep::cuda::CudaEpStream,
+    op: &'static str,
+    x: &TensorMeta,
+    idx: &[Dev<'_>],
+    d0: usize,
+    b: &[usize],
+    wrap: bool,
+) -> Result<Dev<'static>, String> {
+    let offs = super::launch::contiguous_temp(s, b, DType::I64)?;
+    for (j, t) in idx.iter().enumerate() {
+        let st = super::layout::broadcast_strides(&format!("index tensor {j}"), &t.meta, b)?;
+        let flags = u64::from(wrap) | u64::from(j == 0) << 1;
+        let (stride, size) = (x.strides[d0 + j] as i64 as u64, x.shape[d0 + j] as u64);
+        let ops = [(offs.addr(), offs.meta.strides.to_vec()), (t.addr(), st)];
+        launch(s, op, &format!("index_offsets_{}", t.meta.dtype), b, &ops, [stride, size, flags])?;
+    }
+    Ok(offs)
+}
+
+/// The index shape `B` of `index` (`index_put`) with output (values) shape `shape` over `x`
+/// of rank `rank` with `k` index tensors from `d0`.
+fn index_shape(shape: &[usize], rank: usize, k: usize, d0: usize) -> Vec<usize> {
+    let nb = shape.len() + k - rank;
+    shape[d0..d0 + nb].to_vec()
+}
+
+cuda_op!(
+    /// `index` on CUDA: `x`'s elements at the index tensors (`ints = [d0]`), negative
+    /// indices from the end; the offsets first (one launch per index tensor), then one
+    /// thread per output element.
+    CudaIndex, "index", &DType::ALL, in_place: false, |ctx| {
+        let (x, out) = (&ctx.inputs[0], &ctx.outputs[0]);
+        let d0 = ctx.attrs.params().int_or(0, 0) as usize;
+        let k = ctx.inputs.len() - 1;
+        let shape = out.meta.shape.to_vec();
+        let b = index_shape(&shape, x.meta.shape.len(), k, d0);
+        let nb = b.len();
+        let sym = format!("index_{}", out.meta.dtype.size());
+        let inputs = ctx.inputs;
+        on_stream("index", |s| {
+            let o = device_operand(s, "output 0", out.meta, out.data)?;
+            if o.meta.numel() == 0 {
+                return Ok(());
+            }
+            let a = read_side(s, "index", 0, x, &o)?;
+            let idx = (1..=k).map(|j| read_side(s, "index", j, &inputs[j], &o)).collect::<Result<Vec<_>, _>>()?;
+            let offs = index_offsets(s, "index", &a.meta, &idx, d0, &b, true)?;
+            // x's strides outside the indexed dimensions; the offsets' along the index shape.
+            let mut sx: Vec<isize> = a.meta.strides[..d0].to_vec();
+            sx.extend(std::iter::repeat_n(0, nb));
+            sx.extend_from_slice(&a.meta.strides[d0 + k..]);
+            let mut so = vec![0isize; d0];
+            so.extend_from_slice(&offs.meta.strides);
+            so.extend(std::iter::repeat_n(0, shape.len() - d0 - nb));
+            let ops = [(o.addr(), o.meta.strides.to_vec()), (a.addr(), sx), (offs.addr(), so)];
+            launch(s, "index", &sym, &shape, &ops, [0; 3])
+        })
+    }
+);
+
+cuda_op!(
+    /// `index_put` on CUDA (`ints = [d0, accumulate, strict]`): the output a copy of `x`
+    /// with the values written (added) at the indices in row-major order of the index
+    /// shape, one thread per position outside the indexed dimensions.
+    CudaIndexPut, "index_put", &DType::ALL, in_place: true, |ctx| {
+        let (x, vals, out) = (&ctx.inputs[0], &ctx.inputs[1], &ctx.outputs[0]);
+        let p = ctx.attrs.params();
+        let (d0, acc, wrap) = (p.int_or(0, 0) as usize, p.int_or(1, 0) == 1, p.int_or(2, 0) == 0);
+        let k = ctx.inputs.len() - 2;
+        let dtype = out.meta.dtype;
+        let b = index_shape(&vals.meta.shape, x.meta.shape.len(), k, d0);
+        let nb: usize = b.iter().product();
+        let sym = index_put_symbol(dtype, acc);
+        let copy = format!("cat_{}", dtype.size());
+        let inputs = ctx.inputs;
+        on_stream("index_put", |s| {
+            let o = device_operand(s, "output 0", out.meta, out.data)?;
+            let xd = device_operand(s, "input 0", x.meta, x.data)?;
+            let v = device_operand(s, "input 1", vals.meta, vals.data)?;
+            let v = if !v.is_contiguous() || must_stage(&v, &o) { stage(s, "index_put", &v)? } else { v };
+            let idx = (2..2 + k).map(|j| read_side(s, "index_put", j, &inputs[j], &o)).collect::<Result<Vec<_>, _>>()?;
+            // The output starts as x (nothing to do where x is the output itself).
+            if must_stage(&xd, &o) {
+                let staged = stage(s, "index_put", &xd)?;
+                let ops = [(o.addr(), o.meta.strides.to_vec()), (staged.addr(), staged.meta.strides.to_vec())];
+                launch(s, "index_put", &copy, &out.meta.shape, &ops, [0; 3])?;
+            } else if xd.addr() != o.addr() || xd.meta.strides != o.meta.strides {
+                let ops = [(o.addr(), o.meta.strides.to_vec()), (xd.addr(), xd.meta.strides.to_vec())];
+                launch(s, "index_put", &copy, &out.meta.shape, &ops, [0; 3])?;
+            }
+            if v.meta.numel() == 0 {
+                return Ok(());
+            }
+            let offs = index_offsets(s, "index_put", &o.meta, &idx, d0, &b, wrap)?;
+            // The output's dimensions outside the indexed ones.
+            let mut lines: Vec<usize> = o.meta.shape[..d0].to_vec();
+            lines.extend_from_slice(&o.meta.shape[d0 + k..]);
+            let mut ls: Vec<isize> = o.meta.strides[..d0].to_vec();
+            ls.extend_from_slice(&o.meta.strides[d0 + k..]);
+            let nsuffix: usize = o.meta.shape[d0 + k..].iter().product();
+            let layout = Layout4::plan(&lines, &[&ls])?;
+            let f = function(s, &sym)?;
+            let (po, pf, pv) = (o.addr(), offs.addr(), v.addr());
+            let (nb, nsuffix) = (nb as i64, nsuffix as i64);
+            s.set_label("index_put");
+            let mut l = s.cuda_stream().launch_builder(&f);
+            l.arg(&po).arg(&pf).arg(&pv).arg(&layout).arg(&nb).arg(&nsuffix);
+            // SAFETY: `index_put_*` takes (T*, const i64*, const T*, Layout4, i64, i64),
+            // matching these arguments. Each thread's `o0` is an element of the output with
+            // the indexed coordinates 0; `offs[b]` (`b < nb`, the temporary's length) is
+            // `NONE` or the offset of in-range indexed coordinates in the output's strides,
+            // so `o0 + offs[b]` is an element of the output; the values are contiguous of
+            // the shape prefix + index shape + suffix, so the element read is inside them.
+            // The values and the index tensors do not overlap the output (copied aside
+            // otherwise); threads write disjoint elements (they differ outside the indexed
+            // dimensions).
+            unsafe { l.launch(launch_config(layout.n as usize)) }
+                .map(|_| ())
+                .map_err(|e| format!("launching {sym}: {e}"))
+        })
+    }
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,6 +713,18 @@ mod tests {
         assert!(text("scatter_mul_i32_i32").contains("(int)((u32)(p) * (u32)(q))"));
         assert!(text("scatter_set_f16_i64").contains("out[o0 + v * os] = src[o2 + j * ss];"));
         assert!(text("scatter_add_scaled_bool_i64").contains("p | (int)("));
+        // index: offsets summed per index tensor, negative ones from the end, NONE out of range.
+        let offs = text("index_offsets_i32");
+        assert!(offs.contains("((f & 1) && v < 0) ? v + (i64)t : v"), "{offs}");
+        assert!(offs.contains("(prev == NONE || w < 0 || w >= (i64)t) ? NONE : prev + w * (i64)s"), "{offs}");
+        assert!(text("index_2").contains("w == NONE ? (u16)0 : a[o1 + w]"));
+        let put = text(&index_put_symbol(DType::F16, true));
+        assert!(
+            put.contains("for (i64 b = 0; b < nb; ++b)") && put.contains("if (w == NONE) continue;"),
+            "{put}"
+        );
+        assert!(put.contains("out[o0 + w] = f32_to_f16(p + q);"), "{put}");
+        assert!(text("index_put_set_i64").contains("out[o0 + w] = vals[(pf * nb + b) * nsuffix + sf];"));
     }
 
     #[test]

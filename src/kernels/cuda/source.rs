@@ -67,6 +67,8 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 #define MAX_DIMS 8
+// An offset that names no element (an index out of range).
+#define NONE ((i64)0x8000000000000000ULL)
 // The index space and the operands' strides (elements), output first: kernels::cuda::layout.
 struct Layout {
   u64 n;

@@ -1,7 +1,7 @@
 //! The pointwise ops of two and three inputs (`pow`, `atan2`, the rounding divisions, the
 //! logical ops, `where`, `clamp`, `lerp`, `addcmul`, `addcdiv` and their scalar forms) and
 //! the structured and indexing ops (`tril`, `triu`, `one_hot`, `cat`, `index_select`,
-//! `gather`, `scatter`, `index_add`) on `cuda:0` against the CPU kernels, over every dtype
+//! `gather`, `scatter`, `index_add`, `index`, `index_put`) on `cuda:0` against the CPU kernels, over every dtype
 //! each takes and every layout of `kernels::LAYS` (contiguous, offset, stepped, transposed,
 //! broadcast, reversed), with 0-d and empty tensors and NaN, ±inf, -0.0, subnormals and the
 //! integer extremes among the values. Bit for bit (NaNs equal whatever their payload) but
@@ -27,6 +27,8 @@ enum Keep {
     Any,
     /// An index in `0..n` (the values taken modulo `n`).
     Below(i64),
+    /// An index in `-n..n` (negative ones count from the end).
+    Signed(i64),
     /// Not zero (an integer 0 becomes 1).
     NonZero,
 }
@@ -35,6 +37,7 @@ impl Keep {
     fn apply(self, v: Scalar) -> Scalar {
         match (self, v) {
             (Keep::Below(n), v) => Scalar::Int(v.as_i64().rem_euclid(n)),
+            (Keep::Signed(n), v) => Scalar::Int(v.as_i64().rem_euclid(2 * n) - n),
             (Keep::NonZero, Scalar::Int(0)) => Scalar::Int(1),
             _ => v,
         }
@@ -344,4 +347,53 @@ fn indexing_ops_match_the_cpu_kernels() {
         }
     }
     r.report("indexing ops");
+}
+
+#[test]
+#[ignore = "needs a GPU"]
+fn advanced_indexing_matches_the_cpu_kernels() {
+    let _g = lock();
+    let mut r = Runner::new();
+    let signed = |dtype, shape, lay, n| In { dtype, shape, lay, keep: Keep::Signed(n) };
+    for (i, &d) in DType::ALL.iter().enumerate() {
+        for (t, (ix, iy)) in [(DType::I64, DType::I32), (DType::I32, DType::I64)].into_iter().enumerate() {
+            let l = |k: usize| lay(i + t, k);
+            let seed = (i * 100 + t * 50) as u64;
+            // index: one tensor, two broadcast together, from a middle dimension, 0-d, large.
+            let calls: [(Vec<In>, i64); 5] = [
+                (vec![any(d, &[5, 7], l(0)), signed(ix, &[4], l(1), 5)], 0),
+                (vec![any(d, &[5, 7], l(1)), index(ix, &[2, 1], l(2), 5), signed(iy, &[3], l(3), 7)], 0),
+                (vec![any(d, &[3, 7, 2], l(2)), signed(ix, &[4], l(0), 7)], 1),
+                (vec![any(d, &[5], l(3)), index(ix, &[], l(0), 5)], 0),
+                (vec![any(d, &[40, 30], l(4)), index(ix, &[500], l(5), 40)], 0),
+            ];
+            for (k, (ins, d0)) in calls.into_iter().enumerate() {
+                let attrs = Attrs::default().with_params(&[d0], &[]).unwrap();
+                r.run("index", &ins, attrs, seed + k as u64, None);
+            }
+            // index_put, set and accumulate, with repeated indices.
+            let puts: [(Vec<In>, i64, i64); 4] = [
+                (vec![any(d, &[5, 7], l(0)), any(d, &[4, 7], l(1)), signed(ix, &[4], l(2), 5)], 0, 0),
+                (
+                    vec![
+                        any(d, &[5, 7], l(1)),
+                        any(d, &[2, 3], l(2)),
+                        index(ix, &[2, 1], l(3), 5),
+                        signed(iy, &[3], l(4), 7),
+                    ],
+                    0,
+                    0,
+                ),
+                (vec![any(d, &[3, 7, 2], l(2)), any(d, &[3, 4, 2], l(3)), index(ix, &[4], l(0), 7)], 1, 1),
+                (vec![any(d, &[6], l(3)), any(d, &[300], l(4)), signed(ix, &[300], l(5), 6)], 0, 0),
+            ];
+            for acc in [0, 1] {
+                for (k, (ins, d0, strict)) in puts.iter().enumerate() {
+                    let attrs = Attrs::default().with_params(&[*d0, acc, *strict], &[]).unwrap();
+                    r.run("index_put", ins, attrs, seed + 10 + k as u64, None);
+                }
+            }
+        }
+    }
+    r.report("index and index_put");
 }
