@@ -1,6 +1,6 @@
 //! Indexing, joining and the structured ops on CUDA: `tril`, `triu`, `one_hot`, `cat`,
-//! `index_select`, `gather`, `scatter` (with its reductions), `index_add`, `index` and
-//! `index_put`, with the CPU kernels' shape rules and parameter lists (`kernels::index`,
+//! `index_select`, `gather`, `scatter` (with its reductions), `index_add`, `index`,
+//! `index_put` and `nonzero`, with the CPU kernels' shape rules and parameter lists (`kernels::index`,
 //! `kernels::advanced`, `kernels::creation`).
 //!
 //! Every kernel takes operands of any layout and runs one thread per element of an index
@@ -15,6 +15,7 @@
 //! | `scatter`, `index_add` | line of the index (all its positions but along `dim`) | `scatter_<mode>_<dtype>_<index dtype>` |
 //! | `index` | output element, reading `x` at the offset of its index position (`index_offsets_*` first sums each index tensor's part, one launch per tensor) | `index_<size>` |
 //! | `index_put` | position of the output outside the indexed dimensions, walking the index shape in row-major order | `index_put_<set\|add>_<dtype>` |
+//! | `nonzero` | chunk of 256 input elements: counted, the counts summed in order by one thread, then the chunk's coordinates written from its first row | `nonzero_count_<dtype>`, `nonzero_scan`, `nonzero_write_<dtype>` |
 //!
 //! # Order of `scatter` and `index_add`
 //!
@@ -134,6 +135,11 @@ pub fn sources() -> Vec<(String, String, String)> {
             out.push((d.name().to_string(), sym.clone(), index_put_kernel(&sym, d, acc)));
         }
     }
+    for d in DType::ALL {
+        out.push((d.name().to_string(), format!("nonzero_count_{d}"), nonzero_kernel(d, false)));
+        out.push((d.name().to_string(), format!("nonzero_write_{d}"), nonzero_kernel(d, true)));
+    }
+    out.push(("i64".into(), "nonzero_scan".into(), NONZERO_SCAN.into()));
     // `s`: the number of classes; `a` the class of the row.
     let body = "out[o0] = a[o1] == (i64)(i % s) ? 1 : 0;";
     out.push(("i64".into(), "one_hot_i64".into(), format!("EW3(one_hot_i64, i64, i64, u8, u8, {body})\n")));
@@ -198,6 +204,76 @@ fn scatter_kernel(sym: &str, mode: Mode, d: DType, ix: DType) -> String {
          \x20 }}\n\
          }}\n",
         ixt = storage(ix),
+    )
+}
+
+/// Elements of `nonzero`'s input per chunk: one thread counts, then writes, each chunk.
+pub const NONZERO_CHUNK: u64 = 256;
+
+/// `nonzero_scan`: one thread turns the chunks' counts into their first output rows (an
+/// exclusive prefix sum, in increasing chunk order) and zeroes the output's rows past the
+/// total (where the caller's count was too large).
+const NONZERO_SCAN: &str = "extern \"C\" __global__ void nonzero_scan(i64* counts, u64 chunks, i64* out, i64 rows, i64 rank, i64 os0, i64 os1) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  i64 total = 0;
+  for (u64 c = 0; c < chunks; ++c) {
+    const i64 n = counts[c];
+    counts[c] = total;
+    total += n;
+  }
+  for (i64 r = total; r < rows; ++r) {
+    for (i64 d = 0; d < rank; ++d) out[r * os0 + d * os1] = 0;
+  }
+}
+";
+
+/// `nonzero_count_<d>` (`write` false): thread `c` counts the nonzero elements of chunk `c`
+/// (elements `c·chunk ..`, row-major over `L`'s unmerged dimensions, operand 0 the input)
+/// into `counts[c]`. `nonzero_write_<d>`: thread `c` walks chunk `c` again and writes the
+/// coordinates of each nonzero element into the output's next row from `starts[c]`
+/// (rows at or past `rows` are dropped).
+fn nonzero_kernel(d: DType, write: bool) -> String {
+    let st = storage(d);
+    let zero = match compute(d) {
+        "float" => "0.0f",
+        "double" => "0.0",
+        _ => "0",
+    };
+    let test = format!("{} != {zero}", load(d, "x[o0]"));
+    let (name, params, init, found, done) = if write {
+        (
+            "write",
+            "i64* out, const i64* starts, i64 rows, i64 os0, i64 os1",
+            "i64 row = starts[c];",
+            "if (row < rows) {\n\
+             \x20       u64 rest = i;\n\
+             \x20       for (int k = L.ndim - 1; k >= 0; --k) {\n\
+             \x20         const u64 size = (u64)L.size[k];\n\
+             \x20         out[row * os0 + k * os1] = (i64)(rest % size);\n\
+             \x20         rest /= size;\n\
+             \x20       }\n\
+             \x20     }\n\
+             \x20     ++row;",
+            "",
+        )
+    } else {
+        ("count", "i64* counts", "i64 count = 0;", "++count;", "counts[c] = count;")
+    };
+    format!(
+        "extern \"C\" __global__ void nonzero_{name}_{d}({params}, const {st}* x, Layout4 L, u64 chunk, u64 chunks) {{\n\
+         \x20 for (u64 c = blockIdx.x * (u64)blockDim.x + threadIdx.x; c < chunks; c += (u64)blockDim.x * gridDim.x) {{\n\
+         \x20   {init}\n\
+         \x20   const u64 end = (c + 1) * chunk < L.n ? (c + 1) * chunk : L.n;\n\
+         \x20   for (u64 i = c * chunk; i < end; ++i) {{\n\
+         \x20     i64 o0, o1, o2, o3;\n\
+         \x20     offsets4(L, i, o0, o1, o2, o3);\n\
+         \x20     if ({test}) {{\n\
+         \x20     {found}\n\
+         \x20     }}\n\
+         \x20   }}\n\
+         \x20   {done}\n\
+         \x20 }}\n\
+         }}\n"
     )
 }
 
@@ -284,8 +360,9 @@ fn rank1(m: &TensorMeta) -> (Vec<usize>, Vec<isize>) {
 /// The output the CPU kernel's rule gives for the call, checked against the given one.
 fn check_output(name: &str, ctx: &KernelCtx<'_, '_>) -> Result<(), String> {
     let metas: Vec<&TensorMeta> = ctx.inputs.iter().map(|v| v.meta).collect();
+    let given: Vec<&TensorMeta> = ctx.outputs.iter().map(|v| v.meta).collect();
     let mut specs = OutSpecs::new();
-    cpu_infer(name, &metas, &[], &ctx.attrs, &mut specs)?;
+    cpu_infer(name, &metas, &given, &ctx.attrs, &mut specs)?;
     let out = ctx.outputs.first().ok_or("missing output 0")?;
     let want = specs.first().ok_or("no output inferred")?;
     if out.meta.shape != want.shape || out.meta.dtype != want.dtype {
@@ -685,6 +762,109 @@ cuda_op!(
     }
 );
 
+/// `nonzero`'s input as a layout of its own dimensions, unmerged (the kernels compute the
+/// coordinates from them), operand 0 its strides; an error past [`super::layout::MAX_DIMS`].
+pub fn unmerged(x: &TensorMeta) -> Result<Layout4, String> {
+    use super::layout::MAX_DIMS;
+    let rank = x.shape.len();
+    if rank > MAX_DIMS {
+        return Err(format!(
+            "nonzero on CUDA takes at most {MAX_DIMS} dimensions; the input is {}",
+            x.describe()
+        ));
+    }
+    let mut l = Layout4 {
+        n: x.numel() as u64,
+        ndim: rank as i32,
+        contiguous: 0,
+        size: [1; MAX_DIMS],
+        stride: [[0; MAX_DIMS]; 4],
+    };
+    for (k, (&n, &st)) in x.shape.iter().zip(x.strides.iter()).enumerate() {
+        l.size[k] = n as i64;
+        l.stride[0][k] = st as i64;
+    }
+    Ok(l)
+}
+
+/// `nonzero` on CUDA: the output `i64[n, rank]` given by the caller, who counted `n` first
+/// (a read). The input's elements in row-major order are cut into chunks of
+/// [`NONZERO_CHUNK`]; one thread counts each chunk, one thread sums the counts in chunk
+/// order into each chunk's first row, and one thread per chunk writes its elements'
+/// coordinates in order: the CPU's rows, with no atomics. A count other than `n` is not
+/// reported (that would need a read): rows past `n` are dropped, missing rows are zeros.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CudaNonzero;
+
+impl OpKernel for CudaNonzero {
+    fn name(&self) -> &'static str {
+        "nonzero"
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        &DType::ALL
+    }
+
+    fn infer(
+        &self,
+        inputs: &[&TensorMeta],
+        given: &[&TensorMeta],
+        attrs: &Attrs,
+        out: &mut OutSpecs,
+    ) -> Result<(), String> {
+        cpu_infer("nonzero", inputs, given, attrs, out)
+    }
+
+    fn strided(&self) -> bool {
+        true
+    }
+
+    fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+        check_output("nonzero", ctx)?;
+        let (x, out) = (ctx.inputs.first().ok_or("missing input 0")?, &ctx.outputs[0]);
+        let d = x.meta.dtype;
+        on_stream("nonzero", |s| {
+            let o = device_operand(s, "output 0", out.meta, out.data)?;
+            let a = read_side(s, "nonzero", 0, x, &o)?;
+            let layout = unmerged(&a.meta)?;
+            let (rows, rank) = (o.meta.shape[0] as i64, o.meta.shape[1] as i64);
+            let (os0, os1) = (o.meta.strides[0] as i64, o.meta.strides[1] as i64);
+            if layout.n == 0 || rank == 0 {
+                return Ok(());
+            }
+            let chunk = NONZERO_CHUNK;
+            let chunks = layout.n.div_ceil(chunk);
+            let counts = super::launch::temp(s, chunks as usize * 8)?;
+            let (pc, px, po) = (counts.addr(), a.addr(), o.addr());
+            let grid = launch_config(chunks as usize);
+            s.set_label("nonzero");
+            let f = function(s, &format!("nonzero_count_{d}"))?;
+            let mut l = s.cuda_stream().launch_builder(&f);
+            l.arg(&pc).arg(&px).arg(&layout).arg(&chunk).arg(&chunks);
+            // SAFETY: `nonzero_count_<d>` takes (i64*, const T*, Layout4, u64, u64): thread
+            // `c < chunks` writes `counts[c]` (the temporary holds `chunks`) and reads the
+            // input's elements `i < L.n` through its checked strides.
+            unsafe { l.launch(grid) }.map_err(|e| format!("launching nonzero_count_{d}: {e}"))?;
+            let f = function(s, "nonzero_scan")?;
+            let mut l = s.cuda_stream().launch_builder(&f);
+            l.arg(&pc).arg(&chunks).arg(&po).arg(&rows).arg(&rank).arg(&os0).arg(&os1);
+            // SAFETY: `nonzero_scan` takes (i64*, u64, i64*, i64, i64, i64, i64): one
+            // thread rewrites the `chunks` counts and writes output rows below `rows`,
+            // columns below `rank`, through the output's checked strides.
+            unsafe { l.launch(launch_config(1)) }.map_err(|e| format!("launching nonzero_scan: {e}"))?;
+            let f = function(s, &format!("nonzero_write_{d}"))?;
+            let mut l = s.cuda_stream().launch_builder(&f);
+            l.arg(&po).arg(&pc).arg(&rows).arg(&os0).arg(&os1).arg(&px).arg(&layout).arg(&chunk).arg(&chunks);
+            // SAFETY: `nonzero_write_<d>` takes (i64*, const i64*, i64, i64, i64, const T*,
+            // Layout4, u64, u64): thread `c` reads `counts[c]` and the input as above, and
+            // writes rows below `rows`, columns below `rank` (`L.ndim`) of the output. Rows
+            // of different chunks are different (the prefix sums), so no two threads write
+            // one element; the input does not overlap the output (copied aside otherwise).
+            unsafe { l.launch(grid) }.map(|_| ()).map_err(|e| format!("launching nonzero_write_{d}: {e}"))
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -725,6 +905,16 @@ mod tests {
         );
         assert!(put.contains("out[o0 + w] = f32_to_f16(p + q);"), "{put}");
         assert!(text("index_put_set_i64").contains("out[o0 + w] = vals[(pf * nb + b) * nsuffix + sf];"));
+        // nonzero: counts per chunk, then coordinates row by row from the chunk's first row.
+        let count = text("nonzero_count_f16");
+        assert!(
+            count.contains("if (f16_to_f32(x[o0]) != 0.0f)") && count.contains("counts[c] = count;"),
+            "{count}"
+        );
+        let write = text("nonzero_write_bool");
+        assert!(write.contains("i64 row = starts[c];") && write.contains("if (row < rows)"), "{write}");
+        assert!(write.contains("out[row * os0 + k * os1] = (i64)(rest % size);"), "{write}");
+        assert!(text("nonzero_scan").contains("counts[c] = total;"));
     }
 
     #[test]
@@ -737,5 +927,14 @@ mod tests {
         assert_eq!(along(&scalar, 0, 0), (vec![], 0, 1));
         assert_eq!(along(&scalar, 1, 0), (vec![0], 0, 1));
         assert_eq!(rank1(&scalar), (vec![1], vec![0]));
+        // nonzero's layout keeps every dimension (its coordinates come from them).
+        let t = TensorMeta::new(&[4, 3], DType::F32, DeviceId::cuda(0)).with_layout(&[3, 4], &[1, 3], 2);
+        let l = unmerged(&t).unwrap();
+        assert_eq!(
+            (l.n, l.ndim, l.contiguous, &l.size[..2], &l.stride[0][..2]),
+            (12, 2, 0, &[3, 4][..], &[1, 3][..])
+        );
+        let big = TensorMeta::new(&[1; 9], DType::F32, DeviceId::cuda(0));
+        assert!(unmerged(&big).unwrap_err().contains("at most 8"));
     }
 }

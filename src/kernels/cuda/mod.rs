@@ -14,7 +14,7 @@
 //! | [`gemm`], [`matmul`] | `matmul`, `matmul_tn`, `matmul_nt`: cuBLAS from the strides, integer products by kernel |
 //! | [`infer`] | the shape and dtype rules |
 //! | [`host`] | gathers and scatters of host tensors for the copies |
-//! | [`index`] | `tril`, `triu`, `one_hot`, `cat`, `index_select`, `gather`, `scatter`, `index_add`, `index`, `index_put` |
+//! | [`index`] | `tril`, `triu`, `one_hot`, `cat`, `index_select`, `gather`, `scatter`, `index_add`, `index`, `index_put`, `nonzero` |
 //!
 //! Every kernel enqueues its work on the CUDA stream whose launch is running on the calling
 //! thread ([`crate::ep::cuda::with_current`]) and returns; the VM records an event behind it.
@@ -52,8 +52,8 @@ pub mod source;
 
 pub use copy::CudaCopy;
 pub use index::{
-    CudaCat, CudaGather, CudaIndex, CudaIndexAdd, CudaIndexPut, CudaIndexSelect, CudaOneHot, CudaScatter,
-    CudaTril, CudaTriu,
+    CudaCat, CudaGather, CudaIndex, CudaIndexAdd, CudaIndexPut, CudaIndexSelect, CudaNonzero, CudaOneHot,
+    CudaScatter, CudaTril, CudaTriu,
 };
 pub use matmul::{CudaGemm, CUDA_MATMUL, CUDA_MATMUL_NT, CUDA_MATMUL_TN};
 pub use ops::ELEMENTWISE;
@@ -136,7 +136,7 @@ fn on_stream<R>(op: &'static str, f: impl FnOnce(&CudaEpStream) -> Result<R, Str
 /// (`framework::op`) registers them for `cuda` devices.
 pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
     let ew = ELEMENTWISE.iter().map(|e| e as &'static dyn OpKernel);
-    let others: [&'static dyn OpKernel; 19] = [
+    let others: [&'static dyn OpKernel; 20] = [
         &CudaTril,
         &CudaTriu,
         &CudaOneHot,
@@ -147,6 +147,7 @@ pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
         &CudaIndexAdd,
         &CudaIndex,
         &CudaIndexPut,
+        &CudaNonzero,
         &CudaSum,
         &CudaSumRows,
         &CUDA_MATMUL,
@@ -167,8 +168,7 @@ mod tests {
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
     /// table: "—" under `cuda`): the reductions along dims, the scans, the normalisations,
-    /// `nll_loss`, the batched product, convolution, pooling and attention, and `nonzero`.
-    /// Every other op, the diagnostic `noop`,
+    /// `nll_loss`, the batched product, convolution, pooling and attention. Every other op, the diagnostic `noop`,
     /// `fail` and `panic` included, runs on CUDA too.
     const CPU_ONLY: &[&str] = &[
         "mean",
@@ -198,8 +198,6 @@ mod tests {
         "avg_pool2d",
         "adaptive_avg_pool2d",
         "scaled_dot_product_attention",
-        // The output's size is the count of nonzero elements, read by the caller first.
-        "nonzero",
     ];
 
     #[test]

@@ -397,3 +397,48 @@ fn advanced_indexing_matches_the_cpu_kernels() {
     }
     r.report("index and index_put");
 }
+
+/// Whether `nonzero` counts `v` (`true`, any nonzero number, NaN).
+fn is_nonzero(v: Scalar) -> bool {
+    match v {
+        Scalar::Bool(b) => b,
+        Scalar::Int(i) => i != 0,
+        Scalar::Float(f) => f != 0.0,
+    }
+}
+
+/// `nonzero` into an output of the count's rows (the caller counts first, as the front
+/// ends do with a read), on every dtype and layout, 0-d, empty and across chunks.
+#[test]
+#[ignore = "needs a GPU"]
+fn nonzero_matches_the_cpu_kernel() {
+    let _g = lock();
+    let vm = gpu_vm();
+    let mut calls = 0;
+    let shapes: [&[usize]; 6] = [&[5, 7], &[33], &[2, 3, 4], &[], &[0, 3], &[70, 50]];
+    for (i, &d) in DType::ALL.iter().enumerate() {
+        for (j, shape) in shapes.into_iter().enumerate() {
+            let (l, seed) = (lay(i + j, 0), (i * 10 + j) as u64);
+            let same = |v: Scalar| v;
+            let (_, logical) = make_mapped(&vm, d, shape, l, DeviceId::CPU, seed, true, &same);
+            let n = (0..logical.len()).filter(|&k| is_nonzero(logical.get(k))).count();
+            let rank = shape.len();
+            let on = |device: DeviceId| {
+                let (x, _) = make_mapped(&vm, d, shape, l, device, seed, true, &same);
+                let out =
+                    Vals::of(DType::I64, vec![Scalar::Int(-1); n * rank]).tensor(&vm, &[n, rank], device);
+                call(&vm, "nonzero", &[&x], Some(&out), Attrs::default(), device).and_then(|t| Vals::read(&t))
+            };
+            let what = format!("nonzero of {d}{shape:?} laid out {l:?}");
+            let gpu = on(GPU).unwrap_or_else(|e| panic!("{what} on cuda:0: {e}"));
+            let cpu = on(DeviceId::CPU).unwrap_or_else(|e| panic!("{what} on cpu:0: {e}"));
+            if let Some(diff) = gpu.first_difference(&cpu) {
+                panic!("{what}: cuda:0 differs from the CPU kernel at {diff}");
+            }
+            calls += 1;
+        }
+    }
+    println!("nonzero: {calls} calls on cuda:0 agree with the CPU kernel");
+    assert!(calls > 0);
+    vm.sync().unwrap();
+}
