@@ -14,6 +14,9 @@
 //! - Comparison with a scalar: a float tensor compares with the scalar rounded to its
 //!   dtype; an integral tensor compares exactly in `i64` with an `Int` or `Bool` scalar,
 //!   and in `f64` with a `Float` scalar (its values converted to `f64`).
+//! - `pow_scalar`'s exponent, `lerp_scalar`'s weight, the `value` of `addcmul` and
+//!   `addcdiv` and the bounds of `clamp_scalar` (its parameter list): as arithmetic with a
+//!   scalar, the CPU kernels' `compute_scalar`.
 
 use super::infer;
 use super::launch::{device_operand, launch_ew, launch_ew3, must_stage, stage, Dev};
@@ -77,7 +80,7 @@ fn compare_bits(d: DType, v: Scalar, domain: ScalarDomain) -> u64 {
 }
 
 /// The scalars of a `clamp_scalar` call on a `d` tensor: the bounds' bits in the compute
-/// type (as [`arith_bits`]; 0 where absent) and the flags (bit 0: a minimum, bit 1: a
+/// type (as `arith_bits`; 0 where absent) and the flags (bit 0: a minimum, bit 1: a
 /// maximum), from the parameter list `kernels::ternary` reads: integers `[has_min,
 /// has_max]`, then one scalar per bound given.
 pub fn clamp_scalars(d: DType, attrs: &Attrs) -> Result<[u64; 3], String> {

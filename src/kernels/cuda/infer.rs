@@ -21,6 +21,7 @@
 //! | `sum` | `x` | `[]`, `i64` for `bool` and integers, else `x`'s dtype |
 //! | `sum_rows` | `x: [n, k]` | `[k]`, dtype as `sum` |
 //! | `matmul` (`_tn`, `_nt`) | 2-D `a`, `b` of one dtype, not `bool` | `[m, n]` |
+//! | `pow` ... `addcdiv` (the pointwise ops of two and three inputs), the indexing ops | as the CPU kernel of the op ([`cpu_infer`]) | as the CPU kernel |
 //!
 //! `sub`, `relu`, `relu_grad` and the arithmetic scalar ops refuse `bool`; `div`,
 //! `div_scalar` and `rdiv_scalar` take floating-point dtypes only.

@@ -33,6 +33,13 @@
 //! thread takes elements `i`, `i + blockDim·gridDim`, ... (grid-stride), indexing all
 //! operands by `i` where `L.contiguous` is set and through the strides otherwise.
 //!
+//! The kernels of three inputs (`where`, `clamp`, `lerp`, `addcmul`, `addcdiv`,
+//! `clamp_scalar`) and the indexing kernels of `super::index` (macro `EW3`) take
+//! `(out, a, b, c, s, t, f, Layout4 L)`: three inputs, three scalars and four operands'
+//! strides. Integer division, remainder and power go through the `i64` helpers of the
+//! prelude (`ipow`, `idiv_floor`, ...), wrapping; float `div_floor`, `remainder` and `lerp`
+//! through the prelude's `fdiv_floor`, `fremainder`, `flerp`, the CPU kernels' formulas.
+//!
 //! `sum_<dtype>` sums `chunk` consecutive elements per block, each of the 256 threads
 //! adding its elements in increasing index, then a fixed tree in shared memory; more than
 //! one block writes partial sums that `sum_final_<dtype>` adds the same way. `sum_rows_*`
