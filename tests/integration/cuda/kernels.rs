@@ -88,11 +88,11 @@ pub(super) fn make(
     seed: u64,
     special: bool,
 ) -> (Tensor, Vals) {
-    make_mapped(vm, dtype, shape, lay, device, seed, special, &|v| v)
+    make_mapped(vm, dtype, shape, lay, device, seed, special, None)
 }
 
-/// [`make`] with every storage value passed through `map` (indices kept in range, divisors
-/// kept from zero).
+/// [`make`] with every storage value passed through `map` where given (indices kept in
+/// range, divisors kept from zero).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn make_mapped(
     vm: &VirtualMachine,
@@ -102,7 +102,7 @@ pub(super) fn make_mapped(
     device: DeviceId,
     seed: u64,
     special: bool,
-    map: &dyn Fn(Scalar) -> Scalar,
+    map: Option<&dyn Fn(Scalar) -> Scalar>,
 ) -> (Tensor, Vals) {
     let (n, rank) = (numel(shape), shape.len());
     let (len, strides, offset): (usize, Vec<isize>, usize) = match lay {
@@ -128,7 +128,10 @@ pub(super) fn make_mapped(
         _ => (n, contiguous(shape), 0),
     };
     let raw = values(dtype, len, seed, special);
-    let storage = Vals::of(dtype, (0..raw.len()).map(|i| map(raw.get(i))));
+    let storage = match map {
+        Some(f) => Vals::of(dtype, (0..raw.len()).map(|i| f(raw.get(i)))),
+        None => raw,
+    };
     let logical = gather(&storage, shape, &strides, offset);
     if lay == Lay::Contiguous || n == 0 {
         return (logical.tensor(vm, shape, device), logical);
