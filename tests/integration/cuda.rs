@@ -10,10 +10,13 @@
 //! `kernels` holds every op on every dtype and layout against `reference`, a host
 //! implementation of the ops' rules, and against the CPU kernels wherever the CPU takes
 //! the same call. `reduce` holds the reductions along dims and the ops along one dimension
-//! (`softmax`, `layer_norm`, the scans) against the CPU kernels.
+//! (`softmax`, `layer_norm`, the scans) against the CPU kernels; `nn` the batched products,
+//! convolution, pooling, `nll_loss` and attention; `pointwise` the pointwise ops of two and
+//! three inputs and the indexing ops.
 
 mod kernels;
 mod nn;
+mod pointwise;
 mod reduce;
 mod reference;
 

@@ -14,11 +14,14 @@
 //! - Comparison with a scalar: a float tensor compares with the scalar rounded to its
 //!   dtype; an integral tensor compares exactly in `i64` with an `Int` or `Bool` scalar,
 //!   and in `f64` with a `Float` scalar (its values converted to `f64`).
+//! - `pow_scalar`'s exponent, `lerp_scalar`'s weight, the `value` of `addcmul` and
+//!   `addcdiv` and the bounds of `clamp_scalar` (its parameter list): as arithmetic with a
+//!   scalar, the CPU kernels' `compute_scalar`.
 
 use super::infer;
-use super::launch::{device_operand, launch_ew, must_stage, stage, Dev};
+use super::launch::{device_operand, launch_ew, launch_ew3, must_stage, stage, Dev};
 use super::on_stream;
-use super::ops::{symbol, Kind, MathFn, NumFn, Op, ScalarDomain};
+use super::ops::{symbol, Kind, MathFn, NumFn, Op, ScalarDomain, Tern};
 
 /// Why `round` with `decimals` is refused on CUDA.
 pub(super) fn round_decimals(decimals: i64) -> String {
@@ -49,7 +52,7 @@ fn as_dtype(d: DType, v: Scalar) -> Scalar {
 }
 
 /// The scalar's bits for the arithmetic kernels of dtype `d` (see the module docs).
-fn arith_bits(d: DType, v: Scalar) -> u64 {
+pub(super) fn arith_bits(d: DType, v: Scalar) -> u64 {
     match d {
         // As the CPU's scalar (`kernels::dtype`): an `Int` rounded to `f32` once, not
         // through `f64`.
@@ -76,6 +79,28 @@ fn compare_bits(d: DType, v: Scalar, domain: ScalarDomain) -> u64 {
     }
 }
 
+/// The scalars of a `clamp_scalar` call on a `d` tensor: the bounds' bits in the compute
+/// type (as `arith_bits`; 0 where absent) and the flags (bit 0: a minimum, bit 1: a
+/// maximum), from the parameter list `kernels::ternary` reads: integers `[has_min,
+/// has_max]`, then one scalar per bound given.
+pub fn clamp_scalars(d: DType, attrs: &Attrs) -> Result<[u64; 3], String> {
+    let p = attrs.params();
+    let (has_min, has_max) = (p.int_or(0, 0) != 0, p.int_or(1, 0) != 0);
+    let mut given = p.scalars().iter().copied();
+    let mut bound = |has: bool, what: &str| -> Result<u64, String> {
+        if !has {
+            return Ok(0);
+        }
+        let v = given.next().ok_or_else(|| format!("clamp_scalar: the parameter list lacks {what}"))?;
+        Ok(arith_bits(d, v))
+    };
+    let (lo, hi) = (bound(has_min, "min")?, bound(has_max, "max")?);
+    if !has_min && !has_max {
+        return Err("clamp_scalar: at least one of min and max must be given".into());
+    }
+    Ok([lo, hi, u64::from(has_min) | u64::from(has_max) << 1])
+}
+
 impl Op {
     /// The kernel symbol and the scalar's 64 bits of a call on inputs of dtypes `inputs`
     /// writing an output of `out`, with the scalar `value`; an error naming the operand
@@ -87,19 +112,25 @@ impl Op {
             return Err(format!("expected {arity} input{s}, got {}", inputs.len()));
         }
         let own = ScalarDomain::Own;
-        let input = inputs.first().copied().unwrap_or(out);
+        // The dtype the kernel computes on: `where`'s values (input 1), else input 0's.
+        let first = usize::from(self.kind == Kind::Where);
+        let input = inputs.get(first).copied().unwrap_or(out);
         let want_out = match self.kind {
-            Kind::Compare(_) | Kind::CompareScalar(_) | Kind::Predicate(_) => DType::Bool,
+            Kind::Compare(_) | Kind::CompareScalar(_) | Kind::Predicate(_) | Kind::Logical(_) => DType::Bool,
             Kind::Cast | Kind::Fill => out,
             _ => input,
         };
         if out != want_out {
             return Err(format!("output 0 is {out} but `{}` of {input} gives {want_out}", self.name));
         }
-        if let Some(&second) = inputs.get(1) {
-            let want = if self.kind == Kind::MaskedFill { DType::Bool } else { input };
-            if second != want {
-                return Err(format!("input 1 is {second} but `{}` needs {want} there", self.name));
+        for (i, &d) in inputs.iter().enumerate().filter(|&(i, _)| i != first) {
+            // The mask of `masked_fill` (input 1) and the condition of `where` (input 0).
+            let want = match (self.kind, i) {
+                (Kind::MaskedFill, 1) | (Kind::Where, 0) => DType::Bool,
+                _ => input,
+            };
+            if d != want {
+                return Err(format!("input {i} is {d} but `{}` needs {want} there", self.name));
             }
         }
         if !self.kind.takes(input) {
@@ -109,7 +140,12 @@ impl Op {
             Kind::Fill | Kind::MaskedFill => (symbol(self.kind, input, out, own), dtype_bits(out, value)),
             Kind::Cast if input == out => (format!("copy_{}", out.size()), 0),
             Kind::Cast => (symbol(self.kind, input, out, own), 0),
-            Kind::Scalar(..) => (symbol(self.kind, input, out, own), arith_bits(input, value)),
+            Kind::Scalar(..)
+            | Kind::PowScalar
+            | Kind::LerpScalar
+            | Kind::Ternary(Tern::Addcmul | Tern::Addcdiv) => {
+                (symbol(self.kind, input, out, own), arith_bits(input, value))
+            }
             Kind::CompareScalar(_) => {
                 let domain = ScalarDomain::of(input, value);
                 (symbol(self.kind, input, out, domain), compare_bits(input, value, domain))
@@ -158,17 +194,26 @@ impl OpKernel for Op {
             (Kind::Num(NumFn::Round), d) => return Err(round_decimals(d)),
             _ => {}
         }
+        let three = matches!(self.kind, Kind::Where | Kind::Ternary(_) | Kind::ClampScalar);
+        let scalars = match self.kind {
+            Kind::ClampScalar => clamp_scalars(dtypes[0], &ctx.attrs)?,
+            _ => [bits, 0, 0],
+        };
         let arity = dtypes.len();
         let inputs = ctx.inputs;
         on_stream(self.name, |s| {
             let o = device_operand(s, "output 0", out.meta, out.data)?;
             let mut ins: Vec<Dev<'_>> = Vec::with_capacity(arity);
             for (i, t) in inputs.iter().enumerate() {
-                let d = device_operand(s, ["input 0", "input 1"][i], t.meta, t.data)?;
+                let d = device_operand(s, &format!("input {i}"), t.meta, t.data)?;
                 ins.push(if must_stage(&d, &o) { stage(s, self.name, &d)? } else { d });
             }
             let refs: Vec<&Dev<'_>> = ins.iter().collect();
-            launch_ew(s, self.name, &sym, &o, &refs, bits)
+            if three {
+                launch_ew3(s, self.name, &sym, &o, &refs, scalars)
+            } else {
+                launch_ew(s, self.name, &sym, &o, &refs, bits)
+            }
         })
     }
 }
@@ -242,5 +287,37 @@ mod tests {
         refused("eq", &[F32, F32], F32, "output 0 is f32");
         refused("masked_fill", &[F32, F32], F32, "needs bool");
         refused("relu", &[F32, F32], F32, "expected 1 input, got 2");
+        // The ops of two and three inputs: `where` computes on its values' dtype.
+        assert_eq!(op("where").kernel(&[Bool, F16, F16], F16, none), Ok(("where_f16".into(), 0)));
+        assert_eq!(op("logical_or").kernel(&[I64, I64], Bool, none), Ok(("logical_or_i64".into(), 0)));
+        assert_eq!(op("pow_scalar").kernel(&[I32], I32, Scalar::Int(3)), Ok(("pow_scalar_i32".into(), 3)));
+        let two = u64::from(2.0f32.to_bits());
+        assert_eq!(
+            op("addcmul").kernel(&[BF16; 3], BF16, Scalar::Float(2.0)),
+            Ok(("addcmul_bf16".into(), two))
+        );
+        assert_eq!(op("div_floor").kernel(&[U8, U8], U8, none), Ok(("div_floor_u8".into(), 0)));
+        refused("where", &[F32, F32, F32], F32, "input 0 is f32 but `where` needs bool");
+        refused("where", &[Bool, F32, F16], F32, "input 2 is f16 but `where` needs f32");
+        refused("clamp", &[F32, F32, F64], F32, "input 2 is f64");
+        refused("atan2", &[I32, I32], I32, "floating-point");
+        refused("pow", &[Bool, Bool], Bool, "not bool");
+        refused("logical_and", &[F32, F32], F32, "output 0 is f32");
+    }
+
+    #[test]
+    fn clamp_scalar_bounds_follow_the_parameter_list() {
+        let attrs = |ints: &[i64], scalars: &[Scalar]| Attrs::default().with_params(ints, scalars).unwrap();
+        let both = attrs(&[1, 1], &[Scalar::Float(-1.5), Scalar::Int(2)]);
+        let (lo, hi) = (u64::from((-1.5f32).to_bits()), u64::from(2.0f32.to_bits()));
+        assert_eq!(clamp_scalars(DType::F16, &both), Ok([lo, hi, 3]));
+        let max_only = attrs(&[0, 1], &[Scalar::Float(7.9)]);
+        assert_eq!(clamp_scalars(DType::I32, &max_only), Ok([0, 7, 2]));
+        let min_only = attrs(&[1, 0], &[Scalar::Int(-2)]);
+        assert_eq!(clamp_scalars(DType::I64, &min_only), Ok([-2i64 as u64, 0, 1]));
+        assert!(clamp_scalars(DType::F32, &attrs(&[0, 0], &[])).unwrap_err().contains("at least one"));
+        assert!(clamp_scalars(DType::F32, &attrs(&[1, 1], &[Scalar::Int(1)]))
+            .unwrap_err()
+            .contains("lacks max"));
     }
 }

@@ -21,6 +21,7 @@
 //! | `sum` | `x` | `[]`, `i64` for `bool` and integers, else `x`'s dtype |
 //! | `sum_rows` | `x: [n, k]` | `[k]`, dtype as `sum` |
 //! | `matmul` (`_tn`, `_nt`) | 2-D `a`, `b` of one dtype, not `bool` | `[m, n]` |
+//! | `pow` ... `addcdiv` (the pointwise ops of two and three inputs), the indexing ops | as the CPU kernel of the op ([`cpu_infer`]) | as the CPU kernel |
 //!
 //! `sub`, `relu`, `relu_grad` and the arithmetic scalar ops refuse `bool`; `div`,
 //! `div_scalar` and `rdiv_scalar` take floating-point dtypes only.
@@ -63,6 +64,18 @@ pub fn elementwise(
     attrs: &Attrs,
     out: &mut OutSpecs,
 ) -> Result<(), String> {
+    if matches!(
+        kind,
+        Kind::Math2(_)
+            | Kind::Logical(_)
+            | Kind::PowScalar
+            | Kind::Where
+            | Kind::Ternary(_)
+            | Kind::LerpScalar
+            | Kind::ClampScalar
+    ) {
+        return cpu_infer(name, inputs, given, attrs, out);
+    }
     expect_inputs(inputs, kind.arity())?;
     let refuse = |m: &TensorMeta| format!("`{name}` {}; input 0 is {}", kind.dtype_rule(), m.describe());
     match kind {
@@ -111,6 +124,13 @@ pub fn elementwise(
             out.push(spec(&inputs[0].shape, inputs[0].dtype));
         }
         Kind::CompareScalar(_) | Kind::Predicate(_) => out.push(spec(&inputs[0].shape, DType::Bool)),
+        Kind::Math2(_)
+        | Kind::Logical(_)
+        | Kind::PowScalar
+        | Kind::Where
+        | Kind::Ternary(_)
+        | Kind::LerpScalar
+        | Kind::ClampScalar => return cpu_infer(name, inputs, given, attrs, out),
         Kind::MaskedFill => {
             let (x, mask) = (inputs[0], inputs[1]);
             if mask.dtype != DType::Bool {
@@ -124,6 +144,22 @@ pub fn elementwise(
         }
     }
     Ok(())
+}
+
+/// The rule of the CPU kernel of op `name` (the ops whose CUDA kernels take exactly the
+/// calls the CPU's take: the pointwise ops of `kernels::binary_math` and `kernels::ternary`).
+pub fn cpu_infer(
+    name: &str,
+    inputs: &[&TensorMeta],
+    given: &[&TensorMeta],
+    attrs: &Attrs,
+    out: &mut OutSpecs,
+) -> Result<(), String> {
+    let cpu = crate::kernels::BUILTINS
+        .iter()
+        .find(|k| k.name() == name)
+        .ok_or_else(|| format!("`{name}` has no CPU kernel whose shape rule to follow"))?;
+    cpu.infer(inputs, given, attrs, out)
 }
 
 /// `sum`: one input, a 0-d output.

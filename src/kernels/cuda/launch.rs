@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::layout::{broadcast_strides, Layout};
+use super::layout::{broadcast_strides, Layout, Layout4};
 use super::source::THREADS;
 use crate::alloc::Storage;
 use crate::ep::cuda::CudaEpStream;
@@ -171,5 +171,43 @@ pub fn launch_ew(
     // retires (storages) or the work on this stream is past them (temporaries, see the
     // module docs). An input that shares bytes with the output is the same elements of the
     // same size (each thread reads its element before writing it) or was staged.
+    unsafe { l.launch(launch_config(n)) }.map(|_| ()).map_err(|e| format!("launching {sym}: {e}"))
+}
+
+/// Launch kernel `sym` of three inputs (`source`'s `EW3`; of op `op`): the output `out` and
+/// up to three `inputs` (each broadcast to the output's shape), with the scalars
+/// `[s, t, f]`.
+pub fn launch_ew3(
+    s: &CudaEpStream,
+    op: &'static str,
+    sym: &str,
+    out: &Dev<'_>,
+    inputs: &[&Dev<'_>],
+    scalars: [u64; 3],
+) -> Result<(), String> {
+    let shape = &out.meta.shape;
+    let n = out.meta.numel();
+    let mut strides: Vec<Vec<isize>> = vec![out.meta.strides.to_vec()];
+    for (i, d) in inputs.iter().enumerate() {
+        strides.push(broadcast_strides(&format!("input {i}"), &d.meta, shape)?);
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let lists: Vec<&[isize]> = strides.iter().map(Vec::as_slice).collect();
+    let layout = Layout4::plan(shape, &lists)?;
+    let f = super::function(s, sym)?;
+    let addr = |i: usize| inputs.get(i).map_or(0, |d| d.addr());
+    let (o, a, b, c) = (out.addr(), addr(0), addr(1), addr(2));
+    let [x, y, z] = scalars;
+    s.set_label(op);
+    let mut l = s.cuda_stream().launch_builder(&f);
+    l.arg(&o).arg(&a).arg(&b).arg(&c).arg(&x).arg(&y).arg(&z).arg(&layout);
+    // SAFETY: every `EW3` kernel takes (out*, const a*, const b*, const c*, u64, u64, u64,
+    // Layout4) (`source::PRELUDE`), matching these arguments, and reads at most `inputs`
+    // operands; `Layout4` is the C struct (`layout::Layout4`). As in `launch_ew`: every
+    // operand's layout was checked against its storage or is a temporary made for it, its
+    // broadcast strides name only its own elements, and an input that shares bytes with
+    // the output is the same elements of the same size or was staged.
     unsafe { l.launch(launch_config(n)) }.map(|_| ()).map_err(|e| format!("launching {sym}: {e}"))
 }

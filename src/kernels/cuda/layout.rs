@@ -23,14 +23,22 @@ use crate::vm::TensorMeta;
 
 /// The most dimensions a kernel takes after [`Layout::plan`] merged what it could.
 pub const MAX_DIMS: usize = 8;
-/// The most operands (the output first) a layout describes.
+/// The most operands (the output first) a [`Layout`] describes.
 pub const MAX_OPERANDS: usize = 3;
 
-/// The index space and strides of one launch, as the kernels' `struct Layout` (the
-/// generated source's prelude) lays it out: passed by value, 272 bytes.
+/// The index space and strides of one launch of an elementwise kernel of up to two inputs,
+/// as the kernels' `struct Layout` (the generated source's prelude) lays it out: passed by
+/// value, 272 bytes.
+pub type Layout = Strides<MAX_OPERANDS>;
+
+/// The index space and strides of one launch of a kernel of three inputs (`where`, `clamp`,
+/// `lerp`, `addcmul`, `addcdiv`), as the kernels' `struct Layout4`: 336 bytes.
+pub type Layout4 = Strides<4>;
+
+/// The index space and the strides of `N` operands, output first ([`Layout`], [`Layout4`]).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
+pub struct Strides<const N: usize> {
     /// Number of elements (the product of `size`).
     pub n: u64,
     /// Dimensions in use, at most [`MAX_DIMS`]; 0 for a single element.
@@ -40,33 +48,32 @@ pub struct Layout {
     /// Dimension sizes, outermost first; unused entries 1.
     pub size: [i64; MAX_DIMS],
     /// Per operand (output first), its stride along each dimension; unused entries 0.
-    pub stride: [[i64; MAX_DIMS]; MAX_OPERANDS],
+    pub stride: [[i64; MAX_DIMS]; N],
 }
 
-// SAFETY: `Layout` is `repr(C)` plain integers, field for field the `struct Layout` of the
-// generated source (`source::PRELUDE`), which the kernels take by value.
-unsafe impl DeviceRepr for Layout {}
+// SAFETY: `Strides<N>` is `repr(C)` plain integers, field for field the `struct Layout`
+// (`N` = 3) or `struct Layout4` (`N` = 4) of the generated source (`source::PRELUDE`),
+// which the kernels take by value.
+unsafe impl<const N: usize> DeviceRepr for Strides<N> {}
 
-impl Layout {
+impl<const N: usize> Strides<N> {
     /// The layout of `shape` with one stride list per operand (output first, each as long
     /// as `shape`), simplified as the module docs say; an error naming the shape when more
     /// than [`MAX_DIMS`] dimensions remain.
-    pub fn plan(shape: &[usize], strides: &[&[isize]]) -> Result<Layout, String> {
+    pub fn plan(shape: &[usize], strides: &[&[isize]]) -> Result<Self, String> {
         let ops = strides.len();
-        if ops == 0 || ops > MAX_OPERANDS || strides.iter().any(|s| s.len() != shape.len()) {
-            return Err(format!(
-                "a layout of shape {shape:?} needs 1 to {MAX_OPERANDS} stride lists of its rank"
-            ));
+        if ops == 0 || ops > N || strides.iter().any(|s| s.len() != shape.len()) {
+            return Err(format!("a layout of shape {shape:?} needs 1 to {N} stride lists of its rank"));
         }
         let n = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
         let n = n.ok_or_else(|| format!("shape {shape:?} has more elements than a u64 counts"))?;
         // (size, strides), outermost first, with the size-1 dimensions dropped.
-        let mut dims: Vec<(i64, [i64; MAX_OPERANDS])> = Vec::with_capacity(shape.len());
+        let mut dims: Vec<(i64, [i64; N])> = Vec::with_capacity(shape.len());
         for (d, &size) in shape.iter().enumerate() {
             if size == 1 {
                 continue;
             }
-            let mut st = [0i64; MAX_OPERANDS];
+            let mut st = [0i64; N];
             for (k, s) in strides.iter().enumerate() {
                 st[k] = s[d] as i64;
             }
@@ -86,12 +93,12 @@ impl Layout {
                 dims.len()
             ));
         }
-        let mut layout = Layout {
+        let mut layout = Strides {
             n,
             ndim: dims.len() as i32,
             contiguous: 0,
             size: [1; MAX_DIMS],
-            stride: [[0; MAX_DIMS]; MAX_OPERANDS],
+            stride: [[0; MAX_DIMS]; N],
         };
         for (d, (size, st)) in dims.iter().enumerate() {
             layout.size[d] = *size;
@@ -110,10 +117,10 @@ impl Layout {
 
     /// The storage offsets (elements, from each operand's own offset) of element `i` in
     /// row-major order: what the kernels' `offsets` computes, for host tests.
-    pub fn offsets(&self, mut i: u64) -> [i64; MAX_OPERANDS] {
-        let mut o = [0i64; MAX_OPERANDS];
+    pub fn offsets(&self, mut i: u64) -> [i64; N] {
+        let mut o = [0i64; N];
         if self.contiguous != 0 {
-            return [i as i64; MAX_OPERANDS];
+            return [i as i64; N];
         }
         for d in (0..self.ndim as usize).rev() {
             let size = self.size[d] as u64;

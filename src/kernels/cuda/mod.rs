@@ -17,6 +17,7 @@
 //! | [`infer`] | the shape and dtype rules |
 //! | [`nn`], [`nn_source`] | `bmm`, `conv2d`, the pools, `nll_loss`, `scaled_dot_product_attention` and their kernels' CUDA C |
 //! | [`host`] | gathers and scatters of host tensors for the copies |
+//! | [`index`] | `tril`, `triu`, `one_hot`, `cat`, `index_select`, `gather`, `scatter`, `index_add`, `index`, `index_put`, `nonzero` |
 //!
 //! Every kernel enqueues its work on the CUDA stream whose launch is running on the calling
 //! thread ([`crate::ep::cuda::with_current`]) and returns; the VM records an event behind it.
@@ -43,6 +44,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod gemm;
 pub mod host;
+pub mod index;
 pub mod infer;
 pub mod launch;
 pub mod layout;
@@ -56,6 +58,10 @@ pub mod reduce_dims;
 pub mod source;
 
 pub use copy::CudaCopy;
+pub use index::{
+    CudaCat, CudaGather, CudaIndex, CudaIndexAdd, CudaIndexPut, CudaIndexSelect, CudaNonzero, CudaOneHot,
+    CudaScatter, CudaTril, CudaTriu,
+};
 pub use matmul::{CudaGemm, CUDA_MATMUL, CUDA_MATMUL_NT, CUDA_MATMUL_TN};
 pub use normalize::{CudaAlong, CudaLayerNorm, ALONG};
 pub use ops::ELEMENTWISE;
@@ -142,7 +148,7 @@ pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
     let reductions = REDUCTIONS.iter().map(|k| k as &'static dyn OpKernel);
     let along =
         ALONG.iter().map(|k| k as &'static dyn OpKernel).chain([&CudaLayerNorm as &'static dyn OpKernel]);
-    let others: [&'static dyn OpKernel; 17] = [
+    let others: [&'static dyn OpKernel; 28] = [
         &nn::CudaBmm,
         &nn::CudaNllLoss,
         &nn::CudaAttention,
@@ -151,6 +157,17 @@ pub fn kernels() -> impl Iterator<Item = &'static dyn OpKernel> {
         &nn::CUDA_MAX_POOL2D_WITH_INDICES,
         &nn::CUDA_AVG_POOL2D,
         &nn::CUDA_ADAPTIVE_AVG_POOL2D,
+        &CudaTril,
+        &CudaTriu,
+        &CudaOneHot,
+        &CudaCat,
+        &CudaIndexSelect,
+        &CudaGather,
+        &CudaScatter,
+        &CudaIndexAdd,
+        &CudaIndex,
+        &CudaIndexPut,
+        &CudaNonzero,
         &CudaSum,
         &CudaSumRows,
         &CUDA_MATMUL,
@@ -170,40 +187,9 @@ mod tests {
     use crate::vm::{Attrs, DType, OutSpecs, TensorMeta};
 
     /// Ops registered on the CPU that have no CUDA kernel yet (`docs/ops.md`'s generated
-    /// table: "—" under `cuda`): the pointwise ops of two and three inputs but `maximum`
-    /// and `minimum`, creation, the indexing and joining ops. Every other op, the diagnostic
-    /// `noop`, `fail` and `panic` included, runs on CUDA too.
-    const CPU_ONLY: &[&str] = &[
-        // Pointwise math (the functions of one input and `maximum`, `minimum` have kernels).
-        "pow",
-        "pow_scalar",
-        "atan2",
-        "div_floor",
-        "div_trunc",
-        "remainder",
-        "fmod",
-        "logical_and",
-        "logical_or",
-        "logical_xor",
-        "where",
-        "clamp",
-        "clamp_scalar",
-        "lerp",
-        "lerp_scalar",
-        "addcmul",
-        "addcdiv",
-        "tril",
-        "triu",
-        "one_hot",
-        "cat",
-        "index_select",
-        "gather",
-        "scatter",
-        "index_add",
-        "index",
-        "index_put",
-        "nonzero",
-    ];
+    /// table: "—" under `cuda`). None: every op, the diagnostic `noop`, `fail` and `panic`
+    /// included, runs on CUDA too.
+    const CPU_ONLY: &[&str] = &[];
 
     #[test]
     fn every_cpu_op_has_a_cuda_kernel_unless_allowed() {

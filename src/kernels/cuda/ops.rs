@@ -187,6 +187,90 @@ impl Pred {
     }
 }
 
+/// A function of two inputs of one dtype whose integer and floating forms differ
+/// (`Kind::Math2`), as the CPU kernels compute it (`kernels::pointwise::Num`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Bin {
+    /// `a ** b`: IEEE's `pow`; integers exactly by squaring, wrapping.
+    Pow,
+    /// `atan2(a, b)` (floating-point dtypes only).
+    Atan2,
+    /// `a / b` rounded toward minus infinity (Python's `//`).
+    DivFloor,
+    /// `a / b` rounded toward zero.
+    DivTrunc,
+    /// `a - b · floor(a / b)`, of the sign of `b` (Python's `%`).
+    Remainder,
+    /// `a - b · trunc(a / b)`, of the sign of `a` (C's `fmod`).
+    Fmod,
+}
+
+impl Bin {
+    /// The name in kernel symbols (the op's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Bin::Pow => "pow",
+            Bin::Atan2 => "atan2",
+            Bin::DivFloor => "div_floor",
+            Bin::DivTrunc => "div_trunc",
+            Bin::Remainder => "remainder",
+            Bin::Fmod => "fmod",
+        }
+    }
+
+    /// Whether the integer form divides (and so has a division by zero).
+    pub fn divides(self) -> bool {
+        matches!(self, Bin::DivFloor | Bin::DivTrunc | Bin::Remainder | Bin::Fmod)
+    }
+}
+
+/// A logical function of two truth values (`Kind::Logical`); nonzero (NaN included) is true.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Logic {
+    /// Both.
+    And,
+    /// Either.
+    Or,
+    /// Exactly one.
+    Xor,
+}
+
+impl Logic {
+    /// The name in kernel symbols (the op's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Logic::And => "logical_and",
+            Logic::Or => "logical_or",
+            Logic::Xor => "logical_xor",
+        }
+    }
+}
+
+/// An op of three inputs of one dtype, broadcast together (`Kind::Ternary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Tern {
+    /// `minimum(maximum(x, lo), hi)` (numeric).
+    Clamp,
+    /// PyTorch's `lerp(start, end, weight)` (floating).
+    Lerp,
+    /// `x + value · t1 · t2` with the scalar `value` (numeric; integers wrap).
+    Addcmul,
+    /// `x + value · t1 / t2` with the scalar `value` (floating).
+    Addcdiv,
+}
+
+impl Tern {
+    /// The name in kernel symbols (the op's).
+    pub fn name(self) -> &'static str {
+        match self {
+            Tern::Clamp => "clamp",
+            Tern::Lerp => "lerp",
+            Tern::Addcmul => "addcmul",
+            Tern::Addcdiv => "addcdiv",
+        }
+    }
+}
+
 /// Where the scalar of a tensor–scalar op stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Side {
@@ -228,6 +312,22 @@ pub enum Kind {
     /// Two inputs of one dtype, broadcast: the larger (`true`: `maximum`) or the smaller
     /// (`minimum`), a NaN of either propagating.
     Extreme(bool),
+    /// Two inputs of one dtype, broadcast: a function whose integer form differs.
+    Math2(Bin),
+    /// Two inputs of one dtype (any), broadcast; a `bool` result.
+    Logical(Logic),
+    /// One input to the power of the scalar (in the compute type).
+    PowScalar,
+    /// Inputs `(cond, x, y)`, `cond` `bool`, `x` and `y` of one dtype, broadcast together:
+    /// `x` where `cond` is set, else `y`.
+    Where,
+    /// Three inputs of one dtype, broadcast together.
+    Ternary(Tern),
+    /// Inputs `(start, end)` of one floating dtype, broadcast, with the scalar weight.
+    LerpScalar,
+    /// One input between the bounds of the parameter list (`kernels::ternary`'s
+    /// `clamp_scalar`: either may be absent).
+    ClampScalar,
 }
 
 impl Kind {
@@ -238,7 +338,9 @@ impl Kind {
             Kind::Cast | Kind::Relu | Kind::Scalar(..) | Kind::CompareScalar(_) => 1,
             Kind::Math(_) | Kind::Num(_) | Kind::Predicate(_) => 1,
             Kind::Binary(_) | Kind::AddBias | Kind::ReluGrad | Kind::Compare(_) | Kind::MaskedFill => 2,
-            Kind::Extreme(_) => 2,
+            Kind::Extreme(_) | Kind::Math2(_) | Kind::Logical(_) | Kind::LerpScalar => 2,
+            Kind::PowScalar | Kind::ClampScalar => 1,
+            Kind::Where | Kind::Ternary(_) => 3,
         }
     }
 
@@ -246,8 +348,11 @@ impl Kind {
     pub fn takes(self, d: DType) -> bool {
         match self {
             Kind::Fill | Kind::Cast | Kind::MaskedFill | Kind::Compare(_) | Kind::CompareScalar(_) => true,
-            Kind::Predicate(_) | Kind::Extreme(_) => true,
-            Kind::Math(_) => d.is_floating(),
+            Kind::Predicate(_) | Kind::Extreme(_) | Kind::Logical(_) | Kind::Where => true,
+            Kind::Math(_) | Kind::Math2(Bin::Atan2) | Kind::LerpScalar => d.is_floating(),
+            Kind::Ternary(Tern::Lerp | Tern::Addcdiv) => d.is_floating(),
+            Kind::Math2(_) | Kind::PowScalar | Kind::ClampScalar => d != DType::Bool,
+            Kind::Ternary(Tern::Clamp | Tern::Addcmul) => d != DType::Bool,
             Kind::Num(_) => d != DType::Bool,
             Kind::Binary(Arith::Add | Arith::Mul) | Kind::AddBias => true,
             Kind::Binary(Arith::Sub) | Kind::Relu | Kind::ReluGrad => d != DType::Bool,
@@ -271,6 +376,9 @@ impl Kind {
     pub fn dtype_rule(self) -> &'static str {
         match self {
             Kind::Binary(Arith::Div) | Kind::Scalar(Arith::Div, _) | Kind::Math(_) => {
+                "takes floating-point inputs (cast integers first)"
+            }
+            Kind::Math2(Bin::Atan2) | Kind::LerpScalar | Kind::Ternary(Tern::Lerp | Tern::Addcdiv) => {
                 "takes floating-point inputs (cast integers first)"
             }
             _ => "takes numeric inputs, not bool",
@@ -347,6 +455,23 @@ pub static ELEMENTWISE: &[Op] = &[
     Op { name: "logical_not", kind: Kind::Predicate(Pred::Zero) },
     Op { name: "maximum", kind: Kind::Extreme(true) },
     Op { name: "minimum", kind: Kind::Extreme(false) },
+    Op { name: "pow", kind: Kind::Math2(Bin::Pow) },
+    Op { name: "pow_scalar", kind: Kind::PowScalar },
+    Op { name: "atan2", kind: Kind::Math2(Bin::Atan2) },
+    Op { name: "div_floor", kind: Kind::Math2(Bin::DivFloor) },
+    Op { name: "div_trunc", kind: Kind::Math2(Bin::DivTrunc) },
+    Op { name: "remainder", kind: Kind::Math2(Bin::Remainder) },
+    Op { name: "fmod", kind: Kind::Math2(Bin::Fmod) },
+    Op { name: "logical_and", kind: Kind::Logical(Logic::And) },
+    Op { name: "logical_or", kind: Kind::Logical(Logic::Or) },
+    Op { name: "logical_xor", kind: Kind::Logical(Logic::Xor) },
+    Op { name: "where", kind: Kind::Where },
+    Op { name: "clamp", kind: Kind::Ternary(Tern::Clamp) },
+    Op { name: "clamp_scalar", kind: Kind::ClampScalar },
+    Op { name: "lerp", kind: Kind::Ternary(Tern::Lerp) },
+    Op { name: "lerp_scalar", kind: Kind::LerpScalar },
+    Op { name: "addcmul", kind: Kind::Ternary(Tern::Addcmul) },
+    Op { name: "addcdiv", kind: Kind::Ternary(Tern::Addcdiv) },
 ];
 
 /// How an integral tensor is compared with a scalar: exactly in `i64` for an integer (or
@@ -427,6 +552,13 @@ pub fn symbol(kind: Kind, input: DType, output: DType, domain: ScalarDomain) -> 
         Kind::Num(f) => format!("{}_{input}", f.name()),
         Kind::Predicate(p) => format!("{}_{input}", p.name()),
         Kind::Extreme(max) => format!("{}_{input}", if max { "maximum" } else { "minimum" }),
+        Kind::Math2(b) => format!("{}_{input}", b.name()),
+        Kind::Logical(l) => format!("{}_{input}", l.name()),
+        Kind::PowScalar => format!("pow_scalar_{input}"),
+        Kind::Where => format!("where_{input}"),
+        Kind::Ternary(t) => format!("{}_{input}", t.name()),
+        Kind::LerpScalar => format!("lerp_scalar_{input}"),
+        Kind::ClampScalar => format!("clamp_scalar_{input}"),
     }
 }
 

@@ -33,6 +33,13 @@
 //! thread takes elements `i`, `i + blockDim·gridDim`, ... (grid-stride), indexing all
 //! operands by `i` where `L.contiguous` is set and through the strides otherwise.
 //!
+//! The kernels of three inputs (`where`, `clamp`, `lerp`, `addcmul`, `addcdiv`,
+//! `clamp_scalar`) and the indexing kernels of `super::index` (macro `EW3`) take
+//! `(out, a, b, c, s, t, f, Layout4 L)`: three inputs, three scalars and four operands'
+//! strides. Integer division, remainder and power go through the `i64` helpers of the
+//! prelude (`ipow`, `idiv_floor`, ...), wrapping; float `div_floor`, `remainder` and `lerp`
+//! through the prelude's `fdiv_floor`, `fremainder`, `flerp`, the CPU kernels' formulas.
+//!
 //! `sum_<dtype>` sums `chunk` consecutive elements per block, each of the 256 threads
 //! adding its elements in increasing index, then a fixed tree in shared memory; more than
 //! one block writes partial sums that `sum_final_<dtype>` adds the same way. `sum_rows_*`
@@ -44,7 +51,8 @@ use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 use super::ops::{
-    bits_type, sum_dtype, symbol, Arith, Kind, MathFn, NumFn, Pred, ScalarDomain, Side, ELEMENTWISE,
+    bits_type, sum_dtype, symbol, Arith, Bin, Kind, Logic, MathFn, NumFn, Pred, ScalarDomain, Side, Tern,
+    ELEMENTWISE,
 };
 use crate::vm::DType;
 
@@ -66,6 +74,8 @@ typedef long long i64;
 typedef unsigned long long u64;
 
 #define MAX_DIMS 8
+// An offset that names no element (an index out of range).
+#define NONE ((i64)0x8000000000000000ULL)
 // The index space and the operands' strides (elements), output first: kernels::cuda::layout.
 struct Layout {
   u64 n;
@@ -91,6 +101,100 @@ __device__ __forceinline__ void offsets(const Layout& L, u64 i, i64& o0, i64& o1
       i = q;
     }
   }
+}
+
+// The index space and the strides of four operands (output first): the kernels of three
+// inputs (kernels::cuda::layout::Layout4).
+struct Layout4 {
+  u64 n;
+  int ndim;
+  int contiguous;
+  i64 size[MAX_DIMS];
+  i64 stride[4][MAX_DIMS];
+};
+
+__device__ __forceinline__ void offsets4(const Layout4& L, u64 i, i64& o0, i64& o1, i64& o2, i64& o3) {
+  o0 = 0; o1 = 0; o2 = 0; o3 = 0;
+#pragma unroll
+  for (int d = MAX_DIMS - 1; d >= 0; --d) {
+    if (d < L.ndim) {
+      const u64 size = (u64)L.size[d];
+      const u64 q = i / size;
+      const i64 r = (i64)(i - q * size);
+      o0 += r * L.stride[0][d];
+      o1 += r * L.stride[1][d];
+      o2 += r * L.stride[2][d];
+      o3 += r * L.stride[3][d];
+      i = q;
+    }
+  }
+}
+
+// Integer math of kernels::pointwise::Num, on values sign- or zero-extended to 64 bits and
+// wrapping (the caller truncates to the dtype, which is the wrapping result there too).
+// `x ** e` by squaring; a negative exponent gives 1 for a base of 1, +-1 for -1, else 0.
+__device__ __forceinline__ i64 ipow(i64 b, i64 e) {
+  if (e < 0) return b == 1 ? 1 : b == -1 ? ((e & 1) ? -1 : 1) : 0;
+  u64 base = (u64)b, acc = 1;
+  while (e > 0) {
+    if (e & 1) acc *= base;
+    base *= base;
+    e >>= 1;
+  }
+  return (i64)acc;
+}
+// Quotient toward zero and remainder, `d != 0`; `x / -1` wraps (no trap at the minimum).
+__device__ __forceinline__ i64 iquot(i64 x, i64 d) { return d == -1 ? (i64)(0ull - (u64)x) : x / d; }
+__device__ __forceinline__ i64 irem(i64 x, i64 d) { return d == -1 ? 0 : x % d; }
+// Python's `//` and `%`: the quotient toward minus infinity, the remainder of the sign of d.
+__device__ __forceinline__ i64 idiv_floor(i64 x, i64 d) {
+  const i64 q = iquot(x, d), r = irem(x, d);
+  return (r != 0 && ((r < 0) != (d < 0))) ? (i64)((u64)q - 1ull) : q;
+}
+__device__ __forceinline__ i64 iremainder(i64 x, i64 d) {
+  const i64 r = irem(x, d);
+  return (r != 0 && ((r < 0) != (d < 0))) ? (i64)((u64)r + (u64)d) : r;
+}
+// PyTorch's div_floor_floating (Python's float `//`), from the exact remainder.
+__device__ __forceinline__ float fdiv_floor(float x, float d) {
+  if (d == 0.0f) return x / d;
+  const float m = fmodf(x, d);
+  float q = (x - m) / d;
+  if (m != 0.0f && ((d < 0.0f) != (m < 0.0f))) q -= 1.0f;
+  if (q != 0.0f) {
+    const float f = floorf(q);
+    return q - f > 0.5f ? f + 1.0f : f;
+  }
+  return copysignf(0.0f, x / d);
+}
+__device__ __forceinline__ double fdiv_floor(double x, double d) {
+  if (d == 0.0) return x / d;
+  const double m = fmod(x, d);
+  double q = (x - m) / d;
+  if (m != 0.0 && ((d < 0.0) != (m < 0.0))) q -= 1.0;
+  if (q != 0.0) {
+    const double f = floor(q);
+    return q - f > 0.5 ? f + 1.0 : f;
+  }
+  return copysign(0.0, x / d);
+}
+// Python's float `%`: fmod, moved to the sign of d.
+__device__ __forceinline__ float fremainder(float x, float d) {
+  const float m = fmodf(x, d);
+  return (m != 0.0f && ((d < 0.0f) != (m < 0.0f))) ? m + d : m;
+}
+__device__ __forceinline__ double fremainder(double x, double d) {
+  const double m = fmod(x, d);
+  return (m != 0.0 && ((d < 0.0) != (m < 0.0))) ? m + d : m;
+}
+// PyTorch's lerp, exact at both ends; the products are rounded on their own (never fused).
+__device__ __forceinline__ float flerp(float a, float b, float w) {
+  const float d = b - a;
+  return (w < 0.5f && w > -0.5f) ? a + __fmul_rn(w, d) : b - __fmul_rn(d, 1.0f - w);
+}
+__device__ __forceinline__ double flerp(double a, double b, double w) {
+  const double d = b - a;
+  return (w < 0.5 && w > -0.5) ? a + __dmul_rn(w, d) : b - __dmul_rn(d, 1.0 - w);
 }
 
 // half::f16::to_f32: exact; a NaN keeps its payload and becomes quiet.
@@ -201,6 +305,21 @@ __device__ __forceinline__ i64 sat_i64(double x) {
       }                                                                                  \
     }                                                                                    \
   }
+
+// A kernel of three inputs: BODY runs for each element, with o0 ... o3 the offsets of the
+// element in out, a, b and c; s, t and f are the call's scalars.
+#define EW3(NAME, OUT_T, A_T, B_T, C_T, ...)                                             \
+  extern "C" __global__ void NAME(OUT_T* out, const A_T* a, const B_T* b, const C_T* c,  \
+                                  u64 s, u64 t, u64 f, Layout4 L) {                      \
+    (void)a; (void)b; (void)c; (void)s; (void)t; (void)f;                                \
+    const u64 step = (u64)blockDim.x * gridDim.x;                                        \
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < L.n; i += step) {       \
+      i64 o0 = (i64)i, o1 = (i64)i, o2 = (i64)i, o3 = (i64)i;                            \
+      if (!L.contiguous) offsets4(L, i, o0, o1, o2, o3);                                 \
+      (void)o1; (void)o2; (void)o3;                                                      \
+      __VA_ARGS__                                                                        \
+    }                                                                                    \
+  }
 "#;
 
 /// The C type a dtype's elements are stored as.
@@ -267,7 +386,7 @@ fn scalar(d: DType) -> &'static str {
 }
 
 /// `x op y` in the compute type of `d`, wrapping for the integers.
-fn arith(op: Arith, d: DType, x: &str, y: &str) -> String {
+pub(super) fn arith(op: Arith, d: DType, x: &str, y: &str) -> String {
     let c = match op {
         Arith::Add => "+",
         Arith::Sub => "-",
@@ -382,6 +501,110 @@ fn predicate(p: Pred, d: DType) -> String {
     }
 }
 
+/// `b` of `x` and `y` (compute values of the numeric dtype `d`) in the CPU kernels'
+/// formulas (`kernels::pointwise::Num`, `Real::atan2`). An integer division by zero gives 0.
+fn math2(b: Bin, d: DType) -> String {
+    let c = |name: &str| if compute(d) == "float" { format!("{name}f") } else { name.to_string() };
+    let ct = compute(d);
+    if d.is_floating() {
+        return match b {
+            Bin::Pow => format!("{}(x, y)", c("pow")),
+            Bin::Atan2 => format!("{}(x, y)", c("atan2")),
+            Bin::DivFloor => "fdiv_floor(x, y)".into(),
+            Bin::DivTrunc => format!("{}(x / y)", c("trunc")),
+            Bin::Remainder => "fremainder(x, y)".into(),
+            Bin::Fmod => format!("{}(x, y)", c("fmod")),
+        };
+    }
+    let f = match b {
+        Bin::Pow => return format!("({ct})ipow((i64)x, (i64)y)"),
+        // Not an integer dtype's op (the table refuses it).
+        Bin::Atan2 => return "0".into(),
+        Bin::DivFloor => "idiv_floor",
+        Bin::DivTrunc => "iquot",
+        Bin::Remainder => "iremainder",
+        Bin::Fmod => "irem",
+    };
+    format!("(y == 0 ? ({ct})0 : ({ct}){f}((i64)x, (i64)y))")
+}
+
+/// PyTorch's `maximum` (`max`) or `minimum` of compute values `x` and `y`: a NaN of either
+/// propagates.
+fn extreme(max: bool, x: &str, y: &str) -> String {
+    let c = if max { ">=" } else { "<=" };
+    format!("(({x}) != ({x}) || (({y}) == ({y}) && ({x}) {c} ({y}))) ? ({x}) : ({y})")
+}
+
+/// The scalar in variable `var` (`s` or `t`) as a compute-type value of `d` (see [`scalar`]).
+fn scalar_in(d: DType, var: &str) -> String {
+    match compute(d) {
+        "float" => format!("__uint_as_float((u32){var})"),
+        "double" => format!("__longlong_as_double((i64){var})"),
+        "int" => format!("(int)(i64){var}"),
+        _ => format!("(i64){var}"),
+    }
+}
+
+/// `p · q` in the compute type of `d`, never fused into an FMA with a following add
+/// (floats), wrapping (integers, through `u64`: the result is truncated to the dtype).
+pub(super) fn product(d: DType, p: &str, q: &str) -> String {
+    match compute(d) {
+        "float" => format!("__fmul_rn({p}, {q})"),
+        "double" => format!("__dmul_rn({p}, {q})"),
+        _ => format!("(i64)((u64)({p}) * (u64)({q}))"),
+    }
+}
+
+/// The kernel of a three-input op (or `clamp_scalar`) on inputs of `d`: an `EW3` line.
+fn elementwise3(kind: Kind, d: DType, sym: &str) -> Option<String> {
+    let (st, ct) = (storage(d), compute(d));
+    let x = format!("const {ct} x = {};", load(d, "a[o1]"));
+    let y = format!("const {ct} y = {};", load(d, "b[o2]"));
+    let z = format!("const {ct} z = {};", load(d, "c[o3]"));
+    let xyz = format!("{x} {y} {z}");
+    let v = format!("const {ct} v = {};", scalar_in(d, "s"));
+    let line = |a: &str, b: &str, c: &str, body: &str| format!("EW3({sym}, {st}, {a}, {b}, {c}, {body})\n");
+    Some(match kind {
+        // The elements' bits, unconverted (a NaN keeps its payload).
+        Kind::Where => line("u8", st, st, "out[o0] = a[o1] != 0 ? b[o2] : c[o3];"),
+        Kind::Ternary(Tern::Clamp) => {
+            let body = format!(
+                "{xyz} const {ct} m = {}; out[o0] = {};",
+                extreme(true, "x", "y"),
+                store(d, &extreme(false, "m", "z"))
+            );
+            line(st, st, st, &body)
+        }
+        Kind::Ternary(Tern::Lerp) => {
+            line(st, st, st, &format!("{xyz} out[o0] = {};", store(d, "flerp(x, y, z)")))
+        }
+        Kind::Ternary(Tern::Addcmul) => {
+            let p = product(d, &product(d, "v", "y"), "z");
+            let sum = if d.is_floating() { format!("x + {p}") } else { format!("(u64)x + (u64)({p})") };
+            line(st, st, st, &format!("{xyz} {v} out[o0] = {};", store(d, &sum)))
+        }
+        Kind::Ternary(Tern::Addcdiv) => {
+            let body =
+                format!("{xyz} {v} out[o0] = {};", store(d, &format!("x + {} / z", product(d, "v", "y"))));
+            line(st, st, st, &body)
+        }
+        // Bounds `s` (min) and `t` (max) where bits 0 and 1 of `f` say they are given.
+        Kind::ClampScalar => {
+            let body = format!(
+                "{x} const {ct} lo = {}; const {ct} hi = {}; {ct} r = x; \
+                 if (f & 1) r = {}; if (f & 2) r = {}; out[o0] = {};",
+                scalar_in(d, "s"),
+                scalar_in(d, "t"),
+                extreme(true, "r", "lo"),
+                extreme(false, "r", "hi"),
+                store(d, "r")
+            );
+            line(st, "u8", "u8", &body)
+        }
+        _ => return None,
+    })
+}
+
 /// One `EW(...)` line: the kernel `sym` with the given operand types and body.
 fn ew(sym: &str, out: &str, a: &str, b: &str, body: &str) -> String {
     format!("EW({sym}, {out}, {a}, {b}, {body})\n")
@@ -394,10 +617,13 @@ fn elementwise(kind: Kind, d: DType, domain: ScalarDomain) -> Option<(String, St
         return None;
     }
     let out_dtype = match kind {
-        Kind::Compare(_) | Kind::CompareScalar(_) | Kind::Predicate(_) => DType::Bool,
+        Kind::Compare(_) | Kind::CompareScalar(_) | Kind::Predicate(_) | Kind::Logical(_) => DType::Bool,
         _ => d,
     };
     let sym = symbol(kind, d, out_dtype, domain);
+    if matches!(kind, Kind::Where | Kind::Ternary(_) | Kind::ClampScalar) {
+        return elementwise3(kind, d, &sym).map(|text| (sym, text));
+    }
     let (st, ct) = (storage(d), compute(d));
     let x = format!("const {ct} x = {};", load(d, "a[o1]"));
     let y = format!("const {ct} y = {};", load(d, "b[o2]"));
@@ -428,7 +654,26 @@ fn elementwise(kind: Kind, d: DType, domain: ScalarDomain) -> Option<(String, St
             let c = if max { ">=" } else { "<=" };
             format!("{x} {y} out[o0] = {};", store(d, &format!("(x != x || (y == y && x {c} y)) ? x : y")))
         }
+        Kind::Math2(b) => format!("{x} {y} out[o0] = {};", store(d, &math2(b, d))),
+        Kind::Logical(l) => {
+            let f = match l {
+                Logic::And => "&&",
+                Logic::Or => "||",
+                Logic::Xor => "!=",
+            };
+            format!("{x} {y} out[o0] = (u8)((x != {z}) {f} (y != {z}));")
+        }
+        Kind::PowScalar => {
+            let p = match ct {
+                "float" => "powf(x, v)".to_string(),
+                "double" => "pow(x, v)".to_string(),
+                _ => format!("({ct})ipow((i64)x, (i64)v)"),
+            };
+            format!("{x} {v} out[o0] = {};", store(d, &p))
+        }
+        Kind::LerpScalar => format!("{x} {y} {v} out[o0] = {};", store(d, "flerp(x, y, v)")),
         Kind::Fill | Kind::MaskedFill | Kind::Cast => return None,
+        Kind::Where | Kind::Ternary(_) | Kind::ClampScalar => return None,
     };
     let out_st = storage(out_dtype);
     Some((sym.clone(), ew(&sym, out_st, st, st, &body)))
@@ -529,6 +774,9 @@ fn generate() -> Source {
     }
     for (module, sym, text) in super::nn_source::kernels() {
         put(module, sym, text);
+    }
+    for (module, sym, text) in super::index::sources() {
+        put(&module, sym, text);
     }
     let order = std::iter::once(BITS).chain(DType::ALL.iter().map(|d| d.name()));
     let mut modules = Vec::new();
@@ -687,7 +935,9 @@ mod tests {
     use crate::kernels::cuda::ops::Cmp;
 
     fn defines(src: &str, sym: &str) -> usize {
-        src.matches(&format!("EW({sym}, ")).count() + src.matches(&format!("void {sym}(")).count()
+        src.matches(&format!("EW({sym}, ")).count()
+            + src.matches(&format!("EW3({sym}, ")).count()
+            + src.matches(&format!("void {sym}(")).count()
     }
 
     #[test]
@@ -700,11 +950,14 @@ mod tests {
                 assert_eq!(s.module_of(sym), Some(i), "{sym}");
                 assert!(seen.insert(sym.clone()), "{sym} in two modules");
             }
-            let kernels = m.text.matches("\nEW(").count() + m.text.matches("__global__ void").count() - 1;
+            let kernels = m.text.matches("\nEW(").count()
+                + m.text.matches("\nEW3(").count()
+                + m.text.matches("__global__ void").count()
+                - 2;
             assert_eq!(
                 kernels,
                 m.symbols.len(),
-                "{}: one symbol per kernel (the EW macro's own line aside)",
+                "{}: one symbol per kernel (the EW and EW3 macros' own lines aside)",
                 m.name
             );
             assert!(m.text.starts_with(PRELUDE), "{}", m.name);
@@ -727,7 +980,7 @@ mod tests {
             for d in DType::ALL {
                 for &domain in ScalarDomain::compiled(d) {
                     let out = match op.kind {
-                        Kind::Compare(_) | Kind::CompareScalar(_) => DType::Bool,
+                        Kind::Compare(_) | Kind::CompareScalar(_) | Kind::Logical(_) => DType::Bool,
                         _ => d,
                     };
                     let sym = symbol(op.kind, d, out, domain);
@@ -795,5 +1048,47 @@ mod tests {
         assert!(line("logical_not_bool").contains("(u8)(x == 0)"));
         assert!(line("maximum_f32").contains("(x != x || (y == y && x >= y)) ? x : y"), "NaN propagates");
         assert!(line("minimum_bool").contains("x <= y"));
+        // The functions of two inputs in the CPU kernels' formulas; integers by the wrapping
+        // helpers, an integer division by zero giving 0.
+        assert!(line("pow_i32").contains("(int)ipow((i64)x, (i64)y)"), "{}", line("pow_i32"));
+        assert!(line("pow_f16").contains("f32_to_f16(powf(x, y))"));
+        assert!(
+            line("pow_scalar_u8").contains("const int v = (int)(i64)s;")
+                && line("pow_scalar_u8").contains("ipow((i64)x, (i64)v)")
+        );
+        assert!(line("pow_scalar_f64").contains("(double)(pow(x, v))"));
+        assert!(line("atan2_f32").contains("atan2f(x, y)"));
+        assert!(line("div_floor_i64").contains("(y == 0 ? (i64)0 : (i64)idiv_floor((i64)x, (i64)y))"));
+        assert!(line("div_floor_bf16").contains("f32_to_bf16(fdiv_floor(x, y))"));
+        assert!(line("div_trunc_f32").contains("truncf(x / y)"));
+        assert!(line("remainder_i32").contains("iremainder((i64)x, (i64)y)"));
+        assert!(line("fmod_u8").contains("irem((i64)x, (i64)y)") && line("fmod_f64").contains("fmod(x, y)"));
+        assert!(line("logical_xor_f32").contains("(u8)((x != 0.0f) != (y != 0.0f))"));
+        assert!(line("logical_and_bool").contains("(u8)((x != 0) && (y != 0))"));
+        assert!(line("lerp_scalar_f16").contains("f32_to_f16(flerp(x, y, v))"));
+        let line3 = |sym: &str| {
+            s.lines()
+                .find(|l| l.starts_with(&format!("EW3({sym}, ")))
+                .unwrap_or_else(|| panic!("{sym}"))
+                .to_string()
+        };
+        // Three inputs: `where` moves bits; the products are never fused into an FMA.
+        assert!(line3("where_bf16")
+            .starts_with("EW3(where_bf16, u16, u8, u16, u16, out[o0] = a[o1] != 0 ? b[o2] : c[o3];"));
+        assert!(line3("clamp_f16")
+            .contains("const float m = ((x) != (x) || ((y) == (y) && (x) >= (y))) ? (x) : (y);"));
+        assert!(
+            line3("clamp_f16").contains("f32_to_f16(((m) != (m) || ((z) == (z) && (m) <= (z))) ? (m) : (z))")
+        );
+        assert!(
+            line3("clamp_scalar_f32").contains("if (f & 1) r = ")
+                && line3("clamp_scalar_f32").contains("if (f & 2) r = ")
+        );
+        assert!(line3("lerp_f64").contains("(double)(flerp(x, y, z))"));
+        assert!(line3("addcmul_i64")
+            .contains("(u64)x + (u64)((i64)((u64)((i64)((u64)(v) * (u64)(y))) * (u64)(z)))"));
+        assert!(line3("addcmul_f32").contains("x + __fmul_rn(__fmul_rn(v, y), z)"));
+        assert!(line3("addcdiv_bf16").contains("f32_to_bf16(x + __fmul_rn(v, y) / z)"));
+        assert!(PRELUDE.contains("a + __fmul_rn(w, d) : b - __fmul_rn(d, 1.0f - w)"), "PyTorch's lerp");
     }
 }

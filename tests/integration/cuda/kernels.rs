@@ -88,6 +88,22 @@ pub(super) fn make(
     seed: u64,
     special: bool,
 ) -> (Tensor, Vals) {
+    make_mapped(vm, dtype, shape, lay, device, seed, special, None)
+}
+
+/// [`make`] with every storage value passed through `map` where given (indices kept in
+/// range, divisors kept from zero).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn make_mapped(
+    vm: &VirtualMachine,
+    dtype: DType,
+    shape: &[usize],
+    lay: Lay,
+    device: DeviceId,
+    seed: u64,
+    special: bool,
+    map: Option<&dyn Fn(Scalar) -> Scalar>,
+) -> (Tensor, Vals) {
     let (n, rank) = (numel(shape), shape.len());
     let (len, strides, offset): (usize, Vec<isize>, usize) = match lay {
         _ if n == 0 => (0, contiguous(shape), 0),
@@ -111,7 +127,11 @@ pub(super) fn make(
         }
         _ => (n, contiguous(shape), 0),
     };
-    let storage = values(dtype, len, seed, special);
+    let raw = values(dtype, len, seed, special);
+    let storage = match map {
+        Some(f) => Vals::of(dtype, (0..raw.len()).map(|i| f(raw.get(i)))),
+        None => raw,
+    };
     let logical = gather(&storage, shape, &strides, offset);
     if lay == Lay::Contiguous || n == 0 {
         return (logical.tensor(vm, shape, device), logical);
@@ -121,7 +141,7 @@ pub(super) fn make(
 }
 
 /// Run `op` on `inputs` with `attrs` on `device`'s compute stream, writing `into` when given.
-fn call(
+pub(super) fn call(
     vm: &VirtualMachine,
     op: &str,
     inputs: &[&Tensor],
@@ -755,7 +775,7 @@ fn refusals_name_the_operand() {
 /// CPU kernel) in `d`'s precision: NaN where NaN, the same infinity, and otherwise
 /// `|got - want| <= ulps · ulp(want)` (for `f16` and `bf16`, also one rounding step of the
 /// 16-bit type, since a different `f32` result may round to the neighbour).
-fn within_ulps(d: DType, got: f64, want: f64, ulps: f64) -> bool {
+pub(super) fn within_ulps(d: DType, got: f64, want: f64, ulps: f64) -> bool {
     if got.is_nan() || want.is_nan() {
         return got.is_nan() && want.is_nan();
     }
