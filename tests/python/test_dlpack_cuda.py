@@ -379,3 +379,28 @@ def test_integer_pointwise_on_cuda_matches_torch(cuda, dtype):
             continue  # PyTorch has no such kernel for this dtype: nothing to compare with
         _close(torch, getattr(xv, name)(), want, name)
     _close(torch, eagervm.maximum(xv, x[0, 0, :2]), torch.maximum(tv, t[0, 0, :2]), "maximum")
+
+
+def test_a_pytorch_forward_pass_on_cuda_matches_torch_on_cuda(cuda):
+    # test_port.py's forward pass (convolution, pooling, linear, GELU, layer norm, cross
+    # entropy, causal attention, softmax, reductions, argmax), every op on cuda:0.
+    torch, vm = cuda
+    from test_port import forward
+
+    import torch.nn.functional as TF
+
+    torch.backends.cudnn.allow_tf32 = False  # PyTorch's convolutions would round to TF32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = np.random.default_rng(0)
+    shapes = [(8, 1, 8, 8), (32, 64), (32,), (10, 32), (10,), (4, 1, 3, 3)]
+    floats = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    target = rng.integers(0, 10, size=(8,)).astype(np.int64)
+    qkv = [rng.standard_normal((2, 4, 16, 8)).astype(np.float32) for _ in range(3)]
+    arrays = floats + [target] + qkv
+    want = forward(TF, *[torch.from_numpy(a.copy()).to("cuda:0") for a in arrays])
+    got = forward(eagervm.nn.functional, *[vm.tensor(a, device="cuda:0") for a in arrays])
+    for w, g in zip(want, got):
+        assert g.device == "cuda:0"
+        w, g = w.cpu().numpy(), g.to("cpu:0").numpy()
+        assert w.shape == g.shape and w.dtype == g.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
