@@ -102,6 +102,7 @@ pub use unary_math::{
     NegKernel, ReciprocalKernel, RoundKernel, RsqrtKernel, SigmoidKernel, SignKernel, SiluKernel, SinKernel,
     SqrtKernel, TanhKernel,
 };
+pub use vmath::exp_f32;
 
 use crate::vm::{DType, OpKernel, OutSpec, Shape, TensorMeta};
 

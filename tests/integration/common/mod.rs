@@ -16,6 +16,7 @@
 
 use eagervm::ep::mock::MockConfig;
 use eagervm::framework::Scalar;
+use eagervm::kernels::exp_f32;
 use eagervm::prelude::*;
 use eagervm::vm::ThreadTopology;
 use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
@@ -539,9 +540,10 @@ impl Interpreter {
                 "fail" => Err(Origin::Fail(factor as u32)),
                 "panic" => Err(Origin::Panic(factor as u32)),
                 "relu" => Ok(x[0].iter().map(|&x| if x < 0.0 { 0.0 } else { x }).collect()),
-                "exp" => Ok(x[0].iter().map(|&x| x.exp()).collect()),
+                // The kernels' `f32` `exp` (`eagervm::kernels::exp_f32`), which std's is not.
+                "exp" => Ok(x[0].iter().map(|&x| exp_f32(x)).collect()),
                 "tanh" => Ok(x[0].iter().map(|&x| x.tanh()).collect()),
-                "sigmoid" => Ok(x[0].iter().map(|&x| 1.0 / (1.0 + (-x).exp())).collect()),
+                "sigmoid" => Ok(x[0].iter().map(|&x| 1.0 / (1.0 + exp_f32(-x))).collect()),
                 "abs" => Ok(x[0].iter().map(|&x| x.abs()).collect()),
                 // [2, 2]: element (i, j) at 2i + j; tril keeps j - i <= d, triu j - i >= d.
                 "tril" | "triu" => {
