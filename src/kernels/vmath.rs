@@ -85,6 +85,35 @@ pub(super) fn sum_lanes(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     tail.iter().fold(acc[0], |s, &v| s + f(v))
 }
 
+/// `ys[i] = f(xs[i])`, returning the sum of the `ys` in the lane order ([`sum_lanes`]):
+/// one pass where two would read the values again.
+#[inline(always)]
+fn store_and_sum_lanes(xs: &[f32], ys: &mut [f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let whole = xs.len() / LANES * LANES;
+    let (x_groups, x_tail) = xs.split_at(whole);
+    let (y_groups, y_tail) = ys.split_at_mut(whole);
+    for (g, o) in x_groups.chunks_exact(LANES).zip(y_groups.chunks_exact_mut(LANES)) {
+        for ((a, &v), o) in acc.iter_mut().zip(g).zip(o) {
+            let e = f(v);
+            *o = e;
+            *a += e;
+        }
+    }
+    let mut width = LANES / 2;
+    while width > 0 {
+        for j in 0..width {
+            acc[j] += acc[j + width];
+        }
+        width /= 2;
+    }
+    x_tail.iter().zip(y_tail).fold(acc[0], |s, (&v, o)| {
+        let e = f(v);
+        *o = e;
+        s + e
+    })
+}
+
 /// The largest value of `xs` that is not NaN (`-inf` for none); NaNs are left to the
 /// callers, whose sums they make NaN.
 #[inline(always)]
@@ -149,10 +178,7 @@ widest!(
                     *o = v - shift;
                 }
             } else {
-                for (o, &v) in y.iter_mut().zip(x) {
-                    *o = exp_f32(v - m);
-                }
-                let inv = 1.0 / sum_lanes(y, |e| e);
+                let inv = 1.0 / store_and_sum_lanes(x, y, |v| exp_f32(v - m));
                 for o in y.iter_mut() {
                     *o *= inv;
                 }
@@ -179,17 +205,27 @@ widest!(
             let mean = sum_lanes(x, |v| v) / len;
             let var = sum_lanes(x, |v| (v - mean) * (v - mean)) / len;
             let rstd = 1.0 / (var + eps).sqrt();
-            for (o, &v) in y.iter_mut().zip(x) {
-                *o = (v - mean) * rstd;
-            }
-            if let Some(w) = weight {
-                for (o, &w) in y.iter_mut().zip(w) {
-                    *o *= w;
+            // One pass per case, each `((x - μ) · rstd) · w + b` in that order.
+            match (weight, bias) {
+                (Some(w), Some(b)) => {
+                    for (((o, &v), &w), &b) in y.iter_mut().zip(x).zip(w).zip(b) {
+                        *o = (v - mean) * rstd * w + b;
+                    }
                 }
-            }
-            if let Some(b) = bias {
-                for (o, &b) in y.iter_mut().zip(b) {
-                    *o += b;
+                (Some(w), None) => {
+                    for ((o, &v), &w) in y.iter_mut().zip(x).zip(w) {
+                        *o = (v - mean) * rstd * w;
+                    }
+                }
+                (None, Some(b)) => {
+                    for ((o, &v), &b) in y.iter_mut().zip(x).zip(b) {
+                        *o = (v - mean) * rstd + b;
+                    }
+                }
+                (None, None) => {
+                    for (o, &v) in y.iter_mut().zip(x) {
+                        *o = (v - mean) * rstd;
+                    }
                 }
             }
         }
