@@ -108,8 +108,10 @@ fn compute_along(op: &str, kind: Along, ctx: &KernelCtx<'_, '_>) -> Result<(), S
         }
         Along::Softmax | Along::LogSoftmax => {
             let log = kind == Along::LogSoftmax;
-            if let Some((xs, ys, len)) = rows_f32(x, out, r)? {
-                vmath::softmax_rows(xs, ys, len, log);
+            if let Some(rows) = rows_f32(x, out, r)? {
+                // SAFETY: the call's operands live through `compute`.
+                let (xs, ys) = unsafe { rows.slices() };
+                vmath::softmax_rows(xs, ys, rows.len, log);
                 return Ok(());
             }
             dispatch!(dtype, floating, T => {
@@ -122,15 +124,44 @@ fn compute_along(op: &str, kind: Along, ctx: &KernelCtx<'_, '_>) -> Result<(), S
     }
 }
 
-/// `x` and output 0 as rows of `len` values, `(xs, ys, len)`, where the row loops of
-/// `kernels::vmath` can take them: both `f32`, contiguous, aligned, in no byte in common,
-/// and the `reduced` dimensions (`len > 0` values per group) the last ones but for
-/// dimensions of size 1.
-fn rows_f32<'a>(
-    x: &'a TensorView<'_>,
-    out: &'a TensorViewMut<'_>,
+/// `x` and output 0 as rows of `len` values, where the row loops of `kernels::vmath` can
+/// take them: both `f32`, contiguous, aligned, in no byte in common, and the `reduced`
+/// dimensions (`len > 0` values per group) the last ones but for dimensions of size 1.
+#[derive(Clone, Copy)]
+struct RowsF32 {
+    x: *const f32,
+    y: *mut f32,
+    numel: usize,
+    len: usize,
+}
+
+impl RowsF32 {
+    /// The input's and the output's values.
+    ///
+    /// # Safety
+    ///
+    /// The call's operands, which [`rows_f32`] checked, must live and be the call's while
+    /// the slices do (the kernel's `compute`).
+    unsafe fn slices<'a>(self) -> (&'a [f32], &'a mut [f32]) {
+        // SAFETY: `rows_f32` checked that both operands lie inside their storages and hold
+        // `numel` `f32`s one after another from these addresses, aligned, with no byte in
+        // common; the instruction holds the write access to the output's storage while the
+        // kernel runs, so nothing else reads or writes the output's bytes.
+        unsafe {
+            (
+                std::slice::from_raw_parts(self.x, self.numel),
+                std::slice::from_raw_parts_mut(self.y, self.numel),
+            )
+        }
+    }
+}
+
+/// `x` and output 0 as [`RowsF32`], where they are such.
+fn rows_f32(
+    x: &TensorView<'_>,
+    out: &TensorViewMut<'_>,
     reduced: &[bool],
-) -> Result<Option<(&'a [f32], &'a mut [f32], usize)>, String> {
+) -> Result<Option<RowsF32>, String> {
     if x.meta.dtype != DType::F32 || out.meta.dtype != DType::F32 {
         return Ok(None);
     }
@@ -154,17 +185,7 @@ fn rows_f32<'a>(
     {
         return Ok(None);
     }
-    // SAFETY: both operands were checked to lie inside their storages, hold `numel` `f32`s
-    // one after another from `first`, aligned; they have no byte in common, and the
-    // instruction holds the write access to the output's storage while the kernel runs, so
-    // nothing else reads or writes the output's bytes.
-    let (xs, ys) = unsafe {
-        (
-            std::slice::from_raw_parts(a.first.cast_const().cast::<f32>(), a.numel),
-            std::slice::from_raw_parts_mut(o.first.cast::<f32>(), o.numel),
-        )
-    };
-    Ok(Some((xs, ys, len)))
+    Ok(Some(RowsF32 { x: a.first.cast_const().cast::<f32>(), y: o.first.cast::<f32>(), numel: a.numel, len }))
 }
 
 /// The running sums (or products, with `prod`) of float elements along each group.
@@ -389,12 +410,15 @@ where
         return Err(format!("input 0 is {}: it has no last {k} dimension(s)", x.meta.describe()));
     }
     let reduced: Vec<bool> = (0..rank).map(|d| d >= rank - k).collect();
-    if let Some((xs, ys, len)) = rows_f32(x, output(ctx, 0)?, &reduced)? {
+    if let Some(rows) = rows_f32(x, output(ctx, 0)?, &reduced)? {
+        let len = rows.len;
         let weight = if w { Some(load_all::<f32>(ctx, 1)?) } else { None };
         let bias = if b { Some(load_all::<f32>(ctx, 1 + usize::from(w))?) } else { None };
         if weight.as_ref().is_some_and(|v| v.len() != len) || bias.as_ref().is_some_and(|v| v.len() != len) {
             return Err(format!("the weight and the bias must hold {len} elements"));
         }
+        // SAFETY: the call's operands live through `compute`.
+        let (xs, ys) = unsafe { rows.slices() };
         vmath::layer_norm_rows(xs, ys, len, weight.as_deref(), bias.as_deref(), eps as f32);
         return Ok(());
     }

@@ -29,14 +29,8 @@ pub fn exp_f32(x: f32) -> f32 {
     // `n` that occur (|n| ≤ 159).
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    // Beyond these `e^x` is infinite or rounds to 0; a NaN passes both comparisons.
-    let x = if x < -110.0 {
-        -110.0
-    } else if x > 89.0 {
-        89.0
-    } else {
-        x
-    };
+    // Beyond these `e^x` is infinite or rounds to 0; a NaN stays NaN.
+    let x = x.clamp(-110.0, 89.0);
     let t = x * std::f32::consts::LOG2_E + MAGIC;
     let n = t - MAGIC;
     let r = (x - n * LN2_HI) - n * LN2_LO;
@@ -45,7 +39,7 @@ pub fn exp_f32(x: f32) -> f32 {
     p = p * r + 8.333_452e-3;
     p = p * r + 4.166_579_6e-2;
     p = p * r + 1.666_666_5e-1;
-    p = p * r + 5.000_000_1e-1;
+    p = p * r + 0.5;
     let e = (p * (r * r) + r) + 1.0;
     // 2^n as two normal powers of two (n ∈ [-159, 128]), so that results near the ends of
     // the range neither overflow early nor flush to 0.

@@ -40,6 +40,49 @@ use cudarc::driver::CudaFunction;
 use crate::ep::cuda::{with_current, CudaEpStream};
 use crate::vm::OpKernel;
 
+/// The parts of a CUDA kernel's `OpKernel` that are its CPU kernel's: the name, the dtypes
+/// and the shape rule (so that the two devices cannot disagree on them), and every layout
+/// (`strided`). `like_cpu!(kernel PATH)` names a CPU kernel; `like_cpu!(twin)` takes the
+/// kernel's [`CpuTwin`], for a type that stands for several ops.
+macro_rules! like_cpu {
+    (kernel $cpu:path) => {
+        like_cpu!(@methods self, (&$cpu as &dyn $crate::vm::OpKernel));
+    };
+    (twin) => {
+        like_cpu!(@methods self, $crate::kernels::cuda::CpuTwin::cpu_twin(self));
+    };
+    // `$me` is the receiver's name, given by the caller so that the bodies below can name it.
+    (@methods $me:ident, $cpu:expr) => {
+        fn name(&$me) -> &'static str {
+            $cpu.name()
+        }
+
+        fn dtypes(&$me) -> &'static [$crate::vm::DType] {
+            $cpu.dtypes()
+        }
+
+        fn infer(
+            &$me,
+            inputs: &[&$crate::vm::TensorMeta],
+            given: &[&$crate::vm::TensorMeta],
+            attrs: &$crate::vm::Attrs,
+            out: &mut $crate::vm::OutSpecs,
+        ) -> Result<(), String> {
+            $cpu.infer(inputs, given, attrs, out)
+        }
+
+        fn strided(&$me) -> bool {
+            true
+        }
+    };
+}
+
+/// The CPU kernel a CUDA kernel of several ops computes like, for the op it stands for.
+pub(crate) trait CpuTwin {
+    /// That CPU kernel.
+    fn cpu_twin(&self) -> &'static dyn OpKernel;
+}
+
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;

@@ -47,6 +47,7 @@ use super::launch::{
     contiguous_temp, copy_elements, device_operand, launch_config, launch_ew, must_stage, stage, temp, Dev,
 };
 use super::layout::Layout;
+use super::CpuTwin;
 use super::{function, on_stream};
 use crate::ep::cuda::CudaEpStream;
 use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, TensorMeta};
@@ -331,27 +332,7 @@ fn mat_strides(d: &Dev<'_>) -> [isize; 2] {
 }
 
 impl OpKernel for CudaBmm {
-    fn name(&self) -> &'static str {
-        "bmm"
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        crate::kernels::Dtypes::Numeric.list()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        crate::kernels::BmmKernel.infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(kernel crate::kernels::BmmKernel);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         check_outputs(&crate::kernels::BmmKernel, ctx)?;
@@ -538,27 +519,7 @@ pub fn conv_geom(
 }
 
 impl OpKernel for CudaConv2d {
-    fn name(&self) -> &'static str {
-        "conv2d"
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        crate::kernels::Dtypes::Floating.list()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        crate::kernels::Conv2dKernel.infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(kernel crate::kernels::Conv2dKernel);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         check_outputs(&crate::kernels::Conv2dKernel, ctx)?;
@@ -750,28 +711,14 @@ pub fn pool_geom(
     Ok(g)
 }
 
+impl CpuTwin for CudaPool {
+    fn cpu_twin(&self) -> &'static dyn OpKernel {
+        self.cpu()
+    }
+}
+
 impl OpKernel for CudaPool {
-    fn name(&self) -> &'static str {
-        self.cpu().name()
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        self.cpu().dtypes()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        self.cpu().infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(twin);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let op = self.cpu().name();
@@ -937,27 +884,7 @@ fn attention_params(attrs: &Attrs) -> Result<(bool, f64), String> {
 }
 
 impl OpKernel for CudaAttention {
-    fn name(&self) -> &'static str {
-        "scaled_dot_product_attention"
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        crate::kernels::Dtypes::Floating.list()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        crate::kernels::AttentionKernel.infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(kernel crate::kernels::AttentionKernel);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         const OP: &str = "scaled_dot_product_attention";
@@ -1042,27 +969,7 @@ pub fn nll_layout(x: &TensorMeta, targets: &TensorMeta, out: Option<&TensorMeta>
 }
 
 impl OpKernel for CudaNllLoss {
-    fn name(&self) -> &'static str {
-        "nll_loss"
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        crate::kernels::Dtypes::Floating.list()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        crate::kernels::NllLossKernel.infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(kernel crate::kernels::NllLossKernel);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         const OP: &str = "nll_loss";

@@ -25,9 +25,10 @@ use super::reduce_dims::{
     team_config, team_kernel, Plan,
 };
 use super::source::{compute, lit, load, storage, store, zero};
+use super::CpuTwin;
 use super::{function, on_stream};
 use crate::kernels::reduce_dims::Dims;
-use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, Scalar, TensorMeta};
+use crate::vm::{DType, KernelCtx, OpKernel, Scalar};
 
 /// An op along one dimension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,28 +81,14 @@ pub const ALONG: [CudaAlong; 4] = [
     CudaAlong(Along::Cumprod),
 ];
 
+impl CpuTwin for CudaAlong {
+    fn cpu_twin(&self) -> &'static dyn OpKernel {
+        self.0.cpu()
+    }
+}
+
 impl OpKernel for CudaAlong {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        self.0.cpu().dtypes()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        self.0.cpu().infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(twin);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let op = self.0;
@@ -154,27 +141,7 @@ impl OpKernel for CudaAlong {
 pub struct CudaLayerNorm;
 
 impl OpKernel for CudaLayerNorm {
-    fn name(&self) -> &'static str {
-        "layer_norm"
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        crate::kernels::LayerNormKernel.dtypes()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        crate::kernels::LayerNormKernel.infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(kernel crate::kernels::LayerNormKernel);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         check_outputs("layer_norm", &crate::kernels::LayerNormKernel, ctx)?;

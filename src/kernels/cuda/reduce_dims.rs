@@ -43,9 +43,10 @@ use super::launch::{device_operand, Dev};
 use super::layout::Layout;
 use super::ops::sum_dtype;
 use super::source::{compute, lit, load, storage, store, zero, THREADS};
+use super::CpuTwin;
 use super::{function, on_stream};
 use crate::kernels::reduce_dims::Dims;
-use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, Scalar, TensorMeta};
+use crate::vm::{DType, KernelCtx, OpKernel, OutSpecs, Scalar, TensorMeta};
 
 /// The most blocks a team launch uses; the blocks loop over the remaining groups.
 const MAX_TEAM_BLOCKS: u64 = 16_384;
@@ -254,28 +255,14 @@ pub const REDUCTIONS: [CudaReduce; 14] = [
     CudaReduce(Red::Norm),
 ];
 
+impl CpuTwin for CudaReduce {
+    fn cpu_twin(&self) -> &'static dyn OpKernel {
+        self.0.cpu()
+    }
+}
+
 impl OpKernel for CudaReduce {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-
-    fn dtypes(&self) -> &'static [DType] {
-        self.0.cpu().dtypes()
-    }
-
-    fn infer(
-        &self,
-        inputs: &[&TensorMeta],
-        given: &[&TensorMeta],
-        attrs: &Attrs,
-        out: &mut OutSpecs,
-    ) -> Result<(), String> {
-        self.0.cpu().infer(inputs, given, attrs, out)
-    }
-
-    fn strided(&self) -> bool {
-        true
-    }
+    like_cpu!(twin);
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         reduce(self.0, ctx)
