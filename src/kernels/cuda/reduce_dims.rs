@@ -49,7 +49,7 @@ use crate::kernels::reduce_dims::Dims;
 use crate::vm::{DType, KernelCtx, OpKernel, OutSpecs, Scalar, TensorMeta};
 
 /// The most blocks a team launch uses; the blocks loop over the remaining groups.
-const MAX_TEAM_BLOCKS: u64 = 16_384;
+pub const MAX_TEAM_BLOCKS: u64 = 16_384;
 
 /// The threads that reduce one group of `len` elements (see the module docs): a function of
 /// the length alone, so that the order of every fold is.
