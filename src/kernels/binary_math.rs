@@ -11,55 +11,21 @@
 use std::cell::Cell;
 
 use super::dtype::{dispatch, float_of, zero, Bool8, Elem};
-use super::elementwise::{infer_binary, input_dtype, unary_kernel};
+use super::elementwise::{binary_kernel, infer_binary, input_dtype, unary_kernel};
 use super::loops::zip;
 use super::pointwise::{maximum, minimum, Num, Real};
 use super::{refusal, Dtypes};
 use crate::vm::{Attrs, DType, KernelCtx, OpKernel, OutSpecs, TensorMeta};
 
 /// Defines a kernel of two inputs of one dtype of `$group`, broadcast, writing that dtype:
-/// `$f(a, b)` of the compute-type values.
+/// `$f(a, b)` of the compute-type values (`elementwise::binary_kernel!` over the stored ones,
+/// each loaded before and stored after).
 macro_rules! binary_math {
     ($(#[$doc:meta])* $kernel:ident, $op:literal, $group:ident, |$a:ident, $b:ident| $f:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, Default)]
-        pub struct $kernel;
-
-        impl OpKernel for $kernel {
-            fn name(&self) -> &'static str {
-                $op
-            }
-
-            fn dtypes(&self) -> &'static [DType] {
-                $crate::kernels::dtype::group!($group).list()
-            }
-
-            fn infer(
-                &self,
-                inputs: &[&TensorMeta],
-                _given: &[&TensorMeta],
-                _attrs: &Attrs,
-                outputs: &mut OutSpecs,
-            ) -> Result<(), String> {
-                infer_binary($op, inputs, outputs, $crate::kernels::dtype::group!($group), |d| d)
-            }
-
-            fn strided(&self) -> bool {
-                true
-            }
-
-            fn in_place(&self) -> bool {
-                true
-            }
-
-            fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
-                let dtype = input_dtype(ctx)?;
-                dispatch!(dtype, $group, T => zip::<T, T, T>(ctx, |x: T, y: T| {
-                    let ($a, $b) = (x.load(), y.load());
-                    T::store($f)
-                }), Err(refusal($op, dtype, $crate::kernels::dtype::group!($group))))
-            }
-        }
+        binary_kernel!($(#[$doc])* $kernel, $op, $group, T => |x: T, y: T| {
+            let ($a, $b) = (x.load(), y.load());
+            T::store($f)
+        });
     };
 }
 

@@ -135,7 +135,7 @@ macro_rules! unary_kernel {
         }
     };
 }
-pub(super) use unary_kernel;
+pub(super) use {binary_kernel, unary_kernel};
 
 binary_kernel!(
     /// `add`: `a + b`, broadcast; every dtype (integers wrap; `bool` is `or`).
