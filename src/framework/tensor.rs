@@ -140,6 +140,18 @@ impl Tensor {
         Tensor(alloc_object(|| TensorInner::new(id, meta, meta_id, vm, fetch)))
     }
 
+    /// [`made_for`](Self::made_for), for a tensor that owns its storage but lays it out in
+    /// another order than row-major (`meta`'s strides: a pointwise op's output laid out like
+    /// its inputs, `VirtualMachine::empty_strided`): its elements are its whole storage,
+    /// but not in row-major order, so it is not [`is_whole`](Self::is_whole).
+    pub(crate) fn made_strided(id: u64, meta: TensorMeta, meta_id: MetaId, vm: EngineRef) -> Self {
+        Tensor(alloc_object(|| {
+            let mut t = TensorInner::new(id, meta, meta_id, vm, Fetch::No);
+            t.whole = false;
+            t
+        }))
+    }
+
     /// The tensor's id, unique within its VM; errors and traces name tensors by it.
     pub fn id(&self) -> u64 {
         self.inner().id

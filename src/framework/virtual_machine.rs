@@ -389,6 +389,37 @@ impl VirtualMachine {
         self.empty_at(shape, dtype, device, || format!("`empty` on {device}"))
     }
 
+    /// [`empty`](Self::empty) with `strides` (PyTorch's `empty_strided`) that lay the tensor
+    /// out densely in some order of its dimensions (row-major up to a permutation, each
+    /// element once, offset 0), as the output of a pointwise op over transposed inputs is
+    /// laid out. Other strides are refused with [`Error::InvalidOperands`]: they are a
+    /// view's ([`Tensor::view_layout`]).
+    pub fn empty_strided(
+        &self,
+        shape: &[usize],
+        strides: &[isize],
+        dtype: DType,
+        device: DeviceId,
+    ) -> Result<Tensor> {
+        let t = self.empty(shape, dtype, device)?;
+        let meta = t.meta().with_layout(shape, strides, 0);
+        if strides.len() != shape.len() || strides.iter().any(|&s| s < 0) || !super::layout::is_dense(&meta) {
+            return Err(Error::InvalidOperands {
+                op: "empty_strided".into(),
+                detail: format!(
+                    "strides {strides:?} do not lay out shape {shape:?} densely (each element once, in \
+                     some order of the dimensions)"
+                ),
+            });
+        }
+        if meta.strides == t.meta().strides {
+            return Ok(t);
+        }
+        let engine = self.engine();
+        let id = engine.intern(&meta);
+        Ok(Tensor::made_strided(engine.next_tensor_id(), meta, id, engine.identity()))
+    }
+
     /// [`empty`](Self::empty), naming the tensor `at()` if it is too large.
     pub(crate) fn empty_at(
         &self,

@@ -78,6 +78,13 @@ macro_rules! dividing {
                 true
             }
 
+
+            fn pointwise(&self) -> bool {
+
+                true
+
+            }
+
             fn in_place(&self) -> bool {
                 true
             }
@@ -158,6 +165,13 @@ macro_rules! logical {
 
             fn strided(&self) -> bool {
                 true
+            }
+
+
+            fn pointwise(&self) -> bool {
+
+                true
+
             }
 
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {

@@ -44,6 +44,13 @@ macro_rules! comparison {
                 true
             }
 
+
+            fn pointwise(&self) -> bool {
+
+                true
+
+            }
+
             fn in_place(&self) -> bool {
                 true
             }
@@ -82,6 +89,13 @@ macro_rules! comparison {
 
             fn strided(&self) -> bool {
                 true
+            }
+
+
+            fn pointwise(&self) -> bool {
+
+                true
+
             }
 
             fn in_place(&self) -> bool {

@@ -171,6 +171,10 @@ impl OpKernel for CastKernel {
         true
     }
 
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         expect_count(ctx, 1)?;
         let (from, to) = (input(ctx, 0)?.meta.dtype, output(ctx, 0)?.meta.dtype);

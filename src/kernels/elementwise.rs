@@ -77,6 +77,13 @@ macro_rules! binary_kernel {
                 true
             }
 
+
+            fn pointwise(&self) -> bool {
+
+                true
+
+            }
+
             fn in_place(&self) -> bool {
                 true
             }
@@ -120,6 +127,13 @@ macro_rules! unary_kernel {
 
             fn strided(&self) -> bool {
                 true
+            }
+
+
+            fn pointwise(&self) -> bool {
+
+                true
+
             }
 
             fn in_place(&self) -> bool {
@@ -215,6 +229,10 @@ impl OpKernel for AddBiasKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn pointwise(&self) -> bool {
         true
     }
 

@@ -50,6 +50,10 @@ impl OpKernel for MaskedFillKernel {
         true
     }
 
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     fn in_place(&self) -> bool {
         true
     }

@@ -101,6 +101,10 @@ impl OpKernel for WhereKernel {
         true
     }
 
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let dtype = super::loops::input(ctx, 1)?.meta.dtype;
         dispatch!(dtype, all, T => zip3::<T, Bool8, T, T>(ctx, |c: Bool8, x: T, y: T| if c.0 != 0 { x } else { y }),
@@ -138,6 +142,13 @@ macro_rules! ternary {
 
             fn strided(&self) -> bool {
                 true
+            }
+
+
+            fn pointwise(&self) -> bool {
+
+                true
+
             }
 
             fn in_place(&self) -> bool {
@@ -222,6 +233,10 @@ impl OpKernel for LerpScalarKernel {
         true
     }
 
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     fn in_place(&self) -> bool {
         true
     }
@@ -281,6 +296,10 @@ impl OpKernel for ClampScalarKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn pointwise(&self) -> bool {
         true
     }
 

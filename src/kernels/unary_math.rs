@@ -227,6 +227,10 @@ impl OpKernel for RoundKernel {
         true
     }
 
+    fn pointwise(&self) -> bool {
+        true
+    }
+
     fn in_place(&self) -> bool {
         true
     }
@@ -282,6 +286,13 @@ macro_rules! predicate {
 
             fn strided(&self) -> bool {
                 true
+            }
+
+
+            fn pointwise(&self) -> bool {
+
+                true
+
             }
 
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {

@@ -15,8 +15,12 @@ use crate::framework::{Attrs, DType, Scalar};
 /// from 1 to this one: version 2 added `after`, which a version-1 trace may not use; version
 /// 3 added `view` declarations, the dtypes other than `f32` and `i64`, and the `int=`,
 /// `bool=` and `dtype=` attributes, which a trace of an earlier version may not use; version
-/// 4 added the parameter lists `ints=` and `scalars=`.
-pub const VERSION: u32 = 4;
+/// 4 added the parameter lists `ints=` and `scalars=`; version 5 added the `strides=` of a
+/// `tensor` whose layout is not row-major (a pointwise op's output laid out like its inputs).
+pub const VERSION: u32 = 5;
+
+/// The first version with `strides=` on a `tensor` declaration.
+pub(crate) const STRIDES_VERSION: u32 = 5;
 
 /// The first version with the `ints=` and `scalars=` attributes (a call's parameter list).
 pub(crate) const PARAMS_VERSION: u32 = 4;
@@ -225,7 +229,8 @@ pub enum Stmt {
         /// Its local members' devices, in member order.
         members: Vec<TraceDevice>,
     },
-    /// `tensor t3 f32[2,2] mock:0`.
+    /// `tensor t3 f32[2,2] mock:0`, or `tensor t3 f32[2,2] mock:0 strides=1,2` for a
+    /// tensor that owns its storage in another order than row-major.
     Tensor {
         /// The tensor's number.
         id: Ref,
@@ -235,6 +240,9 @@ pub enum Stmt {
         shape: Vec<usize>,
         /// Where it lives.
         device: TraceDevice,
+        /// Its strides, where they are not row-major: a dense layout, a permutation of the
+        /// dimensions' row-major strides (`VirtualMachine::empty_strided`).
+        strides: Option<Vec<isize>>,
     },
     /// `view t7 t3 f32[3,2] strides=1,3 offset=0`: tensor `t7` is a view of the storage
     /// of `t3` (a tensor declared before, not itself a view), of `t3`'s dtype and device,
@@ -467,9 +475,13 @@ pub fn write_stmt(out: &mut String, stmt: &Stmt) {
             let list: Vec<String> = members.iter().map(|d| d.to_string()).collect();
             write!(out, "comm {name} {backend} {}", list.join(","))
         }
-        Stmt::Tensor { id, dtype, shape, device } => {
+        Stmt::Tensor { id, dtype, shape, device, strides } => {
             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-            write!(out, "tensor t{} {dtype}[{}] {device}", id.id, dims.join(","))
+            let _ = write!(out, "tensor t{} {dtype}[{}] {device}", id.id, dims.join(","));
+            if let Some(strides) = strides {
+                write_strides(out, strides);
+            }
+            Ok(())
         }
         Stmt::View { id, base, dtype, shape, strides, offset, .. } => {
             write_view(out, id.id, base.id, *dtype, shape, strides, *offset);
@@ -540,11 +552,17 @@ pub(crate) fn write_view(
     for (i, d) in shape.iter().enumerate() {
         let _ = write!(out, "{}{d}", if i == 0 { "" } else { "," });
     }
-    out.push_str("] strides=");
+    out.push(']');
+    write_strides(out, strides);
+    let _ = write!(out, " offset={offset}");
+}
+
+/// ` strides=A,B,..`.
+pub(crate) fn write_strides(out: &mut String, strides: &[isize]) {
+    out.push_str(" strides=");
     for (i, s) in strides.iter().enumerate() {
         let _ = write!(out, "{}{s}", if i == 0 { "" } else { "," });
     }
-    let _ = write!(out, " offset={offset}");
 }
 
 /// How many tensors of one dtype a trace declares.

@@ -7,7 +7,8 @@
 
 use super::format::{
     dtype_in_version, parse_device, parse_dtype, parse_stream_type, parse_type, AccessKind, Data,
-    FailureKind, Line, Pos, Ref, Stmt, Trace, AFTER_VERSION, MAGIC, PARAMS_VERSION, VERSION, VIEW_VERSION,
+    FailureKind, Line, Pos, Ref, Stmt, Trace, AFTER_VERSION, MAGIC, PARAMS_VERSION, STRIDES_VERSION, VERSION,
+    VIEW_VERSION,
 };
 use super::progress::{Phase, Progress, STRIDE};
 use super::{Diagnostic, TraceError};
@@ -310,7 +311,14 @@ fn statement(toks: &[Tok], version: u32) -> Result<Stmt, Problem> {
             c.dtype_here(dtype, t.col)?;
             let t = c.next("the tensor's device")?;
             let device = parse_device(&t.text).map_err(|m| (t.col, m))?;
-            Stmt::Tensor { id, dtype, shape, device }
+            let strides = match c.peek() {
+                Some(t) if t.text.starts_with("strides=") => {
+                    c.since(STRIDES_VERSION, t.col, "`strides=` on a tensor")?;
+                    Some(strides(&mut c)?)
+                }
+                _ => None,
+            };
+            Stmt::Tensor { id, dtype, shape, device, strides }
         }
         "view" => view(&mut c, kw.col)?,
         "call" => call(&mut c)?,
@@ -351,21 +359,15 @@ fn statement(toks: &[Tok], version: u32) -> Result<Stmt, Problem> {
     Ok(stmt)
 }
 
-/// `view tN tM TYPE strides=A,B,.. offset=K` (the keyword at `col`).
-fn view(c: &mut Cur<'_>, col: u32) -> Result<Stmt, Problem> {
-    c.since(VIEW_VERSION, col, "`view`")?;
-    let id = c.tensor()?;
-    let base = c.reference('t', "the tensor whose storage it views")?;
-    let t = c.next("the view's type, like `f32[3,2]`")?;
-    let (dtype, shape) = parse_type(&t.text).map_err(|m| (t.col, m))?;
-    let type_col = t.col;
-    let t = c.next("`strides=` and the view's strides, one per dimension")?;
+/// `strides=A,B,..`: one stride per dimension, none for a 0-d layout.
+fn strides(c: &mut Cur<'_>) -> Result<Vec<isize>, Problem> {
+    let t = c.next("`strides=` and the strides, one per dimension")?;
     let list = t
         .text
         .strip_prefix("strides=")
         .ok_or_else(|| (t.col, format!("expected `strides=`, found `{}`", t.text)))?;
     let mut strides = Vec::new();
-    // A 0-d view has no strides: `strides=` with nothing after it.
+    // A 0-d layout has no strides: `strides=` with nothing after it.
     if !list.is_empty() {
         let mut at = t.col.saturating_add(width("strides=".len()));
         for item in list.split(',') {
@@ -374,6 +376,18 @@ fn view(c: &mut Cur<'_>, col: u32) -> Result<Stmt, Problem> {
             at = at.saturating_add(width(item.chars().count())).saturating_add(1);
         }
     }
+    Ok(strides)
+}
+
+/// `view tN tM TYPE strides=A,B,.. offset=K` (the keyword at `col`).
+fn view(c: &mut Cur<'_>, col: u32) -> Result<Stmt, Problem> {
+    c.since(VIEW_VERSION, col, "`view`")?;
+    let id = c.tensor()?;
+    let base = c.reference('t', "the tensor whose storage it views")?;
+    let t = c.next("the view's type, like `f32[3,2]`")?;
+    let (dtype, shape) = parse_type(&t.text).map_err(|m| (t.col, m))?;
+    let type_col = t.col;
+    let strides = strides(c)?;
     let t = c.next("`offset=` and the storage element the view starts at")?;
     let offset = t
         .text
@@ -625,13 +639,14 @@ mod tests {
 
     #[test]
     fn every_statement_round_trips() {
-        let text = "eagervm-trace 4\n\
+        let text = "eagervm-trace 5\n\
             device cpu:0\n\
             device mock:0\n\
             stream s0 cpu:0 compute\n\
             stream s1 mock:0 h2d\n\
             tensor t0 f32[2,3] cpu:0\n\
             tensor t1 i64[] mock:0\n\
+            tensor t4 f32[2,3] cpu:0 strides=1,2\n\
             view t2 t0 f32[3,2] strides=1,3 offset=0\n\
             view t3 t0 f32[] strides= offset=5\n\
             call s0 fill out=t1 int=-3 dtype=bf16\n\
@@ -655,7 +670,7 @@ mod tests {
             expect error kernel op=fail message=\"fail \\\"op\\\": 7\\n\"\n";
         let (trace, diags) = parse_str("x", text);
         assert!(diags.is_empty(), "{diags:?}");
-        assert_eq!(trace.lines.len(), 27);
+        assert_eq!(trace.lines.len(), 28);
         // An empty list is the default and is not written back.
         assert_eq!(trace.to_text(), text.replace(" ints= ", " "));
         let (again, d2) = parse_str("x", &trace.to_text());
@@ -675,7 +690,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Written back with only what differs from the defaults.
-        assert_eq!(t.to_text(), "eagervm-trace 4\ncall s0 matmul in=t0,t1 out=t2 transpose_a=true\n");
+        assert_eq!(t.to_text(), "eagervm-trace 5\ncall s0 matmul in=t0,t1 out=t2 transpose_a=true\n");
         let (_, d) = parse_str("f", "eagervm-trace 2\ncall s0 matmul in=t0,t1 out=t2 transpose_a=yes\n");
         assert_eq!((d[0].line, d[0].col), (2, 32), "{d:?}");
         assert!(d[0].message.contains("`yes` is not `true` or `false`"), "{d:?}");
@@ -701,6 +716,19 @@ mod tests {
         assert!(d[0].message.contains("not a list of numbers"), "{d:?}");
         let (_, d) = parse_str("f", "eagervm-trace 4\ncall s0 sum ints=1 ints=2\n");
         assert!(d[0].message.contains("given twice"), "{d:?}");
+        // A tensor's own strides: version 5, written back as read.
+        let text = "eagervm-trace 5\ntensor t0 f32[4,3] cpu:0 strides=1,4\ntensor t1 f32[2] cpu:0\n";
+        let (t, d) = parse_str("f", text);
+        assert!(d.is_empty(), "{d:?}");
+        match &t.lines[0].stmt {
+            Stmt::Tensor { strides, .. } => assert_eq!(strides.as_deref(), Some(&[1, 4][..])),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.to_text(), text);
+        let (_, d) = parse_str("f", "eagervm-trace 4\ntensor t0 f32[4,3] cpu:0 strides=1,4\n");
+        assert!(d[0].message.contains("needs version 5"), "{d:?}");
+        let (_, d) = parse_str("f", "eagervm-trace 5\ntensor t0 f32[4,3] cpu:0 strides=1,x\n");
+        assert!(d[0].message.contains("stride `x` is not an integer"), "{d:?}");
     }
 
     #[test]

@@ -44,11 +44,13 @@ use fnv::FnvHashMap;
 use smallvec::SmallVec;
 
 use super::format::{
-    quote, write_attrs, write_values, write_view, FailureKind, TraceDevice, INLINE_LIMIT, MAGIC, VERSION,
+    quote, write_attrs, write_strides, write_values, write_view, FailureKind, TraceDevice, INLINE_LIMIT,
+    MAGIC, VERSION,
 };
 use super::sync::TensorSync;
 use super::{checksum, TraceError};
 use crate::framework::{Attrs, DType, Tensor, TensorMeta};
+use crate::vm::contiguous_strides;
 use crate::vm::observe::{InstrKind, SubmitObserver, Submitted};
 use crate::vm::Engine;
 use crate::vm::Error;
@@ -564,6 +566,10 @@ impl Writer {
                 let dev = TraceDevice::of(meta.device);
                 l.push_str(dev.kind.name());
                 push_id(l, ":", dev.index as u64);
+                // A pointwise op's output laid out like its inputs.
+                if meta.strides != contiguous_strides(&meta.shape) {
+                    write_strides(l, &meta.strides);
+                }
                 return self.emit();
             }
             Rec::View { id, owner, meta } => {

@@ -535,9 +535,13 @@ impl Replayer<'_> {
                     self.vm.mock_communicator(name, &devices).map_err(|e| self.err(l, 0, e))?;
                 }
             }
-            Stmt::Tensor { id, dtype, shape, device } => {
-                let t =
-                    self.vm.empty(shape, *dtype, self.map.devices[device]).map_err(|e| self.err(l, 0, e))?;
+            Stmt::Tensor { id, dtype, shape, device, strides } => {
+                let dev = self.map.devices[device];
+                let t = match strides {
+                    None => self.vm.empty(shape, *dtype, dev),
+                    Some(strides) => self.vm.empty_strided(shape, strides, *dtype, dev),
+                }
+                .map_err(|e| self.err(l, 0, e))?;
                 self.tensors.insert(id.id, t);
             }
             // A view of the replayed owner's storage, wherever the device map put it; nothing

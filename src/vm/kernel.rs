@@ -254,6 +254,18 @@ pub trait OpKernel: Send + Sync + 'static {
         false
     }
 
+    /// Whether each output element is computed from the input elements at its own index
+    /// (after broadcasting), and every output has the inputs' broadcast shape: an
+    /// elementwise op. Then, for a kernel that is also [`strided`](Self::strided), the
+    /// outputs a call makes are laid out like its inputs, as PyTorch lays them out (the
+    /// output of `exp` of a transposed tensor is transposed too, and both are walked in
+    /// memory order), instead of row-major (`framework::layout`, `pointwise_strides`). A
+    /// kernel's answer must not depend on the device: a CUDA kernel answers as its CPU
+    /// kernel does.
+    fn pointwise(&self) -> bool {
+        false
+    }
+
     /// Compute the outputs from the inputs. Runs on the stream's execution context; outputs
     /// are allocated (zeroed on first use) before the call.
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String>;

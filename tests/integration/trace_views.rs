@@ -138,7 +138,7 @@ fn record_every_dtype(dev: DeviceId, name: &str) -> String {
     let summary = rec.finish(&vm, &outs.iter().collect::<Vec<_>>(), None).unwrap();
     assert_eq!(summary.expects, outs.len());
     let text = replays_bit_for_bit(&path, outs.len(), &reads);
-    assert!(text.starts_with("eagervm-trace 4\n"), "{text}");
+    assert!(text.starts_with("eagervm-trace 5\n"), "{text}");
     for d in DType::ALL {
         assert!(text.contains(&format!(" {d}[4,6] {}\n", trace::TraceDevice::of(dev))), "{d}\n{text}");
         assert!(text.contains(&format!(" {d}[3,2] strides=1,6 offset=7\n")), "{d}\n{text}");
@@ -228,6 +228,42 @@ fn a_view_is_checked_against_its_storage() {
     );
     refused("view t0 t0 f32[2] strides=1 offset=0\n", 5, 6, "declared twice");
     refused("release s0 t0\nview t1 t0 f32[2] strides=1 offset=0\n", 6, 9, "used after its release");
+}
+
+/// A tensor that owns its storage in another order than row-major (the output of a
+/// pointwise op over a transposed input) declares its strides; they must lay it out densely.
+#[test]
+fn a_tensor_with_strides_is_dense_and_replays_in_its_order() {
+    let head = HEAD.replace("eagervm-trace 3", "eagervm-trace 5");
+    let fine = "tensor t1 f32[2,3] cpu:0 strides=1,2
+call s0 exp in=t0 out=t1
+";
+    assert_eq!(problems(&format!("{head}{fine}")), []);
+    for strides in ["1,1", "1,3", "2,1", "-1,2", "1"] {
+        let body = format!("tensor t1 f32[2,3] cpu:0 strides={strides}\n");
+        let p = problems(&format!("{head}{body}"));
+        assert_eq!(p.len(), 1, "{strides}: {p:?}");
+        assert!(p[0].2.contains("do not lay out [2, 3] densely"), "{strides}: {p:?}");
+    }
+    // The live program: `exp` of a transposed view makes a transposed output, which the
+    // trace declares with its strides and replays bit for bit, read in its logical order.
+    let vm = vm();
+    let path = temp("strided-owner.trace");
+    let rec = Recorder::start(&vm, &path).unwrap();
+    let x = vm.from_slice(&[0.5f32, -1.0, 2.0, 0.0, 3.5, -2.5], &[2, 3], DeviceId::CPU).unwrap();
+    let xt = x.view_layout(&[3, 2], &[1, 3], 0).unwrap();
+    let exp = vm.op("exp").unwrap();
+    let y = vm.run(|b| b.call(exp, &[&xt], Attrs::default(), vm.compute_stream(DeviceId::CPU)?)).unwrap();
+    assert_eq!(y.meta().strides.as_slice(), &[1, 3], "laid out like its input");
+    let got: Vec<f32> = y.to_vec().unwrap();
+    let want: Vec<f32> =
+        [0.5f32, 0.0, -1.0, 3.5, 2.0, -2.5].iter().map(|v| eagervm::kernels::exp_f32(*v)).collect();
+    assert_eq!(got, want);
+    let summary = rec.finish(&vm, &[&y], None).unwrap();
+    assert_eq!(summary.expects, 1);
+    let read: Vec<u8> = got.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let text = replays_bit_for_bit(&path, 1, &[read]);
+    assert!(text.contains("f32[3,2] cpu:0 strides=1,3\n"), "{text}");
 }
 
 #[test]
@@ -326,7 +362,7 @@ fn views_round_trip_through_text() {
     let (t, d) = trace::parse_str("r.trace", &text);
     assert!(d.is_empty(), "{d:?}");
     // Written back as the current version.
-    assert_eq!(t.to_text(), text.replace("eagervm-trace 3", "eagervm-trace 4"));
+    assert_eq!(t.to_text(), text.replace("eagervm-trace 3", "eagervm-trace 5"));
     let (again, d) = trace::parse_str("r.trace", &t.to_text());
     assert!(d.is_empty());
     assert_eq!(again, t);

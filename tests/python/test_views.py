@@ -333,3 +333,29 @@ def test_metadata_of_views(vm):
     with pytest.raises(TypeError, match="iteration over a 0-d"):
         iter(s)
     assert [r.tolist() for r in vm.tensor([[1, 2], [3, 4]])] == [[1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize("perm", [(1, 0, 2), (2, 0, 1), (2, 1, 0)])
+def test_a_pointwise_output_is_laid_out_like_its_input(vm, device, perm):
+    """PyTorch's rule: `x.permute(p).exp()` has the strides of the dense tensor in the same
+    memory order (`torch.empty_like` of the view), and equal values; `+` with a row-major
+    second operand follows the first; a row-major first operand gives a row-major output."""
+    rng = np.random.default_rng(11)
+    ref = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    x = vm.array(ref, device).permute(*perm)
+    want = np.exp(ref.transpose(perm))
+    y = x.exp()
+    # The dense strides of the same order: NumPy's copy in "K" order keeps the view's order.
+    order = np.empty_like(ref.transpose(perm), order="K")
+    assert y.stride() == tuple(s // 4 for s in order.strides)
+    assert not y.is_contiguous()
+    np.testing.assert_allclose(read(y), want, rtol=2e-7)
+    c = vm.array(np.ascontiguousarray(ref.transpose(perm)), device)
+    assert (x + c).stride() == y.stride()
+    assert (c + x).is_contiguous()
+    np.testing.assert_array_equal(read(x + c), read(c + x))
+    # A view of it follows PyTorch's refusals; reshape copies; contiguous() is row-major.
+    with pytest.raises(ValueError):
+        y.view(24)
+    np.testing.assert_allclose(read(y.reshape(24)), want.reshape(24), rtol=2e-7)
+    assert y.contiguous().is_contiguous()

@@ -84,7 +84,7 @@ use crate::framework::release::Slot;
 use crate::framework::tensor::Tensor;
 use crate::framework::{Attrs, Op, OutSpecs};
 use crate::vm::instruction::{AccessSlot, AsObject, Batch};
-use crate::vm::tensor::{Fetch, MetaId, TensorInner, TensorOwner, NO_STREAM};
+use crate::vm::tensor::{Fetch, MetaId, Strides, TensorInner, TensorOwner, NO_STREAM};
 use crate::vm::KernelRef;
 use crate::vm::{Element, Engine, EngineRef, Error, Handoff, Result, StreamId, TensorMeta, VmStream};
 
@@ -136,8 +136,9 @@ pub struct InstructionsBuilder<'vm> {
     open: bool,
     /// Inference results of calls already checked (kept across builders of this VM).
     infer: Box<InferCache>,
-    /// The specs and output meta ids of the last call whose signature was not cached.
-    uncached: (OutSpecs, SmallVec<[MetaId; 2]>),
+    /// The specs, output meta ids and output strides (empty: row-major) of the last call
+    /// whose signature was not cached.
+    uncached: (OutSpecs, SmallVec<[MetaId; 2]>, Vec<Strides>),
     /// This builder's claim on its thread's deferred releases (`framework::deferred`), if
     /// it owns them.
     ownership: Option<deferred::Ownership>,
@@ -298,14 +299,22 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
             let first = self.ids.start;
             self.ids.start += n;
-            let (specs, metas) = self.outputs_of(checked);
+            let (specs, metas, strides) = self.outputs_of(checked);
             specs
                 .iter()
                 .zip(metas)
                 .zip(first..)
-                .map(|((s, &meta_id), id)| {
-                    let meta = TensorMeta::new(&s.shape, s.dtype, device);
-                    new_tensor_with_id(&self.vm, id, meta, meta_id, Fetch::No)
+                .enumerate()
+                .map(|(i, ((s, &meta_id), id))| {
+                    let mut meta = TensorMeta::new(&s.shape, s.dtype, device);
+                    match strides.get(i) {
+                        None => new_tensor_with_id(&self.vm, id, meta, meta_id, Fetch::No),
+                        // A pointwise op's output laid out like its inputs (`rule.rs`).
+                        Some(strides) => {
+                            meta.strides.clone_from(strides);
+                            Tensor::made_strided(id, meta, meta_id, self.vm.identity())
+                        }
+                    }
                 })
                 .collect()
         };

@@ -58,7 +58,7 @@ use crate::framework::layout;
 use crate::framework::tensor::Tensor;
 use crate::framework::{Attrs, Op, OutSpecs};
 use crate::vm::shape;
-use crate::vm::tensor::{MetaId, NO_STREAM};
+use crate::vm::tensor::{MetaId, Strides, NO_STREAM};
 use crate::vm::KernelRef;
 use crate::vm::{EngineRef, Error, Result, StreamId, TensorMeta};
 
@@ -154,10 +154,10 @@ impl InstructionsBuilder<'_> {
     }
 
     /// The output specs and meta ids of an accepted call.
-    pub(super) fn outputs_of(&self, c: Checked) -> (&OutSpecs, &[MetaId]) {
+    pub(super) fn outputs_of(&self, c: Checked) -> (&OutSpecs, &[MetaId], &[Strides]) {
         match c.entry {
             Some(i) => self.infer.outputs(i),
-            None => (&self.uncached.0, &self.uncached.1),
+            None => (&self.uncached.0, &self.uncached.1[..], &self.uncached.2[..]),
         }
     }
 
@@ -216,13 +216,41 @@ impl InstructionsBuilder<'_> {
                 }
             }
         }
-        let out_ids: SmallVec<[MetaId; 2]> =
-            specs.iter().map(|s| self.vm.intern(&TensorMeta::new(&s.shape, s.dtype, device))).collect();
+        // Outputs the call makes: row-major, but those of a pointwise op laid out like its
+        // inputs, as PyTorch lays them out (`layout::pointwise_strides`), so that a
+        // transposed input is read and the output written in memory order.
+        let out_strides: Vec<Strides> = if outputs.is_empty() && kernel.pointwise() && kernel.strided() {
+            specs.iter().map_while(|s| layout::pointwise_strides(&s.shape, &in_metas)).collect()
+        } else {
+            Vec::new()
+        };
+        let out_strides = if out_strides.len() == specs.len() { out_strides } else { Vec::new() };
+        let out_ids: SmallVec<[MetaId; 2]> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut meta = TensorMeta::new(&s.shape, s.dtype, device);
+                if let Some(strides) = out_strides.get(i) {
+                    meta.strides.clone_from(strides);
+                }
+                self.vm.intern(&meta)
+            })
+            .collect();
         let ids: SmallVec<[MetaId; 4]> = inputs.iter().chain(outputs).map(|t| t.inner().meta_id).collect();
-        match self.infer.insert(kernel, stream.0, attrs, inputs.len(), ids, specs.clone(), out_ids.clone()) {
+        let entry = self.infer.insert(
+            kernel,
+            stream.0,
+            attrs,
+            inputs.len(),
+            ids,
+            specs.clone(),
+            out_ids.clone(),
+            out_strides.clone(),
+        );
+        match entry {
             Some(i) => Ok(Checked { kernel, entry: Some(i) }),
             None => {
-                self.uncached = (specs, out_ids);
+                self.uncached = (specs, out_ids, out_strides);
                 Ok(Checked { kernel, entry: None })
             }
         }

@@ -182,6 +182,11 @@ impl OpKernel for Op {
         true
     }
 
+    fn pointwise(&self) -> bool {
+        // As the CPU kernels: every kind but `fill`, which has no inputs.
+        !matches!(self.kind, Kind::Fill)
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let out = ctx.outputs.first().ok_or("missing output 0")?;
         let dtypes: Vec<DType> = ctx.inputs.iter().map(|t| t.meta.dtype).collect();

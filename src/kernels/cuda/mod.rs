@@ -74,6 +74,10 @@ macro_rules! like_cpu {
         fn strided(&$me) -> bool {
             true
         }
+
+        fn pointwise(&$me) -> bool {
+            $cpu.pointwise()
+        }
     };
 }
 
@@ -247,6 +251,8 @@ mod tests {
                         "{name} is allowed to be CPU-only but has a CUDA kernel"
                     );
                     assert_eq!(k.cross_device(), cpu.cross_device(), "{name}");
+                    // The outputs' layout is the op's, not the device's.
+                    assert_eq!(k.pointwise(), cpu.pointwise(), "{name}: pointwise");
                 }
                 None if CPU_ONLY.contains(&name) => {}
                 None => missing.push(name),

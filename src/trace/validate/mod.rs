@@ -25,7 +25,8 @@ use super::format::{AccessKind, Data, DeviceKind, Line, Ref, Stmt, Trace, TraceD
 use super::progress::{Phase, Progress, STRIDE};
 use super::sync::TensorSync;
 use super::{Diagnostic, TraceError};
-use crate::ep::{DeviceType, StreamType};
+use crate::ep::{DeviceId, DeviceType, StreamType};
+use crate::framework::layout::is_dense;
 use crate::framework::{shape, Attrs, DType, OpRegistry, OutSpecs, TensorMeta};
 use crate::vm::default_max_tensor_bytes;
 
@@ -310,8 +311,22 @@ impl Checker<'_> {
                 }
             }
             Stmt::Comm { name, backend, members } => self.comm(col, name, backend, members),
-            Stmt::Tensor { id, dtype, shape, device } => {
+            Stmt::Tensor { id, dtype, shape, device, strides } => {
                 self.device_declared(*device, col);
+                if let Some(strides) = strides {
+                    // `VirtualMachine::empty_strided`'s own check, which replay would meet.
+                    let meta = TensorMeta::new(shape, *dtype, DeviceId::CPU).with_layout(shape, strides, 0);
+                    if strides.len() != shape.len() || strides.iter().any(|&s| s < 0) || !is_dense(&meta) {
+                        self.err(
+                            col,
+                            format!(
+                                "tensor t{}: strides {strides:?} do not lay out {shape:?} densely (each \
+                                 element once, in some order of the dimensions)",
+                                id.id
+                            ),
+                        );
+                    }
+                }
                 // `vm.empty`'s own check, which replay would meet here.
                 let checked =
                     shape::check(shape, *dtype, self.opts.max_tensor_bytes, || format!("tensor t{}", id.id));
