@@ -82,6 +82,10 @@ macro_rules! dividing {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 let dtype = input_dtype(ctx)?;
                 let by_zero = Cell::new(false);
@@ -157,6 +161,10 @@ macro_rules! logical {
             }
 
             fn strided(&self) -> bool {
+                true
+            }
+
+            fn writes_outputs(&self) -> bool {
                 true
             }
 

@@ -172,6 +172,10 @@ impl OpKernel for Conv2dKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let metas: Vec<&TensorMeta> = ctx.inputs.iter().map(|t| t.meta).collect();
         let (shape, dtype) = conv_shape(&metas, &ctx.attrs)?;

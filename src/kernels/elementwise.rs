@@ -81,6 +81,10 @@ macro_rules! binary_kernel {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 let dtype = input_dtype(ctx)?;
                 dispatch!(dtype, $group, $t => zip::<$t, $t, $t>(ctx, $f),
@@ -123,6 +127,10 @@ macro_rules! unary_kernel {
             }
 
             fn in_place(&self) -> bool {
+                true
+            }
+
+            fn writes_outputs(&self) -> bool {
                 true
             }
 
@@ -219,6 +227,10 @@ impl OpKernel for AddBiasKernel {
     }
 
     fn in_place(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -69,6 +69,10 @@ impl OpKernel for SumKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         if !ctx.attrs.params().is_empty() {
             return super::reduce_dims::compute_reduce("sum", super::reduce_dims::Kind::Sum, ctx);
@@ -333,6 +337,10 @@ impl OpKernel for SumRowsKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

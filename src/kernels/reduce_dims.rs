@@ -1100,6 +1100,10 @@ macro_rules! reduce_kernel {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 compute_reduce($op, $kind, ctx)
             }

@@ -101,6 +101,10 @@ impl OpKernel for WhereKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let dtype = super::loops::input(ctx, 1)?.meta.dtype;
         dispatch!(dtype, all, T => zip3::<T, Bool8, T, T>(ctx, |c: Bool8, x: T, y: T| if c.0 != 0 { x } else { y }),
@@ -141,6 +145,10 @@ macro_rules! ternary {
             }
 
             fn in_place(&self) -> bool {
+                true
+            }
+
+            fn writes_outputs(&self) -> bool {
                 true
             }
 
@@ -226,6 +234,10 @@ impl OpKernel for LerpScalarKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let dtype = input_dtype(ctx)?;
         let value = ctx.attrs.value();
@@ -285,6 +297,10 @@ impl OpKernel for ClampScalarKernel {
     }
 
     fn in_place(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

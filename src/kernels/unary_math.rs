@@ -231,6 +231,10 @@ impl OpKernel for RoundKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let dtype = input_dtype(ctx)?;
         let decimals = ctx.attrs.params().int_or(0, 0);
@@ -281,6 +285,10 @@ macro_rules! predicate {
             }
 
             fn strided(&self) -> bool {
+                true
+            }
+
+            fn writes_outputs(&self) -> bool {
                 true
             }
 

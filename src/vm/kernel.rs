@@ -254,8 +254,20 @@ pub trait OpKernel: Send + Sync + 'static {
         false
     }
 
+    /// Whether a call that succeeds has written every element of every output it was given,
+    /// for all operands that pass [`infer`](Self::infer): then an output that is its whole
+    /// storage and is written for the first time gets a block that is not zeroed, holding
+    /// whatever its earlier storage left (`alloc::request`, "Unzeroed blocks"). A kernel
+    /// that writes part of an output, leaves an element untouched for some inputs, or reads
+    /// an output before writing it (accumulates into it) must not say so: it keeps the
+    /// default, zeroed outputs. What a failing call left in its outputs is never read.
+    fn writes_outputs(&self) -> bool {
+        false
+    }
+
     /// Compute the outputs from the inputs. Runs on the stream's execution context; outputs
-    /// are allocated (zeroed on first use) before the call.
+    /// are allocated before the call, where written for the first time: zeroed, unless the
+    /// kernel [writes them whole](Self::writes_outputs) and the output is its whole storage.
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String>;
 
     /// Told, in place of [`compute`](Self::compute), that an instruction of this kernel
