@@ -43,4 +43,5 @@ mod trace_format;
 mod trace_record;
 mod trace_shipped;
 mod trace_views;
+mod unzeroed;
 mod views;
