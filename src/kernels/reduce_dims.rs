@@ -310,15 +310,8 @@ pub(super) fn for_each_group<T: Elem>(
         return Ok(());
     }
     let size = T::DTYPE.size() as isize;
-    let rank = s.shape.len();
     // The reduced dimensions lie one after another: read each group in place.
-    let mut expected = 1isize;
-    let dense = (s.kept..rank).rev().all(|d| {
-        let ok = s.shape[d] == 1 || s.strides[d] == expected;
-        expected = expected.wrapping_mul(s.shape[d] as isize);
-        ok
-    });
-    if dense {
+    if dense_groups(&s) {
         for_each_start(&s, a.first, size, |p| {
             // SAFETY: the group's `len` elements lie one after another from `p`, inside
             // the checked operand; no output is written while the slice lives.
@@ -373,13 +366,17 @@ pub(super) fn blocked(a: &Operand<'_>, reduced: &[bool]) -> bool {
     if s.groups <= 1 || s.len == 0 || s.len > BLOCK_MAX_LEN {
         return false;
     }
+    !(dense_groups(&s) && s.len > super::reduce::SEQUENTIAL_SUM_MAX)
+}
+
+/// Whether each group's elements lie one after another (the reduced dimensions are dense).
+pub(super) fn dense_groups(s: &Split) -> bool {
     let mut expected = 1isize;
-    let dense = (s.kept..s.shape.len()).rev().all(|d| {
+    (s.kept..s.shape.len()).rev().all(|d| {
         let ok = s.shape[d] == 1 || s.strides[d] == expected;
         expected = expected.wrapping_mul(s.shape[d] as isize);
         ok
-    });
-    !(dense && s.len > super::reduce::SEQUENTIAL_SUM_MAX)
+    })
 }
 
 /// Call `f(starts, offsets)` for each block of up to [`BLOCK`] groups of `a`, in order:
@@ -699,6 +696,9 @@ pub(super) fn compute_reduce(op: &str, kind: Kind, ctx: &KernelCtx<'_, '_>) -> R
     let no = || Err(refusal(op, dtype, kind.dtypes()));
     let attrs = ctx.attrs;
     let r = &dims.reduced;
+    if let Some(done) = fast::reduce(kind, ctx, &a, &dims) {
+        return done;
+    }
     if blocked(&a, r) {
         return compute_blocked(kind, ctx, &a, r, dtype).unwrap_or_else(no);
     }
@@ -1172,6 +1172,9 @@ reduce_kernel!(
     /// `-inf`, 0 and any other real).
     NormKernel, "norm", Kind::Norm
 );
+
+#[path = "reduce_fast.rs"]
+mod fast;
 
 #[cfg(test)]
 #[path = "reduce_dims_tests.rs"]
