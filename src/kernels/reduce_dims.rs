@@ -14,10 +14,12 @@
 //! layout: several short groups are read together, element by element, each in its own
 //! order ([`for_each_block`]); otherwise a group whose elements lie one after another is
 //! read in place, and other groups are copied to a contiguous buffer first, a slab of whole
-//! groups at a time ([`for_each_group`]). Floating sums
-//! (`sum`, `mean`, `var`, `std`, `logsumexp`, `norm`) add a group's terms in the order of
-//! `kernels::sum_f32` (one at a time up to 4096 terms, 32 partial sums combined as a fixed
-//! tree above), in the compute type (`f32` for `f16`, `bf16` and `f32`; `f64` for `f64`),
+//! groups at a time ([`for_each_group`]); `f32` and `f64` reductions along outer dims add
+//! rows of contiguous columns as vectors, and the extremes of contiguous groups are
+//! vectorised ([`fast`]), each in the same order. Floating sums (`sum`, `mean`, `var`,
+//! `std`, `logsumexp`, `norm`) add a group's terms in the order of `kernels::sum_f32` (one
+//! at a time up to 4096 terms, 32 partial sums combined as a fixed tree above), in the
+//! compute type (`f32` for `f16`, `bf16` and `f32`; `f64` for `f64`),
 //! rounding once on store. So a result does not depend on the layout, the machine, or any
 //! thread count, and a `sum` along every dimension has the bits of the whole-tensor `sum`.
 //! `prod` multiplies in index order; `bool` and integer sums and products wrap in `i64`.

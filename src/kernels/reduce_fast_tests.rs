@@ -128,7 +128,7 @@ fn check<T: Element + Copy>(shape: &[usize], vals: &[T]) -> usize {
 fn vectorised_paths_give_the_general_bits() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut taken = 0;
-    for case in 0..40 {
+    for case in 0..30 {
         let rank = rng.below(3) as usize + 1;
         let shape: Vec<usize> = (0..rank)
             .map(|_| match rng.below(8) {
@@ -140,7 +140,7 @@ fn vectorised_paths_give_the_general_bits() {
             .map(|n| if case < 4 { n.max(1) } else { n })
             .collect();
         let n: usize = shape.iter().product();
-        if n > 40_000 {
+        if n > 12_000 {
             continue;
         }
         let special = case % 2 == 0;
@@ -149,7 +149,7 @@ fn vectorised_paths_give_the_general_bits() {
         let vals: Vec<f32> = vals.iter().map(|&v| v as f32).collect();
         taken += check(&shape, &vals);
     }
-    assert!(taken > 1000, "the vectorised paths ran {taken} times");
+    assert!(taken > 500, "the vectorised paths ran {taken} times");
 }
 
 /// Above 4096 rows the column sums keep 32 accumulators per column, as `sum_f32`'s
@@ -158,7 +158,7 @@ fn vectorised_paths_give_the_general_bits() {
 #[test]
 fn long_groups_give_the_general_bits() {
     let mut rng = Rng(7);
-    for shape in [vec![4096usize + 37, 9], vec![5000, 2, 8], vec![3, 4100], vec![2, 70_000]] {
+    for shape in [vec![4096usize + 37, 9], vec![4200, 2, 8], vec![3, 4100]] {
         let n: usize = shape.iter().product();
         let vals: Vec<f32> = (0..n).map(|_| value(&mut rng, false) as f32).collect();
         assert!(check(&shape, &vals) > 0);
