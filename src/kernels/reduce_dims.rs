@@ -396,22 +396,7 @@ fn for_each_block<T: Elem>(
     if s.groups == 0 || s.len == 0 {
         return Ok(());
     }
-    let mut offsets: Vec<isize> = room(s.len)?;
-    let (inner_shape, inner_strides) = (&s.shape[s.kept..], &s.strides[s.kept..]);
-    let mut index: SmallVec<[usize; 8]> = smallvec![0; inner_shape.len()];
-    let mut at = 0isize;
-    for _ in 0..s.len {
-        offsets.push(at);
-        for d in (0..inner_shape.len()).rev() {
-            index[d] += 1;
-            at += inner_strides[d];
-            if index[d] < inner_shape[d] {
-                break;
-            }
-            at -= inner_strides[d] * inner_shape[d] as isize;
-            index[d] = 0;
-        }
-    }
+    let offsets = offsets(&s.shape[s.kept..], &s.strides[s.kept..])?;
     let mut starts: SmallVec<[*const T; BLOCK]> = SmallVec::new();
     for_each_start(&s, a.first, T::DTYPE.size() as isize, |p| {
         starts.push(p.cast_const().cast::<T>());
@@ -424,6 +409,27 @@ fn for_each_block<T: Elem>(
         f(&starts, &offsets);
     }
     Ok(())
+}
+
+/// The offsets of the elements of `shape` with `strides`, in row-major order.
+pub(super) fn offsets(shape: &[usize], strides: &[isize]) -> Result<Vec<isize>, String> {
+    let n: usize = shape.iter().product();
+    let mut out = room::<isize>(n)?;
+    let mut index: SmallVec<[usize; 8]> = smallvec![0; shape.len()];
+    let mut at = 0isize;
+    for _ in 0..n {
+        out.push(at);
+        for d in (0..shape.len()).rev() {
+            index[d] += 1;
+            at += strides[d];
+            if index[d] < shape[d] {
+                break;
+            }
+            at -= strides[d] * shape[d] as isize;
+            index[d] = 0;
+        }
+    }
+    Ok(out)
 }
 
 /// `step` folded over each group of `a` from `init`, element by element in index order,
@@ -545,6 +551,24 @@ fn block_extremes<T: Elem>(a: &Operand<'_>, reduced: &[bool], max: bool) -> Resu
 /// Write `vals` to output `i`.
 fn emit<O: Elem>(ctx: &KernelCtx<'_, '_>, i: usize, vals: &[O]) -> Result<(), String> {
     write_output(output(ctx, i)?, i, None, vals)
+}
+
+/// Write the extremes' values and indices to the outputs `kind` has (`amax`, `amin`: the
+/// values; `argmax`, `argmin`: the indices; `max`, `min`: both).
+fn emit_extremes<T: Elem>(
+    ctx: &KernelCtx<'_, '_>,
+    kind: Kind,
+    vals: &[T],
+    idx: &[i64],
+) -> Result<(), String> {
+    match kind {
+        Kind::Amax | Kind::Amin => emit(ctx, 0, vals),
+        Kind::Argmax | Kind::Argmin => emit(ctx, 0, idx),
+        _ => {
+            emit(ctx, 0, vals)?;
+            emit(ctx, 1, idx)
+        }
+    }
 }
 
 /// Call `f` with the address of each group's first element (the kept dimensions'
@@ -775,15 +799,8 @@ fn compute_blocked(
         Kind::Amax | Kind::Amin | Kind::Max | Kind::Min | Kind::Argmax | Kind::Argmin => {
             let max = matches!(kind, Kind::Amax | Kind::Max | Kind::Argmax);
             dispatch!(dtype, all, T => (|| {
-                let e = block_extremes::<T>(a, r, max)?;
-                match kind {
-                    Kind::Amax | Kind::Amin => emit(ctx, 0, &e.iter().map(|p| p.0).collect::<Vec<T>>()),
-                    Kind::Argmax | Kind::Argmin => emit(ctx, 0, &e.iter().map(|p| p.1).collect::<Vec<i64>>()),
-                    _ => {
-                        emit(ctx, 0, &e.iter().map(|p| p.0).collect::<Vec<T>>())?;
-                        emit(ctx, 1, &e.iter().map(|p| p.1).collect::<Vec<i64>>())
-                    }
-                }
+                let (vals, idx): (Vec<T>, Vec<i64>) = block_extremes::<T>(a, r, max)?.into_iter().unzip();
+                emit_extremes(ctx, kind, &vals, &idx)
             })(), return None)
         }
         Kind::Var | Kind::Std => {

@@ -12,16 +12,17 @@
 //!   partial sums), combined by its tree, then the remaining rows. Products multiply in
 //!   index order, and the extremes keep the first best value (the first NaN) per column.
 //! - **Rows**: the extremes of groups that lie one after another (`amax(dim=1)` of a
-//!   matrix): the extreme value over 32 lanes, where a NaN sticks, then the first index
-//!   holding it. Which value is largest, and whether a NaN is there, does not depend on
-//!   the order of the comparisons; the index (and so the sign of a zero extreme) comes from
-//!   the second pass in index order.
+//!   matrix): the extreme value over 32 lanes (NaN found apart), then, where the index is
+//!   wanted or the value is a zero or NaN, the first element holding it. Which value is
+//!   largest, and whether a NaN is there, does not depend on the order of the
+//!   comparisons; the index (and so the sign of a zero extreme) comes from the second pass
+//!   in index order.
 
 use std::slice;
 
 use super::super::reduce::{LANES, SEQUENTIAL_SUM_MAX};
 use super::super::vmath::widest;
-use super::{emit, room, Dims, Kind, Real};
+use super::{emit, emit_extremes, offsets, room, Dims, Kind, Real};
 use crate::kernels::dtype::{Elem, Ring};
 use crate::kernels::iter::Operand;
 use crate::vm::{DType, KernelCtx};
@@ -162,7 +163,9 @@ fn col_extremes_by<C: Real>(
     better: impl Fn(C, C) -> bool + Copy,
 ) {
     let k = vals.len();
-    let width = (CHUNK_BYTES / 2 / std::mem::size_of::<C>()).max(1);
+    // The values, and the indices where kept, within the chunk's bytes.
+    let per_column = std::mem::size_of::<C>() + if idx.is_empty() { 0 } else { 8 };
+    let width = (CHUNK_BYTES / per_column).max(1);
     let Some((first, rest)) = rows.split_first() else { return };
     for c0 in (0..k).step_by(width) {
         let c1 = k.min(c0 + width);
@@ -199,24 +202,41 @@ fn col_extremes<C: Real>(rows: &[&[C]], max: bool, vals: &mut [C], idx: &mut [i6
     }
 }
 
-/// The first extreme of `xs` (not empty) and its index, as `reduce_dims::extreme`: the
-/// extreme value over 32 lanes, a NaN sticking (which value is extreme and whether there
-/// is a NaN does not depend on the order), then the first element equal to it (or the
-/// first NaN) in index order, which also gives a zero extreme its sign.
+/// The first extreme of `xs` (not empty) and its index (where `index`, or where the value
+/// alone does not say which element it is: a NaN, a zero), as `reduce_dims::extreme`.
+/// First the extreme over 32 lanes, NaN aside, with a sum of `x - x` per lane that only
+/// a NaN or an infinity makes NaN; where it is, again with a NaN sticking. Which value is
+/// extreme and whether there is a NaN does not depend on the order. Then the first element
+/// equal to it (or the first NaN) in index order, which gives a zero extreme its sign.
 #[inline(always)]
-fn row_extreme_by<C: Real>(xs: &[C], better: impl Fn(C, C) -> bool + Copy) -> (C, i64) {
+#[allow(clippy::eq_op)]
+fn row_extreme_by<C: Real>(xs: &[C], index: bool, better: impl Fn(C, C) -> bool + Copy) -> (C, i64) {
     let Some(&first) = xs.first() else { return (C::of(0.0), -1) };
+    let zero = C::of(0.0);
     let mut acc = [first; LANES];
+    let mut poison = [zero; LANES];
     let groups = xs.chunks_exact(LANES);
     let tail = groups.remainder();
-    for g in groups {
-        for (a, &v) in acc.iter_mut().zip(g) {
-            *a = if replaces(v, *a, better) { v } else { *a };
+    for g in groups.clone() {
+        for ((a, p), &v) in acc.iter_mut().zip(poison.iter_mut()).zip(g) {
+            *a = if better(v, *a) { v } else { *a };
+            *p = *p + (v - v);
+        }
+    }
+    if poison.iter().any(|&p| p != zero) {
+        acc = [first; LANES];
+        for g in groups {
+            for (a, &v) in acc.iter_mut().zip(g) {
+                *a = if replaces(v, *a, better) { v } else { *a };
+            }
         }
     }
     let m = acc.iter().chain(tail).fold(first, |m, &v| if replaces(v, m, better) { v } else { m });
-    #[allow(clippy::eq_op)]
-    let hit = |v: C| if m != m { v != v } else { v == m };
+    let nan = m != m;
+    if !index && !nan && m != zero {
+        return (m, -1);
+    }
+    let hit = |v: C| if nan { v.is_nan() } else { v == m };
     let mut base = 0;
     for g in xs.chunks(LANES) {
         if g.iter().fold(false, |any, &v| any | hit(v)) {
@@ -226,16 +246,16 @@ fn row_extreme_by<C: Real>(xs: &[C], better: impl Fn(C, C) -> bool + Copy) -> (C
         }
         base += g.len();
     }
-    (m, 0)
+    (m, -1)
 }
 
 /// [`row_extreme_by`] for the largest (`max`) or the smallest value.
 #[inline(always)]
-fn row_extreme<C: Real>(xs: &[C], max: bool) -> (C, i64) {
+fn row_extreme<C: Real>(xs: &[C], max: bool, index: bool) -> (C, i64) {
     if max {
-        row_extreme_by(xs, |c, b| c > b)
+        row_extreme_by(xs, index, |c, b| c > b)
     } else {
-        row_extreme_by(xs, |c, b| c < b)
+        row_extreme_by(xs, index, |c, b| c < b)
     }
 }
 
@@ -248,7 +268,7 @@ pub(super) trait Lane: Real + Elem<C = Self> {
     /// [`col_extremes`].
     fn extremes(rows: &[&[Self]], max: bool, vals: &mut [Self], idx: &mut [i64]);
     /// [`row_extreme`] into `out`.
-    fn row_extreme(xs: &[Self], max: bool, out: &mut (Self, i64));
+    fn row_extreme(xs: &[Self], max: bool, index: bool, out: &mut (Self, i64));
 }
 
 macro_rules! lane {
@@ -273,8 +293,8 @@ macro_rules! lane {
         );
         widest!(
             /// [`row_extreme`] in the widest version.
-            fn $row(xs: &[$t], max: bool, out: &mut ($t, i64)) {
-                *out = row_extreme(xs, max)
+            fn $row(xs: &[$t], max: bool, index: bool, out: &mut ($t, i64)) {
+                *out = row_extreme(xs, max, index)
             }
         );
 
@@ -294,8 +314,8 @@ macro_rules! lane {
             fn extremes(rows: &[&[Self]], max: bool, vals: &mut [Self], idx: &mut [i64]) {
                 $ext(rows, max, vals, idx)
             }
-            fn row_extreme(xs: &[Self], max: bool, out: &mut (Self, i64)) {
-                $row(xs, max, out)
+            fn row_extreme(xs: &[Self], max: bool, index: bool, out: &mut (Self, i64)) {
+                $row(xs, max, index, out)
             }
         }
     };
@@ -316,27 +336,6 @@ pub(super) struct Columns {
     pub(super) rows: Vec<isize>,
     /// The contiguous columns of a row.
     pub(super) k: usize,
-}
-
-/// The offsets of the elements of `shape` with `strides`, in row-major order.
-fn offsets(shape: &[usize], strides: &[isize]) -> Result<Vec<isize>, String> {
-    let n: usize = shape.iter().product();
-    let mut out = room::<isize>(n)?;
-    let mut index = vec![0usize; shape.len()];
-    let mut at = 0isize;
-    for _ in 0..n {
-        out.push(at);
-        for d in (0..shape.len()).rev() {
-            index[d] += 1;
-            at += strides[d];
-            if index[d] < shape[d] {
-                break;
-            }
-            at -= strides[d] * shape[d] as isize;
-            index[d] = 0;
-        }
-    }
-    Ok(out)
 }
 
 impl Columns {
@@ -542,23 +541,6 @@ fn columns<C: Lane>(
     }
 }
 
-/// Write the values and indices of the extremes to the outputs `kind` has.
-fn emit_extremes<C: Lane>(
-    ctx: &KernelCtx<'_, '_>,
-    kind: Kind,
-    vals: &[C],
-    idx: &[i64],
-) -> Result<(), String> {
-    match kind {
-        Kind::Amax | Kind::Amin => emit(ctx, 0, vals),
-        Kind::Argmax | Kind::Argmin => emit(ctx, 0, idx),
-        _ => {
-            emit(ctx, 0, vals)?;
-            emit(ctx, 1, idx)
-        }
-    }
-}
-
 /// The first extreme of every column group, and its index where `index`.
 fn col_extremes_all<C: Lane>(
     c: &Columns,
@@ -593,12 +575,13 @@ fn rows_extremes<C: Lane>(
         return None;
     }
     let max = matches!(kind, Kind::Amax | Kind::Max | Kind::Argmax);
+    let index = !matches!(kind, Kind::Amax | Kind::Amin);
     Some((|| {
         let mut vals = room::<C>(s.groups)?;
         let mut idx = room::<i64>(s.groups)?;
         super::for_each_group::<C>(a, &dims.reduced, |xs| {
             let mut e = (C::ZERO, 0);
-            C::row_extreme(xs, max, &mut e);
+            C::row_extreme(xs, max, index, &mut e);
             vals.push(e.0);
             idx.push(e.1);
         })?;
