@@ -260,7 +260,7 @@ fn row_extreme<C: Real>(xs: &[C], max: bool, index: bool) -> (C, i64) {
 }
 
 /// The compute types with vectorised loops: each loop in its widest version.
-pub(super) trait Lane: Real + Elem<C = Self> {
+pub(super) trait Lane: Real + Elem<C = Self> + Default {
     /// [`col_sums`].
     fn sums(rows: &[&[Self]], map: Map<Self>, param: &[Self], scratch: &mut [Self], out: &mut [Self]);
     /// [`col_prod`].
@@ -401,6 +401,7 @@ impl Columns {
         let total = self.outer.len() * self.k;
         let mut out = room::<C>(total)?;
         out.resize(total, C::ZERO);
+        let mut acc = apart::<C>(self.k)?;
         let mut scratch = room::<C>(0)?;
         if self.rows.len() > SEQUENTIAL_SUM_MAX {
             let n = LANES * (CHUNK_BYTES * 8 / LANES / std::mem::size_of::<C>()).min(self.k);
@@ -411,10 +412,33 @@ impl Columns {
         let zeros = if params.is_some() { Vec::new() } else { vec![C::ZERO; k] };
         self.for_each::<C>(a, |o, rows| {
             let p = params.map_or(&zeros[..], |p| &p[o * k..(o + 1) * k]);
-            C::sums(rows, map, p, &mut scratch, &mut out[o * k..(o + 1) * k]);
+            let acc = window(&mut acc, k, rows[0].as_ptr().cast());
+            C::sums(rows, map, p, &mut scratch, acc);
+            out[o * k..(o + 1) * k].copy_from_slice(acc);
         })?;
         Ok(out)
     }
+}
+
+/// The bytes of a page: loads whose address matches that of an earlier store in its low 12
+/// bits wait for it (4K aliasing), which accumulators at the rows' offset in the page would
+/// do at every element of a row.
+const PAGE: usize = 4096;
+
+/// Room for `k` accumulators placed by [`window`].
+fn apart<C: Copy + Default>(k: usize) -> Result<Vec<C>, String> {
+    let n = k + PAGE / std::mem::size_of::<C>();
+    let mut v = room::<C>(n)?;
+    v.resize(n, C::default());
+    Ok(v)
+}
+
+/// `k` elements of `buf` ([`apart`]) that start half a page (modulo a page) from `near`.
+fn window<C>(buf: &mut [C], k: usize, near: *const u8) -> &mut [C] {
+    let size = std::mem::size_of::<C>();
+    let at = buf.as_ptr() as usize;
+    let skip = (near as usize).wrapping_add(PAGE / 2).wrapping_sub(at) % PAGE / size;
+    &mut buf[skip..skip + k]
 }
 
 /// [`Columns::sums`] with no parameter.
@@ -528,7 +552,12 @@ fn columns<C: Lane>(
         Kind::Prod => {
             let mut out = room::<C>(c.outer.len() * k)?;
             out.resize(c.outer.len() * k, C::ZERO);
-            c.for_each::<C>(a, |o, rows| C::prod(rows, &mut out[o * k..(o + 1) * k]))?;
+            let mut acc = apart::<C>(k)?;
+            c.for_each::<C>(a, |o, rows| {
+                let acc = window(&mut acc, k, rows[0].as_ptr().cast());
+                C::prod(rows, acc);
+                out[o * k..(o + 1) * k].copy_from_slice(acc);
+            })?;
             emit(ctx, 0, &out)
         }
         Kind::Amax | Kind::Amin | Kind::Max | Kind::Min | Kind::Argmax | Kind::Argmin => {
@@ -555,9 +584,16 @@ fn col_extremes_all<C: Lane>(
     let mut idx = room::<i64>(n)?;
     idx.resize(n, 0);
     let k = c.k;
+    let (mut best, mut at) = (apart::<C>(k)?, apart::<i64>(if index { k } else { 0 })?);
     c.for_each::<C>(a, |o, rows| {
-        let at = if index { &mut idx[o * k..(o + 1) * k] } else { &mut [][..] };
-        C::extremes(rows, max, &mut vals[o * k..(o + 1) * k], at);
+        let near = rows[0].as_ptr().cast::<u8>();
+        let best = window(&mut best, k, near);
+        let at = window(&mut at, if index { k } else { 0 }, near.wrapping_add(PAGE / 4));
+        C::extremes(rows, max, best, at);
+        vals[o * k..(o + 1) * k].copy_from_slice(best);
+        if index {
+            idx[o * k..(o + 1) * k].copy_from_slice(at);
+        }
     })?;
     Ok((vals, idx))
 }
