@@ -315,63 +315,198 @@ where
             *v = unsafe { b.first.cast::<T>().wrapping_offset(oo as isize * b.strides[0]).read() }.load();
         }
     }
-    // The weight and the output fit in memory, so `oc · kc` and `og · pos` do; the im2col
-    // matrix, their product's size, may not.
-    let cols_len = kc.checked_mul(pos).ok_or("conv2d's im2col matrix is larger than memory")?;
-    let mut cols = buffer::<T::C>(cols_len, "conv2d's im2col matrix")?;
-    let mut obuf = buffer::<T::C>(og * pos, "conv2d's product")?;
-    let (top, left) = (p.pad.0 as isize, p.pad.2 as isize);
-    for ni in 0..n {
-        for g in 0..p.groups {
-            for ci in 0..cg {
-                for i in 0..kh {
-                    for j in 0..kw {
-                        let row = &mut cols[((ci * kh + i) * kw + j) * pos..][..pos];
-                        for y in 0..oh {
-                            let hy = (y * p.stride.0 + i * p.dilation.0) as isize - top;
-                            for xx in 0..ow {
-                                let wx = (xx * p.stride.1 + j * p.dilation.1) as isize - left;
-                                row[y * ow + xx] =
-                                    if hy >= 0 && (hy as usize) < h && wx >= 0 && (wx as usize) < wd {
-                                        // SAFETY: an index within the input's shape (checked above).
-                                        unsafe {
-                                            at4::<T>(x, [ni, g * cg + ci, hy as usize, wx as usize]).read()
-                                        }
-                                        .load()
-                                    } else {
-                                        <T::C as Ring>::ZERO
-                                    };
-                            }
-                        }
-                    }
-                }
-            }
+    // Positions over the whole batch, image-major: the output fits in memory and `oc ≥ 1`
+    // (it is not empty), so `n · pos` does.
+    let total = n * pos;
+    let q = block_cols(kc, total);
+    let cols_len = kc.checked_mul(q).ok_or("conv2d's im2col block is larger than memory")?;
+    let mut cols = buffer::<T::C>(cols_len, "conv2d's im2col block")?;
+    let mut obuf = buffer::<T::C>(og * q, "conv2d's product")?;
+    let geo = Geometry { p, h, w: wd, kh, kw, oh, ow, cg };
+    for g in 0..p.groups {
+        let mut start = 0;
+        while start < total {
+            let qb = q.min(total - start);
+            im2col::<T>(x, &geo, g * cg, start, &mut cols[..kc * qb]);
             let m = |v: &mut Vec<T::C>, at: usize, cols: usize| Mat {
                 ptr: v.as_mut_ptr().wrapping_add(at),
                 rs: cols as isize,
                 cs: 1,
             };
             let wm = m(&mut wbuf, g * og * kc, kc);
-            let cm = m(&mut cols, 0, pos);
-            let om = m(&mut obuf, 0, pos);
+            let cm = m(&mut cols, 0, qb);
+            let om = m(&mut obuf, 0, qb);
             // SAFETY: three row-major buffers of this function's: the group's `og` weight rows
-            // of `kc`, `kc` im2col rows of `pos`, `og` output rows of `pos`; the output buffer
-            // is disjoint from the other two.
-            unsafe { gemm::product((og, kc, pos), wm, cm, om)? };
-            for oo in 0..og {
-                let oc_i = g * og + oo;
-                for y in 0..oh {
-                    for xx in 0..ow {
-                        let v = obuf[oo * pos + y * ow + xx] + bvals[oc_i];
-                        // SAFETY: an index within the output's shape; the instruction holds the
-                        // write access to its storage, which no input shares (staged).
-                        unsafe { at4::<T>(&o, [ni, oc_i, y, xx]).write(T::store(v)) };
-                    }
-                }
-            }
+            // of `kc`, `kc` im2col rows of `qb` (`kc · qb ≤ cols_len`), `og` output rows of
+            // `qb` (`og · qb ≤ og · q`); the output buffer is disjoint from the other two.
+            unsafe { gemm::product((og, kc, qb), wm, cm, om)? };
+            scatter::<T>(&o, &geo, &obuf[..og * qb], (g * og, og), start, &bvals);
+            start += qb;
         }
     }
     Ok(())
+}
+
+/// The im2col block's budget, in elements: a block of `kc` rows gets about this many
+/// columns over `kc` (1 MiB of `f32`), so that it stays in a core's L2 cache between being
+/// written and being read by the product, and the product is large enough for the `gemm`
+/// crate's blocking.
+const BLOCK_ELEMS: usize = 1 << 18;
+
+/// The columns (output positions) of one im2col block for `kc` rows out of `total`: at
+/// least 64, at most `total`. A function of the shape alone, and so are the products'
+/// summation orders.
+fn block_cols(kc: usize, total: usize) -> usize {
+    (BLOCK_ELEMS / kc.max(1)).max(64).min(total)
+}
+
+/// The sizes an im2col block and its scatter need.
+struct Geometry {
+    p: ConvParams,
+    /// The input's height and width.
+    h: usize,
+    w: usize,
+    /// The kernel's height and width.
+    kh: usize,
+    kw: usize,
+    /// The output's height and width.
+    oh: usize,
+    ow: usize,
+    /// Input channels per group.
+    cg: usize,
+}
+
+/// For each output column `x` of a row, whether tap `j` of the kernel reads inside the
+/// input: the range `lo..hi` of such `x` (within `0..ow`), by the width's stride, left
+/// padding and dilation.
+fn inside(g: &Geometry, j: usize) -> (usize, usize) {
+    let (sw, left, off) = (g.p.stride.1, g.p.pad.2, j * g.p.dilation.1);
+    // Input column `x·sw + off - left` is `≥ 0` from `lo` on and `< w` below `hi`.
+    let lo = left.saturating_sub(off).div_ceil(sw).min(g.ow);
+    let hi = (g.w + left).saturating_sub(off).div_ceil(sw).min(g.ow).max(lo);
+    (lo, hi)
+}
+
+/// Rows `(c, i, j)` (`c` in `0..cg`) of the im2col matrix of input channels `c0..c0 + cg`,
+/// for columns `start..start + qb` of the batch's output positions (image-major, then
+/// row-major), into `cols` (`[cg·kh·kw, qb]`, row-major, `qb = cols.len() / (cg·kh·kw)`):
+/// element `((c, i, j), (n, y, x))` is the input's `[n, c0 + c, y·sh - top + i·dh,
+/// x·sw - left + j·dw]`, 0 in the padding. Each output row's span of a tap inside the input
+/// is one strided (for stride 1 and a contiguous row, contiguous) copy.
+fn im2col<T: Elem>(x: &Operand<'_>, g: &Geometry, c0: usize, start: usize, cols: &mut [T::C])
+where
+    T::C: Real,
+{
+    let (pos, zero) = (g.oh * g.ow, <T::C as Ring>::ZERO);
+    let rows = g.cg * g.kh * g.kw;
+    let qb = cols.len() / rows;
+    let end = start + qb;
+    let (sh, dh, top) = (g.p.stride.0, g.p.dilation.0, g.p.pad.0);
+    let (sw, dw, left) = (g.p.stride.1, g.p.dilation.1, g.p.pad.2);
+    let step = sw as isize * x.strides[3];
+    for (r, row) in cols.chunks_exact_mut(qb).enumerate() {
+        let (ci, i, j) = (r / (g.kh * g.kw), r / g.kw % g.kh, r % g.kw);
+        let (lo, hi) = inside(g, j);
+        let mut col = start;
+        while col < end {
+            let (ni, rem) = (col / pos, col % pos);
+            let (y, x0) = (rem / g.ow, rem % g.ow);
+            let x1 = g.ow.min(x0 + (end - col));
+            let d = &mut row[col - start..][..x1 - x0];
+            let hy = (y * sh + i * dh).checked_sub(top).filter(|&hy| hy < g.h);
+            match hy {
+                None => d.fill(zero),
+                Some(hy) => {
+                    let (a, b) = (lo.clamp(x0, x1), hi.clamp(x0, x1));
+                    d[..a - x0].fill(zero);
+                    d[b - x0..].fill(zero);
+                    if a < b {
+                        // `a ≥ lo`, so the column is inside the input (`inside`).
+                        let wx = a * sw + j * dw - left;
+                        let src = at4::<T>(x, [ni, c0 + ci, hy, wx]);
+                        // SAFETY: elements `wx + k·sw` for `k < b - a` of the input's row
+                        // `[ni, c0 + ci, hy]`, inside its shape (`b ≤ hi`, `inside`), in
+                        // its checked layout.
+                        unsafe { gather::<T>(&mut d[a - x0..b - x0], src, step) };
+                    }
+                }
+            }
+            col += x1 - x0;
+        }
+    }
+}
+
+/// `dst[k] = src[k·step]`, converted to the compute type.
+///
+/// # Safety
+/// `src + k·step` for `k < dst.len()` are elements of one checked operand.
+#[inline(always)]
+unsafe fn gather<T: Elem>(dst: &mut [T::C], src: *const T, step: isize) {
+    if step == 1 {
+        // SAFETY: `dst.len()` consecutive elements (the contract).
+        let s = unsafe { std::slice::from_raw_parts(src, dst.len()) };
+        for (d, v) in dst.iter_mut().zip(s) {
+            *d = v.load();
+        }
+    } else {
+        for (k, d) in dst.iter_mut().enumerate() {
+            // SAFETY: element `k` of the strided run (the contract).
+            *d = unsafe { src.offset(k as isize * step).read() }.load();
+        }
+    }
+}
+
+/// Stores a block's product (`[og, qb]`, row-major: output channels `o0..o0 + og`, columns
+/// `start..start + qb` of the batch's positions) into the output, each value plus its
+/// channel's bias, rounded once to `T`.
+fn scatter<T: Elem>(
+    o: &Operand<'_>,
+    g: &Geometry,
+    prod: &[T::C],
+    (o0, og): (usize, usize),
+    start: usize,
+    bias: &[T::C],
+) where
+    T::C: Real,
+{
+    let pos = g.oh * g.ow;
+    let qb = prod.len() / og;
+    let s = o.strides;
+    // The output's rows follow one another at its column stride: positions are one run.
+    let flat = g.oh == 1 || s[2] == g.ow as isize * s[3];
+    for (oo, row) in prod.chunks_exact(qb).enumerate() {
+        let (oc, b) = (o0 + oo, bias[o0 + oo]);
+        let mut col = start;
+        while col < start + qb {
+            let (ni, p0) = (col / pos, col % pos);
+            let len = (pos - p0).min(start + qb - col);
+            let vals = &row[col - start..][..len];
+            if flat {
+                let first = at4::<T>(o, [ni, oc, 0, 0]).wrapping_offset(p0 as isize * s[3]);
+                if s[3] == 1 {
+                    // SAFETY: positions `p0..p0 + len` of `[ni, oc]`, consecutive in the
+                    // output's checked layout (`flat`, unit column stride); the instruction
+                    // holds the write access to its storage, which no input shares (staged).
+                    let dst = unsafe { std::slice::from_raw_parts_mut(first, len) };
+                    for (d, &v) in dst.iter_mut().zip(vals) {
+                        *d = T::store(v + b);
+                    }
+                } else {
+                    for (k, &v) in vals.iter().enumerate() {
+                        // SAFETY: as above, position `p0 + k` at the column stride.
+                        unsafe { first.wrapping_offset(k as isize * s[3]).write(T::store(v + b)) };
+                    }
+                }
+            } else {
+                for (k, &v) in vals.iter().enumerate() {
+                    let p = p0 + k;
+                    // SAFETY: an index within the output's shape; write access as above.
+                    unsafe { at4::<T>(o, [ni, oc, p / g.ow, p % g.ow]).write(T::store(v + b)) };
+                }
+            }
+            col += len;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -465,6 +600,296 @@ mod tests {
                 assert!((f64::from(*g) - w).abs() <= 1e-5 * (1.0 + w.abs()), "{g} against {w}");
             }
         }
+    }
+
+    /// A small deterministic generator (xorshift64) for the random cases.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        /// Uniform in `[-1, 1)`, never 0 (so that `0 · ∞` never arises from a weight).
+        fn value(&mut self) -> f64 {
+            let v = (self.next() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            if v == 0.0 {
+                0.5
+            } else {
+                v
+            }
+        }
+    }
+
+    /// The naive convolution of row-major `f64` operands, and each output element's sum of
+    /// the magnitudes of its terms (bias included).
+    #[allow(clippy::too_many_arguments)]
+    fn naive_mag(
+        x: &[f64],
+        [n, c, h, w]: [usize; 4],
+        wt: &[f64],
+        [o, cg, kh, kw]: [usize; 4],
+        bias: Option<&[f64]>,
+        p: &[i64],
+    ) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
+        let u = |i: usize| p[i] as usize;
+        let (sh, sw, pt, pb, pl, pr, dh, dw, g) = (u(0), u(1), u(2), u(3), u(4), u(5), u(6), u(7), u(8));
+        let oh = (h + pt + pb - dh * (kh - 1) - 1) / sh + 1;
+        let ow = (w + pl + pr - dw * (kw - 1) - 1) / sw + 1;
+        let og = o / g;
+        let (mut out, mut mag) = (vec![0.0; n * o * oh * ow], vec![0.0; n * o * oh * ow]);
+        for ni in 0..n {
+            for oo in 0..o {
+                for y in 0..oh {
+                    for xx in 0..ow {
+                        let b = bias.map_or(0.0, |b| b[oo]);
+                        let (mut s, mut m) = (b, b.abs());
+                        for ci in 0..cg {
+                            for i in 0..kh {
+                                for j in 0..kw {
+                                    let hy = (y * sh + i * dh) as isize - pt as isize;
+                                    let wx = (xx * sw + j * dw) as isize - pl as isize;
+                                    if hy < 0 || wx < 0 || hy as usize >= h || wx as usize >= w {
+                                        continue;
+                                    }
+                                    let cin = (oo / og) * cg + ci;
+                                    let t = x[((ni * c + cin) * h + hy as usize) * w + wx as usize]
+                                        * wt[((oo * cg + ci) * kh + i) * kw + j];
+                                    s += t;
+                                    m += t.abs();
+                                }
+                            }
+                        }
+                        out[((ni * o + oo) * oh + y) * ow + xx] = s;
+                        mag[((ni * o + oo) * oh + y) * ow + xx] = m;
+                    }
+                }
+            }
+        }
+        (vec![n, o, oh, ow], out, mag)
+    }
+
+    /// Row-major index of `idx` in `shape`.
+    fn flat(shape: [usize; 4], idx: [usize; 4]) -> usize {
+        ((idx[0] * shape[1] + idx[1]) * shape[2] + idx[2]) * shape[3] + idx[3]
+    }
+
+    /// Every index of `shape`, row-major.
+    fn indices(shape: [usize; 4]) -> impl Iterator<Item = [usize; 4]> {
+        (0..shape.iter().product::<usize>()).map(move |mut k| {
+            let mut idx = [0; 4];
+            for d in (0..4).rev() {
+                idx[d] = k % shape[d];
+                k /= shape[d];
+            }
+            idx
+        })
+    }
+
+    /// The strides of `shape` stored with its dimensions in memory in the order `order`
+    /// (outermost first).
+    fn strides_of(shape: [usize; 4], order: [usize; 4]) -> [isize; 4] {
+        let (mut strides, mut acc) = ([0isize; 4], 1isize);
+        for &d in order.iter().rev() {
+            strides[d] = acc;
+            acc *= shape[d] as isize;
+        }
+        strides
+    }
+
+    /// A tensor of `dtype` (`f32` or `f64`) of logical shape `shape` holding the row-major
+    /// values `v`, stored with its dimensions in memory in the order `order`.
+    fn laid(v: &[f64], shape: [usize; 4], order: [usize; 4], dtype: DType) -> crate::kernels::testing::Owned {
+        let strides = strides_of(shape, order);
+        let mut stored = vec![0.0; v.len()];
+        for idx in indices(shape) {
+            let at: isize = (0..4).map(|d| idx[d] as isize * strides[d]).sum();
+            stored[at as usize] = v[flat(shape, idx)];
+        }
+        let mem: Vec<usize> = order.iter().map(|&d| shape[d]).collect();
+        let mut t = if dtype == DType::F32 {
+            tensor(&mem, &stored.iter().map(|&v| v as f32).collect::<Vec<_>>())
+        } else {
+            tensor(&mem, &stored)
+        };
+        t.0.shape = shape.into_iter().collect();
+        t.0.strides = strides.into_iter().collect();
+        t
+    }
+
+    /// A stored tensor's elements at `strides`, in row-major order of `shape`, as `f64`.
+    fn read(t: &crate::kernels::testing::Owned, shape: [usize; 4], strides: [isize; 4]) -> Vec<f64> {
+        let all: Vec<f64> = if t.0.dtype == DType::F32 {
+            values::<f32>(t).into_iter().map(f64::from).collect()
+        } else {
+            values::<f64>(t)
+        };
+        indices(shape)
+            .map(|idx| all[(0..4).map(|d| idx[d] as isize * strides[d]).sum::<isize>() as usize])
+            .collect()
+    }
+
+    /// `got` against the exact result: NaN where it is NaN, the same infinity, else within
+    /// `(kc + 1) · ε · Σ|terms|` (the worst-case error of any summation order of `kc` terms
+    /// and a bias, with the final rounding; `ε` the dtype's machine epsilon).
+    fn check(got: &[f64], want: &[f64], mag: &[f64], kc: usize, dtype: DType, what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        let eps = if dtype == DType::F32 { f64::from(f32::EPSILON) } else { f64::EPSILON };
+        for (k, ((&g, &w), &m)) in got.iter().zip(want).zip(mag).enumerate() {
+            if w.is_nan() {
+                assert!(g.is_nan(), "{what}: element {k} is {g}, not NaN");
+            } else if w.is_infinite() {
+                assert_eq!(g, w, "{what}: element {k}");
+            } else {
+                let tol = (kc + 1) as f64 * eps * m;
+                assert!((g - w).abs() <= tol, "{what}: element {k} is {g} against {w} (tolerance {tol})");
+            }
+        }
+    }
+
+    /// One convolution through the kernel, checked against [`naive_mag`]: the input and the
+    /// weight stored in the memory orders `xo` and `wo`.
+    #[allow(clippy::too_many_arguments)]
+    fn case(
+        xs: [usize; 4],
+        ws: [usize; 4],
+        p: [i64; 9],
+        with_bias: bool,
+        dtype: DType,
+        (xo, wo): ([usize; 4], [usize; 4]),
+        xv: &[f64],
+        rng: &mut Rng,
+    ) {
+        let wv: Vec<f64> = (0..ws.iter().product()).map(|_| rng.value()).collect();
+        let bv: Vec<f64> = (0..ws[0]).map(|_| rng.value()).collect();
+        // The operands' values as the dtype holds them.
+        let round = |v: &[f64]| -> Vec<f64> {
+            if dtype == DType::F32 {
+                v.iter().map(|&v| f64::from(v as f32)).collect()
+            } else {
+                v.to_vec()
+            }
+        };
+        let (xv, wv, bv) = (round(xv), round(&wv), round(&bv));
+        let mut ins = vec![laid(&xv, xs, xo, dtype), laid(&wv, ws, wo, dtype)];
+        if with_bias {
+            // A bias read at stride 2: the even elements of a tensor twice its length.
+            let wide: Vec<f64> = bv.iter().flat_map(|&v| [v, f64::NAN]).collect();
+            let mut b = laid(&wide, [1, 1, 1, wide.len()], [0, 1, 2, 3], dtype);
+            b.0.shape = [ws[0]].into_iter().collect();
+            b.0.strides = [2].into_iter().collect();
+            ins.push(b);
+        }
+        let what = format!("{dtype:?} {xs:?} {ws:?} {p:?} bias {with_bias} orders {xo:?} {wo:?}");
+        let out = run_with(&Conv2dKernel, attrs(&p), ins, &[]).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (shape, want, mag) = naive_mag(&xv, xs, &wv, ws, with_bias.then_some(&bv[..]), &p);
+        let os: [usize; 4] = shape.clone().try_into().unwrap();
+        assert_eq!(out[0].0.shape.as_slice(), &shape[..], "{what}");
+        let got = read(&out[0], os, strides_of(os, [0, 1, 2, 3]));
+        check(&got, &want, &mag, ws[1] * ws[2] * ws[3], dtype, &what);
+    }
+
+    /// Random shapes, strides, paddings, dilations and groups, in `f32` and `f64`, with
+    /// contiguous and permuted operands, against the naive loop.
+    #[test]
+    fn random_convolutions_match_the_naive_loop() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let orders = [[0, 1, 2, 3], [0, 2, 3, 1], [3, 2, 1, 0], [1, 0, 3, 2]];
+        let mut done = 0;
+        while done < 120 {
+            let (groups, cg, og) = (1 + rng.below(3), 1 + rng.below(3), 1 + rng.below(3));
+            let (n, h, w) = (rng.below(4), 1 + rng.below(9), 1 + rng.below(9));
+            let (kh, kw) = (1 + rng.below(4), 1 + rng.below(4));
+            let mut p = [0i64; 9];
+            for (k, v) in p.iter_mut().enumerate() {
+                *v = match k {
+                    0 | 1 => 1 + rng.below(3) as i64,
+                    2..=5 => rng.below(4) as i64,
+                    6 | 7 => 1 + rng.below(2) as i64,
+                    _ => groups as i64,
+                };
+            }
+            let (span_h, span_w) = (p[6] as usize * (kh - 1) + 1, p[7] as usize * (kw - 1) + 1);
+            if h + ((p[2] + p[3]) as usize) < span_h || w + ((p[4] + p[5]) as usize) < span_w {
+                continue;
+            }
+            let xs = [n, groups * cg, h, w];
+            let xv: Vec<f64> = (0..xs.iter().product()).map(|_| rng.value()).collect();
+            let dtype = if done % 2 == 0 { DType::F32 } else { DType::F64 };
+            let layout = (orders[rng.below(4)], orders[rng.below(4)]);
+            case(xs, [groups * og, cg, kh, kw], p, rng.below(2) == 0, dtype, layout, &xv, &mut rng);
+            done += 1;
+        }
+    }
+
+    /// The edges: batch 1, one channel, a kernel larger than the input with padding, an
+    /// empty batch, several im2col blocks (one ending inside an image's row) through the
+    /// `gemm` crate, and NaN and infinities in the input.
+    #[test]
+    fn edge_convolutions_match_the_naive_loop() {
+        let mut rng = Rng(7);
+        let id = [0, 1, 2, 3];
+        let nhwc = [0, 2, 3, 1];
+        type Edge = ([usize; 4], [usize; 4], [i64; 9]);
+        let edges: &[Edge] = &[
+            ([1, 1, 5, 5], [1, 1, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1]),
+            ([1, 1, 2, 3], [2, 1, 5, 6], [1, 1, 2, 2, 3, 3, 1, 1, 1]),
+            ([2, 3, 2, 2], [3, 1, 4, 4], [2, 1, 3, 1, 2, 2, 1, 1, 3]),
+            ([0, 2, 6, 6], [4, 2, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1]),
+            // `kc = 144`: blocks of 1820 of the 2700 positions, in both dtypes.
+            ([3, 16, 30, 30], [8, 16, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1]),
+            ([3, 16, 29, 31], [6, 8, 3, 2], [2, 1, 0, 1, 1, 0, 1, 2, 2]),
+            // LeNet's first layer: `kc = 25`, one block of every position.
+            ([4, 1, 32, 32], [6, 1, 5, 5], [1, 1, 0, 0, 0, 0, 1, 1, 1]),
+        ];
+        for dtype in [DType::F32, DType::F64] {
+            for &(xs, ws, p) in edges {
+                let xv: Vec<f64> = (0..xs.iter().product()).map(|_| rng.value()).collect();
+                for layout in [(id, id), (nhwc, [1, 0, 3, 2])] {
+                    case(xs, ws, p, true, dtype, layout, &xv, &mut rng);
+                }
+            }
+            // NaN and both infinities in the input (the weights are finite and nonzero).
+            let xs = [2, 2, 7, 7];
+            let mut xv: Vec<f64> = (0..xs.iter().product()).map(|_| rng.value()).collect();
+            xv[3] = f64::NAN;
+            xv[60] = f64::INFINITY;
+            xv[61] = f64::NEG_INFINITY;
+            xv[150] = f64::INFINITY;
+            case(xs, [3, 2, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1], true, dtype, (id, id), &xv, &mut rng);
+        }
+    }
+
+    /// An output laid out channels-last (a caller's own layout) is written where its strides
+    /// say.
+    #[test]
+    fn a_strided_output_is_written_in_place() {
+        use crate::ep::DeviceId;
+        let mut rng = Rng(11);
+        let (xs, ws, p) = ([2, 3, 6, 5], [4, 3, 2, 2], [1, 1, 1, 0, 0, 1, 1, 1, 1]);
+        let xv: Vec<f64> = (0..xs.iter().product()).map(|_| rng.value()).collect();
+        let wv: Vec<f64> = (0..ws.iter().product()).map(|_| rng.value()).collect();
+        let (x, w) = (laid(&xv, xs, [0, 1, 2, 3], DType::F64), laid(&wv, ws, [0, 1, 2, 3], DType::F64));
+        let (shape, want, mag) = naive_mag(&xv, xs, &wv, ws, None, &p);
+        let os: [usize; 4] = shape.try_into().unwrap();
+        let strides = strides_of(os, [0, 2, 3, 1]);
+        let mut meta = TensorMeta::new(&os, DType::F64, DeviceId::CPU);
+        meta.strides = strides.into_iter().collect();
+        let out = tensor(&[os.iter().product()], &vec![f64::NAN; os.iter().product()]);
+        crate::kernels::testing::compute_raw(
+            &Conv2dKernel,
+            attrs(&p),
+            &[(&x.0, &x.1), (&w.0, &w.1)],
+            (&meta, &out.1),
+        )
+        .unwrap();
+        let out = (meta, out.1);
+        check(&read(&out, os, strides), &want, &mag, 12, DType::F64, "channels-last output");
     }
 
     #[test]
