@@ -401,20 +401,27 @@ where
     let rows = g.cg * g.kh * g.kw;
     let qb = cols.len() / rows;
     let end = start + qb;
+    // The block's columns as runs along one output row: image, row, first and last column.
+    let mut runs: Vec<(usize, usize, usize, usize)> = Vec::with_capacity(qb / g.ow + 2);
+    let mut col = start;
+    while col < end {
+        let (ni, rem) = (col / pos, col % pos);
+        let (y, x0) = (rem / g.ow, rem % g.ow);
+        let x1 = g.ow.min(x0 + (end - col));
+        runs.push((ni, y, x0, x1));
+        col += x1 - x0;
+    }
     let (sh, dh, top) = (g.p.stride.0, g.p.dilation.0, g.p.pad.0);
     let (sw, dw, left) = (g.p.stride.1, g.p.dilation.1, g.p.pad.2);
     let step = sw as isize * x.strides[3];
     for (r, row) in cols.chunks_exact_mut(qb).enumerate() {
         let (ci, i, j) = (r / (g.kh * g.kw), r / g.kw % g.kh, r % g.kw);
         let (lo, hi) = inside(g, j);
-        let mut col = start;
-        while col < end {
-            let (ni, rem) = (col / pos, col % pos);
-            let (y, x0) = (rem / g.ow, rem % g.ow);
-            let x1 = g.ow.min(x0 + (end - col));
-            let d = &mut row[col - start..][..x1 - x0];
-            let hy = (y * sh + i * dh).checked_sub(top).filter(|&hy| hy < g.h);
-            match hy {
+        let mut rest = &mut row[..];
+        for &(ni, y, x0, x1) in &runs {
+            let (d, tail) = std::mem::take(&mut rest).split_at_mut(x1 - x0);
+            rest = tail;
+            match (y * sh + i * dh).checked_sub(top).filter(|&hy| hy < g.h) {
                 None => d.fill(zero),
                 Some(hy) => {
                     let (a, b) = (lo.clamp(x0, x1), hi.clamp(x0, x1));
@@ -431,7 +438,6 @@ where
                     }
                 }
             }
-            col += x1 - x0;
         }
     }
 }
