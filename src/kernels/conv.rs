@@ -315,6 +315,10 @@ where
             *v = unsafe { b.first.cast::<T>().wrapping_offset(oo as isize * b.strides[0]).read() }.load();
         }
     }
+    let geo = Geometry { p, h, w: wd, kh, kw, oh, ow, cg };
+    if p.stride == (1, 1) && cg >= TAP_MIN_CHANNELS {
+        return by_taps::<T>(x, &o, &geo, n, &wbuf, &bvals);
+    }
     // Positions over the whole batch, image-major: the output fits in memory and `oc ≥ 1`
     // (it is not empty), so `n · pos` does.
     let total = n * pos;
@@ -322,7 +326,6 @@ where
     let cols_len = kc.checked_mul(q).ok_or("conv2d's im2col block is larger than memory")?;
     let mut cols = buffer::<T::C>(cols_len, "conv2d's im2col block")?;
     let mut obuf = buffer::<T::C>(og * q, "conv2d's product")?;
-    let geo = Geometry { p, h, w: wd, kh, kw, oh, ow, cg };
     for g in 0..p.groups {
         let mut start = 0;
         while start < total {
@@ -342,6 +345,93 @@ where
             unsafe { gemm::product((og, kc, qb), wm, cm, om)? };
             scatter::<T>(&o, &geo, &obuf[..og * qb], (g * og, og), start, &bvals);
             start += qb;
+        }
+    }
+    Ok(())
+}
+
+/// The fewest input channels per group for which a stride-1 convolution is computed tap by
+/// tap ([`by_taps`]): each tap's product then sums at least this many terms, enough for the
+/// `gemm` crate's kernels; below it the im2col blocks are faster.
+const TAP_MIN_CHANNELS: usize = 16;
+
+/// A stride-1 convolution without an im2col matrix: per image and group, the input's
+/// channels copied once into a zero-bordered buffer `[cg, Hp, Wp]` (the padding included),
+/// in which the tap `(i, j)` of every output position `(y, x)` lies at `(y + i·dh)·Wp + x +
+/// j·dw`: for each tap, all positions' inputs are one matrix `[cg, (OH - 1)·Wp + OW]` with
+/// row stride `Hp·Wp` and column stride 1 (a column per position of the output widened to
+/// `Wp`, the columns past `OW` discarded). The output `[og, …]` is the weight's tap-`(i, j)`
+/// columns times that matrix, summed over the taps in row-major order, each product the
+/// `gemm` crate's (added to the sum of the taps before), then the bias added and the sum
+/// stored once.
+fn by_taps<T: Elem>(
+    x: &Operand<'_>,
+    o: &Operand<'_>,
+    g: &Geometry,
+    n: usize,
+    wbuf: &[T::C],
+    bias: &[T::C],
+) -> Result<(), String>
+where
+    T::C: Real,
+{
+    let (cg, kh, kw, oh, ow) = (g.cg, g.kh, g.kw, g.oh, g.ow);
+    let (top, left) = (g.p.pad.0, g.p.pad.2);
+    let (dh, dw) = g.p.dilation;
+    let (hp, wp) = (g.h + top + g.p.pad.1, g.w + left + g.p.pad.3);
+    let (kc, og) = (cg * kh * kw, o.shape[1] / g.p.groups);
+    // The padded input may be larger than any tensor of the call (a large padding), so its
+    // size is checked rather than wrapped.
+    let plane = hp.checked_mul(wp).ok_or("conv2d's padded input is larger than memory")?;
+    let planes = cg.checked_mul(plane).ok_or("conv2d's padded input is larger than memory")?;
+    let mut xp = buffer::<T::C>(planes, "conv2d's padded input")?;
+    // Columns of the widened output: the last one is tap `(kh - 1, kw - 1)`'s last element.
+    let wide = (oh - 1) * wp + ow;
+    let acc_len = og.checked_mul(wide).ok_or("conv2d's product is larger than memory")?;
+    let mut acc = buffer::<T::C>(acc_len, "conv2d's product")?;
+    let step = x.strides[3];
+    for ni in 0..n {
+        for grp in 0..g.p.groups {
+            // The borders stay 0 from the allocation; every interior element is rewritten.
+            for (ci, chan) in xp.chunks_exact_mut(plane).enumerate() {
+                for hy in 0..g.h {
+                    let d = &mut chan[(hy + top) * wp + left..][..g.w];
+                    let src = at4::<T>(x, [ni, grp * cg + ci, hy, 0]);
+                    // SAFETY: the `w` elements of the input's row `[ni, grp·cg + ci, hy]`, in
+                    // its checked layout.
+                    unsafe { gather::<T>(d, src, step) };
+                }
+            }
+            for i in 0..kh {
+                for j in 0..kw {
+                    let a = Mat {
+                        ptr: wbuf.as_ptr().cast_mut().wrapping_add(grp * og * kc + i * kw + j),
+                        rs: kc as isize,
+                        cs: (kh * kw) as isize,
+                    };
+                    let b = Mat {
+                        ptr: xp.as_mut_ptr().wrapping_add(i * dh * wp + j * dw),
+                        rs: plane as isize,
+                        cs: 1,
+                    };
+                    let out = Mat { ptr: acc.as_mut_ptr(), rs: wide as isize, cs: 1 };
+                    // SAFETY: buffers of this function's: `a` the group's `og` weight rows at
+                    // their tap-`(i, j)` column, `cg` of them `kh·kw` apart (within `wbuf`'s
+                    // `O·kc`); `b` `cg` planes of `xp` from the tap's offset, whose last
+                    // column, `(cg - 1)·plane + (kh - 1)·dh·wp + (kw - 1)·dw + wide - 1`, is
+                    // `cg·plane - 1` at most (stride 1: `ow = wp - (kw - 1)·dw`, `oh = hp -
+                    // (kh - 1)·dh`); `out` the `[og, wide]` accumulator, row-major, disjoint
+                    // from both. `a` and `b` are only read. After the first tap the
+                    // accumulator holds the earlier taps' sum.
+                    unsafe { gemm::crate_product((og, cg, wide), a, b, out, i + j > 0)? };
+                }
+            }
+            for (oo, row) in acc.chunks_exact(wide).enumerate() {
+                let oc = grp * og + oo;
+                for y in 0..oh {
+                    store_run::<T>(o, g, [ni, oc], y * ow, &row[y * wp..][..ow], bias[oc]);
+                }
+            }
         }
     }
     Ok(())
@@ -477,40 +567,47 @@ fn scatter<T: Elem>(
 {
     let pos = g.oh * g.ow;
     let qb = prod.len() / og;
-    let s = o.strides;
-    // The output's rows follow one another at its column stride: positions are one run.
-    let flat = g.oh == 1 || s[2] == g.ow as isize * s[3];
     for (oo, row) in prod.chunks_exact(qb).enumerate() {
-        let (oc, b) = (o0 + oo, bias[o0 + oo]);
+        let oc = o0 + oo;
         let mut col = start;
         while col < start + qb {
             let (ni, p0) = (col / pos, col % pos);
             let len = (pos - p0).min(start + qb - col);
-            let vals = &row[col - start..][..len];
-            if flat {
-                let first = at4::<T>(o, [ni, oc, 0, 0]).wrapping_offset(p0 as isize * s[3]);
-                if s[3] == 1 {
-                    // SAFETY: positions `p0..p0 + len` of `[ni, oc]`, consecutive in the
-                    // output's checked layout (`flat`, unit column stride); the instruction
-                    // holds the write access to its storage, which no input shares (staged).
-                    let dst = unsafe { std::slice::from_raw_parts_mut(first, len) };
-                    for (d, &v) in dst.iter_mut().zip(vals) {
-                        *d = T::store(v + b);
-                    }
-                } else {
-                    for (k, &v) in vals.iter().enumerate() {
-                        // SAFETY: as above, position `p0 + k` at the column stride.
-                        unsafe { first.wrapping_offset(k as isize * s[3]).write(T::store(v + b)) };
-                    }
-                }
-            } else {
-                for (k, &v) in vals.iter().enumerate() {
-                    let p = p0 + k;
-                    // SAFETY: an index within the output's shape; write access as above.
-                    unsafe { at4::<T>(o, [ni, oc, p / g.ow, p % g.ow]).write(T::store(v + b)) };
-                }
-            }
+            store_run::<T>(o, g, [ni, oc], p0, &row[col - start..][..len], bias[oc]);
             col += len;
+        }
+    }
+}
+
+/// Stores `vals` plus `b`, each rounded once to `T`, at the positions `p0..p0 + vals.len()`
+/// (row-major over `[OH, OW]`) of the output's `[ni, oc]`.
+fn store_run<T: Elem>(o: &Operand<'_>, g: &Geometry, [ni, oc]: [usize; 2], p0: usize, vals: &[T::C], b: T::C)
+where
+    T::C: Real,
+{
+    let s = o.strides;
+    // The output's rows follow one another at its column stride: positions are one run.
+    if g.oh == 1 || s[2] == g.ow as isize * s[3] {
+        let first = at4::<T>(o, [ni, oc, 0, 0]).wrapping_offset(p0 as isize * s[3]);
+        if s[3] == 1 {
+            // SAFETY: positions `p0..p0 + len` of `[ni, oc]`, consecutive in the output's
+            // checked layout (one run, unit column stride); the instruction holds the write
+            // access to its storage, which no input shares (staged).
+            let dst = unsafe { std::slice::from_raw_parts_mut(first, vals.len()) };
+            for (d, &v) in dst.iter_mut().zip(vals) {
+                *d = T::store(v + b);
+            }
+        } else {
+            for (k, &v) in vals.iter().enumerate() {
+                // SAFETY: as above, position `p0 + k` at the column stride.
+                unsafe { first.wrapping_offset(k as isize * s[3]).write(T::store(v + b)) };
+            }
+        }
+    } else {
+        for (k, &v) in vals.iter().enumerate() {
+            let p = p0 + k;
+            // SAFETY: an index within the output's shape; write access as above.
+            unsafe { at4::<T>(o, [ni, oc, p / g.ow, p % g.ow]).write(T::store(v + b)) };
         }
     }
 }
@@ -800,20 +897,21 @@ mod tests {
         check(&got, &want, &mag, ws[1] * ws[2] * ws[3], dtype, &what);
     }
 
-    /// Random shapes, strides, paddings, dilations and groups, in `f32` and `f64`, with
-    /// contiguous and permuted operands, against the naive loop.
-    #[test]
-    fn random_convolutions_match_the_naive_loop() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    /// `count` random convolutions of `cg` input channels per group drawn from `cgs`, with
+    /// random shapes, paddings, dilations, groups and (unless `stride_one`) strides, in `f32`
+    /// and `f64`, with contiguous and permuted operands, against the naive loop.
+    fn random_cases(seed: u64, count: usize, cgs: (usize, usize), stride_one: bool) {
+        let mut rng = Rng(seed);
         let orders = [[0, 1, 2, 3], [0, 2, 3, 1], [3, 2, 1, 0], [1, 0, 3, 2]];
         let mut done = 0;
-        while done < 120 {
-            let (groups, cg, og) = (1 + rng.below(3), 1 + rng.below(3), 1 + rng.below(3));
+        while done < count {
+            let (groups, cg, og) = (1 + rng.below(3), cgs.0 + rng.below(cgs.1), 1 + rng.below(3));
             let (n, h, w) = (rng.below(4), 1 + rng.below(9), 1 + rng.below(9));
             let (kh, kw) = (1 + rng.below(4), 1 + rng.below(4));
             let mut p = [0i64; 9];
             for (k, v) in p.iter_mut().enumerate() {
                 *v = match k {
+                    0 | 1 if stride_one => 1,
                     0 | 1 => 1 + rng.below(3) as i64,
                     2..=5 => rng.below(4) as i64,
                     6 | 7 => 1 + rng.below(2) as i64,
@@ -833,6 +931,18 @@ mod tests {
         }
     }
 
+    /// Few channels: the im2col blocks.
+    #[test]
+    fn random_convolutions_match_the_naive_loop() {
+        random_cases(0x9e37_79b9_7f4a_7c15, 120, (1, 3), false);
+    }
+
+    /// Stride 1 and at least `TAP_MIN_CHANNELS` channels per group: tap by tap.
+    #[test]
+    fn random_tap_convolutions_match_the_naive_loop() {
+        random_cases(0x2545_f491_4f6c_dd1d, 40, (TAP_MIN_CHANNELS, 5), true);
+    }
+
     /// The edges: batch 1, one channel, a kernel larger than the input with padding, an
     /// empty batch, several im2col blocks (one ending inside an image's row) through the
     /// `gemm` crate, and NaN and infinities in the input.
@@ -850,6 +960,9 @@ mod tests {
             // `kc = 144`: blocks of 1820 of the 2700 positions, in both dtypes.
             ([3, 16, 30, 30], [8, 16, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1]),
             ([3, 16, 29, 31], [6, 8, 3, 2], [2, 1, 0, 1, 1, 0, 1, 2, 2]),
+            // Tap by tap: a kernel larger than the input, batch 1, dilation, groups.
+            ([1, 16, 2, 3], [4, 16, 4, 5], [1, 1, 2, 1, 2, 3, 1, 1, 1]),
+            ([2, 32, 7, 6], [6, 16, 3, 2], [1, 1, 2, 0, 1, 3, 2, 3, 2]),
             // LeNet's first layer: `kc = 25`, one block of every position.
             ([4, 1, 32, 32], [6, 1, 5, 5], [1, 1, 0, 0, 0, 0, 1, 1, 1]),
         ];
