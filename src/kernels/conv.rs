@@ -1,4 +1,5 @@
-//! 2-D convolution: `conv2d`, as im2col and a matrix product per image and group.
+//! 2-D convolution: `conv2d`, tap by tap over a padded copy of the input (stride 1, many
+//! channels) or as blocks of an im2col matrix, each a matrix product.
 //!
 //! Also the shared pieces of the spatial kernels (`conv2d`, the pools, attention): the
 //! floating compute types as one trait ([`Real`]), and element access of a 4-D operand by
@@ -139,11 +140,12 @@ impl ConvParams {
 /// right: asymmetric padding is how PyTorch's `padding="same"` pads an even window), dilation
 /// (h, w), groups. `OH = (H + top + bottom - dh·(kh - 1) - 1) / sh + 1` (and so for `OW`).
 ///
-/// Each image and group is computed as one matrix product: the weight's rows (converted to
-/// the compute type once) times the im2col matrix of the image (`[C/groups · kh · kw, OH ·
-/// OW]`, in the compute type), by `kernels::gemm` (plain loops adding in increasing
-/// `(c, i, j)` up to 64³ multiply-adds, the `gemm` crate above), the bias added to the sum
-/// and the result stored once (`f16`, `bf16` through `f32`). Operands of any layout.
+/// The weight is converted to the compute type once (`f16`, `bf16` compute in `f32`). A
+/// stride-1 convolution of at least `TAP_MIN_CHANNELS` input channels per group is summed
+/// tap by tap (`by_taps`); any other is the product of the weight's rows and blocks of the
+/// batch's im2col matrix (`block_cols` positions each), by `kernels::gemm`. The bias is
+/// added to the sum and the result stored once. Operands of any layout; the summation
+/// orders are in `docs/ops.md`, "Summation order".
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Conv2dKernel;
 

@@ -2,6 +2,8 @@
 //! `matmul_nt`): one function, [`product`], that the kernels call with each operand as an
 //! address and a row and a column stride ([`Mat`]: a transposed or sliced view needs no
 //! copy), and the process-wide number of threads a product may use ([`set_kernel_threads`]).
+//! `conv2d`'s taps call [`crate_product`], the `gemm` crate's product at every size, which may
+//! add to its output.
 //!
 //! **Which code runs.** An `f32` or `f64` product of more than [`SEQUENTIAL_MAX_MACS`]
 //! multiply-adds goes to the `gemm` crate (sarah-ek/gemm: packed, cache-blocked, with SIMD
