@@ -1,5 +1,6 @@
 //! 2-D convolution: `conv2d`, tap by tap over a padded copy of the input (stride 1, many
-//! channels) or as blocks of an im2col matrix, each a matrix product.
+//! channels) or as blocks of an im2col matrix (widened over a padded copy for stride 1),
+//! each a matrix product.
 //!
 //! Also the shared pieces of the spatial kernels (`conv2d`, the pools, attention): the
 //! floating compute types as one trait ([`Real`]), and element access of a 4-D operand by
@@ -142,8 +143,9 @@ impl ConvParams {
 ///
 /// The weight is converted to the compute type once (`f16`, `bf16` compute in `f32`). A
 /// stride-1 convolution of at least `TAP_MIN_CHANNELS` input channels per group is summed
-/// tap by tap (`by_taps`); any other is the product of the weight's rows and blocks of the
-/// batch's im2col matrix (`block_cols` positions each), by `kernels::gemm`. The bias is
+/// tap by tap (`by_taps`); any other is the product of the weight's rows and blocks of an
+/// im2col matrix, by `kernels::gemm`: for stride 1 of whole images with the output rows
+/// widened to the padded width (`wide_blocks`), else of `block_cols` positions. The bias is
 /// added to the sum and the result stored once. Operands of any layout; the summation
 /// orders are in `docs/ops.md`, "Summation order".
 #[derive(Debug, Clone, Copy, Default)]
@@ -318,8 +320,12 @@ where
         }
     }
     let geo = Geometry { p, h, w: wd, kh, kw, oh, ow, cg };
-    if p.stride == (1, 1) && cg >= TAP_MIN_CHANNELS {
-        return by_taps::<T>(x, &o, &geo, n, &wbuf, &bvals);
+    if p.stride == (1, 1) {
+        return if cg >= TAP_MIN_CHANNELS {
+            by_taps::<T>(x, &o, &geo, n, &wbuf, &bvals)
+        } else {
+            wide_blocks::<T>(x, &o, &geo, n, &wbuf, &bvals)
+        };
     }
     // Positions over the whole batch, image-major: the output fits in memory and `oc ≥ 1`
     // (it is not empty), so `n · pos` does.
@@ -391,19 +397,9 @@ where
     let wide = (oh - 1) * wp + ow;
     let acc_len = og.checked_mul(wide).ok_or("conv2d's product is larger than memory")?;
     let mut acc = buffer::<T::C>(acc_len, "conv2d's product")?;
-    let step = x.strides[3];
     for ni in 0..n {
         for grp in 0..g.p.groups {
-            // The borders stay 0 from the allocation; every interior element is rewritten.
-            for (ci, chan) in xp.chunks_exact_mut(plane).enumerate() {
-                for hy in 0..g.h {
-                    let d = &mut chan[(hy + top) * wp + left..][..g.w];
-                    let src = at4::<T>(x, [ni, grp * cg + ci, hy, 0]);
-                    // SAFETY: the `w` elements of the input's row `[ni, grp·cg + ci, hy]`, in
-                    // its checked layout.
-                    unsafe { gather::<T>(d, src, step) };
-                }
-            }
+            pad_channels::<T>(x, g, [ni, grp * cg], &mut xp, wp);
             for i in 0..kh {
                 for j in 0..kw {
                     let a = Mat {
@@ -434,6 +430,96 @@ where
                     store_run::<T>(o, g, [ni, oc], y * ow, &row[y * wp..][..ow], bias[oc]);
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// Copies input channels `c0..c0 + cg` of image `ni` into the interior of `xp`, `cg` planes
+/// of `Hp·Wp` (`wp` wide), the padding `top` rows and `left` columns before it. The borders
+/// are left as they are: 0 from the allocation, as every call writes the same interior.
+fn pad_channels<T: Elem>(x: &Operand<'_>, g: &Geometry, [ni, c0]: [usize; 2], xp: &mut [T::C], wp: usize)
+where
+    T::C: Real,
+{
+    let (top, left) = (g.p.pad.0, g.p.pad.2);
+    let plane = xp.len() / g.cg;
+    for (ci, chan) in xp.chunks_exact_mut(plane).enumerate() {
+        for hy in 0..g.h {
+            let d = &mut chan[(hy + top) * wp + left..][..g.w];
+            let src = at4::<T>(x, [ni, c0 + ci, hy, 0]);
+            // SAFETY: the `w` elements of the input's row `[ni, c0 + ci, hy]`, in its checked
+            // layout.
+            unsafe { gather::<T>(d, src, x.strides[3]) };
+        }
+    }
+}
+
+/// A stride-1 convolution of fewer than `TAP_MIN_CHANNELS` channels per group: im2col
+/// blocks of whole images, each image's columns the output positions widened to the padded
+/// width `Wp` (`(OH - 1)·Wp + OW` columns, those past `OW` in a row discarded), so that each
+/// row `(c, i, j)` of an image's columns is one copy from its zero-bordered copy (as in
+/// [`by_taps`]) rather than one per output row. A block holds `max(1, BLOCK_ELEMS / (kc ·
+/// columns))` images; its product is `kernels::gemm`'s.
+fn wide_blocks<T: Elem>(
+    x: &Operand<'_>,
+    o: &Operand<'_>,
+    g: &Geometry,
+    n: usize,
+    wbuf: &[T::C],
+    bias: &[T::C],
+) -> Result<(), String>
+where
+    T::C: Real,
+{
+    let (cg, kh, kw, oh, ow) = (g.cg, g.kh, g.kw, g.oh, g.ow);
+    let (dh, dw) = g.p.dilation;
+    let (hp, wp) = (g.h + g.p.pad.0 + g.p.pad.1, g.w + g.p.pad.2 + g.p.pad.3);
+    let (kc, og) = (cg * kh * kw, o.shape[1] / g.p.groups);
+    let big = "conv2d's im2col block is larger than memory";
+    let plane = hp.checked_mul(wp).ok_or(big)?;
+    let mut xp = buffer::<T::C>(cg.checked_mul(plane).ok_or(big)?, "conv2d's padded input")?;
+    let wide = (oh - 1) * wp + ow;
+    let image = kc.checked_mul(wide).ok_or(big)?;
+    let per = (BLOCK_ELEMS / image).clamp(1, n.max(1));
+    let mut cols = buffer::<T::C>(image.checked_mul(per).ok_or(big)?, "conv2d's im2col block")?;
+    let mut obuf = buffer::<T::C>(og.checked_mul(wide * per).ok_or(big)?, "conv2d's product")?;
+    for grp in 0..g.p.groups {
+        let mut n0 = 0;
+        while n0 < n {
+            let nb = per.min(n - n0);
+            let qb = nb * wide;
+            for ln in 0..nb {
+                pad_channels::<T>(x, g, [n0 + ln, grp * cg], &mut xp, wp);
+                for (r, row) in cols[..kc * qb].chunks_exact_mut(qb).enumerate() {
+                    let (ci, i, j) = (r / (kh * kw), r / kw % kh, r % kw);
+                    // Ends at `(ci + 1)·plane` at most (stride 1: `(kh - 1)·dh = hp - oh`,
+                    // `(kw - 1)·dw = wp - ow`).
+                    let src = &xp[ci * plane + i * dh * wp + j * dw..][..wide];
+                    row[ln * wide..][..wide].copy_from_slice(src);
+                }
+            }
+            let m = |v: &[T::C], at: usize, cols: usize| Mat {
+                ptr: v.as_ptr().cast_mut().wrapping_add(at),
+                rs: cols as isize,
+                cs: 1,
+            };
+            let (wm, cm) = (m(wbuf, grp * og * kc, kc), m(&cols, 0, qb));
+            let om = Mat { ptr: obuf.as_mut_ptr(), rs: qb as isize, cs: 1 };
+            // SAFETY: row-major buffers of this function's: the group's `og` weight rows of
+            // `kc`, `kc` im2col rows of `qb` (`kc · qb ≤ image · per`), `og` output rows of
+            // `qb`; the output buffer is disjoint from the other two, which are only read.
+            unsafe { gemm::product((og, kc, qb), wm, cm, om)? };
+            for (oo, orow) in obuf[..og * qb].chunks_exact(qb).enumerate() {
+                let oc = grp * og + oo;
+                for ln in 0..nb {
+                    for y in 0..oh {
+                        let vals = &orow[ln * wide + y * wp..][..ow];
+                        store_run::<T>(o, g, [n0 + ln, oc], y * ow, vals, bias[oc]);
+                    }
+                }
+            }
+            n0 += nb;
         }
     }
     Ok(())
@@ -946,8 +1032,7 @@ mod tests {
     }
 
     /// The edges: batch 1, one channel, a kernel larger than the input with padding, an
-    /// empty batch, several im2col blocks (one ending inside an image's row) through the
-    /// `gemm` crate, and NaN and infinities in the input.
+    /// empty batch, each route over several blocks, and NaN and infinities in the input.
     #[test]
     fn edge_convolutions_match_the_naive_loop() {
         let mut rng = Rng(7);
@@ -959,13 +1044,19 @@ mod tests {
             ([1, 1, 2, 3], [2, 1, 5, 6], [1, 1, 2, 2, 3, 3, 1, 1, 1]),
             ([2, 3, 2, 2], [3, 1, 4, 4], [2, 1, 3, 1, 2, 2, 1, 1, 3]),
             ([0, 2, 6, 6], [4, 2, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1]),
-            // `kc = 144`: blocks of 1820 of the 2700 positions, in both dtypes.
+            // Tap by tap, over the `gemm` crate.
             ([3, 16, 30, 30], [8, 16, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1]),
+            // Strides other than 1: blocks of positions.
             ([3, 16, 29, 31], [6, 8, 3, 2], [2, 1, 0, 1, 1, 0, 1, 2, 2]),
+            // `kc = 144`: blocks of 1820 of the 2025 positions, the first ending inside a
+            // row of the ninth image.
+            ([9, 16, 30, 30], [8, 16, 3, 3], [2, 2, 1, 1, 1, 1, 1, 1, 1]),
             // Tap by tap: a kernel larger than the input, batch 1, dilation, groups.
             ([1, 16, 2, 3], [4, 16, 4, 5], [1, 1, 2, 1, 2, 3, 1, 1, 1]),
             ([2, 32, 7, 6], [6, 16, 3, 2], [1, 1, 2, 0, 1, 3, 2, 3, 2]),
-            // LeNet's first layer: `kc = 25`, one block of every position.
+            // Stride 1, few channels: blocks of 2 widened images, then 1.
+            ([3, 8, 40, 40], [4, 8, 3, 3], [1, 1, 1, 1, 1, 1, 1, 1, 1]),
+            // LeNet's first layer: `kc = 25`, one block of every image.
             ([4, 1, 32, 32], [6, 1, 5, 5], [1, 1, 0, 0, 0, 0, 1, 1, 1]),
         ];
         for dtype in [DType::F32, DType::F64] {
