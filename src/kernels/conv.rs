@@ -384,17 +384,9 @@ where
     T::C: Real,
 {
     let (cg, kh, kw, oh, ow) = (g.cg, g.kh, g.kw, g.oh, g.ow);
-    let (top, left) = (g.p.pad.0, g.p.pad.2);
     let (dh, dw) = g.p.dilation;
-    let (hp, wp) = (g.h + top + g.p.pad.1, g.w + left + g.p.pad.3);
     let (kc, og) = (cg * kh * kw, o.shape[1] / g.p.groups);
-    // The padded input may be larger than any tensor of the call (a large padding), so its
-    // size is checked rather than wrapped.
-    let plane = hp.checked_mul(wp).ok_or("conv2d's padded input is larger than memory")?;
-    let planes = cg.checked_mul(plane).ok_or("conv2d's padded input is larger than memory")?;
-    let mut xp = buffer::<T::C>(planes, "conv2d's padded input")?;
-    // Columns of the widened output: the last one is tap `(kh - 1, kw - 1)`'s last element.
-    let wide = (oh - 1) * wp + ow;
+    let (mut xp, plane, wp, wide) = padded::<T::C>(g)?;
     let acc_len = og.checked_mul(wide).ok_or("conv2d's product is larger than memory")?;
     let mut acc = buffer::<T::C>(acc_len, "conv2d's product")?;
     for ni in 0..n {
@@ -433,6 +425,18 @@ where
         }
     }
     Ok(())
+}
+
+/// The stride-1 routes' zero-bordered buffer for one image's channels of a group (`cg`
+/// planes `Hp·Wp`), its plane size, its width `Wp` and the columns of the output widened to
+/// it, `(OH - 1)·Wp + OW` (the last one tap `(kh - 1, kw - 1)`'s last element). A large
+/// padding makes it larger than any tensor of the call, so its size is checked.
+fn padded<C: Real>(g: &Geometry) -> Result<(Vec<C>, usize, usize, usize), String> {
+    let (hp, wp) = (g.h + g.p.pad.0 + g.p.pad.1, g.w + g.p.pad.2 + g.p.pad.3);
+    let big = "conv2d's padded input is larger than memory";
+    let plane = hp.checked_mul(wp).ok_or(big)?;
+    let xp = buffer::<C>(g.cg.checked_mul(plane).ok_or(big)?, "conv2d's padded input")?;
+    Ok((xp, plane, wp, (g.oh - 1) * wp + g.ow))
 }
 
 /// Copies input channels `c0..c0 + cg` of image `ni` into the interior of `xp`, `cg` planes
@@ -474,12 +478,9 @@ where
 {
     let (cg, kh, kw, oh, ow) = (g.cg, g.kh, g.kw, g.oh, g.ow);
     let (dh, dw) = g.p.dilation;
-    let (hp, wp) = (g.h + g.p.pad.0 + g.p.pad.1, g.w + g.p.pad.2 + g.p.pad.3);
     let (kc, og) = (cg * kh * kw, o.shape[1] / g.p.groups);
+    let (mut xp, plane, wp, wide) = padded::<T::C>(g)?;
     let big = "conv2d's im2col block is larger than memory";
-    let plane = hp.checked_mul(wp).ok_or(big)?;
-    let mut xp = buffer::<T::C>(cg.checked_mul(plane).ok_or(big)?, "conv2d's padded input")?;
-    let wide = (oh - 1) * wp + ow;
     let image = kc.checked_mul(wide).ok_or(big)?;
     let per = (BLOCK_ELEMS / image).clamp(1, n.max(1));
     let mut cols = buffer::<T::C>(image.checked_mul(per).ok_or(big)?, "conv2d's im2col block")?;
