@@ -254,6 +254,17 @@ pub trait OpKernel: Send + Sync + 'static {
         false
     }
 
+    /// Whether a launch of this call on an asynchronous device must be checked for bad data
+    /// that the kernel finds only when it runs (an index out of range): such a kernel
+    /// reports it in its stream's fault record (`ep::fault`) instead of returning an
+    /// error, and the stream policy waits for the launch, reads the record, and fails the
+    /// call as a returned error would (`vm::stream_policy`, "Checked launches"). A kernel
+    /// that cannot meet bad data (the default) needs no check, and costs no wait.
+    fn checks_data(&self, attrs: &Attrs) -> bool {
+        let _ = attrs;
+        false
+    }
+
     /// Compute the outputs from the inputs. Runs on the stream's execution context; outputs
     /// are allocated (zeroed on first use) before the call.
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String>;
