@@ -908,6 +908,96 @@ mod tests {
         assert_eq!(f.message("gather"), crate::kernels::index::out_of_range("gather", -4, 1, 3));
     }
 
+    /// The index kernels' generated CUDA C compiled as C++ on the host (`g++`, one thread
+    /// running every element in order: `nn::emulated`): an index out of range reads
+    /// nothing, gives 0 or is skipped, and is reported to the fault record with its value,
+    /// bound, dimension and position; the first one wins. Needs `g++`:
+    /// `cargo test --lib kernels::cuda::index::tests::emulated -- --ignored`.
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_kernels_report_indices_out_of_range() {
+        use super::super::nn::emulated::module_lib;
+        use crate::ep::fault::{DataFault, FaultCode, FaultRecord};
+        use std::ffi::c_void;
+        type Ew3 = unsafe extern "C" fn(
+            *mut c_void,
+            *const c_void,
+            *const c_void,
+            *const c_void,
+            u64,
+            u64,
+            u64,
+            Layout4,
+        );
+        type Scatter = unsafe extern "C" fn(
+            *mut c_void,
+            *const c_void,
+            *const c_void,
+            Layout4,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            u64,
+            *const c_void,
+            i64,
+        );
+        let rec = FaultRecord::host();
+        let at = rec.device_addr() as *const c_void;
+        let fault = |code: FaultCode, dim: u32, value: i64, bound: i64, position: i64| {
+            Some(DataFault { code: code as u32, dim, value, bound, position })
+        };
+        let ptr = |v: &[i64]| v.as_ptr() as *const c_void;
+
+        // take (index_select of x[5] at [0, 7, 2, -1], dim 0): 0 where out of range.
+        let bits = module_lib(super::super::source::BITS);
+        let take: libloading::Symbol<Ew3> = unsafe { bits.get(b"take_8_i64").unwrap() };
+        let (x, idx) = ([10i64, 11, 12, 13, 14], [0i64, 7, 2, -1]);
+        let mut out = [99i64; 4];
+        let l = Layout4::plan(&[4], &[&[1], &[0], &[1]]).unwrap();
+        unsafe { take(out.as_mut_ptr().cast(), ptr(&x), ptr(&idx), at, 1, 5, 0, l) };
+        assert_eq!(out, [10, 0, 12, 0]);
+        assert_eq!(rec.take(), fault(FaultCode::Index, 0, 7, 5, 1), "the first bad index wins");
+
+        // index_offsets (wrapping, the first tensor, dimension 1; stride 3, size 5).
+        let offs: libloading::Symbol<Ew3> = unsafe { bits.get(b"index_offsets_i64").unwrap() };
+        let idx = [0i64, -7, -1, 5];
+        let mut out = [0i64; 4];
+        let l = Layout4::plan(&[4], &[&[1], &[1]]).unwrap();
+        unsafe { offs(out.as_mut_ptr().cast(), ptr(&idx), std::ptr::null(), at, 3, 5, 1 | 2 | 1 << 2, l) };
+        assert_eq!(out, [0, i64::MIN, 12, i64::MIN], "NONE out of range, -1 from the end");
+        assert_eq!(rec.take(), fault(FaultCode::Index, 1, -7, 5, 1));
+        // A good call leaves the record clear.
+        let idx = [0i64, 4, -5, 1];
+        unsafe { offs(out.as_mut_ptr().cast(), ptr(&idx), std::ptr::null(), at, 3, 5, 1 | 2 | 1 << 2, l) };
+        assert_eq!((out, rec.take()), ([0, 12, 0, 3], None));
+
+        // one_hot of [1, 4, 3] over 4 classes: the row of the bad class is zeros.
+        let i64s = module_lib("i64");
+        let one_hot: libloading::Symbol<Ew3> = unsafe { i64s.get(b"one_hot_i64").unwrap() };
+        let idx = [1i64, 4, 3];
+        let mut out = [9i64; 12];
+        let l = Layout4::plan(&[3, 4], &[&[4, 1], &[1, 0]]).unwrap();
+        unsafe { one_hot(out.as_mut_ptr().cast(), ptr(&idx), std::ptr::null(), at, 4, 0, 0, l) };
+        assert_eq!(out, [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(rec.take(), fault(FaultCode::Class, 0, 4, 4, 1));
+
+        // scatter (set) of src[3] into out[5] at [1, 9, 3], dim 0: the bad position skipped.
+        let scatter: libloading::Symbol<Scatter> = unsafe { i64s.get(b"scatter_set_i64_i64").unwrap() };
+        let (idx, src) = ([1i64, 9, 3], [7i64, 8, 9]);
+        let mut out = [0i64; 5];
+        let l = Layout4::plan(&[1], &[&[1], &[1], &[1]]).unwrap();
+        unsafe { scatter(out.as_mut_ptr().cast(), ptr(&idx), ptr(&src), l, 3, 1, 1, 1, 5, 0, at, 0) };
+        assert_eq!(out, [0, 7, 0, 9, 0]);
+        assert_eq!(rec.take(), fault(FaultCode::Index, 0, 9, 5, 0));
+        // Without a record (a null pointer) the kernel still skips, and reports nothing.
+        unsafe {
+            scatter(out.as_mut_ptr().cast(), ptr(&idx), ptr(&src), l, 3, 1, 1, 1, 5, 0, std::ptr::null(), 0)
+        };
+        assert_eq!(rec.take(), None);
+    }
+
     /// Which calls are checked: the ones whose kernels read indices from device data.
     #[test]
     fn the_index_kernels_ask_for_a_checked_launch() {

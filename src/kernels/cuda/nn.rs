@@ -1202,7 +1202,7 @@ mod tests {
 /// within rounding. It checks the kernels' index arithmetic and formulas, not the launches.
 /// Needs `g++`: `cargo test --lib kernels::cuda::nn::emulated -- --ignored`.
 #[cfg(test)]
-mod emulated {
+pub(super) mod emulated {
     use super::*;
     use crate::ep::DeviceId;
     use crate::kernels::testing::{run_with, storage, Owned};
@@ -1233,19 +1233,24 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 
     /// The module of dtype `d` compiled by `g++` into a shared library (once per text).
     fn lib(d: DType) -> libloading::Library {
+        module_lib(d.name())
+    }
+
+    /// The module `name` compiled by `g++` into a shared library (once per text).
+    pub(in crate::kernels::cuda) fn module_lib(name: &str) -> libloading::Library {
         use std::hash::{Hash, Hasher};
         // The tests compile one at a time: two writing one source file would race.
         static COMPILING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = COMPILING.lock().unwrap_or_else(|p| p.into_inner());
         let src = super::super::source::source();
-        let m = src.modules.iter().find(|m| m.name == d.name()).expect("a module per dtype");
+        let m = src.modules.iter().find(|m| m.name == name).expect("a module of that name");
         let text = format!("{SHIM}{}", m.text);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut h);
         let dir = std::env::temp_dir();
         let (c, so) = (
-            dir.join(format!("eagervm_emulated_{d}_{:x}.cpp", h.finish())),
-            dir.join(format!("eagervm_emulated_{d}_{:x}.so", h.finish())),
+            dir.join(format!("eagervm_emulated_{name}_{:x}.cpp", h.finish())),
+            dir.join(format!("eagervm_emulated_{name}_{:x}.so", h.finish())),
         );
         if !so.exists() {
             std::fs::write(&c, text).expect("writing the C++ source");
