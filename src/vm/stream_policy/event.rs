@@ -366,16 +366,15 @@ pub(super) fn run_inline(vm: &Parts, s: usize, mut ins: Instruction, ops: &[Oper
     let env = vm.streams.env(s).clone();
     let check = Check::of(vm, &ins, ops);
     let ops = Operands::from_slice(ops);
-    let launched_env = env.clone();
     let r = st
         .ep
-        .launch(Box::new(move || execute_catching(&mut ins, &ops, program, &launched_env)))
+        .launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
         .and_then(|()| st.ep.synchronize());
     match r {
         Err(e) => vm.record_failure(e.into()),
         Ok(()) => {
             if let Some(check) = &check {
-                check_faults(vm, s, check, program, &env);
+                check_faults(vm, s, check, program, vm.streams.env(s));
             }
         }
     }
