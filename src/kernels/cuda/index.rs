@@ -31,12 +31,16 @@
 //! # Indices out of range
 //!
 //! The CPU kernels check every index before writing and fail the call. On CUDA the indices
-//! are in device memory, and reading them back would stop the stream on every call, so
-//! the kernels check each index where they use it instead: `index_select` and `gather`
-//! write 0 (all bits clear) for an index outside `0..size`, `one_hot` writes a row of
-//! zeros for a class outside `0..C`, `index` writes 0 where an index is out of range (after
-//! counting a negative one from the end), and `scatter`, `index_add` and `index_put` skip
-//! the position. The call succeeds; no memory outside an operand is touched.
+//! are in device memory, so the kernels check each index where they use it and report one
+//! out of range to the stream's fault record (`ep::fault`; the record's device address is
+//! the kernels' `c` operand, or their `fault` argument): `index_select` and `gather` (with
+//! the dim), `index_offsets_*` for `index` and `index_put` (the original index, before a
+//! negative one is counted from the end), `scatter` and `index_add`, `one_hot` (a class
+//! outside `0..C`, reported by the row's first element). These kernels ask for a checked
+//! launch (`OpKernel::checks_data`), so the call then fails with the CPU kernel's error
+//! once the stream has run it. Meanwhile the element is 0 (all bits clear) for
+//! `index_select`, `gather` and `index`, the row zeros for `one_hot`, and `scatter`,
+//! `index_add` and `index_put` skip the position: no memory outside an operand is touched.
 
 use cudarc::driver::PushKernelArg;
 
