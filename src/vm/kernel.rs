@@ -262,6 +262,14 @@ pub trait OpKernel: Send + Sync + 'static {
     /// an output before writing it (accumulates into it) must not say so: it keeps the
     /// default, zeroed outputs. What a failing call left in its outputs is never read.
     fn writes_outputs(&self) -> bool {
+    /// Whether a launch of this call on an asynchronous device must be checked for bad data
+    /// that the kernel finds only when it runs (an index out of range): such a kernel
+    /// reports it in its stream's fault record (`ep::fault`) instead of returning an
+    /// error, and the stream policy waits for the launch, reads the record, and fails the
+    /// call as a returned error would (`vm::stream_policy`, "Checked launches"). A kernel
+    /// that cannot meet bad data (the default) needs no check, and costs no wait.
+    fn checks_data(&self, attrs: &Attrs) -> bool {
+        let _ = attrs;
         false
     }
 

@@ -19,6 +19,7 @@ mod data_parallel;
 mod eager;
 mod eager_views;
 mod errors;
+mod faults;
 mod flight;
 mod fuzz;
 mod inline_wait;

@@ -267,10 +267,17 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     }
 }
 
-/// A call's kernel returned an error: it fails, and its outputs carry the error.
+/// A call's kernel returned an error, or reported bad data in its stream's fault record
+/// (`vm::stream_policy`, "Checked launches"): it fails, and its outputs carry the error.
 #[cold]
 #[inline(never)]
-fn kernel_failed(kernel: &dyn OpKernel, outputs: &[Operand], message: String, program: u64, env: &ExecEnv) {
+pub(crate) fn kernel_failed(
+    kernel: &dyn OpKernel,
+    outputs: &[Operand],
+    message: String,
+    program: u64,
+    env: &ExecEnv,
+) {
     let e =
         Error::Kernel { instr: program, op: kernel.name().into(), stream: env.stream_name.clone(), message };
     fail(outputs, e, env);
