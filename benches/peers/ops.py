@@ -88,6 +88,9 @@ def cases():
         ("sum(dim=1)", big, lambda x: x.sum(dim=1), lambda x: x.sum(dim=1), b, 5),
         ("sum(dim=0)", big, lambda x: x.sum(dim=0), lambda x: x.sum(dim=0), b, 5),
         ("amax(dim=1)", big, lambda x: x.amax(dim=1), lambda x: x.amax(dim=1), b, 5),
+        ("amax(dim=0)", big, lambda x: x.amax(dim=0), lambda x: x.amax(dim=0), b, 5),
+        ("mean(dim=0)", big, lambda x: x.mean(dim=0), lambda x: x.mean(dim=0), b, 5),
+        ("argmax(dim=1)", big, lambda x: x.argmax(dim=1), lambda x: x.argmax(dim=1), b, 5),
         ("softmax", rows, lambda x: EF.softmax(x, dim=-1), lambda x: TF.softmax(x, dim=-1), None, 10),
         ("log_softmax", rows, lambda x: EF.log_softmax(x, dim=-1), lambda x: TF.log_softmax(x, dim=-1), None, 10),
         (

@@ -65,6 +65,7 @@ class VM:
         spin: Optional[_int] = ...,
         yields: Optional[_int] = ...,
         event_interval: Optional[_int] = ...,
+        check_data: Optional[_bool] = ...,
         profile: Optional[_bool] = ...,
         max_tensor_bytes: Optional[_int] = ...,
         mock_launch_delay_us: Optional[_int] = ...,

@@ -66,8 +66,9 @@ pub struct HostOutOfMemory {
     pub cached: usize,
 }
 
-/// A caching allocator of 64-byte-aligned, zeroed host memory (see the module docs for the
-/// size classes and the locking).
+/// A caching allocator of 64-byte-aligned host memory, zeroed unless asked otherwise
+/// ([`HostAllocator::try_alloc_unzeroed`]; see the module docs for the size classes and
+/// the locking).
 ///
 /// ```
 /// use eagervm::alloc::HostAllocator;

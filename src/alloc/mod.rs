@@ -42,6 +42,7 @@ pub(crate) mod thread_cache;
 pub use fault::AllocFaults;
 pub use host::{HostAllocator, HostOutOfMemory};
 pub use lend::{DeviceLoan, HostLoan};
+pub use request::Contents;
 pub use stats::AllocStats;
 pub use storage::Storage;
 

@@ -3,8 +3,30 @@
 //! way.
 //!
 //! Blocks come zeroed from the system; a reused block is zeroed again over the requested
-//! length, so a new [`Storage`] always reads as zeros. A 0-byte request gets an empty
-//! [`Storage`] that owns no block.
+//! length, so a new [`Storage`] reads as zeros ([`HostAllocator::try_alloc`]). A 0-byte
+//! request gets an empty [`Storage`] that owns no block.
+//!
+//! # Unzeroed blocks
+//!
+//! A writer that overwrites every byte of a storage before anything reads it has no use
+//! for the zeros: for a large tensor, zeroing a reused block is one more pass over as much
+//! memory as the writer's own. [`HostAllocator::try_alloc_unzeroed`] (and [`alloc_tensor`](HostAllocator::alloc_tensor)
+//! with [`Contents::Unzeroed`]) skips the zeroing of a reused block, whose bytes are then
+//! what the block's earlier storage left there. The VM asks for that only for the outputs
+//! of a call whose kernel writes each of its outputs whole (`OpKernel::writes_outputs`),
+//! and only for an output that is its whole storage (an owner, or a view that is all of
+//! it): a view of part of a storage written first allocates the storage zeroed, so the
+//! rest of it reads as zeros, as before. A kernel that fails leaves its outputs carrying
+//! the error, and no read, copy or loan of a storage that carries an error reaches its
+//! bytes (`vm::instruction_policy`); a later write of part of the storage keeps the error.
+//!
+//! Reading the old bytes is sound, not undefined behaviour: every block comes from the
+//! system through `alloc_zeroed` (a fresh block is zeroed either way), and is afterwards
+//! only written with initialised values (the kernels store elements of plain-old-data
+//! types, valid for every bit pattern: `kernels::dtype::Elem`), so every byte of a reused
+//! block, past the requested length included, is initialised: slices of it may be made
+//! before the kernel writes it. What they hold is whatever the block's earlier storage
+//! held.
 //!
 //! # Out of memory
 //!
@@ -36,22 +58,34 @@ use super::thread_cache;
 use crate::ep::memory::DeviceBuffer;
 use crate::ep::{DeviceId, EpError};
 
+/// What the bytes of a new host storage hold (module docs, "Unzeroed blocks").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contents {
+    /// Zeros: what a tensor reads as where nothing wrote it.
+    Zeroed,
+    /// Zeros from a fresh block; from a reused one, the bytes its earlier storage left. For
+    /// a writer that writes every byte before anything reads them.
+    Unzeroed,
+}
+
 impl HostAllocator {
     /// Storage of `bytes` bytes for tensor `tensor` on `device`, as
-    /// [`HostAllocator::alloc_for`] gives, or [`EpError::OutOfMemory`] naming the tensor; the
-    /// tensors this allocator's [`AllocFaults`](super::AllocFaults) chooses always fail. What the VM calls to
-    /// allocate an instruction's outputs and a host write's tensor.
+    /// [`HostAllocator::alloc_for`] gives (host bytes holding `contents`), or
+    /// [`EpError::OutOfMemory`] naming the tensor; the tensors this allocator's
+    /// [`AllocFaults`](super::AllocFaults) chooses always fail. What the VM calls to allocate
+    /// an instruction's outputs and a host write's tensor.
     #[inline]
     pub fn alloc_tensor(
         self: &Arc<Self>,
         tensor: u64,
         device: DeviceId,
         bytes: usize,
+        contents: Contents,
     ) -> Result<Storage, EpError> {
         if self.faults.fails(tensor) {
             return Err(self.injected_failure(tensor, device, bytes));
         }
-        self.alloc_for(device, bytes).map_err(|e| match e {
+        self.alloc_on(device, bytes, contents).map_err(|e| match e {
             EpError::OutOfMemory { device, detail } => {
                 EpError::OutOfMemory { device, detail: format!("tensor {tensor}: {detail}") }
             }
@@ -78,11 +112,24 @@ impl HostAllocator {
     /// an abort.
     #[inline]
     pub fn alloc_for(self: &Arc<Self>, device: DeviceId, bytes: usize) -> Result<Storage, EpError> {
+        self.alloc_on(device, bytes, Contents::Zeroed)
+    }
+
+    /// [`alloc_for`](Self::alloc_for), host bytes holding `contents`.
+    #[inline]
+    fn alloc_on(
+        self: &Arc<Self>,
+        device: DeviceId,
+        bytes: usize,
+        contents: Contents,
+    ) -> Result<Storage, EpError> {
         match &self.device_memory {
             Some(m) if m.device() == device => {
                 Ok(Storage::with_device(DeviceBuffer::new(m, bytes)?, Arc::clone(self)))
             }
-            _ => self.try_alloc(bytes).map_err(|e| EpError::OutOfMemory { device, detail: e.to_string() }),
+            _ => self
+                .try_alloc_with(bytes, contents)
+                .map_err(|e| EpError::OutOfMemory { device, detail: e.to_string() }),
         }
     }
 
@@ -103,22 +150,43 @@ impl HostAllocator {
     /// request fails with [`HostOutOfMemory`].
     #[inline]
     pub fn try_alloc(self: &Arc<Self>, bytes: usize) -> Result<Storage, HostOutOfMemory> {
+        self.try_alloc_with(bytes, Contents::Zeroed)
+    }
+
+    /// [`try_alloc`](Self::try_alloc) without zeroing a reused block: the storage's bytes are
+    /// zeros from a fresh block and the bytes the earlier storage left in a reused one, all
+    /// of them initialised (module docs, "Unzeroed blocks"). For a writer that writes every
+    /// byte before anything reads them.
+    #[inline]
+    pub fn try_alloc_unzeroed(self: &Arc<Self>, bytes: usize) -> Result<Storage, HostOutOfMemory> {
+        self.try_alloc_with(bytes, Contents::Unzeroed)
+    }
+
+    /// [`try_alloc`](Self::try_alloc) or [`try_alloc_unzeroed`](Self::try_alloc_unzeroed).
+    #[inline(always)]
+    fn try_alloc_with(
+        self: &Arc<Self>,
+        bytes: usize,
+        contents: Contents,
+    ) -> Result<Storage, HostOutOfMemory> {
         // The thread cache's path inlined into the caller; everything else out of line.
         if bytes.wrapping_sub(1) < 1 << FINE_SHIFT {
             let (class, _) = class_of(bytes);
             if let Some((ptr, allocator)) = thread_cache::take(self, class, bytes) {
-                // SAFETY: the block is a class's `>= bytes` bytes long and came off this
-                // thread's cache, so nothing else refers to it.
-                unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+                if contents == Contents::Zeroed {
+                    // SAFETY: the block is a class's `>= bytes` bytes long and came off this
+                    // thread's cache, so nothing else refers to it.
+                    unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+                }
                 return Ok(Storage::from_block(ptr, bytes, class, allocator));
             }
         }
-        self.alloc_shared(bytes)
+        self.alloc_shared(bytes, contents)
     }
 
-    /// [`try_alloc`](Self::try_alloc) from the shared lists or the system.
+    /// [`try_alloc_with`](Self::try_alloc_with) from the shared lists or the system.
     #[inline(never)]
-    fn alloc_shared(self: &Arc<Self>, bytes: usize) -> Result<Storage, HostOutOfMemory> {
+    fn alloc_shared(self: &Arc<Self>, bytes: usize, contents: Contents) -> Result<Storage, HostOutOfMemory> {
         if bytes == 0 {
             return Ok(Storage::empty(Arc::clone(self)));
         }
@@ -128,9 +196,15 @@ impl HostAllocator {
         let (class, size) = class_of(bytes);
         let ptr = match self.take_cached(class, bytes) {
             Some(ptr) => {
-                // SAFETY: the block is `size >= bytes` bytes long, came off the free list
-                // so nothing else refers to it, and `u8` has no alignment requirement.
-                unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+                if contents == Contents::Zeroed {
+                    // SAFETY: the block is `size >= bytes` bytes long, came off the free
+                    // list so nothing else refers to it, and `u8` has no alignment
+                    // requirement.
+                    unsafe { ptr.as_ptr().write_bytes(0, bytes) };
+                }
+                // Unzeroed, every byte of the block is initialised all the same: it came
+                // from `alloc_zeroed` and was only ever written with initialised values
+                // (module docs, "Unzeroed blocks").
                 ptr
             }
             None => {
@@ -217,13 +291,52 @@ mod tests {
             }
             other => panic!("expected OutOfMemory, got {other:?}"),
         }
-        match a.alloc_tensor(42, DeviceId::mock(1), BEYOND_ANY_MACHINE) {
+        match a.alloc_tensor(42, DeviceId::mock(1), BEYOND_ANY_MACHINE, Contents::Zeroed) {
             Err(EpError::OutOfMemory { detail, .. }) => {
                 assert!(detail.starts_with("tensor 42: out of memory"), "{detail}")
             }
             other => panic!("expected OutOfMemory, got {other:?}"),
         }
-        assert_eq!(a.alloc_tensor(42, DeviceId::mock(1), 8).unwrap().len(), 8);
+        assert_eq!(a.alloc_tensor(42, DeviceId::mock(1), 8, Contents::Unzeroed).unwrap().len(), 8);
+    }
+
+    /// A block reused unzeroed holds what its earlier storage left, on the shared lists' path
+    /// and on a thread cache's; a fresh block is zeros; a zeroed request zeroes a reused
+    /// block again.
+    #[test]
+    fn an_unzeroed_request_keeps_a_reused_blocks_bytes() {
+        let check = |a: &Arc<HostAllocator>, bytes: usize| {
+            let mut s = a.try_alloc_unzeroed(bytes).unwrap();
+            assert!(s.as_bytes().iter().all(|&b| b == 0), "a fresh block of {bytes} bytes");
+            s.as_bytes_mut().fill(0xAB);
+            drop(s);
+            let mut s = a.alloc_tensor(7, DeviceId::CPU, bytes, Contents::Unzeroed).unwrap();
+            assert!(s.as_bytes().iter().all(|&b| b == 0xAB), "a reused block of {bytes} bytes");
+            s.as_bytes_mut()[..bytes / 2].fill(0xCD);
+            drop(s);
+            let s = a.try_alloc_unzeroed(bytes).unwrap();
+            assert!(s.as_bytes()[..bytes / 2].iter().all(|&b| b == 0xCD));
+            assert!(s.as_bytes()[bytes / 2..].iter().all(|&b| b == 0xAB));
+            drop(s);
+            let s = a.alloc_tensor(8, DeviceId::CPU, bytes, Contents::Zeroed).unwrap();
+            assert!(s.as_bytes().iter().all(|&b| b == 0), "zeroed again");
+            drop(s);
+            assert!(a.try_alloc(bytes).unwrap().as_bytes().iter().all(|&b| b == 0));
+        };
+        // The shared lists (this thread has no cache), a small and a large class.
+        let a = HostAllocator::new("test");
+        check(&a, 256);
+        check(&a, 3 << 20);
+        assert_eq!((a.stats().system_allocs, a.stats().cache_hits), (2, 8));
+        // A thread cache's blocks.
+        std::thread::spawn(move || {
+            thread_cache::enable();
+            let a = HostAllocator::new("test");
+            check(&a, 256);
+            assert_eq!((a.stats().system_allocs, a.stats().cache_hits), (1, 4));
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
@@ -249,7 +362,7 @@ mod tests {
         assert_eq!(a.faults(), some);
         for t in 0..64 {
             for _ in 0..2 {
-                match a.alloc_tensor(t, DeviceId::CPU, 16) {
+                match a.alloc_tensor(t, DeviceId::CPU, 16, Contents::Zeroed) {
                     Ok(s) => assert!(!some.fails(t) && s.len() == 16),
                     Err(EpError::OutOfMemory { device, detail }) => {
                         assert!(some.fails(t), "tensor {t} failed: {detail}");

@@ -75,7 +75,10 @@ pub(super) fn block_layout(size: usize) -> Layout {
 }
 
 /// A fresh zeroed block of `layout` from the system, or `None` if it refuses (never its
-/// out-of-memory handler, which aborts).
+/// out-of-memory handler, which aborts). Zeroed, not merely allocated, even where its
+/// storage's writer overwrites it: a block is later handed out again as its earlier storage
+/// left it (`request`, "Unzeroed blocks"), which is sound only because every byte of it was
+/// initialised here.
 pub(super) fn system_block(layout: Layout) -> Option<NonNull<u8>> {
     // SAFETY: `layout` has a non-zero size (classes are at least 64 bytes).
     NonNull::new(unsafe { alloc_zeroed(layout) })

@@ -31,8 +31,9 @@ use crate::ep::memory::defer;
 use crate::ep::memory::DeviceBuffer;
 
 /// One block of host memory from a [`HostAllocator`], owned exclusively: `len` bytes,
-/// 64-byte aligned, zeroed when handed out. Dropping it returns the block to its
-/// allocator's cache.
+/// 64-byte aligned, zeroed when handed out (unless asked for as
+/// [`Contents::Unzeroed`](super::Contents::Unzeroed), for a writer that overwrites them).
+/// Dropping it returns the block to its allocator's cache.
 pub struct Storage {
     /// Start of the block (a dangling, 64-aligned address when `class` is `None`).
     ptr: NonNull<u8>,
@@ -184,9 +185,12 @@ impl Storage {
 
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `ptr` is non-null and valid for reads of `len` initialised (zeroed, then
-        // only written through `&mut self`) bytes, or dangling with `len == 0`; the
-        // borrow of `self` keeps the block alive and unwritten for the slice's lifetime.
+        // SAFETY: `ptr` is non-null and valid for reads of `len` initialised bytes (a block
+        // is zeroed when the system hands it out and only ever written with initialised
+        // values: `alloc::request`, "Unzeroed blocks"; foreign memory by its contract), or
+        // dangling with `len == 0`; the borrow of `self` keeps the block alive, and no
+        // instruction writes it while a reference from `as_bytes` is alive (the VM's
+        // dependence rules, `Storage`'s `Sync`).
         unsafe { slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 

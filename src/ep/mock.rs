@@ -61,6 +61,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_queue::SegQueue;
 
+use super::fault::{self, FaultRecord};
 use super::{Device, DeviceId, EpError, Event, Stream, StreamType};
 use crate::sync::notify::{Backoff, Notifier};
 use crate::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
@@ -220,6 +221,8 @@ struct StreamQueue {
     tasks: SegQueue<Task>,
     notifier: Notifier,
     clock: SimClock,
+    /// The stream's fault record, current while its work runs (`ep::fault`).
+    faults: FaultRecord,
 }
 
 /// The simulated time of one stream: what its device thread sleeps for each launched item,
@@ -281,6 +284,7 @@ impl MockStream {
             tasks: SegQueue::new(),
             notifier: Notifier::new(),
             clock: SimClock::default(),
+            faults: FaultRecord::host(),
         });
         let seed = device
             .config
@@ -427,6 +431,11 @@ impl Stream for MockStream {
 
     fn end_simulated_time(&self) {
         self.queue.clock.end();
+    }
+
+    /// Written by kernels running on the stream's device thread ([`fault::report`]).
+    fn faults(&self) -> Option<&FaultRecord> {
+        Some(&self.queue.faults)
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -607,7 +616,8 @@ impl DeviceThread {
             match task {
                 Task::Run(work) => {
                     self.simulate_work_time();
-                    if let Err(payload) = catch_unwind(AssertUnwindSafe(work)) {
+                    let faults = Some(&self.queue.faults);
+                    if let Err(payload) = fault::running(faults, || catch_unwind(AssertUnwindSafe(work))) {
                         tracing::error!(
                             device = %self.device,
                             stream = self.ty.name(),

@@ -13,6 +13,9 @@
 //! - [`cuda`]: NVIDIA GPUs through cudarc, loaded at run time (feature `cuda`); asking for
 //!   `cuda:N` on a machine without the driver or the GPU is an [`EpError::CudaUnavailable`].
 //!
+//! Kernels that find bad data only when they run (an index out of range on an asynchronous
+//! device) report it in their stream's [`fault::FaultRecord`] ([`Stream::faults`]).
+//!
 //! Events are pooled per device ([`EventPool`]): taken when an instruction records one and
 //! given back when it retires, so steady-state execution creates none.
 //!
@@ -29,6 +32,7 @@ pub mod ccl;
 pub mod cpu;
 pub mod cuda;
 mod event_pool;
+pub mod fault;
 pub mod memory;
 pub mod mock;
 mod registry;
@@ -98,6 +102,13 @@ pub trait Stream: Send + Sync + fmt::Debug {
     /// stops spending that time, including a wait it is in now. A device whose time is
     /// real has nothing to skip; the default does nothing.
     fn end_simulated_time(&self) {}
+    /// The stream's fault record ([`fault`]): where its kernels report bad data they find
+    /// when they run, for the VM to read once the stream has reached a checked launch.
+    /// `None` (the default) for streams whose kernels fail by returning an error
+    /// (synchronous ones).
+    fn faults(&self) -> Option<&fault::FaultRecord> {
+        None
+    }
     /// For backend-specific kernels.
     fn as_any(&self) -> &dyn Any;
 }

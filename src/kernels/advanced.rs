@@ -224,6 +224,10 @@ impl OpKernel for IndexKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let metas: SmallVec<[&TensorMeta; 4]> = ctx.inputs.iter().map(|v| v.meta).collect();
         let (shape, d0) = indexed_shape("index", metas[0], &metas[1..], &ctx.attrs)?;
@@ -335,6 +339,10 @@ impl OpKernel for IndexPutKernel {
     }
 
     fn in_place(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

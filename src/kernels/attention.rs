@@ -147,6 +147,10 @@ impl OpKernel for AttentionKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let metas: Vec<&TensorMeta> = ctx.inputs.iter().map(|t| t.meta).collect();
         let (shape, dtype) = attention_shape(&metas, &ctx.attrs)?;

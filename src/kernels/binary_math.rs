@@ -89,6 +89,10 @@ macro_rules! dividing {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 let dtype = input_dtype(ctx)?;
                 let by_zero = Cell::new(false);
@@ -167,11 +171,16 @@ macro_rules! logical {
                 true
             }
 
+<<<<<<< HEAD
 
             fn pointwise(&self) -> bool {
 
                 true
 
+=======
+            fn writes_outputs(&self) -> bool {
+                true
+>>>>>>> merge
             }
 
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {

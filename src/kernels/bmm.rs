@@ -52,6 +52,10 @@ impl OpKernel for BmmKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         expect_count(ctx, 2)?;
         let x = input(ctx, 0)?;

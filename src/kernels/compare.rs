@@ -55,6 +55,10 @@ macro_rules! comparison {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 let dtype = input_dtype(ctx)?;
                 dispatch!(dtype, all, T => zip::<Bool8, T, T>(ctx, |a: T, b: T| Bool8::of(a.load() $cmp b.load())),
@@ -99,6 +103,10 @@ macro_rules! comparison {
             }
 
             fn in_place(&self) -> bool {
+                true
+            }
+
+            fn writes_outputs(&self) -> bool {
                 true
             }
 

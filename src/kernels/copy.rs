@@ -47,6 +47,10 @@ impl OpKernel for FillKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let value = ctx.attrs.value().into();
         let dtype = output(ctx, 0)?.meta.dtype;
@@ -115,6 +119,10 @@ impl OpKernel for CopyKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         expect_count(ctx, 1)?;
         let (src, dst) = (input(ctx, 0)?, output(ctx, 0)?);
@@ -171,7 +179,11 @@ impl OpKernel for CastKernel {
         true
     }
 
+<<<<<<< HEAD
     fn pointwise(&self) -> bool {
+=======
+    fn writes_outputs(&self) -> bool {
+>>>>>>> merge
         true
     }
 

@@ -92,6 +92,10 @@ macro_rules! triangle_kernel {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 let dtype = input_dtype(ctx)?;
                 let $k = ctx.attrs.params().int_or(0, 0);
@@ -151,6 +155,10 @@ impl OpKernel for OneHotKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -88,6 +88,10 @@ macro_rules! binary_kernel {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 let dtype = input_dtype(ctx)?;
                 dispatch!(dtype, $group, $t => zip::<$t, $t, $t>(ctx, $f),
@@ -137,6 +141,10 @@ macro_rules! unary_kernel {
             }
 
             fn in_place(&self) -> bool {
+                true
+            }
+
+            fn writes_outputs(&self) -> bool {
                 true
             }
 
@@ -237,6 +245,10 @@ impl OpKernel for AddBiasKernel {
     }
 
     fn in_place(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -2,6 +2,8 @@
 //! `matmul_nt`): one function, [`product`], that the kernels call with each operand as an
 //! address and a row and a column stride ([`Mat`]: a transposed or sliced view needs no
 //! copy), and the process-wide number of threads a product may use ([`set_kernel_threads`]).
+//! `conv2d`'s taps call [`crate_product`], the `gemm` crate's product at every size, which may
+//! add to its output.
 //!
 //! **Which code runs.** An `f32` or `f64` product of more than [`SEQUENTIAL_MAX_MACS`]
 //! multiply-adds goes to the `gemm` crate (sarah-ek/gemm: packed, cache-blocked, with SIMD
@@ -216,7 +218,27 @@ unsafe fn gemm_float<T: Elem>(
     out: Mat<T>,
     threads: usize,
 ) -> Result<(), String> {
+    // SAFETY: the contract, passed on.
+    unsafe { gemm_float_into((m, k, n), a, b, out, threads, false) }
+}
+
+/// [`gemm_float`], adding the product to `out`'s contents where `accumulate`
+/// (`out = out + a·b`, `out` then naming each of its elements once).
+///
+/// # Safety
+/// As [`gemm_float`]; with `accumulate`, `out` is initialised.
+unsafe fn gemm_float_into<T: Elem>(
+    (m, k, n): (usize, usize, usize),
+    a: Mat<T>,
+    b: Mat<T>,
+    out: Mat<T>,
+    threads: usize,
+    accumulate: bool,
+) -> Result<(), String> {
     if !one_to_one(out, m, n) {
+        if accumulate {
+            return Err("an accumulating product needs an output that names each element once".into());
+        }
         let mut tmp = buffer::<T>(m * n)?;
         let t = Mat { ptr: tmp.as_mut_ptr(), rs: n as isize, cs: 1 };
         // SAFETY: `tmp` holds `m·n` elements, row-major, and is this function's alone.
@@ -235,9 +257,10 @@ unsafe fn gemm_float<T: Elem>(
     let run = |parallelism: gemm::Parallelism| {
         // SAFETY: every element the dimensions and strides address lies in a checked
         // layout (the contract); `out` names each of its elements once and overlaps neither
-        // input. `read_dst = false`: the output's earlier contents are not read, and
-        // `out = 1 · a·b` (beta = 1). `T` is `f32` or `f64` (the caller), which the crate
-        // multiplies.
+        // input. `read_dst = accumulate`: without it the output's earlier contents are not
+        // read, and `out = 1 · a·b` (beta = 1); with it `out = 1 · out + 1 · a·b` (alpha =
+        // 1). `T` is
+        // `f32` or `f64` (the caller), which the crate multiplies.
         unsafe {
             gemm::gemm(
                 m,
@@ -246,14 +269,14 @@ unsafe fn gemm_float<T: Elem>(
                 po as *mut T,
                 out.cs,
                 out.rs,
-                false,
+                accumulate,
                 pa as *const T,
                 a.cs,
                 a.rs,
                 pb as *const T,
                 b.cs,
                 b.rs,
-                zero,
+                if accumulate { one } else { zero },
                 one,
                 false,
                 false,
@@ -268,6 +291,32 @@ unsafe fn gemm_float<T: Elem>(
         None => run(gemm::Parallelism::None),
     }
     Ok(())
+}
+
+/// `out = a·b`, or with `add` `out = out + a·b`, by the `gemm` crate whatever the size, for
+/// `f32` and `f64` (the compute types of the floating dtypes): for a product computed in
+/// parts (`conv2d`'s taps) that keeps one summation scheme for every part, however small.
+/// Each output element adds the crate's sum of its `k` products (module docs) to its earlier
+/// value. Other dtypes are refused.
+///
+/// # Safety
+/// As [`product`]; with `add`, `out` is initialised and names each of its elements once.
+pub(crate) unsafe fn crate_product<T: Elem>(
+    (m, k, n): (usize, usize, usize),
+    a: Mat<T>,
+    b: Mat<T>,
+    out: Mat<T>,
+    add: bool,
+) -> Result<(), String> {
+    if !matches!(T::DTYPE, DType::F32 | DType::F64) {
+        return Err(format!("the gemm crate's product of {:?} (f32 and f64 only)", T::DTYPE));
+    }
+    if m == 0 || n == 0 || (k == 0 && add) {
+        return Ok(());
+    }
+    // SAFETY: the contract, passed on; `T` is `f32` or `f64`. The crate writes zeros for
+    // `k = 0` without `add`.
+    unsafe { gemm_float_into((m, k, n), a, b, out, kernel_threads(), add) }
 }
 
 /// `len` elements of `T`, or the error of a refused allocation.

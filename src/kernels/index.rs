@@ -296,6 +296,10 @@ impl OpKernel for CatKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let metas: SmallVec<[&TensorMeta; 8]> = ctx.inputs.iter().map(|v| v.meta).collect();
         let (shape, d) = cat_shape(&metas, &ctx.attrs)?;
@@ -388,6 +392,10 @@ impl OpKernel for IndexSelectKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 
@@ -529,6 +537,10 @@ impl OpKernel for GatherKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let metas: SmallVec<[&TensorMeta; 2]> = ctx.inputs.iter().map(|v| v.meta).collect();
         let mut specs = OutSpecs::new();
@@ -651,6 +663,10 @@ impl OpKernel for ScatterKernel {
     }
 
     fn in_place(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 
@@ -806,6 +822,10 @@ impl OpKernel for IndexAddKernel {
     }
 
     fn in_place(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -94,6 +94,10 @@ impl OpKernel for NllLossKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let (reduction, ignore, w) = params(&ctx.attrs)?;
         expect_count(ctx, 2 + usize::from(w))?;

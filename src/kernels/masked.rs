@@ -58,6 +58,10 @@ impl OpKernel for MaskedFillKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let dtype = input_dtype(ctx)?;
         let value = ctx.attrs.value().into();

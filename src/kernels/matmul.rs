@@ -56,6 +56,10 @@ impl OpKernel for MatmulKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         run_product(ctx, "matmul", transposed(&ctx.attrs)?)
     }

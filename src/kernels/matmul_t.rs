@@ -91,6 +91,10 @@ impl OpKernel for MatmulTnKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         run_product(ctx, Layout::Tn.op(), Some(Layout::Tn))
     }
@@ -121,6 +125,10 @@ impl OpKernel for MatmulNtKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -353,6 +353,8 @@ mod proptests;
 mod reference;
 #[cfg(test)]
 mod testing;
+#[cfg(test)]
+mod unzeroed_tests;
 
 #[cfg(test)]
 mod tests {

@@ -284,6 +284,10 @@ macro_rules! along_kernel {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 compute_along($op, $kind, ctx)
             }
@@ -371,6 +375,10 @@ impl OpKernel for LayerNormKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

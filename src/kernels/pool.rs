@@ -163,6 +163,10 @@ impl OpKernel for MaxPool2dKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         expect_count(ctx, 1)?;
         let x = input(ctx, 0)?.meta;
@@ -310,6 +314,10 @@ impl OpKernel for AvgPool2dKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         expect_count(ctx, 1)?;
         let x = input(ctx, 0)?.meta;
@@ -434,6 +442,10 @@ impl OpKernel for AdaptiveAvgPool2dKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -69,6 +69,10 @@ impl OpKernel for SumKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         if !ctx.attrs.params().is_empty() {
             return super::reduce_dims::compute_reduce("sum", super::reduce_dims::Kind::Sum, ctx);
@@ -91,7 +95,7 @@ pub const SEQUENTIAL_SUM_MAX: usize = 4096;
 /// to hide the latency of an addition on any core measured (8 SSE registers of 4 lanes,
 /// or 2 of AVX-512), so that a large sum runs at memory bandwidth rather than at one
 /// addition per latency.
-const LANES: usize = 32;
+pub(super) const LANES: usize = 32;
 
 /// The `f32` sum of the `sum` kernel, in its exact order, for references that must agree
 /// with it bit for bit:
@@ -333,6 +337,10 @@ impl OpKernel for SumRowsKernel {
     }
 
     fn strided(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -14,10 +14,12 @@
 //! layout: several short groups are read together, element by element, each in its own
 //! order ([`for_each_block`]); otherwise a group whose elements lie one after another is
 //! read in place, and other groups are copied to a contiguous buffer first, a slab of whole
-//! groups at a time ([`for_each_group`]). Floating sums
-//! (`sum`, `mean`, `var`, `std`, `logsumexp`, `norm`) add a group's terms in the order of
-//! `kernels::sum_f32` (one at a time up to 4096 terms, 32 partial sums combined as a fixed
-//! tree above), in the compute type (`f32` for `f16`, `bf16` and `f32`; `f64` for `f64`),
+//! groups at a time ([`for_each_group`]); `f32` and `f64` reductions along outer dims add
+//! rows of contiguous columns as vectors, and the extremes of contiguous groups are
+//! vectorised ([`fast`]), each in the same order. Floating sums (`sum`, `mean`, `var`,
+//! `std`, `logsumexp`, `norm`) add a group's terms in the order of `kernels::sum_f32` (one
+//! at a time up to 4096 terms, 32 partial sums combined as a fixed tree above), in the
+//! compute type (`f32` for `f16`, `bf16` and `f32`; `f64` for `f64`),
 //! rounding once on store. So a result does not depend on the layout, the machine, or any
 //! thread count, and a `sum` along every dimension has the bits of the whole-tensor `sum`.
 //! `prod` multiplies in index order; `bool` and integer sums and products wrap in `i64`.
@@ -310,15 +312,8 @@ pub(super) fn for_each_group<T: Elem>(
         return Ok(());
     }
     let size = T::DTYPE.size() as isize;
-    let rank = s.shape.len();
     // The reduced dimensions lie one after another: read each group in place.
-    let mut expected = 1isize;
-    let dense = (s.kept..rank).rev().all(|d| {
-        let ok = s.shape[d] == 1 || s.strides[d] == expected;
-        expected = expected.wrapping_mul(s.shape[d] as isize);
-        ok
-    });
-    if dense {
+    if dense_groups(&s) {
         for_each_start(&s, a.first, size, |p| {
             // SAFETY: the group's `len` elements lie one after another from `p`, inside
             // the checked operand; no output is written while the slice lives.
@@ -373,13 +368,17 @@ pub(super) fn blocked(a: &Operand<'_>, reduced: &[bool]) -> bool {
     if s.groups <= 1 || s.len == 0 || s.len > BLOCK_MAX_LEN {
         return false;
     }
+    !(dense_groups(&s) && s.len > super::reduce::SEQUENTIAL_SUM_MAX)
+}
+
+/// Whether each group's elements lie one after another (the reduced dimensions are dense).
+pub(super) fn dense_groups(s: &Split) -> bool {
     let mut expected = 1isize;
-    let dense = (s.kept..s.shape.len()).rev().all(|d| {
+    (s.kept..s.shape.len()).rev().all(|d| {
         let ok = s.shape[d] == 1 || s.strides[d] == expected;
         expected = expected.wrapping_mul(s.shape[d] as isize);
         ok
-    });
-    !(dense && s.len > super::reduce::SEQUENTIAL_SUM_MAX)
+    })
 }
 
 /// Call `f(starts, offsets)` for each block of up to [`BLOCK`] groups of `a`, in order:
@@ -397,22 +396,7 @@ fn for_each_block<T: Elem>(
     if s.groups == 0 || s.len == 0 {
         return Ok(());
     }
-    let mut offsets: Vec<isize> = room(s.len)?;
-    let (inner_shape, inner_strides) = (&s.shape[s.kept..], &s.strides[s.kept..]);
-    let mut index: SmallVec<[usize; 8]> = smallvec![0; inner_shape.len()];
-    let mut at = 0isize;
-    for _ in 0..s.len {
-        offsets.push(at);
-        for d in (0..inner_shape.len()).rev() {
-            index[d] += 1;
-            at += inner_strides[d];
-            if index[d] < inner_shape[d] {
-                break;
-            }
-            at -= inner_strides[d] * inner_shape[d] as isize;
-            index[d] = 0;
-        }
-    }
+    let offsets = offsets(&s.shape[s.kept..], &s.strides[s.kept..])?;
     let mut starts: SmallVec<[*const T; BLOCK]> = SmallVec::new();
     for_each_start(&s, a.first, T::DTYPE.size() as isize, |p| {
         starts.push(p.cast_const().cast::<T>());
@@ -425,6 +409,27 @@ fn for_each_block<T: Elem>(
         f(&starts, &offsets);
     }
     Ok(())
+}
+
+/// The offsets of the elements of `shape` with `strides`, in row-major order.
+pub(super) fn offsets(shape: &[usize], strides: &[isize]) -> Result<Vec<isize>, String> {
+    let n: usize = shape.iter().product();
+    let mut out = room::<isize>(n)?;
+    let mut index: SmallVec<[usize; 8]> = smallvec![0; shape.len()];
+    let mut at = 0isize;
+    for _ in 0..n {
+        out.push(at);
+        for d in (0..shape.len()).rev() {
+            index[d] += 1;
+            at += strides[d];
+            if index[d] < shape[d] {
+                break;
+            }
+            at -= strides[d] * shape[d] as isize;
+            index[d] = 0;
+        }
+    }
+    Ok(out)
 }
 
 /// `step` folded over each group of `a` from `init`, element by element in index order,
@@ -546,6 +551,24 @@ fn block_extremes<T: Elem>(a: &Operand<'_>, reduced: &[bool], max: bool) -> Resu
 /// Write `vals` to output `i`.
 fn emit<O: Elem>(ctx: &KernelCtx<'_, '_>, i: usize, vals: &[O]) -> Result<(), String> {
     write_output(output(ctx, i)?, i, None, vals)
+}
+
+/// Write the extremes' values and indices to the outputs `kind` has (`amax`, `amin`: the
+/// values; `argmax`, `argmin`: the indices; `max`, `min`: both).
+fn emit_extremes<T: Elem>(
+    ctx: &KernelCtx<'_, '_>,
+    kind: Kind,
+    vals: &[T],
+    idx: &[i64],
+) -> Result<(), String> {
+    match kind {
+        Kind::Amax | Kind::Amin => emit(ctx, 0, vals),
+        Kind::Argmax | Kind::Argmin => emit(ctx, 0, idx),
+        _ => {
+            emit(ctx, 0, vals)?;
+            emit(ctx, 1, idx)
+        }
+    }
 }
 
 /// Call `f` with the address of each group's first element (the kept dimensions'
@@ -699,6 +722,9 @@ pub(super) fn compute_reduce(op: &str, kind: Kind, ctx: &KernelCtx<'_, '_>) -> R
     let no = || Err(refusal(op, dtype, kind.dtypes()));
     let attrs = ctx.attrs;
     let r = &dims.reduced;
+    if let Some(done) = fast::reduce(kind, ctx, &a, &dims) {
+        return done;
+    }
     if blocked(&a, r) {
         return compute_blocked(kind, ctx, &a, r, dtype).unwrap_or_else(no);
     }
@@ -773,15 +799,8 @@ fn compute_blocked(
         Kind::Amax | Kind::Amin | Kind::Max | Kind::Min | Kind::Argmax | Kind::Argmin => {
             let max = matches!(kind, Kind::Amax | Kind::Max | Kind::Argmax);
             dispatch!(dtype, all, T => (|| {
-                let e = block_extremes::<T>(a, r, max)?;
-                match kind {
-                    Kind::Amax | Kind::Amin => emit(ctx, 0, &e.iter().map(|p| p.0).collect::<Vec<T>>()),
-                    Kind::Argmax | Kind::Argmin => emit(ctx, 0, &e.iter().map(|p| p.1).collect::<Vec<i64>>()),
-                    _ => {
-                        emit(ctx, 0, &e.iter().map(|p| p.0).collect::<Vec<T>>())?;
-                        emit(ctx, 1, &e.iter().map(|p| p.1).collect::<Vec<i64>>())
-                    }
-                }
+                let (vals, idx): (Vec<T>, Vec<i64>) = block_extremes::<T>(a, r, max)?.into_iter().unzip();
+                emit_extremes(ctx, kind, &vals, &idx)
             })(), return None)
         }
         Kind::Var | Kind::Std => {
@@ -1100,6 +1119,10 @@ macro_rules! reduce_kernel {
                 true
             }
 
+            fn writes_outputs(&self) -> bool {
+                true
+            }
+
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 compute_reduce($op, $kind, ctx)
             }
@@ -1172,6 +1195,9 @@ reduce_kernel!(
     /// `-inf`, 0 and any other real).
     NormKernel, "norm", Kind::Norm
 );
+
+#[path = "reduce_fast.rs"]
+mod fast;
 
 #[cfg(test)]
 #[path = "reduce_dims_tests.rs"]

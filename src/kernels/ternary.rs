@@ -101,7 +101,11 @@ impl OpKernel for WhereKernel {
         true
     }
 
+<<<<<<< HEAD
     fn pointwise(&self) -> bool {
+=======
+    fn writes_outputs(&self) -> bool {
+>>>>>>> merge
         true
     }
 
@@ -152,6 +156,10 @@ macro_rules! ternary {
             }
 
             fn in_place(&self) -> bool {
+                true
+            }
+
+            fn writes_outputs(&self) -> bool {
                 true
             }
 
@@ -241,6 +249,10 @@ impl OpKernel for LerpScalarKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let dtype = input_dtype(ctx)?;
         let value = ctx.attrs.value();
@@ -304,6 +316,10 @@ impl OpKernel for ClampScalarKernel {
     }
 
     fn in_place(&self) -> bool {
+        true
+    }
+
+    fn writes_outputs(&self) -> bool {
         true
     }
 

@@ -56,7 +56,12 @@ pub(crate) fn as_i64(t: &Owned) -> Vec<i64> {
     values(t)
 }
 
-/// Infer, allocate the outputs (zeroed) and compute, as an `OpCall` does.
+/// Infer, allocate the outputs (zeroed) and compute, as an `OpCall` does. For a kernel that
+/// says it writes its outputs whole (`OpKernel::writes_outputs`), which the VM then gives
+/// blocks that are not zeroed, the call is also made on outputs whose every byte is `0xFF`
+/// (NaN in every float dtype, -1 in every integer one), and must give the same bytes, or
+/// the same error: an element the kernel leaves unwritten, or reads before writing, fails
+/// the test that made the call.
 pub(crate) fn run(
     kernel: &dyn OpKernel,
     scalar: f64,
@@ -77,11 +82,38 @@ pub(crate) fn run_with(
     let given: Vec<&TensorMeta> = given.iter().collect();
     let mut specs = OutSpecs::new();
     kernel.infer(&in_metas, &given, &attrs, &mut specs)?;
+    let zeroed = compute_into(kernel, attrs, &inputs, &specs, 0);
+    if kernel.writes_outputs() {
+        let dirty = compute_into(kernel, attrs, &inputs, &specs, 0xFF);
+        let bytes = |r: &Result<Vec<Owned>, String>| {
+            r.as_ref()
+                .map(|outs| outs.iter().map(|o| o.1.as_bytes().to_vec()).collect::<Vec<_>>())
+                .map_err(String::clone)
+        };
+        assert_eq!(
+            bytes(&dirty),
+            bytes(&zeroed),
+            "{} says it writes its outputs whole, but its outputs depend on what they held before",
+            kernel.name()
+        );
+    }
+    zeroed
+}
+
+/// New outputs of `specs`, every byte `fill`, computed by `kernel` from `inputs`.
+fn compute_into(
+    kernel: &dyn OpKernel,
+    attrs: Attrs,
+    inputs: &[Owned],
+    specs: &OutSpecs,
+    fill: u8,
+) -> Result<Vec<Owned>, String> {
     let mut outs: Vec<Owned> = specs
         .iter()
         .map(|s| {
             let meta = TensorMeta::new(&s.shape, s.dtype, DeviceId::CPU);
-            let data = allocator().alloc(meta.bytes());
+            let mut data = allocator().alloc(meta.bytes());
+            data.as_bytes_mut().fill(fill);
             (meta, data)
         })
         .collect();

@@ -235,6 +235,10 @@ impl OpKernel for RoundKernel {
         true
     }
 
+    fn writes_outputs(&self) -> bool {
+        true
+    }
+
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         let dtype = input_dtype(ctx)?;
         let decimals = ctx.attrs.params().int_or(0, 0);
@@ -288,11 +292,16 @@ macro_rules! predicate {
                 true
             }
 
+<<<<<<< HEAD
 
             fn pointwise(&self) -> bool {
 
                 true
 
+=======
+            fn writes_outputs(&self) -> bool {
+                true
+>>>>>>> merge
             }
 
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {

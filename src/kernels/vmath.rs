@@ -124,6 +124,52 @@ fn max_not_nan(xs: &[f32]) -> f32 {
     tail.iter().fold(m, |m, &v| if v > m { v } else { m })
 }
 
+/// The widest version of the loops the processor runs: 2 for AVX-512, 1 for AVX2, 0 for the
+/// baseline. Tests may lower it on their thread ([`cap_level`]) to run every version.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(super) fn widest_level() -> u8 {
+    let detected = if std::arch::is_x86_feature_detected!("avx512f") {
+        2
+    } else if std::arch::is_x86_feature_detected!("avx2") {
+        1
+    } else {
+        0
+    };
+    #[cfg(test)]
+    let detected = detected.min(LEVEL_CAP.with(std::cell::Cell::get));
+    detected
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The widest version tests let [`widest_level`] pick on this thread.
+    static LEVEL_CAP: std::cell::Cell<u8> = const { std::cell::Cell::new(2) };
+}
+
+/// Run `f` with the loops of this thread held to version `level` at most (0 the baseline,
+/// 1 AVX2, 2 AVX-512).
+#[cfg(test)]
+pub(super) fn cap_level<R>(level: u8, f: impl FnOnce() -> R) -> R {
+    let before = LEVEL_CAP.with(|c| c.replace(level));
+    let r = f();
+    LEVEL_CAP.with(|c| c.set(before));
+    r
+}
+
+/// The versions of the loops this processor runs (0 the baseline, 1 AVX2, 2 AVX-512).
+#[cfg(test)]
+pub(super) fn levels() -> Vec<u8> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        (0..=cap_level(2, widest_level)).collect()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        vec![0]
+    }
+}
+
 /// Defines `$name`, which runs `$body` (a function of the same arguments, inlined into
 /// each version) in the widest version the processor supports.
 macro_rules! widest {
@@ -142,19 +188,19 @@ macro_rules! widest {
                 fn avx2($($arg: $ty),*) {
                     body($($arg),*)
                 }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the processor has AVX-512F, checked just above.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the processor has AVX2, checked just above.
-                    return unsafe { avx2($($arg),*) };
+                match $crate::kernels::vmath::widest_level() {
+                    // SAFETY: level 2 is given only where the processor has AVX-512F.
+                    2 => return unsafe { avx512($($arg),*) },
+                    // SAFETY: level 1 is given only where the processor has AVX2.
+                    1 => return unsafe { avx2($($arg),*) },
+                    _ => {}
                 }
             }
             body($($arg),*)
         }
     };
 }
+pub(super) use widest;
 
 widest!(
     /// `softmax` (or with `log`, `log_softmax`) of each row of `n` values of `xs` into the

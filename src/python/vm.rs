@@ -80,7 +80,7 @@ impl PyVm {
     /// variable raises `ConfigError` naming it.
     #[new]
     #[pyo3(signature = (*, mock_devices=None, cuda_devices=None, sync=None, threads=None, high_water=None,
-        low_water=None, batch_size=None, spin=None, yields=None, event_interval=None, profile=None,
+        low_water=None, batch_size=None, spin=None, yields=None, event_interval=None, check_data=None, profile=None,
         max_tensor_bytes=None, mock_launch_delay_us=None, mock_jitter_us=None, mock_seed=None,
         fault_skip_stream_wait_every=None, fault_refuse_watcher_threads=None, fault_fail_alloc_one_in=None,
         fault_fail_alloc_seed=None, flush_every=None))]
@@ -97,6 +97,7 @@ impl PyVm {
         spin: Option<&Bound<'_, PyAny>>,
         yields: Option<&Bound<'_, PyAny>>,
         event_interval: Option<&Bound<'_, PyAny>>,
+        check_data: Option<bool>,
         profile: Option<bool>,
         max_tensor_bytes: Option<&Bound<'_, PyAny>>,
         mock_launch_delay_us: Option<&Bound<'_, PyAny>>,
@@ -141,6 +142,9 @@ impl PyVm {
         }
         if let Some(v) = event_interval {
             c.event_interval = uint("event_interval", v, u32max)? as u32;
+        }
+        if let Some(v) = check_data {
+            c.check_data = v;
         }
         if let Some(v) = profile {
             c.profile = v;
@@ -211,6 +215,7 @@ impl PyVm {
         d.set_item("spin", c.spin)?;
         d.set_item("yields", c.yields)?;
         d.set_item("event_interval", c.event_interval)?;
+        d.set_item("check_data", c.check_data)?;
         d.set_item("profile", c.profile)?;
         d.set_item("max_tensor_bytes", c.max_tensor_bytes)?;
         d.set_item("mock_launch_delay_us", c.mock.launch_delay.as_micros() as u64)?;

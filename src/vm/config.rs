@@ -199,6 +199,13 @@ pub struct Config {
     /// fault is then attributed to the exact instruction, at the cost of an event and a
     /// watcher wake-up per launch.
     pub event_interval: u32,
+    /// On an asynchronous stream (mock, CUDA), check each call whose kernel may find bad
+    /// data only when it runs (an index out of range: `OpKernel::checks_data`): the worker
+    /// waits for the device to run the call and reads the stream's fault record, so the
+    /// call fails as it does on the CPU (`docs/cuda.md`, "Errors"). Costs one host wait per
+    /// such call. `false` skips the check: such a call then succeeds, the bad element
+    /// given 0 or skipped. Default `true`.
+    pub check_data: bool,
     /// Deliberate faults, for testing the tests.
     pub fault: FaultInjection,
     /// Open a profiling session when the VM starts (the timeline observer, `observe::timeline`); take the
@@ -328,6 +335,7 @@ impl Default for Config {
             spin: DEFAULT_SPIN,
             yields: default_yields(),
             event_interval: DEFAULT_EVENT_INTERVAL,
+            check_data: true,
             fault: FaultInjection::default(),
             profile: false,
             max_tensor_bytes: default_max_tensor_bytes(),
@@ -411,6 +419,7 @@ impl Config {
         }
         set!(env.bool("EAGERVM_SYNC"), |v| self.synchronous = v);
         set!(env.bool("EAGERVM_PROFILE"), |v| self.profile = v);
+        set!(env.bool("EAGERVM_CHECK_DATA"), |v| self.check_data = v);
         set!(env.int("EAGERVM_MOCK_DEVICES", 0u16, U16), |v| self.mock_devices = v);
         set!(env.int("EAGERVM_CUDA_DEVICES", 0u16, U16), |v| self.cuda_devices = v);
         set!(env.int("EAGERVM_BATCH", 1usize, "a whole number of 1 or more"), |v| self.batch_size = v);

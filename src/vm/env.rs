@@ -14,6 +14,7 @@ use std::ffi::OsString;
 pub const VARS: &[&str] = &[
     "EAGERVM_SYNC",
     "EAGERVM_PROFILE",
+    "EAGERVM_CHECK_DATA",
     "EAGERVM_MOCK_DEVICES",
     "EAGERVM_CUDA_DEVICES",
     "EAGERVM_BATCH",

@@ -263,11 +263,28 @@ pub trait OpKernel: Send + Sync + 'static {
     /// kernel's answer must not depend on the device: a CUDA kernel answers as its CPU
     /// kernel does.
     fn pointwise(&self) -> bool {
+    /// Whether a call that succeeds has written every element of every output it was given,
+    /// for all operands that pass [`infer`](Self::infer): then an output that is its whole
+    /// storage and is written for the first time gets a block that is not zeroed, holding
+    /// whatever its earlier storage left (`alloc::request`, "Unzeroed blocks"). A kernel
+    /// that writes part of an output, leaves an element untouched for some inputs, or reads
+    /// an output before writing it (accumulates into it) must not say so: it keeps the
+    /// default, zeroed outputs. What a failing call left in its outputs is never read.
+    fn writes_outputs(&self) -> bool {
+    /// Whether a launch of this call on an asynchronous device must be checked for bad data
+    /// that the kernel finds only when it runs (an index out of range): such a kernel
+    /// reports it in its stream's fault record (`ep::fault`) instead of returning an
+    /// error, and the stream policy waits for the launch, reads the record, and fails the
+    /// call as a returned error would (`vm::stream_policy`, "Checked launches"). A kernel
+    /// that cannot meet bad data (the default) needs no check, and costs no wait.
+    fn checks_data(&self, attrs: &Attrs) -> bool {
+        let _ = attrs;
         false
     }
 
     /// Compute the outputs from the inputs. Runs on the stream's execution context; outputs
-    /// are allocated (zeroed on first use) before the call.
+    /// are allocated before the call, where written for the first time: zeroed, unless the
+    /// kernel [writes them whole](Self::writes_outputs) and the output is its whole storage.
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String>;
 
     /// Told, in place of [`compute`](Self::compute), that an instruction of this kernel

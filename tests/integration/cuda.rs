@@ -12,8 +12,10 @@
 //! the same call. `reduce` holds the reductions along dims and the ops along one dimension
 //! (`softmax`, `layer_norm`, the scans) against the CPU kernels; `nn` the batched products,
 //! convolution, pooling, `nll_loss` and attention; `pointwise` the pointwise ops of two and
-//! three inputs and the indexing ops.
+//! three inputs and the indexing ops; `errors` the errors that depend on data (an index
+//! out of range), which fail the call as on the CPU.
 
+mod errors;
 mod kernels;
 mod nn;
 mod pointwise;

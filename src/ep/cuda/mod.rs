@@ -35,6 +35,10 @@
 //! - Errors: a failed launch fails its instruction; an asynchronous fault surfaces when the
 //!   watcher waits for the event recorded after the instruction, and is reported (through
 //!   `VirtualMachine::sync`) with the op and stream of the last launch before that event.
+//! - Each stream has a fault record (`ep::fault`) in pinned host memory mapped into the
+//!   device (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_DEVICEMAP`), which the kernels that
+//!   read indices from device data write on an index out of range, and the VM reads once
+//!   the stream has run such a call (a checked launch).
 
 pub use super::types::CudaUnavailable;
 use super::{DeviceId, EpError};

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use super::device::DeviceShared;
 use super::memory::launch_host_fn;
+use crate::ep::fault::{self, FaultRecord, FaultWords, FreeWords};
 use crate::ep::memory::caching::StreamKey;
 use crate::ep::memory::defer;
 use crate::ep::{DeviceId, EpError, Event, Stream, StreamType};
@@ -41,6 +42,9 @@ pub struct CudaEpStream {
     label: Mutex<&'static str>,
     /// The cuBLAS handle bound to this stream, made on first use.
     pub(crate) blas: OnceLock<Result<cudarc::cublas::CudaBlas, String>>,
+    /// The stream's fault record, in pinned host memory mapped into the device
+    /// (`ep::fault`): the failable kernels write it at its device address.
+    faults: FaultRecord,
 }
 
 impl CudaEpStream {
@@ -54,7 +58,8 @@ impl CudaEpStream {
             None => shared.ctx.new_stream()?,
             Some(p) => shared.ctx.new_stream_with_priority(p)?,
         };
-        Ok(CudaEpStream { shared, cu, ty, key, label: Mutex::new("(none)"), blas: OnceLock::new() })
+        let faults = mapped_record(&shared.ctx)?;
+        Ok(CudaEpStream { shared, cu, ty, key, label: Mutex::new("(none)"), blas: OnceLock::new(), faults })
     }
 
     /// The raw stream handle.
@@ -101,6 +106,39 @@ impl CudaEpStream {
     }
 }
 
+/// A fault record in pinned host memory mapped into `ctx`'s device: kernels write it at its
+/// device address, the host reads it in place once the stream has reached them.
+fn mapped_record(ctx: &Arc<CudaContext>) -> Result<FaultRecord, DriverError> {
+    ctx.bind_to_thread()?;
+    let bytes = std::mem::size_of::<FaultWords>();
+    let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+    // SAFETY: `host` is a valid out-pointer; the context is current. Pinned host memory is
+    // page-aligned, more than `FaultWords` needs.
+    unsafe { sys::cuMemHostAlloc(&mut host, bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP) }.result()?;
+    let mut dev: sys::CUdeviceptr = 0;
+    // SAFETY: `host` is a live mapped allocation of this context; `dev` a valid out-pointer.
+    let mapped = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) }.result();
+    if let Err(e) = mapped {
+        // SAFETY: `host` came from `cuMemHostAlloc` above and is freed once, here.
+        let _ = unsafe { sys::cuMemFreeHost(host) };
+        return Err(e);
+    }
+    // SAFETY: `host` is `bytes` long and writable from the host.
+    unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+    let ctx = ctx.clone();
+    let free: FreeWords = Box::new(move |w| {
+        let _ = ctx.bind_to_thread();
+        // SAFETY: `w` is the `cuMemHostAlloc` block above, given back once, when the record
+        // drops (after the stream that wrote it: the record is the stream's field).
+        if let Err(e) = unsafe { sys::cuMemFreeHost(w.cast()) }.result() {
+            tracing::error!(error = %e, "cuMemFreeHost of a fault record failed");
+        }
+    });
+    // SAFETY: `host` is zeroed, page-aligned memory of `FaultWords`' size, valid until the
+    // free; `dev` is its address in the device's space.
+    Ok(unsafe { FaultRecord::from_raw(host.cast(), dev, free) })
+}
+
 impl fmt::Debug for CudaEpStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "CudaEpStream({}:{})", self.shared.id, self.ty.name())
@@ -132,7 +170,11 @@ impl Stream for CudaEpStream {
         self.shared.ctx.bind_to_thread().map_err(|e| self.err("binding the context", e))?;
         let outer = CURRENT.with(|c| c.replace(self as *const _));
         let reset = ResetCurrent(outer);
-        let (ran, deferred) = defer::collect(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)));
+        let (ran, deferred) = defer::collect(|| {
+            fault::running(Some(&self.faults), || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+            })
+        });
         drop(reset);
         if !deferred.is_empty() {
             if let Err(e) = self.then(Box::new(move || drop(deferred))) {
@@ -187,6 +229,10 @@ impl Stream for CudaEpStream {
 
     fn synchronize(&self) -> Result<(), EpError> {
         self.cu.synchronize().map_err(|e| self.err("cuStreamSynchronize", e))
+    }
+
+    fn faults(&self) -> Option<&FaultRecord> {
+        Some(&self.faults)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -31,17 +31,21 @@
 //! # Indices out of range
 //!
 //! The CPU kernels check every index before writing and fail the call. On CUDA the indices
-//! are in device memory, and reading them back would stop the stream on every call, so
-//! the kernels check each index where they use it instead: `index_select` and `gather`
-//! write 0 (all bits clear) for an index outside `0..size`, `one_hot` writes a row of
-//! zeros for a class outside `0..C`, `index` writes 0 where an index is out of range (after
-//! counting a negative one from the end), and `scatter`, `index_add` and `index_put` skip
-//! the position. The call succeeds; no memory outside an operand is touched.
+//! are in device memory, so the kernels check each index where they use it and report one
+//! out of range to the stream's fault record (`ep::fault`; the record's device address is
+//! the kernels' `c` operand, or their `fault` argument): `index_select` and `gather` (with
+//! the dim), `index_offsets_*` for `index` and `index_put` (the original index, before a
+//! negative one is counted from the end), `scatter` and `index_add`, `one_hot` (a class
+//! outside `0..C`, reported by the row's first element). These kernels ask for a checked
+//! launch (`OpKernel::checks_data`), so the call then fails with the CPU kernel's error
+//! once the stream has run it. Meanwhile the element is 0 (all bits clear) for
+//! `index_select`, `gather` and `index`, the row zeros for `one_hot`, and `scatter`,
+//! `index_add` and `index_put` skip the position: no memory outside an operand is touched.
 
 use cudarc::driver::PushKernelArg;
 
 use super::infer::cpu_infer;
-use super::launch::{device_operand, launch_config, must_stage, stage, Dev};
+use super::launch::{device_operand, fault_record, launch_config, must_stage, stage, Dev};
 use super::layout::Layout4;
 use super::ops::bits_type;
 use super::source::{arith, compute, load, product, storage, store};
@@ -102,10 +106,13 @@ pub fn sources() -> Vec<(String, String, String)> {
         let sym = format!("cat_{size}");
         out.push((bits.clone(), sym.clone(), format!("EW3({sym}, {t}, {t}, u8, u8, out[o0] = a[o1];)\n")));
         for ix in INDEX_DTYPES {
-            // `b` holds the index; `s` is x's stride along `dim`, `t` its size there.
+            // `b` holds the index; `s` is x's stride along `dim`, `t` its size there, `f`
+            // the dim; `c` the fault record.
             let sym = format!("take_{size}_{ix}");
             let body = format!(
-                "const i64 v = (i64)b[o2]; out[o0] = (v >= 0 && v < (i64)t) ? a[o1 + v * (i64)s] : ({t})0;"
+                "const i64 v = (i64)b[o2]; const bool ok = v >= 0 && v < (i64)t; \
+                 if (!ok) report_fault(c, FAULT_INDEX, f, v, (i64)t, (i64)i); \
+                 out[o0] = ok ? a[o1 + v * (i64)s] : ({t})0;"
             );
             let line = format!("EW3({sym}, {t}, {t}, {}, u8, {body})\n", storage(ix));
             out.push((bits.clone(), sym, line));
@@ -115,11 +122,13 @@ pub fn sources() -> Vec<(String, String, String)> {
         // `index`, `index_put`: the offset into x of each position of the index shape,
         // summed over the index tensors, one launch each (`s`: x's stride along the indexed
         // dimension, `t`: its size; `f` bit 0: negative indices count from the end, bit 1:
-        // the first tensor). An index out of range makes the position's offset `NONE`.
+        // the first tensor; `f >> 2`: the dimension). An index out of range makes the
+        // position's offset `NONE`, and is reported to the fault record `c`.
         let sym = format!("index_offsets_{ix}");
         let body = "const i64 v = (i64)a[o1]; const i64 w = ((f & 1) && v < 0) ? v + (i64)t : v; \
-                    const i64 prev = (f & 2) ? 0 : out[o0]; \
-                    out[o0] = (prev == NONE || w < 0 || w >= (i64)t) ? NONE : prev + w * (i64)s;";
+                    const i64 prev = (f & 2) ? 0 : out[o0]; const bool bad = w < 0 || w >= (i64)t; \
+                    if (bad) report_fault(c, FAULT_INDEX, f >> 2, v, (i64)t, (i64)i); \
+                    out[o0] = (prev == NONE || bad) ? NONE : prev + w * (i64)s;";
         out.push((bits.clone(), sym.clone(), format!("EW3({sym}, i64, {}, u8, u8, {body})\n", storage(ix))));
     }
     for size in [1usize, 2, 4, 8] {
@@ -140,8 +149,11 @@ pub fn sources() -> Vec<(String, String, String)> {
         out.push((d.name().to_string(), format!("nonzero_write_{d}"), nonzero_kernel(d, true)));
     }
     out.push(("i64".into(), "nonzero_scan".into(), NONZERO_SCAN.into()));
-    // `s`: the number of classes; `a` the class of the row.
-    let body = "out[o0] = a[o1] == (i64)(i % s) ? 1 : 0;";
+    // `s`: the number of classes; `a` the class of the row; `c` the fault record, told of a
+    // class outside `0..s` by the row's first element.
+    let body = "const i64 v = a[o1]; const u64 col = i % s; \
+                if (col == 0 && (v < 0 || v >= (i64)s)) report_fault(c, FAULT_CLASS, 0, v, (i64)s, (i64)(i / s)); \
+                out[o0] = v == (i64)col ? 1 : 0;";
     out.push(("i64".into(), "one_hot_i64".into(), format!("EW3(one_hot_i64, i64, i64, u8, u8, {body})\n")));
     for d in DType::ALL {
         for ix in INDEX_DTYPES {
@@ -157,7 +169,8 @@ pub fn sources() -> Vec<(String, String, String)> {
 /// `scatter_<mode>_<d>_<ix>`: thread `q` takes line `q` of the index space (`L`, operands
 /// out, index, src at the line's start) and applies positions `j = 0 .. len - 1` in order:
 /// index `idx[j·is]`, when inside `0..size`, names target `out[v·os]`, which takes
-/// `src[j·ss]` as `mode` says (`alpha`: the scale of `index_add`, in the compute type's bits).
+/// `src[j·ss]` as `mode` says (`alpha`: the scale of `index_add`, in the compute type's bits);
+/// one outside is skipped and reported to the fault record `fault` (dimension `dim`).
 fn scatter_kernel(sym: &str, mode: Mode, d: DType, ix: DType) -> String {
     let (st, ct) = (storage(d), compute(d));
     let target = "out[o0 + v * os]";
@@ -191,14 +204,14 @@ fn scatter_kernel(sym: &str, mode: Mode, d: DType, ix: DType) -> String {
     };
     format!(
         "extern \"C\" __global__ void {sym}({st}* out, const {ixt}* idx, const {st}* src, Layout4 L,\n\
-         \x20   i64 len, i64 is, i64 ss, i64 os, i64 size, u64 alpha) {{\n\
+         \x20   i64 len, i64 is, i64 ss, i64 os, i64 size, u64 alpha, const void* fault, i64 dim) {{\n\
          \x20 const {ct} a = {alpha}; (void)a;\n\
          \x20 for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < L.n; i += (u64)blockDim.x * gridDim.x) {{\n\
          \x20   i64 o0 = (i64)i, o1 = (i64)i, o2 = (i64)i, o3 = 0;\n\
          \x20   if (!L.contiguous) offsets4(L, i, o0, o1, o2, o3);\n\
          \x20   for (i64 j = 0; j < len; ++j) {{\n\
          \x20     const i64 v = (i64)idx[o1 + j * is];\n\
-         \x20     if (v < 0 || v >= size) continue;\n\
+         \x20     if (v < 0 || v >= size) {{ report_fault(fault, FAULT_INDEX, (u64)dim, v, size, (i64)i); continue; }}\n\
          \x20     {apply}\n\
          \x20   }}\n\
          \x20 }}\n\
@@ -316,8 +329,9 @@ fn index_put_kernel(sym: &str, d: DType, acc: bool) -> String {
     )
 }
 
-/// Launch an `EW3` kernel (or a `scatter_*` one, with `extra`) over `shape`: operands as
-/// `(address, strides over shape)`, output first.
+/// Launch an `EW3` kernel over `shape`: operands as `(address, strides over shape)`,
+/// output first, at most three; `record`, a fault record's device address (or 0), as the
+/// fourth pointer (`c`), for the kernels that check their indices.
 fn launch(
     s: &crate::ep::cuda::CudaEpStream,
     op: &'static str,
@@ -325,6 +339,7 @@ fn launch(
     shape: &[usize],
     operands: &[(u64, Vec<isize>)],
     scalars: [u64; 3],
+    record: u64,
 ) -> Result<(), String> {
     let n: usize = shape.iter().product();
     if n == 0 {
@@ -334,7 +349,7 @@ fn launch(
     let layout = Layout4::plan(shape, &lists)?;
     let f = function(s, sym)?;
     let addr = |k: usize| operands.get(k).map_or(0, |o| o.0);
-    let (o, a, b, c) = (addr(0), addr(1), addr(2), addr(3));
+    let (o, a, b, c) = (addr(0), addr(1), addr(2), record);
     let [x, y, z] = scalars;
     s.set_label(op);
     let mut l = s.cuda_stream().launch_builder(&f);
@@ -343,7 +358,9 @@ fn launch(
     // Layout4) (`source::PRELUDE`), matching these arguments. Each operand's strides over
     // `shape` name only elements of its checked layout (the callers build them from the
     // operand's own strides over a shape no larger than its own, or 0), and the kernels
-    // that read at an index read there only inside the bound they are given.
+    // that read at an index read there only inside the bound they are given. `c` is 0 or
+    // the stream's fault record, which lives as long as the stream, in memory the device
+    // may write.
     unsafe { l.launch(launch_config(n)) }.map(|_| ()).map_err(|e| format!("launching {sym}: {e}"))
 }
 
@@ -395,7 +412,7 @@ fn read_side<'a>(
 
 /// Defines a CUDA kernel struct whose shape rule is the CPU kernel's.
 macro_rules! cuda_op {
-    ($(#[$doc:meta])* $kernel:ident, $op:literal, $dtypes:expr, in_place: $in_place:literal, |$ctx:ident| $body:expr) => {
+    ($(#[$doc:meta])* $kernel:ident, $op:literal, $dtypes:expr, in_place: $in_place:literal, checks: $checks:literal, |$ctx:ident| $body:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, Default)]
         pub struct $kernel;
@@ -427,6 +444,10 @@ macro_rules! cuda_op {
                 $in_place
             }
 
+            fn checks_data(&self, _: &Attrs) -> bool {
+                $checks
+            }
+
             fn compute(&self, $ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
                 check_output($op, $ctx)?;
                 $body
@@ -447,22 +468,22 @@ fn triangle(ctx: &KernelCtx<'_, '_>, op: &'static str) -> Result<(), String> {
         let o = device_operand(s, "output 0", out.meta, out.data)?;
         let a = read_side(s, op, 0, x, &o)?;
         let ops = [(o.addr(), o.meta.strides.to_vec()), (a.addr(), a.meta.strides.to_vec())];
-        launch(s, op, &sym, &shape, &ops, [cols, rows, k as u64])
+        launch(s, op, &sym, &shape, &ops, [cols, rows, k as u64], 0)
     })
 }
 
 cuda_op!(
     /// `tril` on CUDA: the elements above diagonal `k` zeroed.
-    CudaTril, "tril", &DType::ALL, in_place: true, |ctx| triangle(ctx, "tril")
+    CudaTril, "tril", &DType::ALL, in_place: true, checks: false, |ctx| triangle(ctx, "tril")
 );
 cuda_op!(
     /// `triu` on CUDA: the elements below diagonal `k` zeroed.
-    CudaTriu, "triu", &DType::ALL, in_place: true, |ctx| triangle(ctx, "triu")
+    CudaTriu, "triu", &DType::ALL, in_place: true, checks: false, |ctx| triangle(ctx, "triu")
 );
 
 cuda_op!(
     /// `one_hot` on CUDA: `i64` class indices to rows of 0 and 1.
-    CudaOneHot, "one_hot", &[DType::I64], in_place: false, |ctx| {
+    CudaOneHot, "one_hot", &[DType::I64], in_place: false, checks: true, |ctx| {
         let c = ctx.attrs.params().int_or(0, -1);
         let (x, out) = (ctx.inputs.first().ok_or("missing input 0")?, &ctx.outputs[0]);
         let shape = out.meta.shape.to_vec();
@@ -472,14 +493,14 @@ cuda_op!(
             let mut sa = a.meta.strides.to_vec();
             sa.push(0);
             let ops = [(o.addr(), o.meta.strides.to_vec()), (a.addr(), sa)];
-            launch(s, "one_hot", "one_hot_i64", &shape, &ops, [c as u64, 0, 0])
+            launch(s, "one_hot", "one_hot_i64", &shape, &ops, [c as u64, 0, 0], fault_record(s))
         })
     }
 );
 
 cuda_op!(
     /// `cat` on CUDA: each input copied into its part of the output along `dim`.
-    CudaCat, "cat", &DType::ALL, in_place: false, |ctx| {
+    CudaCat, "cat", &DType::ALL, in_place: false, checks: false, |ctx| {
         let out = &ctx.outputs[0];
         // The dim of the first input `cat` keeps (1-D empty inputs are skipped).
         let skipped = |m: &TensorMeta| m.shape.len() == 1 && m.shape[0] == 0;
@@ -498,7 +519,7 @@ cuda_op!(
                 let a = read_side(s, "cat", i, v, &o)?;
                 let at = o.addr() as i64 + start as i64 * o.meta.strides[d] as i64 * size;
                 let ops = [(at as u64, o.meta.strides.to_vec()), (a.addr(), a.meta.strides.to_vec())];
-                launch(s, "cat", &sym, &v.meta.shape, &ops, [0; 3])?;
+                launch(s, "cat", &sym, &v.meta.shape, &ops, [0; 3], 0)?;
                 start += v.meta.shape[d];
             }
             Ok(())
@@ -543,17 +564,17 @@ fn take(ctx: &KernelCtx<'_, '_>, op: &'static str, select: bool) -> Result<(), S
             b.meta.strides.to_vec()
         };
         let ops = [(o.addr(), o.meta.strides.to_vec()), (a.addr(), sx), (b.addr(), si)];
-        launch(s, op, &sym, &shape, &ops, [sd as i64 as u64, size as u64, 0])
+        launch(s, op, &sym, &shape, &ops, [sd as i64 as u64, size as u64, d as u64], fault_record(s))
     })
 }
 
 cuda_op!(
     /// `index_select` on CUDA: `x`'s slices along `dim` at the indices.
-    CudaIndexSelect, "index_select", &DType::ALL, in_place: false, |ctx| take(ctx, "index_select", true)
+    CudaIndexSelect, "index_select", &DType::ALL, in_place: false, checks: true, |ctx| take(ctx, "index_select", true)
 );
 cuda_op!(
     /// `gather` on CUDA: `out[i] = x[i with coordinate dim replaced by index[i]]`.
-    CudaGather, "gather", &DType::ALL, in_place: false, |ctx| take(ctx, "gather", false)
+    CudaGather, "gather", &DType::ALL, in_place: false, checks: true, |ctx| take(ctx, "gather", false)
 );
 
 /// `scatter` (`index_add` false) or `index_add` of inputs `(x, index, src)`: `out` = `x`,
@@ -585,10 +606,10 @@ fn scatter(ctx: &KernelCtx<'_, '_>, op: &'static str, index_add: bool) -> Result
         if must_stage(&xd, &o) {
             let staged = stage(s, op, &xd)?;
             let ops = [(o.addr(), o.meta.strides.to_vec()), (staged.addr(), staged.meta.strides.to_vec())];
-            launch(s, op, &copy, &out.meta.shape, &ops, [0; 3])?;
+            launch(s, op, &copy, &out.meta.shape, &ops, [0; 3], 0)?;
         } else if xd.addr() != o.addr() || xd.meta.strides != o.meta.strides {
             let ops = [(o.addr(), o.meta.strides.to_vec()), (xd.addr(), xd.meta.strides.to_vec())];
-            launch(s, op, &copy, &out.meta.shape, &ops, [0; 3])?;
+            launch(s, op, &copy, &out.meta.shape, &ops, [0; 3], 0)?;
         }
         let (oshape, ostrides) = rank1(&o.meta);
         let (cshape, cstrides) = rank1(&c.meta);
@@ -610,11 +631,14 @@ fn scatter(ctx: &KernelCtx<'_, '_>, op: &'static str, index_add: bool) -> Result
         let (po, pi, ps) = (o.addr(), b.addr(), c.addr());
         let (len, is, ss, os, size) =
             (len as i64, is as i64, cstrides[d] as i64, ostrides[d] as i64, oshape[d] as i64);
+        let (fault, dim) = (fault_record(s), d as i64);
         s.set_label(op);
         let mut l = s.cuda_stream().launch_builder(&f);
         l.arg(&po).arg(&pi).arg(&ps).arg(&layout).arg(&len).arg(&is).arg(&ss).arg(&os).arg(&size).arg(&alpha);
-        // SAFETY: `scatter_*` takes (T*, const IX*, const T*, Layout4, i64 x5, u64), matching
-        // these arguments. Every line starts at a position inside the index (scatter) or the
+        l.arg(&fault).arg(&dim);
+        // SAFETY: `scatter_*` takes (T*, const IX*, const T*, Layout4, i64 x5, u64, const
+        // void*, i64), matching these arguments; `fault` is 0 or the stream's fault record,
+        // which lives as long as the stream, in memory the device may write. Every line starts at a position inside the index (scatter) or the
         // source (index_add) with coordinate `dim` 0; the index fits the output in every
         // dimension but `dim` and the source in all (the CPU kernel's rule, checked above),
         // so the line's offsets plus `j·is` (`j < len`), `j·ss` and `v·os` (`v` checked in
@@ -628,11 +652,11 @@ fn scatter(ctx: &KernelCtx<'_, '_>, op: &'static str, index_add: bool) -> Result
 
 cuda_op!(
     /// `scatter` on CUDA (reduce 0, 1: add, 2: multiply), in the CPU kernel's order.
-    CudaScatter, "scatter", &DType::ALL, in_place: true, |ctx| scatter(ctx, "scatter", false)
+    CudaScatter, "scatter", &DType::ALL, in_place: true, checks: true, |ctx| scatter(ctx, "scatter", false)
 );
 cuda_op!(
     /// `index_add` on CUDA, in the CPU kernel's order.
-    CudaIndexAdd, "index_add", &DType::ALL, in_place: true, |ctx| scatter(ctx, "index_add", true)
+    CudaIndexAdd, "index_add", &DType::ALL, in_place: true, checks: true, |ctx| scatter(ctx, "index_add", true)
 );
 
 /// The offsets into `x` (its `shape` and `strides`) of every position of the index shape
@@ -650,10 +674,11 @@ fn index_offsets(
     let offs = super::launch::contiguous_temp(s, b, DType::I64)?;
     for (j, t) in idx.iter().enumerate() {
         let st = super::layout::broadcast_strides(&format!("index tensor {j}"), &t.meta, b)?;
-        let flags = u64::from(wrap) | u64::from(j == 0) << 1;
+        let flags = u64::from(wrap) | u64::from(j == 0) << 1 | ((d0 + j) as u64) << 2;
         let (stride, size) = (x.strides[d0 + j] as i64 as u64, x.shape[d0 + j] as u64);
         let ops = [(offs.addr(), offs.meta.strides.to_vec()), (t.addr(), st)];
-        launch(s, op, &format!("index_offsets_{}", t.meta.dtype), b, &ops, [stride, size, flags])?;
+        let sym = format!("index_offsets_{}", t.meta.dtype);
+        launch(s, op, &sym, b, &ops, [stride, size, flags], fault_record(s))?;
     }
     Ok(offs)
 }
@@ -669,7 +694,7 @@ cuda_op!(
     /// `index` on CUDA: `x`'s elements at the index tensors (`ints = [d0]`), negative
     /// indices from the end; the offsets first (one launch per index tensor), then one
     /// thread per output element.
-    CudaIndex, "index", &DType::ALL, in_place: false, |ctx| {
+    CudaIndex, "index", &DType::ALL, in_place: false, checks: true, |ctx| {
         let (x, out) = (&ctx.inputs[0], &ctx.outputs[0]);
         let d0 = ctx.attrs.params().int_or(0, 0) as usize;
         let k = ctx.inputs.len() - 1;
@@ -694,7 +719,7 @@ cuda_op!(
             so.extend_from_slice(&offs.meta.strides);
             so.extend(std::iter::repeat_n(0, shape.len() - d0 - nb));
             let ops = [(o.addr(), o.meta.strides.to_vec()), (a.addr(), sx), (offs.addr(), so)];
-            launch(s, "index", &sym, &shape, &ops, [0; 3])
+            launch(s, "index", &sym, &shape, &ops, [0; 3], 0)
         })
     }
 );
@@ -703,7 +728,7 @@ cuda_op!(
     /// `index_put` on CUDA (`ints = [d0, accumulate, strict]`): the output a copy of `x`
     /// with the values written (added) at the indices in row-major order of the index
     /// shape, one thread per position outside the indexed dimensions.
-    CudaIndexPut, "index_put", &DType::ALL, in_place: true, |ctx| {
+    CudaIndexPut, "index_put", &DType::ALL, in_place: true, checks: true, |ctx| {
         let (x, vals, out) = (&ctx.inputs[0], &ctx.inputs[1], &ctx.outputs[0]);
         let p = ctx.attrs.params();
         let (d0, acc, wrap) = (p.int_or(0, 0) as usize, p.int_or(1, 0) == 1, p.int_or(2, 0) == 0);
@@ -724,10 +749,10 @@ cuda_op!(
             if must_stage(&xd, &o) {
                 let staged = stage(s, "index_put", &xd)?;
                 let ops = [(o.addr(), o.meta.strides.to_vec()), (staged.addr(), staged.meta.strides.to_vec())];
-                launch(s, "index_put", &copy, &out.meta.shape, &ops, [0; 3])?;
+                launch(s, "index_put", &copy, &out.meta.shape, &ops, [0; 3], 0)?;
             } else if xd.addr() != o.addr() || xd.meta.strides != o.meta.strides {
                 let ops = [(o.addr(), o.meta.strides.to_vec()), (xd.addr(), xd.meta.strides.to_vec())];
-                launch(s, "index_put", &copy, &out.meta.shape, &ops, [0; 3])?;
+                launch(s, "index_put", &copy, &out.meta.shape, &ops, [0; 3], 0)?;
             }
             if v.meta.numel() == 0 {
                 return Ok(());
@@ -869,6 +894,129 @@ impl OpKernel for CudaNonzero {
 mod tests {
     use super::*;
 
+    /// The fault codes of the generated source are `ep::fault`'s, and a fault's message is
+    /// the CPU kernel's for the same index.
+    #[test]
+    fn fault_codes_and_messages_are_the_cpus() {
+        use crate::ep::fault::{DataFault, FaultCode};
+        let prelude = super::super::source::PRELUDE;
+        for (name, code) in
+            [("INDEX", FaultCode::Index), ("CLASS", FaultCode::Class), ("TARGET", FaultCode::Target)]
+        {
+            assert!(prelude.contains(&format!("#define FAULT_{name} {}u\n", code as u32)), "{name}");
+        }
+        assert!(prelude.contains(
+            "struct FaultRecord {\n  u32 code;\n  u32 dim;\n  i64 value;\n  i64 bound;\n  i64 position;\n};"
+        ));
+        let f = DataFault { code: FaultCode::Index as u32, dim: 1, value: -4, bound: 3, position: 0 };
+        assert_eq!(f.message("gather"), crate::kernels::index::out_of_range("gather", -4, 1, 3));
+    }
+
+    /// The index kernels' generated CUDA C compiled as C++ on the host (`g++`, one thread
+    /// running every element in order: `nn::emulated`): an index out of range reads
+    /// nothing, gives 0 or is skipped, and is reported to the fault record with its value,
+    /// bound, dimension and position; the first one wins. Needs `g++`:
+    /// `cargo test --lib kernels::cuda::index::tests::emulated -- --ignored`.
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_kernels_report_indices_out_of_range() {
+        use super::super::nn::emulated::module_lib;
+        use crate::ep::fault::{DataFault, FaultCode, FaultRecord};
+        use std::ffi::c_void;
+        type Ew3 = unsafe extern "C" fn(
+            *mut c_void,
+            *const c_void,
+            *const c_void,
+            *const c_void,
+            u64,
+            u64,
+            u64,
+            Layout4,
+        );
+        type Scatter = unsafe extern "C" fn(
+            *mut c_void,
+            *const c_void,
+            *const c_void,
+            Layout4,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            u64,
+            *const c_void,
+            i64,
+        );
+        let rec = FaultRecord::host();
+        let at = rec.device_addr() as *const c_void;
+        let fault = |code: FaultCode, dim: u32, value: i64, bound: i64, position: i64| {
+            Some(DataFault { code: code as u32, dim, value, bound, position })
+        };
+        let ptr = |v: &[i64]| v.as_ptr() as *const c_void;
+
+        // take (index_select of x[5] at [0, 7, 2, -1], dim 0): 0 where out of range.
+        let bits = module_lib(super::super::source::BITS);
+        let take: libloading::Symbol<Ew3> = unsafe { bits.get(b"take_8_i64").unwrap() };
+        let (x, idx) = ([10i64, 11, 12, 13, 14], [0i64, 7, 2, -1]);
+        let mut out = [99i64; 4];
+        let l = Layout4::plan(&[4], &[&[1], &[0], &[1]]).unwrap();
+        unsafe { take(out.as_mut_ptr().cast(), ptr(&x), ptr(&idx), at, 1, 5, 0, l) };
+        assert_eq!(out, [10, 0, 12, 0]);
+        assert_eq!(rec.take(), fault(FaultCode::Index, 0, 7, 5, 1), "the first bad index wins");
+
+        // index_offsets (wrapping, the first tensor, dimension 1; stride 3, size 5).
+        let offs: libloading::Symbol<Ew3> = unsafe { bits.get(b"index_offsets_i64").unwrap() };
+        let idx = [0i64, -7, -1, 5];
+        let mut out = [0i64; 4];
+        let l = Layout4::plan(&[4], &[&[1], &[1]]).unwrap();
+        unsafe { offs(out.as_mut_ptr().cast(), ptr(&idx), std::ptr::null(), at, 3, 5, 1 | 2 | 1 << 2, l) };
+        assert_eq!(out, [0, i64::MIN, 12, i64::MIN], "NONE out of range, -1 from the end");
+        assert_eq!(rec.take(), fault(FaultCode::Index, 1, -7, 5, 1));
+        // A good call leaves the record clear.
+        let idx = [0i64, 4, -5, 1];
+        unsafe { offs(out.as_mut_ptr().cast(), ptr(&idx), std::ptr::null(), at, 3, 5, 1 | 2 | 1 << 2, l) };
+        assert_eq!((out, rec.take()), ([0, 12, 0, 3], None));
+
+        // one_hot of [1, 4, 3] over 4 classes: the row of the bad class is zeros.
+        let i64s = module_lib("i64");
+        let one_hot: libloading::Symbol<Ew3> = unsafe { i64s.get(b"one_hot_i64").unwrap() };
+        let idx = [1i64, 4, 3];
+        let mut out = [9i64; 12];
+        let l = Layout4::plan(&[3, 4], &[&[4, 1], &[1, 0]]).unwrap();
+        unsafe { one_hot(out.as_mut_ptr().cast(), ptr(&idx), std::ptr::null(), at, 4, 0, 0, l) };
+        assert_eq!(out, [0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(rec.take(), fault(FaultCode::Class, 0, 4, 4, 1));
+
+        // scatter (set) of src[3] into out[5] at [1, 9, 3], dim 0: the bad position skipped.
+        let scatter: libloading::Symbol<Scatter> = unsafe { i64s.get(b"scatter_set_i64_i64").unwrap() };
+        let (idx, src) = ([1i64, 9, 3], [7i64, 8, 9]);
+        let mut out = [0i64; 5];
+        let l = Layout4::plan(&[1], &[&[1], &[1], &[1]]).unwrap();
+        unsafe { scatter(out.as_mut_ptr().cast(), ptr(&idx), ptr(&src), l, 3, 1, 1, 1, 5, 0, at, 0) };
+        assert_eq!(out, [0, 7, 0, 9, 0]);
+        assert_eq!(rec.take(), fault(FaultCode::Index, 0, 9, 5, 0));
+        // Without a record (a null pointer) the kernel still skips, and reports nothing.
+        unsafe {
+            scatter(out.as_mut_ptr().cast(), ptr(&idx), ptr(&src), l, 3, 1, 1, 1, 5, 0, std::ptr::null(), 0)
+        };
+        assert_eq!(rec.take(), None);
+    }
+
+    /// Which calls are checked: exactly those whose kernels read indices (or targets) from
+    /// device data, among every CUDA kernel.
+    #[test]
+    fn the_kernels_that_read_indices_ask_for_a_checked_launch() {
+        let failable =
+            ["index_select", "gather", "scatter", "index_add", "index", "index_put", "one_hot", "nll_loss"];
+        let mut found = 0;
+        for k in super::super::kernels() {
+            let reads_indices = failable.contains(&k.name());
+            assert_eq!(k.checks_data(&Attrs::default()), reads_indices, "{}", k.name());
+            found += usize::from(reads_indices);
+        }
+        assert_eq!(found, failable.len());
+    }
+
     #[test]
     fn kernels_are_generated_for_every_size_and_index_dtype() {
         let all = sources();
@@ -883,7 +1031,20 @@ mod tests {
         let text = |sym: &str| all.iter().find(|(_, s, _)| s == sym).map(|(_, _, t)| t.clone()).unwrap();
         assert!(text("tril_4").contains("col - row <= (i64)f ? a[o1] : (u32)0"));
         assert!(text("triu_2").contains("col - row >= (i64)f"));
-        assert!(text("take_8_i32").contains("(v >= 0 && v < (i64)t) ? a[o1 + v * (i64)s] : (u64)0"));
+        // An index out of range reads nothing, gives 0, and is reported with its dim (`f`).
+        let take = text("take_8_i32");
+        assert!(take.contains("const bool ok = v >= 0 && v < (i64)t;"), "{take}");
+        assert!(take.contains("if (!ok) report_fault(c, FAULT_INDEX, f, v, (i64)t, (i64)i);"), "{take}");
+        assert!(take.contains("out[o0] = ok ? a[o1 + v * (i64)s] : (u64)0;"), "{take}");
+        let scatter = text("scatter_set_f32_i32");
+        assert!(
+            scatter.contains(
+                "if (v < 0 || v >= size) { report_fault(fault, FAULT_INDEX, (u64)dim, v, size, (i64)i); continue; }"
+            ),
+            "{scatter}"
+        );
+        let one_hot = text("one_hot_i64");
+        assert!(one_hot.contains("report_fault(c, FAULT_CLASS, 0, v, (i64)s, (i64)(i / s))"), "{one_hot}");
         // Accumulations in the compute type, rounded on each store, in increasing j.
         let add = text("scatter_add_bf16_i64");
         assert!(add.contains("for (i64 j = 0; j < len; ++j)"), "{add}");
@@ -896,7 +1057,9 @@ mod tests {
         // index: offsets summed per index tensor, negative ones from the end, NONE out of range.
         let offs = text("index_offsets_i32");
         assert!(offs.contains("((f & 1) && v < 0) ? v + (i64)t : v"), "{offs}");
-        assert!(offs.contains("(prev == NONE || w < 0 || w >= (i64)t) ? NONE : prev + w * (i64)s"), "{offs}");
+        assert!(offs.contains("const bool bad = w < 0 || w >= (i64)t;"), "{offs}");
+        assert!(offs.contains("if (bad) report_fault(c, FAULT_INDEX, f >> 2, v, (i64)t, (i64)i);"), "{offs}");
+        assert!(offs.contains("(prev == NONE || bad) ? NONE : prev + w * (i64)s"), "{offs}");
         assert!(text("index_2").contains("w == NONE ? (u16)0 : a[o1 + w]"));
         let put = text(&index_put_symbol(DType::F16, true));
         assert!(

@@ -20,7 +20,7 @@ use super::source::THREADS;
 use crate::alloc::Storage;
 use crate::ep::cuda::CudaEpStream;
 use crate::ep::memory::{DeviceBuffer, DeviceMemory};
-use crate::ep::EpError;
+use crate::ep::{EpError, Stream};
 use crate::vm::{DType, TensorMeta};
 
 /// The most blocks an elementwise launch uses; the kernels loop over the rest (grid stride).
@@ -30,6 +30,13 @@ const MAX_BLOCKS: usize = 4096;
 pub fn launch_config(n: usize) -> LaunchConfig {
     let blocks = n.div_ceil(THREADS as usize).clamp(1, MAX_BLOCKS) as u32;
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (THREADS, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// The device address of `s`'s fault record (`ep::fault`), which the kernels that check
+/// their data take: a `const void*` argument, written on bad data. 0 (no record) for a
+/// stream without one.
+pub fn fault_record(s: &CudaEpStream) -> u64 {
+    s.faults().map_or(0, |r| r.device_addr())
 }
 
 /// An operand in this device's memory: its layout, where its storage starts, and the

@@ -44,7 +44,8 @@ use cudarc::driver::{DeviceRepr, PushKernelArg};
 
 use super::gemm::{gemm_args, GemmArgs, Input, Product, Trans, Unfit};
 use super::launch::{
-    contiguous_temp, copy_elements, device_operand, launch_config, launch_ew, must_stage, stage, temp, Dev,
+    contiguous_temp, copy_elements, device_operand, fault_record, launch_config, launch_ew, must_stage,
+    stage, temp, Dev,
 };
 use super::layout::Layout;
 use super::CpuTwin;
@@ -955,8 +956,9 @@ impl OpKernel for CudaAttention {
 /// thread each) and, with `'none'`, stores the loss; with `'sum'` or `'mean'` it keeps both
 /// in a temporary of the compute type, and `nll_sum_<dtype>` adds them in the CPU's
 /// `sum_in_order` (see [`super::nn_source`]), so the results are the CPU's bit for bit. A
-/// target outside `0..C` that is not `ignore_index` gives NaN (its loss and weight), where
-/// the CPU fails the call: reporting it would need the host to wait for the device.
+/// target outside `0..C` that is not `ignore_index` is reported to the stream's fault
+/// record (`ep::fault`), and the call fails as on the CPU once the stream has run it (a
+/// checked launch: `OpKernel::checks_data`); its loss and weight are NaN meanwhile.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CudaNllLoss;
 
@@ -970,6 +972,10 @@ pub fn nll_layout(x: &TensorMeta, targets: &TensorMeta, out: Option<&TensorMeta>
 
 impl OpKernel for CudaNllLoss {
     like_cpu!(kernel crate::kernels::NllLossKernel);
+
+    fn checks_data(&self, _: &Attrs) -> bool {
+        true
+    }
 
     fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
         const OP: &str = "nll_loss";
@@ -1004,12 +1010,14 @@ impl OpKernel for CudaNllLoss {
                 let pw = ops.get(2).filter(|_| has_w).map_or(0, |w| w.addr());
                 let ws = ops.get(2).map_or(0, |w| w.meta.strides[0] as i64);
                 let (classes, xcs) = (xd.meta.shape[1] as i64, xd.meta.strides[1] as i64);
-                let (hw, nn) = (i32::from(has_w), i32::from(none));
+                let (hw, nn, fault) = (i32::from(has_w), i32::from(none), fault_record(s));
                 let mut l = s.cuda_stream().launch_builder(&f);
                 l.arg(&po).arg(&pp).arg(&px).arg(&pt).arg(&pw).arg(&layout);
-                l.arg(&classes).arg(&xcs).arg(&ws).arg(&ignore).arg(&hw).arg(&nn);
+                l.arg(&classes).arg(&xcs).arg(&ws).arg(&ignore).arg(&hw).arg(&nn).arg(&fault);
                 // SAFETY: `nll_loss_<d>` takes (T*, acc*, const T*, const i64*, const T*,
-                // Layout, i64 ×4, int, int), matching these arguments. The layout's strides
+                // Layout, i64 ×4, int, int, const void*), matching these arguments; `fault`
+                // is 0 or the stream's fault record, which lives as long as the stream, in
+                // memory the device may write. The layout's strides
                 // are the targets', `x`'s (its class dimension left out) and the output's
                 // (zeros without `'none'`), all checked against their storages; a class is
                 // read only when `0 <= t < classes` (`x[o1 + t·xcs]`, `w[t·ws]`); `parts`
@@ -1194,7 +1202,7 @@ mod tests {
 /// within rounding. It checks the kernels' index arithmetic and formulas, not the launches.
 /// Needs `g++`: `cargo test --lib kernels::cuda::nn::emulated -- --ignored`.
 #[cfg(test)]
-mod emulated {
+pub(super) mod emulated {
     use super::*;
     use crate::ep::DeviceId;
     use crate::kernels::testing::{run_with, storage, Owned};
@@ -1211,6 +1219,9 @@ extern "C" void emu_set_thread(unsigned t, unsigned n) { threadIdx.x = t; blockD
 #define __forceinline__ inline
 #define __shared__ static
 static inline void __syncthreads() {}
+static inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { unsigned o = *p; if (o == c) *p = v; return o; }
+static inline void __threadfence_system() {}
+static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline double __longlong_as_double(long long u) { double f; memcpy(&f, &u, 8); return f; }
@@ -1222,19 +1233,24 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
 
     /// The module of dtype `d` compiled by `g++` into a shared library (once per text).
     fn lib(d: DType) -> libloading::Library {
+        module_lib(d.name())
+    }
+
+    /// The module `name` compiled by `g++` into a shared library (once per text).
+    pub(in crate::kernels::cuda) fn module_lib(name: &str) -> libloading::Library {
         use std::hash::{Hash, Hasher};
         // The tests compile one at a time: two writing one source file would race.
         static COMPILING: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = COMPILING.lock().unwrap_or_else(|p| p.into_inner());
         let src = super::super::source::source();
-        let m = src.modules.iter().find(|m| m.name == d.name()).expect("a module per dtype");
+        let m = src.modules.iter().find(|m| m.name == name).expect("a module of that name");
         let text = format!("{SHIM}{}", m.text);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         text.hash(&mut h);
         let dir = std::env::temp_dir();
         let (c, so) = (
-            dir.join(format!("eagervm_emulated_{d}_{:x}.cpp", h.finish())),
-            dir.join(format!("eagervm_emulated_{d}_{:x}.so", h.finish())),
+            dir.join(format!("eagervm_emulated_{name}_{:x}.cpp", h.finish())),
+            dir.join(format!("eagervm_emulated_{name}_{:x}.so", h.finish())),
         );
         if !so.exists() {
             std::fs::write(&c, text).expect("writing the C++ source");
@@ -1566,6 +1582,7 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
         i64,
         i32,
         i32,
+        *const c_void,
     );
     type NllSumFn = unsafe extern "C" fn(*mut c_void, *const c_void, u64, i32);
     type SetThread = unsafe extern "C" fn(u32, u32);
@@ -1582,6 +1599,7 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
                 unsafe { l.get(format!("nll_sum_{d}").as_bytes()).unwrap() };
             let set: libloading::Symbol<SetThread> = unsafe { l.get(b"emu_set_thread").unwrap() };
             let ct = compute_dtype(d);
+            let faults = crate::ep::fault::FaultRecord::host();
             for xs in [vec![6usize, 5], vec![3, 4, 5, 2], vec![5000, 3], vec![100, 3, 50]] {
                 let classes = xs[1];
                 let ts: Vec<usize> =
@@ -1632,8 +1650,10 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
                                     ignore,
                                     i32::from(weighted),
                                     i32::from(none),
+                                    faults.device_addr() as *const c_void,
                                 );
                             }
+                            assert_eq!(faults.take(), None, "every target is in range");
                             if !none {
                                 for th in (0..32).rev() {
                                     unsafe {
@@ -1661,6 +1681,48 @@ static inline double __dadd_rn(double a, double b) { return a + b; }
             }
         }
         println!("{n} nll calls emulated");
+    }
+
+    /// A target out of range (not the ignored one) among good ones: reported to the fault
+    /// record with its value, the number of classes and its position; its loss is NaN.
+    #[test]
+    #[ignore = "needs g++"]
+    fn emulated_nll_reports_a_target_out_of_range() {
+        let l = lib(DType::F32);
+        let loss: libloading::Symbol<NllFn> = unsafe { l.get(b"nll_loss_f32").unwrap() };
+        let set: libloading::Symbol<SetThread> = unsafe { l.get(b"emu_set_thread").unwrap() };
+        let faults = crate::ep::fault::FaultRecord::host();
+        let (rows, classes) = (6usize, 5usize);
+        let x = make(DType::F32, &[rows, classes], &vals_f32(rows * classes, 3), false);
+        let tv: [i64; 6] = [0, -100, 4, 7, 1, -2];
+        let tm = TensorMeta::new(&[rows], DType::I64, DeviceId::CPU);
+        let om = TensorMeta::new(&[rows], DType::F32, DeviceId::CPU);
+        let layout = nll_layout(&x.0, &tm, Some(&om)).unwrap();
+        let mut out = vec![0f32; rows];
+        unsafe {
+            set(0, 1);
+            loss(
+                out.as_mut_ptr().cast(),
+                std::ptr::null_mut(),
+                x.1.as_ptr().cast(),
+                tv.as_ptr(),
+                std::ptr::null(),
+                layout,
+                classes as i64,
+                1,
+                1,
+                -100,
+                0,
+                1,
+                faults.device_addr() as *const c_void,
+            );
+        }
+        // One thread runs every element in order: the first bad target wins.
+        let f = faults.take().expect("a fault");
+        assert_eq!((f.value, f.bound, f.position, f.dim), (7, 5, 3, 1));
+        assert_eq!(f.message("nll_loss"), "target 7 is out of bounds: the classes are 0 to 4");
+        assert!(out[3].is_nan() && out[5].is_nan() && out[1] == 0.0 && !out[0].is_nan(), "{out:?}");
+        assert_eq!(faults.take(), None, "taken once");
     }
 
     type BmmFn = unsafe extern "C" fn(*mut c_void, *const c_void, *const c_void, Layout, u64, i64, i64);

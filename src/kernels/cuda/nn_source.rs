@@ -10,7 +10,7 @@
 //! | `max_pool2d_<d>` | all but `bool` | output element | the window's largest element and its plane index (the CPU's ties and NaNs) |
 //! | `avg_pool2d_<d>` | floats | output element | the window's sum in row-major order, divided once |
 //! | `adaptive_avg_pool2d_<d>` | floats | output element | the region's sum in row-major order, divided by its count |
-//! | `nll_loss_<d>` | floats | target | `-(w[t]·x[t])` and `w[t]` in the compute type (0 and 0 for `ignore_index`; NaN for a target out of range), stored with `'none'` |
+//! | `nll_loss_<d>` | floats | target | `-(w[t]·x[t])` and `w[t]` in the compute type (0 and 0 for `ignore_index`; NaN for a target out of range, which is reported to the fault record), stored with `'none'` |
 //! | `nll_sum_<d>` | floats | (32 threads) | the losses' sum (and the weights') in the CPU's `sum_in_order`, divided for `'mean'`, rounded once |
 //! | `attention_<d>` | floats | query row | scores, masked softmax and the weighted sum of `v`, in the CPU kernel's operations and order |
 //!
@@ -113,8 +113,9 @@ pub fn kernels() -> Vec<(&'static str, String, String)> {
 /// `nll_loss_<d>`: target element `i` (the layout `L` over the targets' shape: the
 /// target's offset, `x`'s at class 0 of its row, the output's) gives the loss
 /// `-(w[t]·x[t])` and the weight `w[t]` (1 without weights; 0 and 0 where `t` is
-/// `ignore`; NaN and NaN where `t` is outside `0..classes`): stored to `out` with `none`,
-/// else kept in the compute type as `parts[i]` and `parts[n + i]`.
+/// `ignore`; NaN and NaN where `t` is outside `0..classes`, reported to the fault record
+/// `fault`): stored to `out` with `none`, else kept in the compute type as `parts[i]` and
+/// `parts[n + i]`.
 fn nll_loss(d: DType) -> String {
     let (st, ct) = (storage(d), compute(d));
     let (zero, one, nan) = if ct == "double" {
@@ -124,7 +125,7 @@ fn nll_loss(d: DType) -> String {
     };
     format!(
         "extern \"C\" __global__ void nll_loss_{d}({st}* out, {ct}* parts, const {st}* x, const i64* tgt, const {st}* w, Layout L,\n\
-         \x20   i64 classes, i64 xcs, i64 ws, i64 ignore, int has_w, int none) {{\n\
+         \x20   i64 classes, i64 xcs, i64 ws, i64 ignore, int has_w, int none, const void* fault) {{\n\
          \x20 for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < L.n; i += (u64)blockDim.x * gridDim.x) {{\n\
          \x20   i64 o0 = (i64)i, o1 = (i64)i, o2 = (i64)i;\n\
          \x20   if (!L.contiguous) offsets(L, i, o0, o1, o2);\n\
@@ -133,6 +134,7 @@ fn nll_loss(d: DType) -> String {
          \x20   if (t != ignore) {{\n\
          \x20     if (t < 0 || t >= classes) {{\n\
          \x20       loss = {nan}; wt = {nan};\n\
+         \x20       report_fault(fault, FAULT_TARGET, 1, t, classes, (i64)i);\n\
          \x20     }} else {{\n\
          \x20       wt = has_w ? {wv} : {one};\n\
          \x20       loss = -(wt * {xv});\n\

@@ -76,6 +76,31 @@ typedef unsigned long long u64;
 #define MAX_DIMS 8
 // An offset that names no element (an index out of range).
 #define NONE ((i64)0x8000000000000000ULL)
+
+// A stream's fault record (ep::fault): what a kernel found wrong with its data. The first
+// fault wins the code word; its fields follow. The VM reads it once the stream has run
+// the launch.
+struct FaultRecord {
+  u32 code;
+  u32 dim;
+  i64 value;
+  i64 bound;
+  i64 position;
+};
+#define FAULT_INDEX 1u
+#define FAULT_CLASS 2u
+#define FAULT_TARGET 3u
+
+// Record a fault in the record at `rec` (none when null), unless one is recorded already.
+__device__ void report_fault(const void* rec, u32 code, u64 dim, i64 value, i64 bound, i64 position) {
+  FaultRecord* r = (FaultRecord*)rec;
+  if (r == 0 || atomicCAS(&r->code, 0u, code) != 0u) return;
+  r->dim = (u32)dim;
+  r->value = value;
+  r->bound = bound;
+  r->position = position;
+  __threadfence_system();
+}
 // The index space and the operands' strides (elements), output first: kernels::cuda::layout.
 struct Layout {
   u64 n;

@@ -3,6 +3,7 @@
 //! copy of the tensor's bytes or the error it carries; a write overwrites the tensor and
 //! clears its error.
 
+use crate::alloc::Contents;
 use crate::ep::EpError;
 use crate::vm::Error;
 
@@ -62,7 +63,7 @@ pub(super) fn write_access(op: &Operand, bytes: &[u8], program: u64, env: &ExecE
     if v.storage.is_none() {
         // Accesses run on the host stream, whose allocator is the host's; the builder allows
         // them on host tensors only.
-        match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes()) {
+        match env.alloc.alloc_tensor(t.id, t.meta.device, t.meta.bytes(), Contents::Zeroed) {
             Ok(s) => v.storage = Some(s),
             Err(source) => {
                 let e = Error::Alloc {

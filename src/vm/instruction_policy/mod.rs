@@ -56,6 +56,7 @@ use crate::alloc::HostAllocator;
 use crate::vm::Error;
 
 use super::instruction::{Body, Instruction, Operand};
+pub(crate) use op_call::kernel_failed;
 use op_call::{fail, op_call};
 
 /// Failures since the last `sync`, shared by every executor of a VM.

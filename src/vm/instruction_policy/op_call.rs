@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::alloc::Contents;
 use crate::vm::tensor::Fetch;
 use crate::vm::Error;
 use crate::vm::{Attrs, KernelCtx, OpKernel, TensorView, TensorViewMut};
@@ -231,7 +232,11 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         // written.
         if unsafe { (*v).storage.is_none() } {
             let owner = t.owner();
-            match env.alloc.alloc_tensor(owner.id, owner.meta.device, owner.meta.bytes()) {
+            // A kernel that writes its outputs whole overwrites every byte of an output that
+            // is its whole storage: no need to zero it (`alloc::request`, "Unzeroed blocks").
+            let contents =
+                if t.whole && kernel.writes_outputs() { Contents::Unzeroed } else { Contents::Zeroed };
+            match env.alloc.alloc_tensor(owner.id, owner.meta.device, owner.meta.bytes(), contents) {
                 // SAFETY: as above.
                 Ok(s) => unsafe { (*v).storage = Some(s) },
                 Err(source) => {
@@ -262,10 +267,17 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
     }
 }
 
-/// A call's kernel returned an error: it fails, and its outputs carry the error.
+/// A call's kernel returned an error, or reported bad data in its stream's fault record
+/// (`vm::stream_policy`, "Checked launches"): it fails, and its outputs carry the error.
 #[cold]
 #[inline(never)]
-fn kernel_failed(kernel: &dyn OpKernel, outputs: &[Operand], message: String, program: u64, env: &ExecEnv) {
+pub(crate) fn kernel_failed(
+    kernel: &dyn OpKernel,
+    outputs: &[Operand],
+    message: String,
+    program: u64,
+    env: &ExecEnv,
+) {
     let e =
         Error::Kernel { instr: program, op: kernel.name().into(), stream: env.stream_name.clone(), message };
     fail(outputs, e, env);
@@ -363,6 +375,86 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    /// Writes 7.0 into element 0 of its one output and nothing else; says it writes its
+    /// outputs whole if `.0` (a lie, to see which blocks the VM leaves unzeroed).
+    struct FirstOnly(bool);
+
+    impl OpKernel for FirstOnly {
+        fn name(&self) -> &'static str {
+            "first_only"
+        }
+        fn infer(
+            &self,
+            _: &[&TensorMeta],
+            _: &[&TensorMeta],
+            _: &Attrs,
+            _: &mut OutSpecs,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+        fn writes_outputs(&self) -> bool {
+            self.0
+        }
+        fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {
+            let o = &ctx.outputs[0];
+            let at = o.meta.offset * 4;
+            // SAFETY: the call holds the write access to its output, and has no inputs.
+            unsafe { o.data.bytes_mut()[at..at + 4].copy_from_slice(&7.0f32.to_le_bytes()) };
+            Ok(())
+        }
+    }
+
+    /// An output written for the first time gets a block that is not zeroed only when its
+    /// kernel says it writes its outputs whole and the output is its whole storage: a kernel
+    /// that does not say so, and a view of part of a storage, read zeros where nothing wrote,
+    /// even from a block an earlier storage left dirty.
+    #[test]
+    fn only_whole_outputs_of_kernels_that_write_them_whole_get_unzeroed_blocks() {
+        use crate::vm::tensor::MetaId;
+        use std::ptr::NonNull;
+
+        let (env, _) = setup(0);
+        let meta = TensorMeta::new(&[16], DType::F32, DeviceId::CPU);
+        let dirty = || {
+            let mut s = env.alloc.alloc(64);
+            s.as_bytes_mut().fill(0xAB);
+            drop(s);
+        };
+        let run_on = |t: &TensorInner, kernel: &'static dyn OpKernel| {
+            dirty();
+            // SAFETY: `t` outlives the operand, and no instruction holds it.
+            let out = Operand::new(unsafe { TensorPtr::new(t) }, AccessMode::Write);
+            op_call(kernel, Attrs::default(), &[], &[out], || 1, &env);
+            assert!(env.failures.take().is_none());
+            // SAFETY: nothing else touches the tensor.
+            let v = unsafe { t.value() };
+            v.storage.as_ref().expect("written").as_f32().to_vec()
+        };
+        let dirt = f32::from_le_bytes([0xAB; 4]);
+        let with = |at: usize, rest: f32| {
+            let mut v = vec![rest; 16];
+            v[at] = 7.0;
+            v
+        };
+        let fresh = |id| *TensorInner::for_test(id, meta.clone());
+        // A kernel that does not say it writes its outputs whole: zeros.
+        assert_eq!(run_on(&fresh(1), &FirstOnly(false)), with(0, 0.0));
+        // One that says so: the block as the earlier storage left it (the VM trusts it).
+        assert_eq!(run_on(&fresh(2), &FirstOnly(true)), with(0, dirt));
+        // A view of part of an unwritten storage: the storage is zeroed, whatever the kernel.
+        let owner = fresh(3);
+        let part = meta.with_layout(&[8], &[1], 8);
+        // SAFETY: `owner` is an owner and outlives the view; no count is kept in this test.
+        let view = unsafe { TensorInner::new_view(4, part, MetaId::NONE, NonNull::from(&owner), false) };
+        assert_eq!(run_on(&view, &FirstOnly(true)), with(8, 0.0));
+        // A view that is all of its storage is written whole.
+        let owner = fresh(5);
+        let all = meta.with_layout(&[16], &[1], 0);
+        // SAFETY: as above.
+        let view = unsafe { TensorInner::new_view(6, all, MetaId::NONE, NonNull::from(&owner), false) };
+        assert_eq!(run_on(&view, &FirstOnly(true)), with(0, dirt));
     }
 
     /// An executor's environment on the CPU, and `n` one-element `f32` tensors, unwritten (the

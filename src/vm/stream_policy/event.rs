@@ -20,6 +20,20 @@
 //! 4. A `RecordEvent` is also reported "launched" by the worker as soon as its event is
 //!    recorded, which releases the `StreamWaitEvent`s that wait on it.
 //!
+//! # Checked launches
+//!
+//! A call whose kernel may find bad data only when it runs (an index out of range:
+//! `OpKernel::checks_data`) reports it in the stream's fault record (`ep::fault`), not by
+//! returning an error. Such a launch always gets an event, and the worker waits for it
+//! (`Event::wait`: a blocking wait) before it hands the event to the watcher and before it
+//! launches anything else: it then takes the record ([`check_faults`]), and if a fault is
+//! there, the call fails as if its kernel had returned the error (`Error::Kernel`, counted,
+//! stored on every output). So the instructions launched after it see the error on their
+//! inputs and skip, as on a synchronous device, and nothing retires the call (the
+//! watcher's report) before its outputs carry their error. The cost is one host wait per
+//! checked call (the worker cannot run ahead of the device past it); calls whose kernels
+//! cannot meet bad data are not checked, and `Config::check_data` turns the check off.
+//!
 //! # Failures
 //!
 //! A launch or a record that the device refuses, or a launch during which the device
@@ -47,10 +61,11 @@ use crate::ep::Event;
 use crate::vm::observe::ThreadRole;
 use crate::vm::observe::{Nanos, Rec, Recorder};
 use crate::vm::Error;
+use crate::vm::OpKernel;
 
 use super::super::engine::{Parts, VmStream, WorkerQueue};
 use super::super::instruction::{Batch, Body, Instruction, Operand, Operands};
-use super::super::instruction_policy::{execute_catching, ExecEnv};
+use super::super::instruction_policy::{execute_catching, kernel_failed, ExecEnv};
 use super::super::report::{Completion, Report};
 
 /// One event the watcher waits for, and the stream position it reports done.
@@ -121,11 +136,26 @@ impl EventLane {
         let prof = prof.map(|r| (program, r.now()));
         let ops = Operands::from_slice(&batch.operands(&batch.ins[i]));
         let ins = batch.ins[i].take();
+        let check = Check::of(vm, &ins, &ops);
         let record = matches!(ins.body, Body::RecordEvent { .. })
             || prof.is_some()
+            || check.is_some()
             || seq - self.watched >= u64::from(vm.config.event_interval);
-        self.watched =
-            launch_async(vm, s, seq, self.watched, record, ins, ops, program, env, &self.watcher, done, prof);
+        self.watched = launch_async(
+            vm,
+            s,
+            seq,
+            self.watched,
+            record,
+            check,
+            ins,
+            ops,
+            program,
+            env,
+            &self.watcher,
+            done,
+            prof,
+        );
     }
 
     /// The device panicked while taking the launch at position `seq` of stream `s`: a device
@@ -156,10 +186,47 @@ impl EventLane {
     }
 }
 
+/// A checked launch (the module docs): the call's kernel and its outputs, which carry the
+/// error if the stream's fault record holds one once the device has run the call.
+struct Check {
+    kernel: &'static dyn OpKernel,
+    outputs: Operands,
+}
+
+impl Check {
+    /// The check `ins` (operands `ops`) needs: a call whose kernel may report bad data,
+    /// unless the VM's configuration turns checks off.
+    #[inline(always)]
+    fn of(vm: &Parts, ins: &Instruction, ops: &[Operand]) -> Option<Check> {
+        match &ins.body {
+            Body::OpCall { kernel, attrs } if vm.config.check_data && kernel.get().checks_data(attrs) => {
+                Some(Check::outputs(kernel.get(), &ops[ins.n_inputs as usize..]))
+            }
+            _ => None,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn outputs(kernel: &'static dyn OpKernel, outputs: &[Operand]) -> Check {
+        Check { kernel, outputs: Operands::from_slice(outputs) }
+    }
+}
+
+/// The stream has run the checked call `check` (program number `program`): take its fault
+/// record, and if a fault is there, fail the call with the CPU kernel's message for it.
+fn check_faults(vm: &Parts, s: usize, check: &Check, program: u64, env: &ExecEnv) {
+    let Some(fault) = vm.streams[s].ep.faults().and_then(|r| r.take()) else { return };
+    let op = check.kernel.name();
+    kernel_failed(check.kernel, &check.outputs, fault.message(op), program, env);
+}
+
 /// Launch on the device stream; with `record`, record an event behind the launch and hand
 /// it to the watcher, which reports the stream done through `seq` when the event is
-/// reached. Without it the launch waits for a later event (see [`EventLane`]). Returns the
-/// stream position now covered by watches (`watched` or `seq`).
+/// reached. Without it the launch waits for a later event (see [`EventLane`]). With
+/// `check` (which comes with `record`), wait for the event first and check the stream's
+/// fault record (the module docs). Returns the stream position now covered by watches
+/// (`watched` or `seq`).
 #[allow(clippy::too_many_arguments)]
 fn launch_async(
     vm: &Parts,
@@ -167,6 +234,7 @@ fn launch_async(
     seq: u64,
     watched: u64,
     record: bool,
+    check: Option<Check>,
     ins: Instruction,
     ops: Operands,
     program: u64,
@@ -206,6 +274,12 @@ fn launch_async(
     }
     let event = match record_event(stream) {
         Ok(ev) => {
+            // A failed wait is the watcher's to report: it waits for the same event.
+            if let Some(check) = &check {
+                if ev.wait().is_ok() {
+                    check_faults(vm, s, check, program, env);
+                }
+            }
             if let Some(id) = record_id {
                 let report = Report::Launched { id };
                 done.push(Completion { stream: s as u32, seq, report, event: Some(ev.clone()) });
@@ -286,15 +360,22 @@ fn watcher_main(vm: Arc<Parts>, w: Arc<Watcher>, stream: u32) {
 
 /// Synchronous mode: launch `ins` (at stream `s`) on its device stream and wait until the
 /// stream has run it; a refused launch or a failed wait is recorded in the failure log.
+/// A checked call's fault record is taken once the stream has run it (the module docs).
 pub(super) fn run_inline(vm: &Parts, s: usize, mut ins: Instruction, ops: &[Operand], program: u64) {
     let st = &vm.streams[s];
     let env = vm.streams.env(s).clone();
+    let check = Check::of(vm, &ins, ops);
     let ops = Operands::from_slice(ops);
     let r = st
         .ep
         .launch(Box::new(move || execute_catching(&mut ins, &ops, program, &env)))
         .and_then(|()| st.ep.synchronize());
-    if let Err(e) = r {
-        vm.record_failure(e.into());
+    match r {
+        Err(e) => vm.record_failure(e.into()),
+        Ok(()) => {
+            if let Some(check) = &check {
+                check_faults(vm, s, check, program, vm.streams.env(s));
+            }
+        }
     }
 }

@@ -457,7 +457,7 @@ fn targets(
 /// `nll_loss` on every float dtype, every reduction, with and without weights and an
 /// ignored class, inputs of every layout, more targets than the sequential sum takes:
 /// bit for bit the CPU's (the same operations in the same order). A target out of range
-/// gives NaN on `cuda:0` (the CPU refuses the call).
+/// fails the call on `cuda:0` with the CPU kernel's error (`errors.rs` has more).
 #[test]
 #[ignore = "needs a GPU"]
 fn nll_loss_equals_the_cpu_kernel() {
@@ -500,13 +500,22 @@ fn nll_loss_equals_the_cpu_kernel() {
                 }
             }
         }
-        // A target out of range: NaN on cuda:0.
+        // A target out of range: the CPU kernel's error on cuda:0.
         let x = make(&vm, d, &[2, 3], Lay::Contiguous, GPU, 1, false).0;
         let t = Vals::of(DType::I64, [Scalar::Int(0), Scalar::Int(3)]).tensor(&vm, &[2], GPU);
         let o = make(&vm, d, &[], Lay::Contiguous, GPU, 2, false).0;
-        let got = run_into(&vm, "nll_loss", &[&x, &t], &[&o], params(&[2, -100, 0]), GPU).unwrap();
-        assert!(got[0].get(0).as_f64().is_nan(), "nll_loss of a target out of range on {d}");
+        match run_into(&vm, "nll_loss", &[&x, &t], &[&o], params(&[2, -100, 0]), GPU) {
+            Err(Error::Kernel { op, message, .. }) => {
+                assert_eq!(
+                    (op.as_str(), message.as_str()),
+                    ("nll_loss", "target 3 is out of bounds: the classes are 0 to 2")
+                )
+            }
+            other => panic!("nll_loss of a target out of range on {d}: {other:?}"),
+        }
     }
+    // The failed calls are counted; nothing else failed.
+    assert!(matches!(vm.sync(), Err(Error::Failed { count: 4, .. })));
     println!("nll_loss: {calls} calls on cuda:0 equal the CPU kernel bit for bit");
     vm.sync().unwrap();
 }
