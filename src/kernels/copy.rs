@@ -179,11 +179,11 @@ impl OpKernel for CastKernel {
         true
     }
 
-<<<<<<< HEAD
     fn pointwise(&self) -> bool {
-=======
+        true
+    }
+
     fn writes_outputs(&self) -> bool {
->>>>>>> merge
         true
     }
 

@@ -101,11 +101,11 @@ impl OpKernel for WhereKernel {
         true
     }
 
-<<<<<<< HEAD
     fn pointwise(&self) -> bool {
-=======
+        true
+    }
+
     fn writes_outputs(&self) -> bool {
->>>>>>> merge
         true
     }
 

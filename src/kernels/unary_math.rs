@@ -292,16 +292,12 @@ macro_rules! predicate {
                 true
             }
 
-<<<<<<< HEAD
-
             fn pointwise(&self) -> bool {
-
                 true
+            }
 
-=======
             fn writes_outputs(&self) -> bool {
                 true
->>>>>>> merge
             }
 
             fn compute(&self, ctx: &mut KernelCtx<'_, '_>) -> Result<(), String> {

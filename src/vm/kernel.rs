@@ -263,6 +263,9 @@ pub trait OpKernel: Send + Sync + 'static {
     /// kernel's answer must not depend on the device: a CUDA kernel answers as its CPU
     /// kernel does.
     fn pointwise(&self) -> bool {
+        false
+    }
+
     /// Whether a call that succeeds has written every element of every output it was given,
     /// for all operands that pass [`infer`](Self::infer): then an output that is its whole
     /// storage and is written for the first time gets a block that is not zeroed, holding
@@ -271,6 +274,9 @@ pub trait OpKernel: Send + Sync + 'static {
     /// an output before writing it (accumulates into it) must not say so: it keeps the
     /// default, zeroed outputs. What a failing call left in its outputs is never read.
     fn writes_outputs(&self) -> bool {
+        false
+    }
+
     /// Whether a launch of this call on an asynchronous device must be checked for bad data
     /// that the kernel finds only when it runs (an index out of range): such a kernel
     /// reports it in its stream's fault record (`ep::fault`) instead of returning an

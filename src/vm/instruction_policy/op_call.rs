@@ -233,9 +233,11 @@ fn op_call_with<'t, I: Views<TensorView<'t>>, O: Views<TensorViewMut<'t>>>(
         if unsafe { (*v).storage.is_none() } {
             let owner = t.owner();
             // A kernel that writes its outputs whole overwrites every byte of an output that
-            // is its whole storage: no need to zero it (`alloc::request`, "Unzeroed blocks").
-            let contents =
-                if t.whole && kernel.writes_outputs() { Contents::Unzeroed } else { Contents::Zeroed };
+            // is its whole storage (an owner, row-major or laid out like a pointwise op's
+            // inputs, or a view of all of it in row-major order): no need to zero it
+            // (`alloc::request`, "Unzeroed blocks").
+            let all = t.whole || !t.is_view();
+            let contents = if all && kernel.writes_outputs() { Contents::Unzeroed } else { Contents::Zeroed };
             match env.alloc.alloc_tensor(owner.id, owner.meta.device, owner.meta.bytes(), contents) {
                 // SAFETY: as above.
                 Ok(s) => unsafe { (*v).storage = Some(s) },
