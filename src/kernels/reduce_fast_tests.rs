@@ -61,8 +61,34 @@ fn kernels() -> Vec<(&'static dyn OpKernel, Vec<Scalar>)> {
 }
 
 /// The outputs' bits (each output's bytes).
+/// The outputs' bytes, every float NaN written as one NaN: where several NaNs meet in a
+/// sum or a product, which one's sign and payload the result carries depends on the order
+/// the machine code gives the operands of each addition (x86 returns the first operand's
+/// NaN, and the compiler orders the operands of a commutative operation freely), so it
+/// may differ between loop versions and processors. Every other bit must agree.
 fn bits(outs: &[Owned]) -> Vec<Vec<u8>> {
-    outs.iter().map(|o| o.1.as_bytes().to_vec()).collect()
+    outs.iter()
+        .map(|(meta, data)| {
+            let b = data.as_bytes();
+            match meta.dtype {
+                DType::F32 => b
+                    .chunks_exact(4)
+                    .flat_map(|c| {
+                        let v = f32::from_le_bytes(c.try_into().unwrap());
+                        if v.is_nan() { f32::NAN } else { v }.to_le_bytes()
+                    })
+                    .collect(),
+                DType::F64 => b
+                    .chunks_exact(8)
+                    .flat_map(|c| {
+                        let v = f64::from_le_bytes(c.try_into().unwrap());
+                        if v.is_nan() { f64::NAN } else { v }.to_le_bytes()
+                    })
+                    .collect(),
+                _ => b.to_vec(),
+            }
+        })
+        .collect()
 }
 
 /// Values of mixed sign and size, ties, and (where `special`) NaN, infinities and signed
