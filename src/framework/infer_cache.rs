@@ -25,7 +25,7 @@
 use smallvec::SmallVec;
 
 use crate::framework::{Attrs, OutSpecs};
-use crate::vm::tensor::{MetaId, Strides};
+use crate::vm::tensor::MetaId;
 use crate::vm::KernelRef;
 
 /// Sets of the table of packed signatures.
@@ -156,10 +156,6 @@ struct Entry {
     specs: OutSpecs,
     /// The meta ids of outputs made from `specs` on the stream's device.
     out_ids: SmallVec<[MetaId; 2]>,
-    /// The strides of those outputs where they are not row-major (a pointwise op's outputs
-    /// laid out like its inputs: `framework::layout::pointwise_strides`); empty where every
-    /// output is row-major.
-    out_strides: Vec<Strides>,
 }
 
 impl Entry {
@@ -267,11 +263,11 @@ impl InferCache {
         Some(SETS * WAYS + j)
     }
 
-    /// The output specs, output meta ids and output strides (empty: row-major) of entry `i`.
+    /// The output specs and output meta ids of entry `i`.
     #[inline]
-    pub(crate) fn outputs(&self, i: usize) -> (&OutSpecs, &[MetaId], &[Strides]) {
+    pub(crate) fn outputs(&self, i: usize) -> (&OutSpecs, &[MetaId]) {
         let e = self.entries[i].as_ref().expect("an entry found by a lookup");
-        (&e.specs, &e.out_ids, &e.out_strides)
+        (&e.specs, &e.out_ids)
     }
 
     /// Signatures inserted so far: calls that took the full check and were cached.
@@ -292,7 +288,6 @@ impl InferCache {
         ids: SmallVec<[MetaId; 4]>,
         specs: OutSpecs,
         out_ids: SmallVec<[MetaId; 2]>,
-        out_strides: Vec<Strides>,
     ) -> Option<usize> {
         let n_inputs = u8::try_from(n_inputs).ok()?;
         if ids.iter().chain(&out_ids).any(|&id| id == MetaId::NONE) {
@@ -307,7 +302,6 @@ impl InferCache {
             ids,
             specs,
             out_ids,
-            out_strides,
         };
         if self.entries.is_empty() {
             self.entries.resize_with(SETS * WAYS, || None);
@@ -355,9 +349,7 @@ mod tests {
         let at = Attrs::default();
         let none = SmallVec::new();
         assert_eq!(c.get(add, 0, &at, 2, [a, a].into_iter()), None);
-        let i = c
-            .insert(add, 0, &at, 2, SmallVec::from_iter([a, a]), OutSpecs::new(), none.clone(), Vec::new())
-            .unwrap();
+        let i = c.insert(add, 0, &at, 2, SmallVec::from_iter([a, a]), OutSpecs::new(), none.clone()).unwrap();
         assert_eq!(c.get(add, 0, &at, 2, [a, a].into_iter()), Some(i));
         assert!(c.outputs(i).0.is_empty());
         assert_eq!(c.get(mul, 0, &at, 2, [a, a].into_iter()), None, "other kernel");
@@ -369,30 +361,12 @@ mod tests {
         assert_eq!(c.get(add, 0, &at, 2, [a, a, a].into_iter()), None, "more operands");
         // Metas without a number are never cached.
         assert_eq!(
-            c.insert(
-                add,
-                0,
-                &at,
-                1,
-                SmallVec::from_iter([MetaId::NONE]),
-                OutSpecs::new(),
-                none.clone(),
-                Vec::new()
-            ),
+            c.insert(add, 0, &at, 1, SmallVec::from_iter([MetaId::NONE]), OutSpecs::new(), none.clone()),
             None
         );
         // Filling past capacity evicts and never grows.
         for k in 0..3 * (SETS * WAYS) as u32 {
-            c.insert(
-                add,
-                0,
-                &at,
-                1,
-                SmallVec::from_iter([MetaId(10 + k)]),
-                OutSpecs::new(),
-                none.clone(),
-                Vec::new(),
-            );
+            c.insert(add, 0, &at, 1, SmallVec::from_iter([MetaId(10 + k)]), OutSpecs::new(), none.clone());
         }
         assert_eq!(c.entries.len(), SETS * WAYS);
         assert_eq!(c.get(add, 0, &at, 2, [a, a].into_iter()), None);
@@ -427,22 +401,13 @@ mod tests {
                 assert!(found.is_some(), "{j} was inserted");
             }
             assert_eq!(c.find(&key(*k, *s, at, *n_in, ids)), None, "{i} not inserted yet");
-            c.insert(*k, *s, at, *n_in, SmallVec::from_slice(ids), OutSpecs::new(), none(), Vec::new());
+            c.insert(*k, *s, at, *n_in, SmallVec::from_slice(ids), OutSpecs::new(), none());
         }
         // Wide signatures live apart, with no key.
         let wide: Vec<MetaId> = (0..5).map(MetaId).collect();
         let keys = c.keys.clone();
         for _ in 0..WIDE {
-            c.insert(
-                mul,
-                9,
-                &Attrs::default(),
-                1,
-                SmallVec::from_slice(&wide),
-                OutSpecs::new(),
-                none(),
-                Vec::new(),
-            );
+            c.insert(mul, 9, &Attrs::default(), 1, SmallVec::from_slice(&wide), OutSpecs::new(), none());
         }
         assert!(c.get(mul, 9, &Attrs::default(), 1, wide.iter().copied()).is_some());
         assert!(c.keys[..] == keys[..], "wide signatures have no key");
@@ -455,16 +420,7 @@ mod tests {
         while evicting < WAYS {
             let other = [MetaId(m)];
             if key(add, 3, &Attrs::default(), 1, &other).set() == k.set() {
-                c.insert(
-                    add,
-                    3,
-                    &Attrs::default(),
-                    1,
-                    SmallVec::from_slice(&other),
-                    OutSpecs::new(),
-                    none(),
-                    Vec::new(),
-                );
+                c.insert(add, 3, &Attrs::default(), 1, SmallVec::from_slice(&other), OutSpecs::new(), none());
                 evicting += 1;
             }
             m += 1;
@@ -490,7 +446,7 @@ mod tests {
         let mut c = InferCache::default();
         let at = Attrs::default();
         let nine = ids(9, 1);
-        let i = c.insert(add, 0, &at, 8, nine.clone(), OutSpecs::new(), none(), Vec::new()).unwrap();
+        let i = c.insert(add, 0, &at, 8, nine.clone(), OutSpecs::new(), none()).unwrap();
         assert_eq!(c.find_wide(&wide_key(add, 0, &at, 8, &nine)), Some(i));
         assert_eq!(c.get(add, 0, &at, 8, nine.iter().copied()), Some(i));
         let mut other = nine.clone();
@@ -508,7 +464,7 @@ mod tests {
         }
         // The hint follows the last hit; a second signature is found beside the first.
         let ten = ids(10, 50);
-        let j = c.insert(add, 0, &at, 9, ten.clone(), OutSpecs::new(), none(), Vec::new()).unwrap();
+        let j = c.insert(add, 0, &at, 9, ten.clone(), OutSpecs::new(), none()).unwrap();
         assert_ne!(i, j);
         for _ in 0..2 {
             assert_eq!(c.find_wide(&wide_key(add, 0, &at, 9, &ten)), Some(j));
@@ -516,11 +472,11 @@ mod tests {
         }
         // More operands than a wide key holds: cached, found by `get` only.
         let many = ids(WIDE_OPS as u32 + 1, 200);
-        let m = c.insert(add, 0, &at, WIDE_OPS, many.clone(), OutSpecs::new(), none(), Vec::new()).unwrap();
+        let m = c.insert(add, 0, &at, WIDE_OPS, many.clone(), OutSpecs::new(), none()).unwrap();
         assert_eq!(c.get(add, 0, &at, WIDE_OPS, many.iter().copied()), Some(m));
         // `WIDE` more wide signatures evict the first ones.
         for k in 0..WIDE as u32 {
-            c.insert(mul, 0, &at, 8, ids(9, 1000 + 10 * k), OutSpecs::new(), none(), Vec::new());
+            c.insert(mul, 0, &at, 8, ids(9, 1000 + 10 * k), OutSpecs::new(), none());
         }
         assert_eq!(c.find_wide(&wide_key(add, 0, &at, 8, &nine)), None, "evicted");
         assert_eq!(c.get(add, 0, &at, WIDE_OPS, many.iter().copied()), None, "evicted");
@@ -555,7 +511,7 @@ mod tests {
                         SmallVec::from_slice(&[MetaId((k.0[4]) as u32), MetaId((k.0[4] >> 32) as u32)]);
                     let kernel = ops.iter().copied().find(|o| o.addr() as u64 == k.0[0]).unwrap();
                     let at = Attrs::scalar(f64::from_bits(k.0[1]));
-                    c.insert(kernel, 0, &at, 2, ids, OutSpecs::new(), SmallVec::new(), Vec::new()).unwrap();
+                    c.insert(kernel, 0, &at, 2, ids, OutSpecs::new(), SmallVec::new()).unwrap();
                 }
             }
         }

@@ -266,6 +266,34 @@ call s0 exp in=t0 out=t1
     assert!(text.contains("f32[3,2] cpu:0 strides=1,3\n"), "{text}");
 }
 
+/// The layout of a pointwise op's output follows its inputs on every call, whatever calls
+/// of the same shapes came before (the inference cache knows shapes, not layouts).
+#[test]
+fn a_pointwise_layout_does_not_depend_on_earlier_calls() {
+    let vm = vm();
+    let s = vm.compute_stream(DeviceId::CPU).unwrap();
+    let exp = vm.op("exp").unwrap();
+    let add = vm.op("add").unwrap();
+    let x = vm.from_slice(&[0.5f32, -1.0, 2.0, 0.0, 3.5, -2.5], &[2, 3], DeviceId::CPU).unwrap();
+    let c = vm.from_slice(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2], DeviceId::CPU).unwrap();
+    let xt = x.view_layout(&[3, 2], &[1, 3], 0).unwrap();
+    let strides = |t: &Tensor| t.meta().strides.to_vec();
+    for _ in 0..3 {
+        let a = vm.run(|b| b.call(exp, &[&c], Attrs::default(), s)).unwrap();
+        let t = vm.run(|b| b.call(exp, &[&xt], Attrs::default(), s)).unwrap();
+        // An owner laid out like a transposed input: its own outputs follow it.
+        let tt = vm.run(|b| b.call(exp, &[&t], Attrs::default(), s)).unwrap();
+        let ct = vm.run(|b| b.call(add, &[&c, &t], Attrs::default(), s)).unwrap();
+        let tc = vm.run(|b| b.call(add, &[&t, &c], Attrs::default(), s)).unwrap();
+        assert_eq!(strides(&a), [2, 1]);
+        assert_eq!(strides(&t), [1, 3]);
+        assert_eq!(strides(&tt), [1, 3]);
+        assert_eq!(strides(&ct), [2, 1], "the first input decides");
+        assert_eq!(strides(&tc), [1, 3], "the first input decides");
+        assert_eq!(ct.to_vec::<f32>().unwrap(), tc.to_vec::<f32>().unwrap());
+    }
+}
+
 #[test]
 fn views_follow_the_builders_rules_for_releases_accesses_and_calls() {
     let v = "view t1 t0 f32[3] strides=1 offset=1\ncall s0 fill out=t0 scalar=1.0\n";

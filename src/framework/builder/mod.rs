@@ -136,9 +136,14 @@ pub struct InstructionsBuilder<'vm> {
     open: bool,
     /// Inference results of calls already checked (kept across builders of this VM).
     infer: Box<InferCache>,
-    /// The specs, output meta ids and output strides (empty: row-major) of the last call
-    /// whose signature was not cached.
-    uncached: (OutSpecs, SmallVec<[MetaId; 2]>, Vec<Strides>),
+    /// The specs and output meta ids of the last call whose signature was not cached.
+    uncached: (OutSpecs, SmallVec<[MetaId; 2]>),
+    /// The strides of the outputs the call being built makes, where they are not row-major
+    /// (a pointwise op's outputs laid out like its inputs: `layout::pointwise_strides`);
+    /// set by the rule, taken when the outputs are made. Never cached: meta ids name
+    /// shapes, not layouts, and a call with an input that is not row-major always takes
+    /// the rule (`cached_making` refuses it).
+    layouts: Vec<Strides>,
     /// This builder's claim on its thread's deferred releases (`framework::deferred`), if
     /// it owns them.
     ownership: Option<deferred::Ownership>,
@@ -181,6 +186,7 @@ impl<'vm> InstructionsBuilder<'vm> {
             open: false,
             infer: f.take_infer_cache(),
             uncached: Default::default(),
+            layouts: Vec::new(),
             ownership: deferred::enter(&vm),
             deferred: Vec::new(),
             ids: 0..0,
@@ -299,7 +305,9 @@ impl<'vm> InstructionsBuilder<'vm> {
             }
             let first = self.ids.start;
             self.ids.start += n;
-            let (specs, metas, strides) = self.outputs_of(checked);
+            let strides =
+                if self.layouts.is_empty() { Vec::new() } else { std::mem::take(&mut self.layouts) };
+            let (specs, metas) = self.outputs_of(checked);
             specs
                 .iter()
                 .zip(metas)

@@ -150,14 +150,31 @@ impl InstructionsBuilder<'_> {
                 });
             }
         }
+        // Outputs the call makes: row-major, but those of a pointwise op laid out like its
+        // inputs, as PyTorch lays them out (`layout::pointwise_strides`), so that a
+        // transposed input is read and the output written in memory order. Decided per
+        // call, here: the inference cache knows shapes, not layouts.
+        self.layouts.clear();
+        if matches!(outputs, Outputs::Made) && kernel.pointwise() && kernel.strided() {
+            let metas: SmallVec<[&TensorMeta; 8]> = inputs.iter().map(|t| t.meta()).collect();
+            let layouts: Vec<Strides> = self
+                .outputs_of(checked)
+                .0
+                .iter()
+                .map_while(|s| layout::pointwise_strides(&s.shape, &metas))
+                .collect();
+            if layouts.len() == self.outputs_of(checked).0.len() {
+                self.layouts = layouts;
+            }
+        }
         Ok(checked)
     }
 
     /// The output specs and meta ids of an accepted call.
-    pub(super) fn outputs_of(&self, c: Checked) -> (&OutSpecs, &[MetaId], &[Strides]) {
+    pub(super) fn outputs_of(&self, c: Checked) -> (&OutSpecs, &[MetaId]) {
         match c.entry {
             Some(i) => self.infer.outputs(i),
-            None => (&self.uncached.0, &self.uncached.1[..], &self.uncached.2[..]),
+            None => (&self.uncached.0, &self.uncached.1),
         }
     }
 
@@ -216,41 +233,13 @@ impl InstructionsBuilder<'_> {
                 }
             }
         }
-        // Outputs the call makes: row-major, but those of a pointwise op laid out like its
-        // inputs, as PyTorch lays them out (`layout::pointwise_strides`), so that a
-        // transposed input is read and the output written in memory order.
-        let out_strides: Vec<Strides> = if outputs.is_empty() && kernel.pointwise() && kernel.strided() {
-            specs.iter().map_while(|s| layout::pointwise_strides(&s.shape, &in_metas)).collect()
-        } else {
-            Vec::new()
-        };
-        let out_strides = if out_strides.len() == specs.len() { out_strides } else { Vec::new() };
-        let out_ids: SmallVec<[MetaId; 2]> = specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let mut meta = TensorMeta::new(&s.shape, s.dtype, device);
-                if let Some(strides) = out_strides.get(i) {
-                    meta.strides.clone_from(strides);
-                }
-                self.vm.intern(&meta)
-            })
-            .collect();
+        let out_ids: SmallVec<[MetaId; 2]> =
+            specs.iter().map(|s| self.vm.intern(&TensorMeta::new(&s.shape, s.dtype, device))).collect();
         let ids: SmallVec<[MetaId; 4]> = inputs.iter().chain(outputs).map(|t| t.inner().meta_id).collect();
-        let entry = self.infer.insert(
-            kernel,
-            stream.0,
-            attrs,
-            inputs.len(),
-            ids,
-            specs.clone(),
-            out_ids.clone(),
-            out_strides.clone(),
-        );
-        match entry {
+        match self.infer.insert(kernel, stream.0, attrs, inputs.len(), ids, specs.clone(), out_ids.clone()) {
             Some(i) => Ok(Checked { kernel, entry: Some(i) }),
             None => {
-                self.uncached = (specs, out_ids, out_strides);
+                self.uncached = (specs, out_ids);
                 Ok(Checked { kernel, entry: None })
             }
         }
@@ -280,8 +269,10 @@ impl InstructionsBuilder<'_> {
             let t = t.inner();
             *id = t.meta_id;
             // Views go the full way: a kernel may need them copied (module docs of
-            // `framework::builder`, "Layouts").
-            refused |= t.released.load(Ordering::Relaxed) | !t.belongs_to(self.me) | t.is_view();
+            // `framework::builder`, "Layouts"); and so do owners not in row-major order
+            // (`whole` false): a pointwise op lays out its outputs like them, which the
+            // cache does not know (`layouts`).
+            refused |= t.released.load(Ordering::Relaxed) | !t.belongs_to(self.me) | t.is_view() | !t.whole;
         }
         if refused {
             return None;

@@ -182,9 +182,9 @@ fn check(
                 assert_eq!((a.0.as_slice(), a.1), (b_.0.as_slice(), b_.1), "{c:?}: other outputs");
             }
             let plain = inputs.len() <= KEY_OPS
-                && inputs
-                    .iter()
-                    .all(|t| !t.is_view() && t.check_live().is_ok() && t.inner().belongs_to(b.me));
+                && inputs.iter().all(|t| {
+                    t.is_whole() && !t.is_view() && t.check_live().is_ok() && t.inner().belongs_to(b.me)
+                });
             if rule.is_ok() && plain {
                 assert!(
                     b.cached_making(&op, &inputs, attrs, stream).is_some(),
